@@ -1,0 +1,120 @@
+"""The ``r2m`` console script: one subcommand per DAG stage plus tools.
+
+Stage subcommands come from the stage registry (:mod:`r2m.pipeline.stages`); their modules are
+imported only when the subcommand runs, so ``r2m dag --check`` and ``r2m --help`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+from r2m.pipeline import stages as S
+
+# tools that are not DAG stages: name -> (module:function, help)
+TOOLS: dict[str, tuple[str, str]] = {
+    "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
+    "bench": ("r2m.bench:main", "benchmarks: train, features, evaluate"),
+    "datasets": ("r2m.datasets:main", "list the dataset recipes and the declared catalog"),
+}
+
+
+def _load(spec: str):
+    module, func = spec.split(":")
+    return importlib.import_module(module), func
+
+
+def _stage_parser(stage: S.Stage) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"r2m {stage.name}", description=stage.help)
+    for axis in stage.axes:
+        p.add_argument(f"--{axis}", default=None, help=f"{axis} to run for")
+    p.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    p.add_argument("--device", default=None, help="runtime: auto|cpu|cuda[:N] (env R2M_DEVICE)")
+    p.add_argument("--threads", type=int, default=None, help="runtime: torch threads (env R2M_THREADS)")
+    p.add_argument("--workers", type=int, default=None, help="runtime: data-loader workers (env R2M_WORKERS)")
+    p.add_argument("--no-log-file", action="store_true", help="log to stderr only")
+    return p
+
+
+def run_stage(stage: S.Stage, argv: list[str]) -> int:
+    from r2m import params as P
+    from r2m.pipeline.context import StageContext, setup_logging
+    from r2m.runtime import Runtime
+
+    module, func = _load(stage.impl)
+    parser = _stage_parser(stage)
+    if hasattr(module, "add_arguments"):
+        module.add_arguments(parser)
+    args = parser.parse_args(argv)
+
+    missing = [a for a in stage.axes if getattr(args, a) is None]
+    if missing:
+        if hasattr(module, "standalone"):
+            return int(module.standalone(args) or 0)
+        parser.error(f"missing --{' --'.join(missing)}")
+    if "variant" in stage.axes and args.variant not in P.VARIANT_NAMES:
+        parser.error(f"--variant {args.variant!r}: choose from {', '.join(P.VARIANT_NAMES)}")
+    if "ckpt" in stage.axes and args.ckpt not in P.TRAIN_STAGES:
+        parser.error(f"--ckpt {args.ckpt!r}: choose from {', '.join(P.TRAIN_STAGES)}")
+
+    try:
+        params = P.load(args.params)
+        if "dataset" in stage.axes:
+            params = P.for_dataset(params, args.dataset)
+    except P.ParamsError as err:
+        print(f"r2m {stage.name}: {err}", file=sys.stderr)
+        return 2
+
+    axes = {a: getattr(args, a) for a in stage.axes}
+    log_path = None if args.no_log_file else Path(stage.log.format(**axes) if axes else stage.log)
+    log = setup_logging(log_path)
+    ctx = StageContext(
+        stage=stage,
+        params=params,
+        runtime=Runtime.from_env(args.device, args.threads, args.workers),
+        log=log,
+        **axes,
+    )
+    ctx.runtime.apply()
+    ctx.args = args  # type: ignore[attr-defined]  # stage-specific extra flags
+    log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
+    t0 = time.perf_counter()
+    getattr(module, func)(ctx)
+    log.info("done in %.1f s", time.perf_counter() - t0)
+    return 0
+
+
+def _usage() -> str:
+    lines = ["usage: r2m <command> [options]", "", "pipeline stages (each a DAG step):"]
+    lines += [f"  {s.name:<18} {s.help}" for s in S.STAGES]
+    lines += ["", "tools:"]
+    lines += [f"  {name:<18} {h}" for name, (_, h) in TOOLS.items()]
+    lines += ["", "Run `r2m <command> --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from r2m import __version__
+
+        print(__version__)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name in S.BY_NAME:
+        return run_stage(S.BY_NAME[name], rest)
+    if name in TOOLS:
+        module, func = _load(TOOLS[name][0])
+        return int(getattr(module, func)(rest) or 0)
+    print(f"r2m: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""The dataset-recipe interface.
+
+A recipe turns a catalog entry (``params.yaml: catalog.<name>``) into the prepared folder
+described in ``docs/ARCHITECTURE.md``: ``images.parquet``, ``references.json``, ``corpus.txt``,
+optional ``detections.jsonl`` and ``manifest.json``. Recipes register themselves with
+``@RECIPES.register("<kind>")`` and are functions ``(entry, out_dir, log) -> manifest dict``.
+The prepare stage gives them a temporary folder and renames it into place on success.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from r2m.params import DatasetEntry
+from r2m.utils.registry import Registry
+
+RecipeFn = Callable[[DatasetEntry, Path, logging.Logger], dict[str, Any]]
+RECIPES: Registry[RecipeFn] = Registry("dataset kind")
+SPLITS = ("train", "val", "test")
+
+
+def option(entry: DatasetEntry, key: str, default: Any = None, required: bool = False) -> Any:
+    """A recipe option from the catalog entry, with an error naming the key when required."""
+    extra = entry.model_extra or {}
+    if key not in extra:
+        if required:
+            raise ValueError(f"catalog entry of kind {entry.kind!r} needs the key {key!r}")
+        return default
+    return extra[key]
+
+
+def references_json(images: Iterable[dict[str, Any]], captions: dict[str, list[str]]) -> dict[str, Any]:
+    """COCO caption-annotation JSON for the given images ({"id", "file_name", "split"})."""
+    imgs, anns = [], []
+    for img in images:
+        imgs.append({"id": str(img["id"]), "file_name": img.get("file_name", ""), "split": img.get("split", "test")})
+        for cap in captions.get(str(img["id"]), []):
+            anns.append({"id": len(anns) + 1, "image_id": str(img["id"]), "caption": cap})
+    return {"info": {}, "licenses": [], "type": "captions", "images": imgs, "annotations": anns}
+
+
+def write_prepared(
+    out: Path,
+    images: Any,  # pandas.DataFrame with image_id, path, split
+    references: dict[str, Any],
+    corpus: Iterable[str],
+    manifest: dict[str, Any],
+) -> dict[str, Any]:
+    """Write the standard prepared files into ``out`` (a fresh temporary folder)."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    bad = set(images["split"]) - set(SPLITS)
+    if bad:
+        raise ValueError(f"images.parquet: unknown split(s) {sorted(bad)}; expected {SPLITS}")
+    images = images.astype({"image_id": str, "path": str, "split": str})
+    images.to_parquet(out / "images.parquet", index=False)
+    (out / "references.json").write_text(json.dumps(references))
+    n = 0
+    with open(out / "corpus.txt", "w", encoding="utf-8") as fh:
+        for line in corpus:
+            fh.write(line.replace("\n", " ").strip() + "\n")
+            n += 1
+    manifest = {
+        **manifest,
+        "n_images": {s: int((images["split"] == s).sum()) for s in SPLITS},
+        "n_references": len(references.get("annotations", [])),
+        "n_sentences": n,
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return manifest

@@ -1,0 +1,227 @@
+"""Typed, validated pipeline parameters (``params.yaml``).
+
+One section per stage plus ``datasets`` (which datasets the DAG builds), ``variants`` (which R2M
+variants are trained) and ``catalog`` (the dataset recipes). A catalog entry may carry
+``overrides``: a nested mapping deep-merged over the stage sections for that dataset only, so
+``demo`` and ``tiny`` can train for fewer steps without touching the paper defaults.
+
+Runtime settings (device, threads, workers) are deliberately *not* here: they come from the
+command line or the environment (see :mod:`r2m.runtime`).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+VARIANT_NAMES = ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm")
+TRAIN_STAGES = ("train_xe", "train_s", "train_m", "train_i")
+
+
+class ParamsError(ValueError):
+    """Raised for invalid parameters; the message names the offending key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------- datasets
+class DatasetEntry(_Section):
+    """A dataset recipe. ``kind`` selects the recipe in :mod:`r2m.datasets`; the remaining keys
+    are recipe options (validated by the recipe itself), except the ones declared here."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: str
+    beta: float = Field(1.0, ge=0, description="weight of L_rec^S in L_S (Eq. 11)")
+    gamma: float = Field(1.0, ge=0, description="weight of L_rec^I in L_I (Eq. 13)")
+    overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- stage sections
+class ConceptsParams(_Section):
+    dictionary: Literal["openimages", "coco80"] = "openimages"
+    score_threshold: float = Field(0.3, ge=0, le=1)
+    max_per_image: int = Field(5, ge=1)
+
+
+class DetectParams(_Section):
+    backend: str = "offline"
+    batch_size: int = Field(8, ge=1)
+    min_side: int = Field(32, ge=1, description="images smaller than this are listed as bad")
+    options: dict[str, Any] = Field(default_factory=dict, description="backend-specific options")
+
+
+class FeatureParams(_Section):
+    backend: str = "inception_v3_fid"
+    batch_size: int = Field(32, ge=1)
+    shard_size: int = Field(4096, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class CorpusParams(_Section):
+    min_tokens: int = Field(1, ge=1, description="drop sentences with fewer tokens")
+    max_tokens: int = Field(40, ge=1, description="drop sentences with more tokens")
+    require_concept: bool = True
+    holdout: float = Field(0.01, ge=0, lt=1, description="fraction held out for validation")
+    seed: int = 0
+
+
+class VocabParams(_Section):
+    min_count: int = Field(40, ge=1)
+    max_unk_ratio: float = Field(0.15, ge=0, le=1)
+
+
+class ModelParams(_Section):
+    d: int = Field(512, ge=8)
+    heads: int = Field(2, ge=1)
+    d_k: int = Field(256, ge=1)
+    memory_slots: int = Field(1, ge=1)
+    dropout: float = Field(0.2, ge=0, lt=1)
+    mlp_layers: int = Field(2, ge=1)
+    image_proj: Literal["learned", "frozen_random"] = "learned"
+
+
+class TrainParams(_Section):
+    steps: int = Field(ge=1)
+    batch_size: int = Field(256, ge=1)
+    lr: float = Field(gt=0)
+    max_len: int = Field(40, ge=2)
+    clip: float = Field(10.0, gt=0)
+    eval_every: int = Field(500, ge=1)
+    checkpoint_every: int = Field(500, ge=1)
+    margin: float = Field(0.2, ge=0)
+    seed: int = 0
+
+
+class CaptionParams(_Section):
+    beam: int = Field(3, ge=1)
+    max_len: int = Field(20, ge=2)
+    batch_size: int = Field(64, ge=1)
+    split: Literal["test", "val"] = "test"
+
+
+class EvaluateParams(_Section):
+    scorers: list[Literal["bleu", "meteor", "rouge", "cider", "spice"]] = Field(
+        default_factory=lambda: ["bleu", "meteor", "rouge", "cider", "spice"]
+    )
+
+
+class ReportParams(_Section):
+    figure_images: int = Field(4, ge=0, description="qualitative examples per dataset")
+    attention_image: str | None = None
+
+
+class Params(_Section):
+    datasets: list[str] = Field(default_factory=lambda: ["demo"], min_length=1)
+    variants: list[str] = Field(default_factory=lambda: list(VARIANT_NAMES), min_length=1)
+    catalog: dict[str, DatasetEntry]
+    concepts: ConceptsParams = Field(default_factory=ConceptsParams)
+    prepare: dict[str, Any] = Field(default_factory=dict)
+    detect_concepts: DetectParams = Field(default_factory=DetectParams)
+    extract_features: FeatureParams = Field(default_factory=FeatureParams)
+    corpus_concepts: CorpusParams = Field(default_factory=CorpusParams)
+    build_vocab: VocabParams = Field(default_factory=VocabParams)
+    model: ModelParams = Field(default_factory=ModelParams)
+    train_xe: TrainParams = Field(default_factory=lambda: TrainParams(steps=5000, lr=1e-4, max_len=30))
+    train_s: TrainParams = Field(default_factory=lambda: TrainParams(steps=6000, lr=1e-4, max_len=40))
+    train_m: TrainParams = Field(default_factory=lambda: TrainParams(steps=50, lr=1e-5, max_len=40))
+    train_i: TrainParams = Field(default_factory=lambda: TrainParams(steps=100, lr=1e-5, max_len=40))
+    caption: CaptionParams = Field(default_factory=CaptionParams)
+    evaluate: EvaluateParams = Field(default_factory=EvaluateParams)
+    report: ReportParams = Field(default_factory=ReportParams)
+
+    @field_validator("variants")
+    @classmethod
+    def _known_variants(cls, v: list[str]) -> list[str]:
+        unknown = [x for x in v if x not in VARIANT_NAMES]
+        if unknown:
+            raise ValueError(f"unknown variant(s) {unknown}; choose from {list(VARIANT_NAMES)}")
+        if "r2m" not in v:
+            raise ValueError("'r2m' must be among the variants (tables 1 and 3 use it)")
+        return v
+
+    @model_validator(mode="after")
+    def _datasets_in_catalog(self) -> Params:
+        missing = [d for d in self.datasets if d not in self.catalog]
+        if missing:
+            raise ValueError(
+                f"datasets {missing} are not declared under 'catalog' (known: {sorted(self.catalog)})"
+            )
+        sections = set(type(self).model_fields) - {"datasets", "variants", "catalog"}
+        for name, entry in self.catalog.items():
+            for section in entry.overrides:
+                if section not in sections:
+                    raise ValueError(
+                        f"catalog.{name}.overrides.{section}: not a params section "
+                        f"(sections: {sorted(sections)})"
+                    )
+        return self
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid parameters in {source}:"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        lines.append(f"  - {key}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def validate(raw: dict[str, Any], source: str = "params") -> Params:
+    """Validate a raw params mapping; raise :class:`ParamsError` naming each bad key."""
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source}: top level must be a mapping, got {type(raw).__name__}")
+    try:
+        params = Params.model_validate(raw)
+    except ValidationError as err:
+        raise ParamsError(_format_error(err, source)) from None
+    # overrides must themselves validate when merged
+    for name in params.catalog:
+        try:
+            Params.model_validate(_merged_raw(raw, name))
+        except ValidationError as err:
+            raise ParamsError(_format_error(err, f"{source} (catalog.{name}.overrides)")) from None
+    return params
+
+
+def load(path: str | Path = "params.yaml") -> Params:
+    path = Path(path)
+    if not path.exists():
+        raise ParamsError(f"params file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{path}: not valid YAML: {err}") from None
+    return validate(raw, str(path))
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _merged_raw(raw: dict[str, Any], dataset: str) -> dict[str, Any]:
+    entry = (raw.get("catalog") or {}).get(dataset) or {}
+    return deep_merge(raw, entry.get("overrides") or {})
+
+
+def for_dataset(params: Params, dataset: str) -> Params:
+    """The params as seen by one dataset: its catalog ``overrides`` merged over the sections."""
+    if dataset not in params.catalog:
+        raise ParamsError(f"unknown dataset {dataset!r}; declared under 'catalog': {sorted(params.catalog)}")
+    raw = params.model_dump(mode="json")
+    return Params.model_validate(_merged_raw(raw, dataset))
+
+
+def dump(params: BaseModel | dict[str, Any]) -> str:
+    data = params.model_dump(mode="json") if isinstance(params, BaseModel) else params
+    return yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,102 @@
+"""What a stage implementation receives: its resolved params, paths, runtime and logger.
+
+A stage implementation is a function ``run(ctx: StageContext) -> None`` registered in
+:mod:`r2m.pipeline.stages`. It reads inputs from ``ctx.deps[...]``, writes outputs to
+``ctx.outs[...]`` (atomically, see :mod:`r2m.utils.io`) and calls :meth:`StageContext.save_params`
+for each output folder so the resolved params sit beside what they produced.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from r2m import params as P
+from r2m.pipeline.stages import Gather, Stage
+from r2m.runtime import Runtime
+from r2m.utils.io import write_text
+
+
+@dataclass
+class StageContext:
+    stage: Stage
+    params: P.Params  # already merged with the dataset's overrides
+    runtime: Runtime = field(default_factory=Runtime)
+    dataset: str | None = None
+    variant: str | None = None
+    ckpt: str | None = None
+    root: Path = Path(".")
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("r2m"))
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def axes(self) -> dict[str, str]:
+        return {a: getattr(self, a) for a in self.stage.axes}
+
+    def path(self, template: str, **extra: str) -> Path:
+        return self.root / template.format(**{**self.axes, **extra})
+
+    @property
+    def deps(self) -> dict[str, Path]:
+        return {k: self.path(v) for k, v in self.stage.deps.items() if not isinstance(v, Gather)}
+
+    @property
+    def outs(self) -> dict[str, Path]:
+        return {k: self.path(o.path) for k, o in self.stage.outs.items()}
+
+    def gather(self, name: str) -> list[tuple[dict[str, str], Path]]:
+        """Expand a :class:`Gather` dependency over the configured datasets/variants/ckpts."""
+        import itertools
+
+        g = self.stage.deps[name]
+        assert isinstance(g, Gather)
+        values = {"dataset": self.params.datasets, "variant": self.params.variants, "ckpt": list(P.TRAIN_STAGES)}
+        fixed = dict(g.fixed)
+        out = []
+        for combo in itertools.product(*(values[a] for a in g.over)):
+            keys = {**self.axes, **fixed, **dict(zip(g.over, combo, strict=True))}
+            out.append((keys, self.root / g.pattern.format(**keys)))
+        return out
+
+    # ------------------------------------------------------------------ params
+    @property
+    def entry(self) -> P.DatasetEntry:
+        assert self.dataset is not None
+        return self.params.catalog[self.dataset]
+
+    def section(self, name: str) -> Any:
+        return getattr(self.params, name)
+
+    def resolved(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"stage": self.stage.name, **self.axes}
+        dumped = self.params.model_dump(mode="json")
+        for name in self.stage.params:
+            if name == "catalog" and self.dataset:
+                data["dataset_entry"] = dumped["catalog"][self.dataset]
+            elif name in dumped:
+                data[name] = dumped[name]
+        return data
+
+    def save_params(self, folder: str | Path, filename: str = "params.yaml") -> Path:
+        """Write the resolved params (as this dataset sees them) into an output folder."""
+        return write_text(Path(folder) / filename, P.dump(self.resolved()))
+
+
+def setup_logging(log_path: Path | None, level: int = logging.INFO) -> logging.Logger:
+    logger = logging.getLogger("r2m")
+    logger.setLevel(level)
+    logger.handlers.clear()
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(fmt)
+    logger.addHandler(h)
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        fh = logging.FileHandler(log_path, mode="w")
+        fh.setFormatter(fmt)
+        logger.addHandler(fh)
+    logger.propagate = False
+    return logger

@@ -1,0 +1,265 @@
+"""The stage registry: the single source of truth for the DAG.
+
+Snakemake builds its rules from :data:`STAGES` (``workflow/rules/stages.smk``) and ``dvc.yaml`` is
+generated from it (:mod:`r2m.pipeline.dag`). Every stage is run as ``r2m <stage> …`` by both tools.
+
+Paths are templates over the stage's *axes*: ``{dataset}``, ``{variant}`` (an R2M variant, see
+:data:`r2m.params.VARIANT_NAMES`) and ``{ckpt}`` (a training stage whose checkpoint is used).
+A :class:`Gather` dependency collects one path per combination of some axes (for the tables);
+Snakemake expands it over the configured values, DVC depends on a parent directory instead.
+
+This module must stay cheap to import (no torch, no pandas): Snakemake imports it on every run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from r2m.params import TRAIN_STAGES
+
+Axis = Literal["dataset", "variant", "ckpt"]
+
+
+@dataclass(frozen=True)
+class Gather:
+    """One dependency per combination of ``over`` axes (values from the config; ``fixed`` pins some)."""
+
+    pattern: str
+    over: tuple[Axis, ...]
+    fixed: tuple[tuple[str, str], ...] = ()
+    dvc_path: str = ""
+
+
+@dataclass(frozen=True)
+class Out:
+    path: str
+    kind: Literal["out", "metrics", "plots"] = "out"
+    directory: bool = False
+    cache: bool = True
+    persist: bool = False
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    impl: str  # "module:function" run with a StageContext
+    help: str
+    axes: tuple[Axis, ...]
+    deps: dict[str, str | Gather] = field(default_factory=dict)
+    outs: dict[str, Out] = field(default_factory=dict)
+    params: tuple[str, ...] = ()  # params.yaml sections the stage reads
+    src: tuple[str, ...] = ()  # source files/folders the stage's code lives in
+
+    @property
+    def log(self) -> str:
+        key = "-".join("{%s}" % a for a in self.axes) or "all"
+        return f"logs/{self.name}/{key}.log"
+
+    def command_args(self, fmt: str) -> str:
+        """``--dataset X --variant Y`` with values formatted by ``fmt`` (e.g. ``{wildcards.%s}``)."""
+        return " ".join(f"--{a} {fmt % a}" for a in self.axes)
+
+
+D = "data/{dataset}"
+M = "models/{dataset}/{variant}"
+R = "results/{dataset}/{variant}/{ckpt}"
+COMMON_SRC = ("src/r2m/params.py", "src/r2m/pipeline/context.py", "src/r2m/utils")
+MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/text/vocab.py")
+
+
+def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
+    deps: dict[str, str | Gather] = {"vocab": f"{D}/vocab"}
+    if prev:
+        deps["init"] = f"{M}/{prev}"
+    if uses_images:
+        deps.update(concepts=f"{D}/concepts", features=f"{D}/features", prepared=f"{D}/prepared")
+    else:
+        deps["corpus"] = f"{D}/corpus"
+    return Stage(
+        name=name,
+        impl="r2m.training.stages:run",
+        help=help,
+        axes=("dataset", "variant"),
+        deps=deps,
+        outs={
+            "model": Out(f"{M}/{name}", directory=True, persist=True),
+            "loss": Out(f"results/{{dataset}}/{{variant}}/{name}/loss.tsv", kind="plots", cache=False),
+            "metrics": Out(f"results/{{dataset}}/{{variant}}/{name}/train_metrics.json", kind="metrics", cache=False),
+        },
+        params=("model", name, "catalog"),
+        src=COMMON_SRC + MODEL_SRC,
+    )
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        "prepare",
+        impl="r2m.datasets.stage:run",
+        help="materialise a dataset recipe: image index, references, raw corpus",
+        axes=("dataset",),
+        outs={"prepared": Out(f"{D}/prepared", directory=True)},
+        params=("catalog", "prepare"),
+        src=COMMON_SRC + ("src/r2m/datasets",),
+    ),
+    Stage(
+        "detect_concepts",
+        impl="r2m.vision.detect:run",
+        help="detect visual concepts per image (dictionary words with scores and boxes)",
+        axes=("dataset",),
+        deps={"prepared": f"{D}/prepared"},
+        outs={
+            "concepts": Out(f"{D}/concepts", directory=True),
+            "bad_images": Out("reports/{dataset}/bad_images.csv", cache=False),
+        },
+        params=("concepts", "detect_concepts"),
+        src=COMMON_SRC + ("src/r2m/vision", "src/r2m/text/dictionary.py"),
+    ),
+    Stage(
+        "extract_features",
+        impl="r2m.vision.features:run",
+        help="CNN features per image to HDF5 (+ Parquet index)",
+        axes=("dataset",),
+        deps={"prepared": f"{D}/prepared"},
+        outs={"features": Out(f"{D}/features", directory=True, persist=True)},
+        params=("extract_features",),
+        src=COMMON_SRC + ("src/r2m/vision",),
+    ),
+    Stage(
+        "corpus_concepts",
+        impl="r2m.text.stages:corpus_concepts",
+        help="tokenise the text corpus and find each sentence's dictionary concepts",
+        axes=("dataset",),
+        deps={"prepared": f"{D}/prepared"},
+        outs={"corpus": Out(f"{D}/corpus", directory=True)},
+        params=("concepts", "corpus_concepts"),
+        src=COMMON_SRC + ("src/r2m/text",),
+    ),
+    Stage(
+        "build_vocab",
+        impl="r2m.text.stages:build_vocab",
+        help="vocabulary (count threshold + dictionary words) and the encoded, filtered corpus",
+        axes=("dataset",),
+        deps={"corpus": f"{D}/corpus"},
+        outs={"vocab": Out(f"{D}/vocab", directory=True)},
+        params=("concepts", "build_vocab"),
+        src=COMMON_SRC + ("src/r2m/text",),
+    ),
+    _train("train_xe", None, False, "stage 1: L_XE on the text corpus"),
+    _train("train_s", "train_xe", False, "stage 2: L_S = L_XE + beta * L_rec^S on the text corpus"),
+    _train("train_m", "train_s", True, "stage 3: L_M^I (hardest-negative triplet) on unpaired images"),
+    _train("train_i", "train_m", True, "stage 4: L_I = L_M^I + gamma * L_rec^I on unpaired images"),
+    Stage(
+        "caption",
+        impl="r2m.decoding.stage:run",
+        help="beam-search captions for the evaluation images (COCO results JSON)",
+        axes=("dataset", "variant", "ckpt"),
+        deps={
+            "model": f"{M}/{{ckpt}}",
+            "vocab": f"{D}/vocab",
+            "concepts": f"{D}/concepts",
+            "features": f"{D}/features",
+            "prepared": f"{D}/prepared",
+        },
+        outs={
+            "captions": Out(f"{R}/captions.json", cache=False),
+            "attention": Out(f"{R}/attention.json", cache=False),
+        },
+        params=("caption", "concepts"),
+        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models"),
+    ),
+    Stage(
+        "evaluate",
+        impl="r2m.evaluation.stage:run",
+        help="coco-caption metrics of the captions against the references",
+        axes=("dataset", "variant", "ckpt"),
+        deps={"captions": f"{R}/captions.json", "prepared": f"{D}/prepared"},
+        outs={
+            "metrics": Out(f"{R}/eval.json", kind="metrics", cache=False),
+            "per_image": Out(f"{R}/eval_per_image.json", cache=False),
+        },
+        params=("evaluate",),
+        src=COMMON_SRC + ("src/r2m/evaluation",),
+    ),
+    Stage(
+        "table1",
+        impl="r2m.reports.tables:table1",
+        help="paper Table 1: R2M per dataset beside the published rows",
+        axes=(),
+        deps={
+            "evals": Gather(f"{R}/eval.json", over=("dataset",),
+                            fixed=(("variant", "r2m"), ("ckpt", "train_i")), dvc_path="results"),
+        },
+        outs={"csv": Out("reports/table1.csv", cache=False), "md": Out("reports/table1.md", cache=False)},
+        params=("datasets",),
+        src=COMMON_SRC + ("src/r2m/reports",),
+    ),
+    Stage(
+        "table2",
+        impl="r2m.reports.tables:table2",
+        help="paper Table 2: memory ablations (final checkpoints)",
+        axes=(),
+        deps={
+            "evals": Gather(f"{R}/eval.json", over=("dataset", "variant"),
+                            fixed=(("ckpt", "train_i"),), dvc_path="results"),
+        },
+        outs={"csv": Out("reports/table2.csv", cache=False), "md": Out("reports/table2.md", cache=False)},
+        params=("datasets", "variants"),
+        src=COMMON_SRC + ("src/r2m/reports",),
+    ),
+    Stage(
+        "table3",
+        impl="r2m.reports.tables:table3",
+        help="paper Table 3: loss ablations (the four stage checkpoints of R2M)",
+        axes=(),
+        deps={
+            "evals": Gather(f"{R}/eval.json", over=("dataset", "ckpt"),
+                            fixed=(("variant", "r2m"),), dvc_path="results"),
+        },
+        outs={"csv": Out("reports/table3.csv", cache=False), "md": Out("reports/table3.md", cache=False)},
+        params=("datasets",),
+        src=COMMON_SRC + ("src/r2m/reports",),
+    ),
+    Stage(
+        "figures",
+        impl="r2m.reports.figures:run",
+        help="loss curves, FM/RM attention and qualitative examples for one dataset",
+        axes=("dataset",),
+        deps={
+            "losses": Gather("results/{dataset}/{variant}/{ckpt}/loss.tsv", over=("variant", "ckpt"),
+                             dvc_path="results/{dataset}"),
+            "captions": Gather(f"{R}/captions.json", over=("ckpt",), fixed=(("variant", "r2m"),),
+                               dvc_path="results/{dataset}"),
+            "prepared": f"{D}/prepared",
+            "concepts": f"{D}/concepts",
+        },
+        outs={"figures": Out("reports/figures/{dataset}", directory=True, cache=False)},
+        params=("report",),
+        src=COMMON_SRC + ("src/r2m/reports",),
+    ),
+    Stage(
+        "report",
+        impl="r2m.reports.html:run",
+        help="reports/index.html: the tables and figures on one static page",
+        axes=(),
+        deps={
+            "table1": "reports/table1.csv",
+            "table2": "reports/table2.csv",
+            "table3": "reports/table3.csv",
+            "figures": Gather("reports/figures/{dataset}", over=("dataset",), dvc_path="reports/figures"),
+        },
+        outs={"html": Out("reports/index.html", cache=False)},
+        params=("datasets",),
+        src=COMMON_SRC + ("src/r2m/reports",),
+    ),
+)
+
+BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
+CKPTS = TRAIN_STAGES
+
+
+def get(name: str) -> Stage:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown stage {name!r}; stages: {', '.join(BY_NAME)}") from None

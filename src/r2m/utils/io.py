@@ -1,0 +1,78 @@
+"""Atomic output helpers: every stage writes through these so a crash never leaves a half
+output that looks complete."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it over ``path`` only on success.
+
+    Works for files and for directories (write a whole directory under the yielded path).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    tmp_path.unlink()
+    try:
+        yield tmp_path
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        os.replace(tmp_path, path)
+    except BaseException:
+        if tmp_path.is_dir():
+            shutil.rmtree(tmp_path, ignore_errors=True)
+        elif tmp_path.exists():
+            tmp_path.unlink()
+        raise
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)
+
+
+def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
+    return write_text(path, json.dumps(obj, indent=indent, sort_keys=False) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"missing input file: {path}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
+
+
+def write_parquet(path: str | Path, table: Any) -> Path:
+    """Write a pandas DataFrame or pyarrow Table atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not isinstance(table, pa.Table):
+        table = pa.Table.from_pandas(table, preserve_index=False)
+    with atomic_path(path, suffix=".parquet") as tmp:
+        pq.write_table(table, tmp)
+    return Path(path)
+
+
+def save_torch(path: str | Path, obj: Any) -> Path:
+    import torch
+
+    with atomic_path(path, suffix=".pt") as tmp:
+        torch.save(obj, tmp)
+    return Path(path)
