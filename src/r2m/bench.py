@@ -1,0 +1,45 @@
+"""``r2m bench <name> [options]``: micro-benchmarks that print their figures.
+
+Each benchmark is a ``main(argv) -> int`` function named by a ``"module:function"`` string in
+:data:`BENCHMARKS` (imported only when run, so ``r2m bench --help`` stays fast). To add one, add a
+line here and write the function in your own module, e.g. ``"features": "r2m.vision.bench:main"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> ("module:function", help)
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "train": ("r2m.training.bench:main", "R2M training throughput (sentences/s, forward+backward)"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: r2m bench <name> [options]", "", "benchmarks:"]
+    lines += [f"  {name:<12} {h}" for name, (_, h) in sorted(BENCHMARKS.items())]
+    lines += ["", "Run `r2m bench <name> --help` for a benchmark's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in BENCHMARKS:
+        print(f"r2m bench: unknown benchmark {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module, func = BENCHMARKS[name][0].split(":")
+    return int(getattr(importlib.import_module(module), func)(rest) or 0)
+
+
+def parser(name: str, description: str) -> argparse.ArgumentParser:
+    """A parser pre-filled with the options every benchmark shares (device, threads)."""
+    p = argparse.ArgumentParser(prog=f"r2m bench {name}", description=description)
+    p.add_argument("--device", default="auto", help="auto|cpu|cuda[:N] (default: auto = all present)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    return p
