@@ -44,6 +44,14 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     from r2m.pipeline.context import StageContext, setup_logging
     from r2m.runtime import Runtime
 
+    pre, _ = _stage_parser(stage).parse_known_args(argv)  # check axes before importing heavy code
+    if "variant" in stage.axes and pre.variant is not None and pre.variant not in P.VARIANT_NAMES:
+        print(f"r2m {stage.name}: --variant {pre.variant!r}: choose from {', '.join(P.VARIANT_NAMES)}",
+              file=sys.stderr)
+        return 2
+    if "ckpt" in stage.axes and pre.ckpt is not None and pre.ckpt not in P.TRAIN_STAGES:
+        print(f"r2m {stage.name}: --ckpt {pre.ckpt!r}: choose from {', '.join(P.TRAIN_STAGES)}", file=sys.stderr)
+        return 2
     module, func = _load(stage.impl)
     parser = _stage_parser(stage)
     if hasattr(module, "add_arguments"):
@@ -55,11 +63,6 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         if hasattr(module, "standalone"):
             return int(module.standalone(args) or 0)
         parser.error(f"missing --{' --'.join(missing)}")
-    if "variant" in stage.axes and args.variant not in P.VARIANT_NAMES:
-        parser.error(f"--variant {args.variant!r}: choose from {', '.join(P.VARIANT_NAMES)}")
-    if "ckpt" in stage.axes and args.ckpt not in P.TRAIN_STAGES:
-        parser.error(f"--ckpt {args.ckpt!r}: choose from {', '.join(P.TRAIN_STAGES)}")
-
     try:
         params = P.load(args.params)
         if "dataset" in stage.axes:

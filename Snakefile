@@ -1,0 +1,19 @@
+# Thin entry point: the rules are built from the r2m stage registry (src/r2m/pipeline/stages.py),
+# the same registry that generates dvc.yaml. See workflow/rules/stages.smk.
+#   snakemake --cores 8 reports/table1.csv
+#   snakemake --cores 2 --config 'datasets=["tiny"]' all
+
+configfile: "params.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/stages.smk"
+
+
+rule all:
+    input:
+        "reports/table1.csv",
+        "reports/table2.csv",
+        "reports/table3.csv",
+        "reports/index.html",
+    default_target: True

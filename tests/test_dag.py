@@ -1,0 +1,97 @@
+"""The DAG: one registry, Snakemake and DVC built from it, no drift."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from r2m.pipeline import dag
+from r2m.pipeline.stages import STAGES, Gather
+
+BIN = Path(sys.executable).parent
+REQUIRED = {
+    "prepare", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
+    "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "table1", "table2", "table3",
+}
+
+
+def run(cmd, cwd, **kw):
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{BIN}:{os.environ['PATH']}"}
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, **kw)
+
+
+def test_registry_has_the_required_stages_with_logs_and_sources(repo_root):
+    names = {s.name for s in STAGES}
+    assert REQUIRED <= names
+    for s in STAGES:
+        assert s.log.startswith(f"logs/{s.name}/")
+        assert s.src, f"{s.name} lists no source files"
+        for src in s.src:
+            assert (repo_root / src).exists(), f"{s.name}: source {src} does not exist"
+
+
+def _regex(template):
+    return re.compile("^" + re.sub(r"\\{\w+\\}", "[^/]+", re.escape(template)) + "$")
+
+
+def test_every_dep_is_produced_by_a_stage():
+    produced = [_regex(o.path) for s in STAGES for o in s.outs.values()]
+    sample = {"dataset": "tiny", "variant": "r2m", "ckpt": "train_s"}
+    for s in STAGES:
+        for dep in s.deps.values():
+            path = (dep.pattern if isinstance(dep, Gather) else dep).format(**sample)
+            assert any(r.match(path) for r in produced), f"{s.name}: nothing produces {path}"
+
+
+def test_committed_dvc_yaml_matches_registry(repo_root):
+    r = run([str(BIN / "r2m"), "dag", "--check"], cwd=repo_root)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_dag_check_detects_drift(tmp_path, repo_root):
+    f = tmp_path / "dvc.yaml"
+    f.write_text(dag.render().replace("r2m train_xe", "r2m train_xx"))
+    assert dag.main(["--check", "--file", str(f)]) == 1
+    f.write_text(dag.render())
+    assert dag.main(["--check", "--file", str(f)]) == 0
+
+
+def test_dvc_yaml_uses_params_for_matrix_values():
+    doc = yaml.safe_load(dag.render())["stages"]
+    assert doc["train_xe"]["matrix"] == {"dataset": "${datasets}", "variant": "${variants}"}
+    assert "src/r2m/training" in doc["train_xe"]["deps"]
+    assert {"models/${item.dataset}/${item.variant}/train_xe": {"persist": True}} in doc["train_xe"]["outs"]
+    assert "catalog.${item.dataset}" in doc["train_xe"]["params"]
+
+
+def test_snakemake_plans_default_and_tiny(repo_root):
+    t0 = time.perf_counter()
+    r = run([str(BIN / "snakemake"), "-n", "--cores", "1", "reports/table1.csv"], cwd=repo_root)
+    elapsed = time.perf_counter() - t0
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    assert "train_i" in out and "data/demo/prepared" in out
+    print(f"snakemake -n: {elapsed:.2f} s")
+    r = run([str(BIN / "snakemake"), "-n", "--cores", "1", "all", "--config", 'datasets=["tiny"]'], cwd=repo_root)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    for variant in ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm"):
+        assert f"models/tiny/{variant}/train_i" in out
+    assert "data/demo" not in out
+
+
+def test_snakemake_rejects_invalid_config(repo_root):
+    r = run([str(BIN / "snakemake"), "-n", "--cores", "1", "--config", "datasets=[nope]"], cwd=repo_root)
+    assert r.returncode != 0
+    assert "nope" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("argv", [["train_xe", "--dataset", "tiny", "--variant", "zzz"]])
+def test_cli_rejects_bad_axis(argv, repo_root):
+    r = run([str(BIN / "r2m"), *argv], cwd=repo_root)
+    assert r.returncode == 2 and "zzz" in r.stderr

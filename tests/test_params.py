@@ -1,0 +1,79 @@
+import copy
+
+import pytest
+import yaml
+
+from r2m import params as P
+
+
+@pytest.fixture
+def raw(repo_root):
+    return yaml.safe_load((repo_root / "params.yaml").read_text())
+
+
+def test_committed_params_validate(raw):
+    p = P.validate(raw)
+    assert p.datasets == ["demo"]
+    assert p.train_xe.steps == 5000 and p.train_s.steps == 6000
+    assert p.train_m.lr == pytest.approx(1e-5)
+    assert p.catalog["coco_gcc"].beta == pytest.approx(0.2)
+
+
+def test_unknown_key_is_named(raw):
+    raw["train_xe"]["stepz"] = 3
+    with pytest.raises(P.ParamsError, match=r"train_xe\.stepz"):
+        P.validate(raw)
+
+
+def test_wrong_type_is_named(raw):
+    raw["caption"]["beam"] = "three"
+    with pytest.raises(P.ParamsError, match=r"caption\.beam"):
+        P.validate(raw)
+
+
+def test_out_of_range_is_named(raw):
+    raw["concepts"]["score_threshold"] = 1.5
+    with pytest.raises(P.ParamsError, match=r"concepts\.score_threshold"):
+        P.validate(raw)
+
+
+def test_dataset_must_be_in_catalog(raw):
+    raw["datasets"] = ["nope"]
+    with pytest.raises(P.ParamsError, match="nope"):
+        P.validate(raw)
+
+
+def test_unknown_variant(raw):
+    raw["variants"] = ["r2m", "bogus"]
+    with pytest.raises(P.ParamsError, match="bogus"):
+        P.validate(raw)
+
+
+def test_bad_override_section_and_value(raw):
+    bad = copy.deepcopy(raw)
+    bad["catalog"]["tiny"]["overrides"]["trian_xe"] = {"steps": 1}
+    with pytest.raises(P.ParamsError, match="trian_xe"):
+        P.validate(bad)
+    bad = copy.deepcopy(raw)
+    bad["catalog"]["tiny"]["overrides"]["train_xe"]["steps"] = -1
+    with pytest.raises(P.ParamsError, match=r"(?s)catalog\.tiny\.overrides.*train_xe\.steps"):
+        P.validate(bad)
+
+
+def test_overrides_merge_per_dataset(raw):
+    p = P.validate(raw)
+    tiny = P.for_dataset(p, "tiny")
+    assert tiny.train_xe.steps == raw["catalog"]["tiny"]["overrides"]["train_xe"]["steps"]
+    assert tiny.train_xe.max_len == p.train_xe.max_len  # untouched keys keep the paper default
+    assert P.for_dataset(p, "coco_shutterstock").train_xe.steps == 5000
+    with pytest.raises(P.ParamsError, match="unknown dataset"):
+        P.for_dataset(p, "missing")
+
+
+def test_load_reports_missing_and_bad_yaml(tmp_path):
+    with pytest.raises(P.ParamsError, match="not found"):
+        P.load(tmp_path / "absent.yaml")
+    f = tmp_path / "bad.yaml"
+    f.write_text("datasets: [demo\n")
+    with pytest.raises(P.ParamsError, match="not valid YAML"):
+        P.load(f)

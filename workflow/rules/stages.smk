@@ -1,0 +1,31 @@
+# One Snakemake rule per registry stage. Paths, commands, logs and the params each stage reads
+# all come from the registry; nothing here is specific to a stage.
+
+
+for _stage in S.STAGES:
+
+    rule:
+        name:
+            _stage.name
+        input:
+            **{
+                k: (expand_gather(v, PARAMS) if not isinstance(v, str) else snake_template(v))
+                for k, v in _stage.deps.items()
+            },
+        output:
+            **{
+                k: (directory(snake_template(o.path)) if o.directory else snake_template(o.path))
+                for k, o in _stage.outs.items()
+            },
+        log:
+            snake_template(_stage.log),
+        params:
+            resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
+        threads: 1
+        conda:
+            "../envs/r2m.yaml"
+        message:
+            f"{_stage.name}: {_stage.help}"
+        shell:
+            f"{R2M} {_stage.name} {_stage.command_args('{wildcards.%s}')} --params {R2M_PARAMS} "
+            "--no-log-file > {log} 2>&1"
