@@ -72,3 +72,16 @@ def write_prepared(
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+def resolve_image_path(prepared_dir: str | Path, path: str | Path) -> Path:
+    """Where an ``images.parquet`` ``path`` points: absolute paths as they are; a relative path is
+    taken relative to the prepared folder (the folder holding ``images.parquet``) when that file
+    exists, else relative to the current directory (the repository root, where stages run)."""
+    p = Path(path)
+    if p.is_absolute():
+        return p
+    local = Path(prepared_dir) / p
+    if local.exists() or not p.exists():
+        return local
+    return p
