@@ -1,0 +1,83 @@
+"""Singularise nouns with spaCy's lookup lemmatiser (``spacy.blank("en")`` + ``spacy-lookups-data``).
+
+No model is downloaded: the English ``lemma_lookup`` table ships in the ``spacy-lookups-data`` wheel.
+The table is part-of-speech blind (``building`` -> ``build``, ``is`` -> ``be``), so only plural-looking
+mappings are accepted:
+
+* a word ending in ``s`` whose lemma differs and starts with the same letter
+  (``dogs`` -> ``dog``, ``buses`` -> ``bus``, ``knives`` -> ``knife``, ``glasses`` -> ``glass``);
+* irregular plurals the table knows (``women`` -> ``woman``, ``children`` -> ``child``,
+  ``teeth`` -> ``tooth``, ``mice`` -> ``mouse``, ``geese`` -> ``goose``, ``firemen`` -> ``fireman``);
+* :data:`OVERRIDES`, applied first: the table leaves ``people`` as ``people``; we map it to
+  ``person`` (the OpenImages/COCO class), and keep plural-only nouns as they are
+  (``jeans``, ``shorts``, ``scissors``, ``glasses`` as eyewear…), otherwise ``shorts`` -> ``short``.
+
+Results are cached per word type, so a corpus of millions of sentences costs one table look-up
+per distinct word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any
+
+OVERRIDES: dict[str, str] = {
+    "people": "person",
+    "persons": "person",
+    **{w: w for w in ("jeans", "shorts", "scissors", "glasses", "sunglasses", "trousers", "pants",
+                      "goggles", "binoculars", "pliers", "tongs", "headphones", "news", "species",
+                      "series", "bus", "gas", "lens", "is", "was", "has", "as", "us", "this", "its", "does")},
+    "leaves": "leaf",
+}
+IRREGULAR_ENDINGS = ("men", "ren", "eeth", "eet", "ice", "eese", "xen")
+
+
+def _lemma_table() -> Any:
+    import spacy
+
+    nlp = spacy.blank("en")
+    lemmatizer = nlp.add_pipe("lemmatizer", config={"mode": "lookup"})
+    try:
+        nlp.initialize()
+    except (OSError, ValueError) as err:  # pragma: no cover - depends on the environment
+        raise RuntimeError(
+            "spaCy lookup lemmatiser unavailable: install `spacy-lookups-data` (no download needed)"
+        ) from err
+    # a spacy Table keys its entries by string hash; its .get(str) hashes for us
+    return lemmatizer.lookups.get_table("lemma_lookup")
+
+
+@lru_cache(maxsize=1)
+def shared_table() -> Any:
+    """The English lemma table (loaded once per process, about 40k entries)."""
+    return _lemma_table()
+
+
+def _accept(word: str, lemma: str | None) -> bool:
+    if not lemma or lemma == word or lemma[0] != word[0]:
+        return False
+    return word.endswith("s") or word.endswith(IRREGULAR_ENDINGS)
+
+
+class Singulariser:
+    """``singular("dogs") == "dog"``; ``singularise(["two", "dogs"]) == ["two", "dog"]``."""
+
+    def __init__(self, table: Any = None, overrides: dict[str, str] | None = None):
+        self._table = shared_table() if table is None else table
+        self._cache: dict[str, str] = dict(OVERRIDES if overrides is None else overrides)
+
+    def singular(self, word: str) -> str:
+        hit = self._cache.get(word)
+        if hit is None:
+            lemma = self._table.get(word)
+            hit = lemma if _accept(word, lemma) else word
+            self._cache[word] = hit
+        return hit
+
+    def singularise(self, tokens: Iterable[str]) -> list[str]:
+        cache, single = self._cache, self.singular
+        return [cache.get(t) or single(t) for t in tokens]
+
+    def __len__(self) -> int:
+        return len(self._cache)

@@ -1,0 +1,169 @@
+"""The text stages: ``corpus_concepts`` (tokens + sentence concepts + split) and ``build_vocab``.
+
+Both stream: the corpus is processed in chunks of :data:`CHUNK` sentences and written as Parquet
+row groups, so memory stays flat in the corpus size (the vocabulary counts are the only state that
+grows, with the number of distinct words).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from r2m.pipeline.context import StageContext
+from r2m.text.corpus import FilterConfig, ReadStats, drop_reason, holdout_mask, read_lines
+from r2m.text.dictionary import Dictionary, load_dictionary
+from r2m.text.tokenize import tokenize
+from r2m.text.vocab import Vocab, unk_ratio
+from r2m.text.vocab import build_vocab as make_vocab
+from r2m.utils.io import atomic_path, write_json
+from r2m.utils.progress import progress
+
+CHUNK = 50_000
+CORPUS_SCHEMA = pa.schema([("tokens", pa.string()), ("concepts", pa.string()), ("split", pa.string()),
+                           ("line", pa.int64())])
+ENCODED_SCHEMA = pa.schema([("ids", pa.list_(pa.int32())), ("concept_ids", pa.list_(pa.int32())),
+                            ("split", pa.string())])
+
+
+def _chunks(it: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+# --------------------------------------------------------------------------- corpus_concepts
+def process_chunk(
+    lines: list[tuple[int, str]], dictionary: Dictionary, cfg: FilterConfig, holdout: float, seed: int,
+    dropped: Counter[str],
+) -> dict[str, list[Any]]:
+    """Tokenise, find concepts, filter and split one chunk of ``(line_number, sentence)``."""
+    cols: dict[str, list[Any]] = {"tokens": [], "concepts": [], "line": []}
+    for lineno, text in lines:
+        tokens = tokenize(text)
+        concepts = dictionary.sentence_concepts(tokens)
+        reason = drop_reason(tokens, concepts, cfg)
+        if reason is not None:
+            dropped[reason] += 1
+            continue
+        cols["tokens"].append(" ".join(tokens))
+        cols["concepts"].append(" ".join(concepts))
+        cols["line"].append(lineno)
+    val = holdout_mask(np.asarray(cols["line"], dtype=np.int64), holdout, seed)
+    cols["split"] = np.where(val, "val", "train").tolist()
+    return cols
+
+
+def corpus_concepts(ctx: StageContext) -> None:
+    src = ctx.deps["prepared"] / "corpus.txt"
+    out = ctx.outs["corpus"]
+    p = ctx.params.corpus_concepts
+    cfg = FilterConfig(p.min_tokens, p.max_tokens, p.require_concept)
+    dictionary = load_dictionary(ctx.params.concepts.dictionary)
+    read, dropped, concept_counts = ReadStats(), Counter(), Counter()
+    n_split: Counter[str] = Counter()
+    t0 = time.perf_counter()
+    with atomic_path(out) as tmp:
+        tmp.mkdir(parents=True)
+        with pq.ParquetWriter(tmp / "corpus.parquet", CORPUS_SCHEMA) as writer, \
+                progress(desc="corpus_concepts", unit="sent") as bar:
+            for chunk in _chunks(read_lines(src, read), CHUNK):
+                cols = process_chunk(chunk, dictionary, cfg, p.holdout, p.seed, dropped)
+                writer.write_table(pa.table(cols, schema=CORPUS_SCHEMA))
+                n_split.update(cols["split"])
+                for c in cols["concepts"]:
+                    concept_counts.update(c.split())
+                bar.update(len(chunk))
+        seconds = time.perf_counter() - t0
+        n_in = read.lines - read.empty - read.bad_utf8
+        stats = {
+            "source": str(src), "dictionary": dictionary.name, "read": read.as_dict(),
+            "sentences_in": n_in, "dropped": dict(dropped), "kept": sum(n_split.values()),
+            "split": dict(n_split), "distinct_concepts": len(concept_counts),
+            "top_concepts": dict(concept_counts.most_common(50)),
+            "seconds": round(seconds, 3), "sentences_per_s": round(n_in / max(seconds, 1e-9), 1),
+        }
+        write_json(tmp / "stats.json", stats)
+        ctx.save_params(tmp)
+    if stats["kept"] == 0:
+        ctx.log.warning("corpus_concepts: no sentence kept from %s (dropped: %s)", src, dict(dropped))
+    ctx.log.info("corpus_concepts: %d of %d sentences kept (%s), %.0f sentences/s",
+                 stats["kept"], n_in, dict(n_split), stats["sentences_per_s"])
+
+
+# --------------------------------------------------------------------------- build_vocab
+def count_words(corpus: Path, split: str | None = "train") -> tuple[Counter[str], int]:
+    """Word counts over the ``tokens`` column (only ``split`` rows unless None), streaming."""
+    counts: Counter[str] = Counter()
+    n = 0
+    for batch in pq.ParquetFile(corpus).iter_batches(batch_size=CHUNK, columns=["tokens", "split"]):
+        tokens, splits = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+        for t, s in zip(tokens, splits, strict=True):
+            if split is None or s == split:
+                counts.update(t.split())
+                n += 1
+    return counts, n
+
+
+def encode_batch(batch: pa.RecordBatch, vocab: Vocab, max_unk: float, stats: Counter[str]) -> pa.Table:
+    ids_col, cids_col, split_col = [], [], []
+    for tokens, concepts, split in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
+        ids = vocab.encode(tokens.split())
+        stats[f"in_{split}"] += 1
+        if unk_ratio(ids, vocab.unk_id) > max_unk:
+            stats[f"dropped_unk_{split}"] += 1
+            continue
+        cids = [i for i in vocab.encode(concepts.split()) if i != vocab.unk_id]
+        ids_col.append(ids)
+        cids_col.append(cids)
+        split_col.append(split)
+        stats[f"out_{split}"] += 1
+        stats["tokens"] += len(ids)
+        stats["unk_tokens"] += ids.count(vocab.unk_id)
+    return pa.table({"ids": ids_col, "concept_ids": cids_col, "split": split_col}, schema=ENCODED_SCHEMA)
+
+
+def build_vocab(ctx: StageContext) -> None:
+    corpus = ctx.deps["corpus"] / "corpus.parquet"
+    if not corpus.exists():
+        raise FileNotFoundError(f"missing input file: {corpus} (run `r2m corpus_concepts --dataset {ctx.dataset}`)")
+    out = ctx.outs["vocab"]
+    p = ctx.params.build_vocab
+    dictionary = load_dictionary(ctx.params.concepts.dictionary)
+    t0 = time.perf_counter()
+    counts, n_counted = count_words(corpus)
+    vocab = make_vocab(counts, p.min_count, dictionary.words)
+    n_frequent = sum(1 for c in counts.values() if c >= p.min_count)
+    stats: Counter[str] = Counter()
+    with atomic_path(out) as tmp:
+        tmp.mkdir(parents=True)
+        vocab.save(tmp / "vocab.json")
+        pf = pq.ParquetFile(corpus)
+        with pq.ParquetWriter(tmp / "encoded.parquet", ENCODED_SCHEMA) as writer, \
+                progress(desc="build_vocab", unit="sent", total=pf.metadata.num_rows) as bar:
+            for batch in pf.iter_batches(batch_size=CHUNK, columns=["tokens", "concepts", "split"]):
+                writer.write_table(encode_batch(batch, vocab, p.max_unk_ratio, stats))
+                bar.update(batch.num_rows)
+        seconds = time.perf_counter() - t0
+        n_in = int(pf.metadata.num_rows)
+        summary = {
+            "vocab_size": len(vocab), "min_count": p.min_count, "max_unk_ratio": p.max_unk_ratio,
+            "dictionary": dictionary.name, "counted_sentences": n_counted, "distinct_words": len(counts),
+            "frequent_words": n_frequent, "dictionary_words": len(dictionary.words),
+            "dictionary_only_words": len(vocab) - 4 - n_frequent,
+            "sentences_in": n_in, "sentences_out": sum(v for k, v in stats.items() if k.startswith("out_")),
+            **{k: v for k, v in sorted(stats.items())},
+            "unk_token_ratio": round(stats["unk_tokens"] / max(stats["tokens"], 1), 5),
+            "seconds": round(seconds, 3), "sentences_per_s": round(n_in / max(seconds, 1e-9), 1),
+        }
+        write_json(tmp / "stats.json", summary)
+        ctx.save_params(tmp)
+    ctx.log.info("build_vocab: %d words, %d of %d sentences kept, %.0f sentences/s",
+                 len(vocab), summary["sentences_out"], n_in, summary["sentences_per_s"])
