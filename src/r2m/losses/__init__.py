@@ -1,1 +1,14 @@
+"""R²M losses (paper Eqs. 10–13) as small pure functions.
 
+- :func:`xe_loss` (Eq. 10) — ``xe.py``
+- :func:`rec_loss` (L_rec^S / L_rec^I) — ``reconstruction.py``
+- :func:`triplet_hardest` (L_M^I, Eq. 12) — ``ranking.py``
+- :func:`loss_s` (Eq. 11), :func:`loss_i` (Eq. 13) — ``objectives.py``
+"""
+
+from r2m.losses.objectives import loss_i, loss_s
+from r2m.losses.ranking import triplet_hardest
+from r2m.losses.reconstruction import rec_loss
+from r2m.losses.xe import xe_loss
+
+__all__ = ["loss_i", "loss_s", "rec_loss", "triplet_hardest", "xe_loss"]

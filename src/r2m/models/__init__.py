@@ -1,1 +1,37 @@
+"""Caption models: a registry ``name -> model class`` and checkpoint loading.
 
+A checkpoint (``model.pt``) is a plain dict ``{"model": name, "config": {...}, "state_dict": {...}}``
+(loadable with ``torch.load(weights_only=True)``). A registered class provides
+``from_config(dict)`` and ``from_checkpoint(ckpt, **overrides)``; baselines register here and
+reuse :func:`build_model` / :func:`load_model`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from r2m.models.r2m import R2M, VARIANTS, R2MConfig
+from r2m.utils.registry import Registry
+
+MODELS: Registry = Registry("model")
+MODELS.register("r2m")(R2M)
+
+__all__ = ["MODELS", "R2M", "R2MConfig", "VARIANTS", "build_model", "load_model"]
+
+
+def build_model(name: str, config: dict[str, Any]):
+    return MODELS.get(name).from_config(config)
+
+
+def load_model(path: str | Path, map_location: str = "cpu", **overrides: Any):
+    """Load ``model.pt`` (a file, or a folder holding one) → ``(model, checkpoint dict)``."""
+    import torch
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "model.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"missing model checkpoint: {path}")
+    ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    return MODELS.get(ckpt.get("model", "r2m")).from_checkpoint(ckpt, **overrides), ckpt

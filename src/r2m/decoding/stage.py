@@ -1,0 +1,99 @@
+"""The ``caption`` stage: beam-search captions for the images of ``params.caption.split``.
+
+Every image of the split gets a caption. Concepts are the image's detections (score ≥
+``concepts.score_threshold``, de-duplicated, at most ``concepts.max_per_image``) in the order
+:func:`r2m.text.dictionary.image_concepts` returns them (no shuffling at test time); concept words
+missing from the vocabulary are dropped. An image with no concept is captioned from the empty
+concept set (``v = 0``), which yields the model's generic sentence. <pad>, <#start> and <UNK> are
+never generated.
+
+Outputs: ``captions.json`` (COCO results ``[{"image_id", "caption"}]``) and ``attention.json``
+(FM/RM weights per step for the first :data:`ATTENTION_IMAGES` images; structure in
+docs/ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from r2m.decoding.beam import beam_search, to_words
+from r2m.models import load_model
+from r2m.models.r2m import PAD, START, UNK
+from r2m.training.data import image_concept_lists, load_itos, pad_lists
+from r2m.utils.io import write_json
+from r2m.utils.progress import progress
+
+ATTENTION_IMAGES = 8
+
+
+def attention_record(model, itos: list[str], concept_ids: list[int], tokens: list[int], device) -> dict[str, Any]:
+    """FM/RM weights of the decoder re-run teacher-forced on one generated caption (ids incl. <#end>)."""
+    inputs = torch.tensor([[START] + tokens[:-1]], device=device)
+    c = torch.tensor([concept_ids], dtype=torch.long, device=device).view(1, -1)
+    with torch.no_grad():
+        out = model(c, torch.tensor([len(concept_ids)], device=device), inputs,
+                    torch.tensor([len(tokens)], device=device), need_weights=True, reconstruct=False)
+    steps = []
+    for t, tok in enumerate(tokens):
+        steps.append({
+            "t": t,
+            "input": itos[int(inputs[0, t])],
+            "output": itos[tok],
+            "fm": out["fm"][0, t].tolist() if out["fm"] is not None else None,
+            "rm": out["rm"][0, t].tolist() if out["rm"] is not None else None,
+        })
+    return {"steps": steps}
+
+
+def run(ctx) -> None:
+    cp, conc = ctx.params.caption, ctx.params.concepts
+    device = ctx.runtime.torch_device()
+    model, ckpt = load_model(ctx.deps["model"])
+    model.to(device).eval()
+    itos = load_itos(ctx.deps["vocab"])
+    if len(itos) != model.cfg.vocab_size:
+        raise ValueError(f"{ctx.deps['vocab']}: vocabulary has {len(itos)} words, the model {model.cfg.vocab_size}")
+    stoi = {w: i for i, w in enumerate(itos)}
+    images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
+    ids = [str(i) for i in images.loc[images["split"] == cp.split, "image_id"]]
+    det = pq.read_table(Path(ctx.deps["concepts"]) / "detections.parquet")
+    per_image = image_concept_lists(det, conc.score_threshold, conc.max_per_image)
+    words = [[w for w in per_image.get(i, []) if w in stoi] for i in ids]
+    ctx.log.info("caption: %d %s images (%d without concepts), beam %d, max_len %d", len(ids), cp.split,
+                 sum(not w for w in words), cp.beam, cp.max_len)
+
+    results: list[dict[str, str]] = []
+    att_images: list[dict[str, Any]] = []
+    banned = (PAD, START, UNK)
+    for s in progress(range(0, len(ids), cp.batch_size), desc="caption"):
+        chunk = [[stoi[w] for w in ws] for ws in words[s: s + cp.batch_size]]
+        concepts, lens = pad_lists(pa.array(chunk, type=pa.list_(pa.int64())))
+        with torch.no_grad():
+            v = model.encode(torch.from_numpy(concepts).to(device), torch.from_numpy(lens).to(device))
+            out = beam_search(model, v, beam=cp.beam, max_len=cp.max_len, banned=banned)
+        best = out["tokens"][:, 0]
+        for j, ws in enumerate(to_words(best, itos)):
+            i = s + j
+            results.append({"image_id": ids[i], "caption": " ".join(ws)})
+            if len(att_images) < ATTENTION_IMAGES:
+                toks = best[j, : int(out["lengths"][j, 0])].tolist()
+                rec = attention_record(model, itos, chunk[j], toks, device)
+                att_images.append({"image_id": ids[i], "concepts": words[i], "caption": " ".join(ws), **rec})
+    write_json(ctx.outs["captions"], results)
+    cfg = model.cfg
+    write_json(ctx.outs["attention"], {
+        "dataset": ctx.dataset, "variant": ctx.variant, "ckpt": ctx.ckpt,
+        "heads": cfg.heads, "memory_slots": cfg.memory_slots,
+        "fm": cfg.fm, "decoder_memory": cfg.decoder_memory,
+        "fm_tokens": ["v", "w_prev"],
+        "rm_keys": [f"M{k}" for k in range(cfg.memory_slots)] + ["f"],
+        "images": att_images,
+    }, indent=None)
+    ctx.log.info("caption: wrote %d captions (%d empty)", len(results),
+                 int(np.sum([not r["caption"] for r in results])))

@@ -1,0 +1,378 @@
+"""R²M (Guo et al., IJCAI 2020): concept encoder, Fusion Memory, Recurrent Memory decoder and
+reconstructor, with the Table 2 ablation switches. Equations refer to the paper.
+
+Shapes: B batch, T time steps, K concepts, d model size, H heads, N memory slots, V vocabulary.
+
+Design decisions (where the paper leaves room; see also docs/ARCHITECTURE.md):
+
+* **Encoder.** Shared word embedding (d) → one ``nn.LSTM(d, d)`` over the concepts in the order
+  given (the *data pipeline* shuffles them per example, seeded) → hidden state at the last valid
+  concept → L2-normalised ``v``. An empty concept set gives ``v = 0`` (used at caption time for
+  images with no detected concept). Dropout (``dropout``) on the concept embeddings (the official
+  code's keep-prob 0.8 on the encoder LSTM) and on the decoder memory before ``W_d``.
+* **FM (Eqs. 1–4).** ``x_t = [v; w_{t-1}]`` as 2 tokens; per head ``U_q, U_k, U_v ∈ R^{d×d_k}``
+  (no bias), scaled dot-product softmax over the 2 tokens, ``x'_t ∈ R^{2×(H·d_k)}`` is flattened
+  row-major (v-row then w-row) to ``2·H·d_k`` and a linear layer (with bias) gives ``f_t ∈ R^d``.
+  FM does not depend on the memory, so with teacher forcing it runs for all T steps at once.
+* **RM (Eqs. 5–7)**, sonnet ``RelationalMemory`` style with one attention block: memory
+  ``M ∈ R^{N×d}``, ``M_0 = 0``; a single linear layer gives q/k/v of every row, followed by a
+  LayerNorm over the whole q/k/v vector (as sonnet); queries come from the N memory rows only,
+  keys/values from ``[M_{t-1}; f_t]`` (N+1 rows); key size ``d_k``, value size ``d/H`` per head
+  (so the heads concatenate back to d); ``M1 = LN(M + attn)``, ``M̃ = LN(M1 + MLP(M1))`` with an
+  MLP of ``mlp_layers`` linear layers of width d and ReLU between; relational gate
+  ``g = σ(W f_t + U tanh(M_{t-1}) + b)`` (``W`` with the bias ``b``, ``U`` without; the forget
+  half of ``b`` starts at 1 like sonnet's ``forget_bias``), ``M_t = g_i ⊙ tanh(M̃) + g_f ⊙ M_{t-1}``.
+  When the input size differs from d (reconstructor with N > 1) the input is first projected to d
+  (sonnet does this always; at d = input size we skip it, which gives the paper's 27.3M).
+  The input-side terms (its k/v and ``W f_t + b``) are computed for all steps at once.
+* **Output (Eq. 8).** ``logits = W_d · flatten(M_t)``.
+* **Reconstructor (Eq. 9).** A second RM with its own parameters over the decoder memories,
+  ``M^r_t = RM(M^r_{t-1}, M^d_t)``; ``ṽ`` = its output at each caption's last valid step
+  (gathered by length; the recurrence is causal so padding after it cannot change it), projected
+  to d when ``N·d ≠ d`` (identity at N = 1) and L2-normalised like ``v``.
+* **Image projection v̂^I.** pooled CNN feature → linear ``image_dim → d`` → L2-normalise;
+  ``learned`` (default) or ``frozen_random``: a fixed random matrix drawn from
+  ``image_proj_seed``, neither trained nor saved (the official code's behaviour, except that it is
+  the same draw in every stage).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+PAD, START, END, UNK = 0, 1, 2, 3
+
+# Table 2 ablations: variant name -> config switches (names match r2m.params.VARIANT_NAMES)
+VARIANTS: dict[str, dict[str, str]] = {
+    "r2m": {},
+    "no_fm": {"fm": "linear"},
+    "d_lstm": {"decoder_memory": "lstm"},
+    "r_lstm": {"reconstructor_memory": "lstm"},
+    "dr_lstm": {"decoder_memory": "lstm", "reconstructor_memory": "lstm"},
+}
+
+
+@dataclass
+class R2MConfig:
+    vocab_size: int
+    d: int = 512
+    heads: int = 2
+    d_k: int = 256
+    memory_slots: int = 1
+    dropout: float = 0.2
+    mlp_layers: int = 2
+    fm: Literal["attention", "linear"] = "attention"
+    decoder_memory: Literal["rm", "lstm"] = "rm"
+    reconstructor_memory: Literal["rm", "lstm"] = "rm"
+    image_dim: int = 0  # 0: no image projection (text stages)
+    image_proj: Literal["learned", "frozen_random"] = "learned"
+    image_proj_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.d % self.heads:
+            raise ValueError(f"R2MConfig: d={self.d} must be divisible by heads={self.heads}")
+        for name, allowed in (("fm", ("attention", "linear")), ("decoder_memory", ("rm", "lstm")),
+                              ("reconstructor_memory", ("rm", "lstm")),
+                              ("image_proj", ("learned", "frozen_random"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"R2MConfig.{name}={getattr(self, name)!r}: choose from {allowed}")
+
+    @classmethod
+    def for_variant(cls, variant: str, **kwargs: Any) -> R2MConfig:
+        if variant not in VARIANTS:
+            raise KeyError(f"unknown R2M variant {variant!r}; known: {', '.join(VARIANTS)}")
+        return cls(**{**kwargs, **VARIANTS[variant]})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> R2MConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- fusion (Eqs. 1-4)
+class FusionMemory(nn.Module):
+    """Multi-head self-attention over the two tokens [v; w_{t-1}], then FC → f_t."""
+
+    def __init__(self, d: int, heads: int, d_k: int) -> None:
+        super().__init__()
+        self.h, self.dk = heads, d_k
+        self.qkv = nn.Linear(d, 3 * heads * d_k, bias=False)  # [U_q | U_k | U_v] for all heads
+        self.fc = nn.Linear(2 * heads * d_k, d)
+
+    def prepare(self, v: Tensor) -> Tensor:
+        """Per-sequence constant part: q/k/v of the concept token, [B, 3, H, d_k]."""
+        return self.qkv(v).view(v.shape[0], 3, self.h, self.dk)
+
+    def forward(self, prep: Tensor, w: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """``w``: word embeddings [B, T, d] → f [B, T, d], weights [B, T, H, 2, 2] (query row, key col)."""
+        B, T, _ = w.shape
+        qkv_w = self.qkv(w).view(B, T, 3, self.h, self.dk)
+        qkv_v = prep.unsqueeze(1).expand(B, T, 3, self.h, self.dk)
+        x = torch.stack((qkv_v, qkv_w), dim=4)  # [B, T, 3, H, 2, d_k]
+        q, k, val = x.unbind(2)
+        att = torch.softmax(q @ k.transpose(-1, -2) * (self.dk ** -0.5), dim=-1)  # [B, T, H, 2, 2]
+        out = (att @ val).transpose(2, 3).reshape(B, T, 2 * self.h * self.dk)  # rows v, w; heads concat
+        return self.fc(out), (att if need_weights else None)
+
+
+class LinearFusion(nn.Module):
+    """Ablation "D w/o FM": f_t = Linear([v; w_{t-1}])."""
+
+    def __init__(self, d: int, heads: int, d_k: int) -> None:
+        super().__init__()
+        self.d = d
+        self.lin = nn.Linear(2 * d, d)
+
+    def prepare(self, v: Tensor) -> Tensor:
+        return F.linear(v, self.lin.weight[:, : self.d], self.lin.bias)
+
+    def forward(self, prep: Tensor, w: Tensor, need_weights: bool = False) -> tuple[Tensor, None]:
+        return prep.unsqueeze(1) + F.linear(w, self.lin.weight[:, self.d:]), None
+
+
+FUSIONS: dict[str, type[nn.Module]] = {"attention": FusionMemory, "linear": LinearFusion}
+
+
+# --------------------------------------------------------------------------- memories (Eqs. 5-7)
+class RelationalMemory(nn.Module):
+    """RM unit: state ``(M,)`` with M [B, N, d]; output flatten(M_t) [B, N·d]."""
+
+    def __init__(self, input_dim: int, d: int, slots: int, heads: int, d_k: int, mlp_layers: int) -> None:
+        super().__init__()
+        self.d, self.n, self.h, self.dk, self.dv = d, slots, heads, d_k, d // heads
+        self.out_dim = slots * d
+        self.inp = nn.Identity() if input_dim == d else nn.Linear(input_dim, d)
+        self.qkv = nn.Linear(d, heads * (2 * d_k + self.dv))
+        self.qkv_norm = nn.LayerNorm(heads * (2 * d_k + self.dv))
+        layers: list[nn.Module] = []
+        for i in range(mlp_layers):
+            layers += [nn.Linear(d, d)] + ([nn.ReLU()] if i < mlp_layers - 1 else [])
+        self.mlp = nn.Sequential(*layers)
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.gate_in = nn.Linear(d, 2 * d)  # W_i, W_f and b_i, b_f
+        self.gate_mem = nn.Linear(d, 2 * d, bias=False)  # U_i, U_f
+        with torch.no_grad():
+            self.gate_in.bias[d:].fill_(1.0)  # sonnet forget_bias
+
+    def init_state(self, batch: int, like: Tensor) -> tuple[Tensor, ...]:
+        return (like.new_zeros(batch, self.n, self.d),)
+
+    def _split(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        hk = self.h * self.dk
+        return qkv[..., :hk], qkv[..., hk: 2 * hk], qkv[..., 2 * hk:]
+
+    def precompute(self, x: Tensor) -> tuple[Tensor, ...]:
+        """Input-side terms for all steps: keys [B,T,H·d_k], values [B,T,H·d_v], gate input [B,T,2d]."""
+        x = self.inp(x)
+        _, k, v = self._split(self.qkv_norm(self.qkv(x)))
+        return k, v, self.gate_in(x)
+
+    def step(self, state: tuple[Tensor, ...], pre: tuple[Tensor, ...], need_weights: bool = False):
+        (M,) = state
+        k_x, v_x, g_x = pre  # [B, H·d_k], [B, H·d_v], [B, 2d]
+        B, N, h, dk, dv = M.shape[0], self.n, self.h, self.dk, self.dv
+        q, k, v = self._split(self.qkv_norm(self.qkv(M)))  # [B, N, ·]
+        q = q.view(B, N, h, dk).transpose(1, 2) * (dk ** -0.5)  # [B, H, N, d_k]
+        k = torch.cat((k, k_x.unsqueeze(1)), 1).view(B, N + 1, h, dk).permute(0, 2, 3, 1)  # [B,H,dk,N+1]
+        v = torch.cat((v, v_x.unsqueeze(1)), 1).view(B, N + 1, h, dv).transpose(1, 2)  # [B,H,N+1,dv]
+        att = torch.softmax(q @ k, dim=-1)  # [B, H, N, N+1]
+        a = (att @ v).transpose(1, 2).reshape(B, N, h * dv)
+        m1 = self.norm1(M + a)
+        m_tilde = self.norm2(m1 + self.mlp(m1))
+        gi, gf = (self.gate_mem(torch.tanh(M)) + g_x.unsqueeze(1)).chunk(2, dim=-1)
+        M_new = torch.sigmoid(gi) * torch.tanh(m_tilde) + torch.sigmoid(gf) * M
+        return (M_new,), M_new.reshape(B, N * self.d), (att if need_weights else None)
+
+
+class LSTMMemory(nn.Module):
+    """Ablation "w/o Memory in RM": an LSTM cell (hidden N·d) with the RM unit's interface."""
+
+    def __init__(self, input_dim: int, d: int, slots: int, heads: int, d_k: int, mlp_layers: int) -> None:
+        super().__init__()
+        self.out_dim = slots * d
+        self.ih = nn.Linear(input_dim, 4 * self.out_dim)
+        self.hh = nn.Linear(self.out_dim, 4 * self.out_dim, bias=False)
+
+    def init_state(self, batch: int, like: Tensor) -> tuple[Tensor, ...]:
+        z = like.new_zeros(batch, self.out_dim)
+        return (z, z)
+
+    def precompute(self, x: Tensor) -> tuple[Tensor, ...]:
+        return (self.ih(x),)
+
+    def step(self, state: tuple[Tensor, ...], pre: tuple[Tensor, ...], need_weights: bool = False):
+        h, c = state
+        i, f, g, o = (pre[0] + self.hh(h)).chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return (h, c), h, None
+
+
+MEMORIES: dict[str, type[nn.Module]] = {"rm": RelationalMemory, "lstm": LSTMMemory}
+
+
+def _at(pre: tuple[Tensor, ...], t: int) -> tuple[Tensor, ...]:
+    return tuple(p[:, t] for p in pre)
+
+
+# --------------------------------------------------------------------------- the model
+class R2M(nn.Module):
+    def __init__(self, cfg: R2MConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d, md = cfg.d, cfg.memory_slots * cfg.d
+        mem_args = dict(d=d, slots=cfg.memory_slots, heads=cfg.heads, d_k=cfg.d_k, mlp_layers=cfg.mlp_layers)
+        self.embed = nn.Embedding(cfg.vocab_size, d, padding_idx=PAD)
+        self.encoder = nn.LSTM(d, d, batch_first=True)
+        self.fusion = FUSIONS[cfg.fm](d, cfg.heads, cfg.d_k)
+        self.decoder = MEMORIES[cfg.decoder_memory](input_dim=d, **mem_args)
+        self.out = nn.Linear(md, cfg.vocab_size)  # W_d
+        self.reconstructor = MEMORIES[cfg.reconstructor_memory](input_dim=md, **mem_args)
+        self.rec_proj = nn.Identity() if md == d else nn.Linear(md, d)
+        self.drop = nn.Dropout(cfg.dropout)
+        if cfg.image_dim and cfg.image_proj == "learned":
+            self.image_proj = nn.Linear(cfg.image_dim, d)
+        elif cfg.image_dim:
+            g = torch.Generator().manual_seed(cfg.image_proj_seed)
+            w = torch.randn(d, cfg.image_dim, generator=g) / math.sqrt(cfg.image_dim)
+            self.register_buffer("image_proj_weight", w, persistent=False)
+
+    # ------------------------------------------------------------------ pieces
+    def param_count(self, include_image_proj: bool = True) -> int:
+        return sum(p.numel() for n, p in self.named_parameters()
+                   if p.requires_grad and (include_image_proj or not n.startswith("image_proj")))
+
+    def encode(self, concepts: Tensor, lengths: Tensor) -> Tensor:
+        """Concept ids [B, K] (padded with 0, order = LSTM order) and counts [B] → v [B, d]."""
+        B = concepts.shape[0]
+        if concepts.shape[1] == 0:
+            return self.embed.weight.new_zeros(B, self.cfg.d)
+        out, _ = self.encoder(self.drop(self.embed(concepts)))  # [B, K, d]
+        idx = (lengths - 1).clamp(min=0).view(B, 1, 1).expand(B, 1, out.shape[-1])
+        h = out.gather(1, idx).squeeze(1) * (lengths > 0).unsqueeze(1).to(out.dtype)
+        return F.normalize(h, dim=-1)
+
+    def project_image(self, feats: Tensor) -> Tensor:
+        """Pooled CNN features [B, image_dim] → v̂^I [B, d] (L2-normalised)."""
+        if not self.cfg.image_dim:
+            raise RuntimeError("R2M: model built without an image projection (image_dim=0)")
+        if self.cfg.image_proj == "learned":
+            x = self.image_proj(feats.to(self.image_proj.weight.dtype))
+        else:
+            x = F.linear(feats.to(self.image_proj_weight.dtype), self.image_proj_weight)
+        return F.normalize(x, dim=-1)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Decoder memories [..., N·d] → logits [..., V] (Eq. 8)."""
+        return self.out(self.drop(hidden))
+
+    def run_memory(self, mem: nn.Module, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Run a memory unit over inputs [B, T, ·] → outputs [B, T, N·d], weights [B, T, H, N, N+1]."""
+        B, T = x.shape[:2]
+        pre = mem.precompute(x)
+        state = mem.init_state(B, x)
+        outs, atts = [], []
+        for t in range(T):
+            state, o, a = mem.step(state, _at(pre, t), need_weights)
+            outs.append(o)
+            atts.append(a)
+        weights = torch.stack(atts, 1) if need_weights and atts and atts[0] is not None else None
+        return torch.stack(outs, 1), weights
+
+    def reconstruct(self, dec_hidden: Tensor, lengths: Tensor) -> Tensor:
+        """Eq. 9 over decoder memories [B, T, N·d]; ṽ at step ``lengths-1`` → [B, d] (L2-normalised)."""
+        rec, _ = self.run_memory(self.reconstructor, dec_hidden)
+        B = rec.shape[0]
+        idx = (lengths - 1).clamp(min=0).view(B, 1, 1).expand(B, 1, rec.shape[-1])
+        return F.normalize(self.rec_proj(rec.gather(1, idx).squeeze(1)), dim=-1)
+
+    # ------------------------------------------------------------------ teacher forcing (L_XE, L_S)
+    def forward(self, concepts: Tensor, concept_lens: Tensor, inputs: Tensor, lengths: Tensor,
+                need_weights: bool = False, reconstruct: bool = True) -> dict[str, Tensor | None]:
+        """Teacher-forced pass. ``inputs`` [B, T] = <#start> w_1 … (padded), ``lengths`` [B] valid steps.
+
+        Returns ``hidden`` [B, T, N·d] (apply :meth:`logits`, ideally on valid positions only),
+        ``v`` [B, d], ``v_tilde`` [B, d] (None unless ``reconstruct``), ``fm`` / ``rm`` weights.
+        """
+        v = self.encode(concepts, concept_lens)
+        f, fm_w = self.fusion(self.fusion.prepare(v), self.embed(inputs), need_weights)
+        hidden, rm_w = self.run_memory(self.decoder, f, need_weights)
+        v_tilde = self.reconstruct(hidden, lengths) if reconstruct else None
+        return {"hidden": hidden, "v": v, "v_tilde": v_tilde, "fm": fm_w, "rm": rm_w}
+
+    # ------------------------------------------------------------------ step-wise decoding
+    def decode_init(self, v: Tensor) -> tuple[Tensor, ...]:
+        """Decoder state for free-running decoding: a tuple of tensors, batch first."""
+        return (self.fusion.prepare(v), *self.decoder.init_state(v.shape[0], v))
+
+    def decode_step(self, state: tuple[Tensor, ...], prev: Tensor, need_weights: bool = False):
+        """One step from previous tokens [B] → (hidden [B, N·d], new state, fm weights, rm weights)."""
+        prep, mem_state = state[0], state[1:]
+        f, fm_w = self.fusion(prep, self.embed(prev).unsqueeze(1), need_weights)
+        mem_state, h, rm_w = self.decoder.step(mem_state, _at(self.decoder.precompute(f), 0), need_weights)
+        return h, (prep, *mem_state), (fm_w[:, 0] if fm_w is not None else None), rm_w
+
+    def greedy(self, v: Tensor, max_len: int, reconstruct: bool = True, stop_early: bool = True) -> dict[str, Tensor | None]:
+        """Free-running greedy decoding from ``v`` with gradients through the hidden states (L_M, L_I).
+
+        Returns ``tokens`` [B, T] (after the first <#end>: <pad>), ``lengths`` [B] (up to and including
+        the first <#end>, else T), ``hidden`` [B, T, N·d], ``logprobs`` [B, T] of the chosen words,
+        ``v_tilde`` [B, d].
+        """
+        B = v.shape[0]
+        state = self.decode_init(v)
+        prev = torch.full((B,), START, dtype=torch.long, device=v.device)
+        done = torch.zeros(B, dtype=torch.bool, device=v.device)
+        hs, toks, lps = [], [], []
+        for _ in range(max_len):
+            h, state, _, _ = self.decode_step(state, prev)
+            lp = torch.log_softmax(self.logits(h).float(), dim=-1)
+            tok_lp, tok = lp.max(dim=-1)
+            tok = tok.masked_fill(done, PAD)
+            hs.append(h), toks.append(tok), lps.append(tok_lp)
+            done = done | (tok == END)
+            prev = tok
+            if stop_early and bool(done.all()):
+                break
+        tokens = torch.stack(toks, 1)
+        is_end = tokens == END
+        T = tokens.shape[1]
+        first_end = torch.where(is_end.any(1), is_end.float().argmax(1) + 1, torch.full_like(done, T, dtype=torch.long))
+        hidden = torch.stack(hs, 1)
+        v_tilde = self.reconstruct(hidden, first_end) if reconstruct else None
+        return {"tokens": tokens, "lengths": first_end, "hidden": hidden, "logprobs": torch.stack(lps, 1),
+                "v_tilde": v_tilde}
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint(self, **meta: Any) -> dict[str, Any]:
+        """A ``torch.load(weights_only=True)``-safe dict: tensors + plain config."""
+        return {"model": "r2m", "config": self.cfg.to_dict(),
+                "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()}, **meta}
+
+    @classmethod
+    def from_config(cls, cfg: R2MConfig | dict[str, Any]) -> R2M:
+        return cls(cfg if isinstance(cfg, R2MConfig) else R2MConfig.from_dict(cfg))
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: dict[str, Any], **overrides: Any) -> R2M:
+        """Rebuild from :meth:`checkpoint`; ``overrides`` may add an image projection (keys missing
+        from the checkpoint are allowed only for ``image_proj``)."""
+        cfg = R2MConfig.from_dict({**ckpt["config"], **overrides})
+        model = cls(cfg)
+        missing, unexpected = model.load_state_dict(ckpt["state_dict"], strict=False)
+        bad = [k for k in missing if not k.startswith("image_proj")]
+        if cfg.image_dim != ckpt["config"].get("image_dim"):
+            unexpected = [k for k in unexpected if not k.startswith("image_proj")]
+        if bad or unexpected:
+            raise ValueError(f"R2M checkpoint does not match the config: missing {bad}, unexpected {unexpected}")
+        return model
+

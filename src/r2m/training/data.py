@@ -1,0 +1,295 @@
+"""Training data: a streamed, shuffled text corpus (``encoded.parquet``) and the unpaired image set.
+
+Memory stays flat in corpus size: the corpus is read one *window* of Parquet row groups at a time
+(≥ ``window_rows`` sentences), shuffled inside the window, and cut into batches. The order of
+windows and the shuffles are pure functions of ``(seed, epoch, window)``, so a run is repeatable
+and resuming at step s skips the first s batches without reading them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+from torch import Tensor
+
+from r2m.models.r2m import END, START
+
+
+# --------------------------------------------------------------------------- vocabulary
+def load_itos(vocab_dir: str | Path) -> list[str]:
+    """The id → word list of ``vocab/vocab.json`` (via :mod:`r2m.text.vocab` when present)."""
+    path = Path(vocab_dir)
+    path = path / "vocab.json" if path.is_dir() else path
+    if not path.exists():
+        raise FileNotFoundError(f"missing vocabulary: {path}")
+    try:
+        from r2m.text.vocab import Vocab  # type: ignore[import-not-found]
+
+        itos = list(Vocab.load(path).itos)
+    except (ImportError, AttributeError, TypeError):
+        itos = list(json.loads(path.read_text())["itos"])
+    if len(itos) < 4 or itos[0] != "<pad>":
+        raise ValueError(f"{path}: 'itos' must start with <pad>, <#start>, <#end>, <UNK>")
+    return itos
+
+
+# --------------------------------------------------------------------------- padding helpers
+def pad_lists(arr: pa.Array | pa.ChunkedArray, width: int | None = None, shift: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A list<int> array → (padded [n, W] int64 with 0s placed from column ``shift``, true lengths [n])."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    lens = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = pc.list_flatten(arr).to_numpy(zero_copy_only=False).astype(np.int64)
+    n = len(lens)
+    W = int(lens.max(initial=0)) + shift if width is None else width
+    out = np.zeros((n, max(W, 0)), dtype=np.int64)
+    rows = np.repeat(np.arange(n), lens)
+    pos = np.arange(len(values)) - np.repeat(np.cumsum(lens) - lens, lens) + shift
+    keep = pos < W
+    out[rows[keep], pos[keep]] = values[keep]
+    return out, lens
+
+
+def shuffle_concepts(concepts: np.ndarray, lens: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Randomly permute each row's first ``lens[i]`` entries (padding stays at the end)."""
+    if concepts.shape[1] == 0:
+        return concepts
+    keys = rng.random(concepts.shape)
+    keys[np.arange(concepts.shape[1])[None, :] >= lens[:, None]] = np.inf
+    return np.take_along_axis(concepts, np.argsort(keys, axis=1, kind="stable"), axis=1)
+
+
+@dataclass
+class TextBatch:
+    concepts: Tensor  # [B, K] (shuffled per example)
+    concept_lens: Tensor  # [B]
+    inputs: Tensor  # [B, T] <#start> w_1 …
+    targets: Tensor  # [B, T] w_1 … <#end>, 0 after
+    lengths: Tensor  # [B] valid steps
+
+    @property
+    def mask(self) -> Tensor:
+        return torch.arange(self.inputs.shape[1], device=self.inputs.device)[None, :] < self.lengths[:, None]
+
+    def to(self, device: torch.device) -> TextBatch:
+        return TextBatch(*(t.to(device, non_blocking=True) for t in (self.concepts, self.concept_lens,
+                                                                        self.inputs, self.targets, self.lengths)))
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+
+def make_text_batch(ids: pa.Array, concept_ids: pa.Array, max_len: int, rng: np.random.Generator) -> TextBatch:
+    """Sentences → teacher-forcing tensors. Targets are ``ids + [<#end>]`` cut to ``max_len`` (a cut
+    sentence has no <#end>); inputs are the targets shifted right behind <#start>."""
+    words, n = pad_lists(ids)
+    lengths = np.minimum(n + 1, max_len)
+    T = int(lengths.max(initial=1))
+    targets = np.zeros((len(n), T), dtype=np.int64)
+    w = min(words.shape[1], T)
+    targets[:, :w] = words[:, :w]
+    end_rows = np.nonzero(n < max_len)[0]
+    targets[end_rows, n[end_rows]] = END
+    inputs = np.zeros_like(targets)
+    inputs[:, 0] = START
+    inputs[:, 1:] = targets[:, :-1]
+    inputs[np.arange(T)[None, :] >= lengths[:, None]] = 0
+    concepts, clens = pad_lists(concept_ids)
+    concepts = shuffle_concepts(concepts, clens, rng)
+    t = torch.from_numpy
+    return TextBatch(t(concepts), t(clens), t(inputs), t(targets), t(lengths.astype(np.int64)))
+
+
+# --------------------------------------------------------------------------- text stream
+class TextStream:
+    """Sentences of one split of ``encoded.parquet``, streamed in shuffled windows of row groups."""
+
+    def __init__(self, path: str | Path, split: str, batch_size: int, max_len: int, seed: int = 0,
+                 window_rows: int = 65536) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise FileNotFoundError(f"missing encoded corpus: {self.path}")
+        self.pf = pq.ParquetFile(self.path)
+        missing = {"ids", "concept_ids", "split"} - set(self.pf.schema_arrow.names)
+        if missing:
+            raise ValueError(f"{self.path}: missing column(s) {sorted(missing)}")
+        self.split, self.max_len, self.seed = split, max_len, seed
+        # rows of the split per row group (reads only the 'split' column, one row group at a time)
+        self.counts = np.array([int(pc.sum(pc.equal(self.pf.read_row_group(i, columns=["split"])["split"], split)).as_py() or 0)
+                                for i in range(self.pf.num_row_groups)], dtype=np.int64)
+        self.n = int(self.counts.sum())
+        if self.n == 0:
+            raise ValueError(f"{self.path}: no sentences in split {split!r}")
+        self.batch_size = min(batch_size, self.n)
+        self.window_rows = max(window_rows, self.batch_size)
+
+    def _read(self, groups: list[int]) -> pa.Table:
+        t = self.pf.read_row_groups(groups, columns=["ids", "concept_ids", "split"])
+        return t.filter(pc.equal(t["split"], self.split))
+
+    def _windows(self, epoch: int) -> list[list[int]]:
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.counts))
+        windows, cur, rows = [], [], 0
+        for g in order:
+            if self.counts[g] == 0:
+                continue
+            cur.append(int(g))
+            rows += self.counts[g]
+            if rows >= self.window_rows:
+                windows.append(cur)
+                cur, rows = [], 0
+        if cur:
+            if windows and rows < self.batch_size:
+                windows[-1].extend(cur)
+            else:
+                windows.append(cur)
+        return windows
+
+    def batches(self, start_step: int = 0) -> Iterator[TextBatch]:
+        """Endless batches (epoch after epoch); the first ``start_step`` are skipped unread."""
+        skip, epoch = start_step, 0
+        while True:
+            for wi, groups in enumerate(self._windows(epoch)):
+                n = int(self.counts[groups].sum())
+                nb = max(n // self.batch_size, 1)
+                if skip >= nb:
+                    skip -= nb
+                    continue
+                rng = np.random.default_rng([self.seed, epoch, wi])
+                table = self._read(groups)
+                perm = rng.permutation(n)
+                for b in range(skip, nb):
+                    take = pa.array(perm[b * self.batch_size: (b + 1) * self.batch_size])
+                    rows = table.take(take)
+                    yield make_text_batch(rows["ids"], rows["concept_ids"], self.max_len,
+                                          np.random.default_rng([self.seed, epoch, wi, b]))
+                skip = 0
+            epoch += 1
+
+    def ordered(self, max_batches: int | None = None) -> Iterator[TextBatch]:
+        """The split in file order (validation): fixed concept order, at most ``max_batches``."""
+        done = 0
+        for g in np.nonzero(self.counts)[0]:
+            t = self._read([int(g)])
+            for s in range(0, t.num_rows, self.batch_size):
+                if max_batches is not None and done >= max_batches:
+                    return
+                rows = t.slice(s, self.batch_size)
+                yield make_text_batch(rows["ids"], rows["concept_ids"], self.max_len,
+                                      np.random.default_rng([self.seed, 10**6, done]))
+                done += 1
+
+
+# --------------------------------------------------------------------------- images
+def image_concept_lists(detections: pa.Table | object, threshold: float, max_per_image: int) -> dict[str, list[str]]:
+    """image_id → concept words (score ≥ threshold, de-duplicated, at most ``max_per_image``).
+
+    Uses :func:`r2m.text.dictionary.image_concepts` when it exists (the project's single rule);
+    the fallback keeps the highest-scoring distinct concepts.
+    """
+    import pandas as pd
+
+    df = detections.to_pandas() if isinstance(detections, pa.Table) else detections
+    try:
+        from r2m.text.dictionary import image_concepts  # type: ignore[import-not-found]
+
+        out = image_concepts(df, threshold, max_per_image)
+        return {str(k): [c[0] if isinstance(c, tuple | list) else c for c in v] for k, v in dict(out).items()}
+    except ImportError:
+        pass
+    assert isinstance(df, pd.DataFrame)
+    df = df[df["score"] >= threshold].sort_values("score", ascending=False, kind="stable")
+    df = df.drop_duplicates(["image_id", "concept"])
+    return {str(k): list(g["concept"])[:max_per_image] for k, g in df.groupby("image_id", sort=False)}
+
+
+@dataclass
+class ImageBatch:
+    concepts: Tensor
+    concept_lens: Tensor
+    feats: Tensor
+    image_ids: list[str]
+
+    def to(self, device: torch.device) -> ImageBatch:
+        return ImageBatch(self.concepts.to(device), self.concept_lens.to(device), self.feats.to(device), self.image_ids)
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+
+class ImageSet:
+    """Images of a split that have features (and, with ``require_concept``, ≥ 1 known concept)."""
+
+    def __init__(self, prepared: Path, concepts: Path, features: Path, itos: list[str], split: str,
+                 threshold: float, max_per_image: int, require_concept: bool = True,
+                 feature_kind: str = "pooled") -> None:
+        import h5py
+
+        images = pq.read_table(Path(prepared) / "images.parquet", columns=["image_id", "split"]).to_pandas()
+        ids = [str(i) for i in images.loc[images["split"] == split, "image_id"]]
+        det_path = Path(concepts) / "detections.parquet"
+        if not det_path.exists():
+            raise FileNotFoundError(f"missing detections: {det_path}")
+        per_image = image_concept_lists(pq.read_table(det_path), threshold, max_per_image)
+        index = pq.read_table(Path(features) / "index.parquet").to_pandas()
+        row_of = dict(zip(index["image_id"].astype(str), index["row"].astype(np.int64), strict=True))
+        stoi = {w: i for i, w in enumerate(itos)}
+        self.image_ids, self.concept_ids, self.rows, self.concept_words = [], [], [], []
+        for i in ids:
+            words = [w for w in per_image.get(i, []) if w in stoi]
+            if (require_concept and not words) or i not in row_of:
+                continue
+            self.image_ids.append(i)
+            self.concept_words.append(words)
+            self.concept_ids.append([stoi[w] for w in words])
+            self.rows.append(row_of[i])
+        self.h5_path = Path(features) / "features.h5"
+        self.h5 = h5py.File(self.h5_path, "r")
+        if feature_kind not in self.h5:
+            raise KeyError(f"{self.h5_path}: no dataset {feature_kind!r} (has {list(self.h5)})")
+        self.feats = self.h5[feature_kind]
+        self.dim = int(self.feats.shape[1])
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def batch(self, idx: np.ndarray, rng: np.random.Generator | None = None) -> ImageBatch:
+        rows = np.asarray([self.rows[i] for i in idx])
+        uniq, inv = np.unique(rows, return_inverse=True)
+        feats = torch.from_numpy(np.asarray(self.feats[uniq.tolist()], dtype=np.float32)[inv])
+        concepts, lens = pad_lists(pa.array([self.concept_ids[i] for i in idx], type=pa.list_(pa.int64())))
+        if rng is not None:
+            concepts = shuffle_concepts(concepts, lens, rng)
+        return ImageBatch(torch.from_numpy(concepts), torch.from_numpy(lens), feats,
+                          [self.image_ids[i] for i in idx])
+
+    def batches(self, batch_size: int, seed: int, start_step: int = 0) -> Iterator[ImageBatch]:
+        """Endless shuffled batches (per-epoch permutations from ``(seed, epoch)``)."""
+        n = len(self)
+        if n == 0:
+            raise ValueError("no training images with features and at least one concept")
+        bs = min(batch_size, n)
+        per_epoch = n // bs
+        step = start_step
+        while True:
+            epoch, b = divmod(step, per_epoch)
+            perm = np.random.default_rng([seed, epoch]).permutation(n)
+            yield self.batch(perm[b * bs: (b + 1) * bs], np.random.default_rng([seed, epoch, b]))
+            step += 1
+
+    def ordered(self, batch_size: int, max_batches: int | None = None) -> Iterator[ImageBatch]:
+        for k, s in enumerate(range(0, len(self), batch_size)):
+            if max_batches is not None and k >= max_batches:
+                return
+            yield self.batch(np.arange(s, min(s + batch_size, len(self))))
+
+    def close(self) -> None:
+        self.h5.close()

@@ -1,0 +1,314 @@
+"""The four R²M training stages (``train_xe``, ``train_s``, ``train_m``, ``train_i``).
+
+``run(ctx)`` dispatches on ``ctx.stage.name`` through :data:`OBJECTIVES`. Every stage but the first
+starts from the previous stage's ``model.pt`` (``ctx.deps['init']``); the schedule is
+``ctx.params.<stage>`` (Adam, global-norm clipping), β/γ come from the dataset's catalog entry.
+
+Outputs: ``<model>/model.pt`` (``torch.load(weights_only=True)``-safe), ``<model>/params.yaml``,
+``<model>/last.pt`` (model + optimizer + step + RNG + loss rows: the stage resumes from it when its
+fingerprint — resolved params and the init checkpoint — matches), ``loss.tsv`` and
+``train_metrics.json``. A NaN/Inf loss raises :class:`NonFiniteLoss` naming stage and step.
+
+**Checkpoint selection** (e.g. by validation CIDEr): call :func:`train` with
+``select=fn(model, step) -> float`` (higher is better). It is called at every ``eval_every`` step
+and the final step; ``model.pt`` then holds the best-scoring weights (``selected_step`` and
+``selected_score`` in the metrics) instead of the last ones. The DAG stage runs without a selector.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from r2m.losses import loss_i, loss_s, xe_loss
+from r2m.models.r2m import R2M, R2MConfig
+from r2m.training.data import ImageSet, TextBatch, TextStream, load_itos
+from r2m.utils.io import save_torch, write_json, write_text
+from r2m.utils.progress import progress
+
+Selector = Callable[[R2M, int], float]
+
+
+class NonFiniteLoss(RuntimeError):
+    """Raised when a training loss becomes NaN or Inf."""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CUDA")
+    parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
+
+
+# --------------------------------------------------------------------------- objectives
+@dataclass(frozen=True)
+class Objective:
+    data: str  # "text" | "image"
+    columns: tuple[str, ...]
+    compute: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def text_objective(model: R2M, batch: TextBatch, beta: float | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """L_XE (``beta is None``) or L_S; logits only at valid positions."""
+    out = model(batch.concepts, batch.concept_lens, batch.inputs, batch.lengths, reconstruct=beta is not None)
+    mask = batch.mask
+    logits = model.logits(out["hidden"][mask])
+    if beta is None:
+        xe = xe_loss(logits, batch.targets[mask])
+        return xe, {"xe": xe}
+    return loss_s(logits, batch.targets[mask], None, out["v"], out["v_tilde"], beta)
+
+
+def image_objective(model: R2M, batch, gamma: float, margin: float, max_len: int):
+    """L_M^I (γ = 0) or L_I on greedy free-running captions (gradients through hidden states)."""
+    v = model.encode(batch.concepts, batch.concept_lens)
+    g = model.greedy(v, max_len)
+    return loss_i(model.project_image(batch.feats), v, g["v_tilde"], gamma, margin)
+
+
+def _xe(ctx, model, batch, tp):
+    return text_objective(model, batch, None)
+
+
+def _s(ctx, model, batch, tp):
+    return text_objective(model, batch, ctx.entry.beta)
+
+
+def _m(ctx, model, batch, tp):
+    return image_objective(model, batch, 0.0, tp.margin, tp.max_len)
+
+
+def _i(ctx, model, batch, tp):
+    return image_objective(model, batch, ctx.entry.gamma, tp.margin, tp.max_len)
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "train_xe": Objective("text", ("xe",), _xe),
+    "train_s": Objective("text", ("xe", "rec"), _s),
+    "train_m": Objective("image", ("rank", "rec"), _m),
+    "train_i": Objective("image", ("rank", "rec"), _i),
+}
+
+
+# --------------------------------------------------------------------------- helpers
+def model_config(ctx, vocab_size: int, image_dim: int = 0) -> R2MConfig:
+    return R2MConfig.for_variant(ctx.variant or "r2m", vocab_size=vocab_size, image_dim=image_dim,
+                                 **ctx.params.model.model_dump())
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fingerprint(ctx) -> str:
+    data: dict[str, Any] = {"resolved": ctx.resolved()}
+    if "init" in ctx.deps:
+        data["init"] = _file_digest(ctx.deps["init"] / "model.pt")
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
+    cfg = model_config(ctx, vocab_size, image_dim)
+    if "init" not in ctx.deps:
+        return R2M(cfg)
+    path = ctx.deps["init"] / "model.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"{ctx.stage.name}: missing init checkpoint {path} (run the previous stage)")
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    want = cfg.to_dict()
+    have = ckpt["config"]
+    diff = {k: (have.get(k), v) for k, v in want.items() if k not in ("image_dim", "image_proj") and have.get(k) != v}
+    if diff:
+        raise ValueError(f"{ctx.stage.name}: init checkpoint {path} was built with other model settings "
+                         f"(key: (checkpoint, now)) {diff}; rerun the previous stages")
+    return R2M.from_checkpoint(ckpt, image_dim=image_dim or have.get("image_dim", 0),
+                               image_proj=cfg.image_proj)
+
+
+def _rng_state() -> dict[str, Any]:
+    s: dict[str, Any] = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        s["cuda"] = torch.cuda.get_rng_state_all()
+    return s
+
+
+def _set_rng_state(s: dict[str, Any]) -> None:
+    torch.set_rng_state(s["cpu"])
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def _write_loss(path: Path, columns: tuple[str, ...], rows: list[list[Any]]) -> None:
+    head = "\t".join(("step", "split", "loss", *columns))
+    lines = [head] + ["\t".join("" if x is None else (f"{x:.6g}" if isinstance(x, float) else str(x)) for x in r)
+                      for r in rows]
+    write_text(path, "\n".join(lines) + "\n")
+
+
+# --------------------------------------------------------------------------- the loop
+def run(ctx) -> None:
+    train(ctx)
+
+
+def train(ctx, select: Selector | None = None) -> dict[str, Any]:
+    name = ctx.stage.name
+    if name not in OBJECTIVES:
+        raise KeyError(f"r2m.training.stages: no objective for stage {name!r}; known: {', '.join(OBJECTIVES)}")
+    obj = OBJECTIVES[name]
+    tp = getattr(ctx.params, name)
+    args = getattr(ctx, "args", None)
+    device = ctx.runtime.torch_device()
+    out_dir = Path(ctx.outs["model"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(tp.seed)
+    itos = load_itos(ctx.deps["vocab"])
+
+    # data ------------------------------------------------------------
+    val_iter: Callable[[], Iterator[Any]]
+    if obj.data == "text":
+        enc = Path(ctx.deps["vocab"]) / "encoded.parquet"
+        stream = TextStream(enc, "train", tp.batch_size, tp.max_len, tp.seed)
+        try:
+            val = TextStream(enc, "val", tp.batch_size, tp.max_len, tp.seed)
+            val_iter = lambda: val.ordered(max_batches=20)  # noqa: E731
+        except ValueError:
+            ctx.log.warning("%s: no 'val' sentences in %s; no held-out XE", name, enc)
+            val_iter = lambda: iter(())  # noqa: E731
+        image_dim, new_batches = 0, stream.batches
+    else:
+        cp = ctx.params.concepts
+        kw = dict(prepared=ctx.deps["prepared"], concepts=ctx.deps["concepts"], features=ctx.deps["features"],
+                  itos=itos, threshold=cp.score_threshold, max_per_image=cp.max_per_image)
+        images = ImageSet(split="train", **kw)
+        ctx.log.info("%s: %d training images with concepts and features", name, len(images))
+        val_images = ImageSet(split="val", **kw)
+        val_iter = lambda: val_images.ordered(tp.batch_size, max_batches=20)  # noqa: E731
+        image_dim = images.dim
+        new_batches = lambda start: images.batches(tp.batch_size, tp.seed, start)  # noqa: E731
+
+    # model, optimiser, resume ----------------------------------------
+    model = build_model(ctx, len(itos), image_dim).to(device)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=tp.lr)
+    fp = fingerprint(ctx)
+    last_path = out_dir / "last.pt"
+    step, rows, best = 0, [], None
+    elapsed_prev, seen_prev = 0.0, 0
+    if last_path.exists() and not getattr(args, "fresh", False):
+        last = torch.load(last_path, map_location="cpu", weights_only=True)
+        if last.get("fingerprint") == fp:
+            model.load_state_dict(last["model"]["state_dict"])
+            opt.load_state_dict(last["optimizer"])
+            step, rows, best = int(last["step"]), list(last["rows"]), last.get("best")
+            elapsed_prev, seen_prev = float(last.get("elapsed", 0.0)), int(last.get("seen", 0))
+            _set_rng_state(last["rng"])
+            ctx.log.info("%s: resuming from %s at step %d", name, last_path, step)
+        else:
+            ctx.log.info("%s: %s is from other params/init; starting over", name, last_path)
+    ctx.log.info("%s: %s on %s, %d parameters, %d steps x %d", name, ctx.variant, device,
+                 model.param_count(), tp.steps, tp.batch_size)
+
+    use_bf16 = bool(getattr(args, "bf16", False)) and device.type == "cuda"
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
+
+    def evaluate() -> dict[str, float]:
+        model.eval()
+        tot: dict[str, float] = {}
+        n = 0
+        with torch.no_grad(), autocast():
+            for b in val_iter():
+                b = b.to(device)
+                if obj.data == "text":
+                    _, comp = text_objective(model, b, None)
+                else:
+                    _, comp = obj.compute(ctx, model, b, tp)
+                for k, v in comp.items():
+                    tot[k] = tot.get(k, 0.0) + float(v) * len(b)
+                n += len(b)
+        model.train()
+        return {k: v / n for k, v in tot.items()} if n else {}
+
+    def save_last() -> None:
+        save_torch(last_path, {"model": model.checkpoint(), "optimizer": opt.state_dict(), "step": step,
+                               "rows": rows, "rng": _rng_state(), "fingerprint": fp, "best": best,
+                               "elapsed": elapsed_prev + (time.perf_counter() - t0), "seen": seen})
+
+    def eval_and_select() -> None:
+        nonlocal best
+        ev = evaluate()
+        if ev:
+            val_loss = ev["xe"] if obj.data == "text" else ev["rank"] + (ctx.entry.gamma if name == "train_i" else 0) * ev["rec"]
+            rows.append([step, "val", val_loss, *(ev.get(c) for c in obj.columns)])
+            ctx.log.info("%s step %d: val %s", name, step, " ".join(f"{k}={v:.4f}" for k, v in ev.items()))
+        if select is not None:
+            score = float(select(model, step))
+            if best is None or score > best["score"]:
+                best = {"score": score, "step": step, "checkpoint": model.checkpoint(stage=name, step=step)}
+            ctx.log.info("%s step %d: selection score %.4f (best %.4f @ %d)", name, step, score, best["score"], best["step"])
+
+    model.train()
+    t0, seen = time.perf_counter(), seen_prev
+    batches = new_batches(step)
+    bar = progress(total=tp.steps, initial=step, desc=name)
+    last_loss = float("nan")
+    while step < tp.steps:
+        batch = next(batches).to(device)
+        with autocast():
+            loss, comp = obj.compute(ctx, model, batch, tp)
+        loss_value = float(loss.detach())
+        if not math.isfinite(loss_value):
+            raise NonFiniteLoss(f"{name}: loss is {loss_value} at step {step + 1} "
+                                f"({', '.join(f'{k}={float(v.detach()):.4g}' for k, v in comp.items())}); "
+                                f"try a lower learning rate (params: {name}.lr = {tp.lr})")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tp.clip)
+        opt.step()
+        step += 1
+        seen += len(batch)
+        last_loss = loss_value
+        rows.append([step, "train", last_loss, *(float(comp[c].detach()) if c in comp else None for c in obj.columns)])
+        bar.update(1)
+        if step % tp.eval_every == 0 or step == tp.steps:
+            eval_and_select()
+        if step % tp.checkpoint_every == 0 or step == tp.steps:
+            save_last()
+    bar.close()
+    elapsed = elapsed_prev + time.perf_counter() - t0
+
+    # outputs ---------------------------------------------------------
+    final = model.checkpoint(stage=name, step=step, variant=ctx.variant or "r2m", dataset=ctx.dataset or "")
+    if best is not None:
+        final = {**best["checkpoint"], "variant": ctx.variant or "r2m", "dataset": ctx.dataset or ""}
+    save_torch(out_dir / "model.pt", final)
+    ctx.save_params(out_dir)
+    _write_loss(Path(ctx.outs["loss"]), obj.columns, rows)
+    train_rows = [r for r in rows if r[1] == "train"]
+    val_rows = [r for r in rows if r[1] == "val"]
+    metrics = {
+        "stage": name, "variant": ctx.variant, "steps": step,
+        "train_loss": last_loss if train_rows else None,
+        "train_loss_last10": (sum(r[2] for r in train_rows[-10:]) / len(train_rows[-10:])) if train_rows else None,
+        "val_loss": val_rows[-1][2] if val_rows else None,
+        "val_xe": (val_rows[-1][3] if val_rows and obj.data == "text" else None),
+        "sentences_per_s" if obj.data == "text" else "images_per_s": (seen / elapsed) if elapsed > 0 else None,
+        "wall_s": elapsed, "device": str(device), "parameters": model.param_count(),
+        "selected_step": best["step"] if best else None, "selected_score": best["score"] if best else None,
+    }
+    metrics = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+    write_json(Path(ctx.outs["metrics"]), metrics)
+    if obj.data == "image":
+        images.close()
+        val_images.close()
+    ctx.log.info("%s: done, %d steps in %.1f s", name, step, elapsed)
+    return metrics
