@@ -48,7 +48,7 @@ OBJECTS: tuple[ObjectKind, ...] = (
     ObjectKind("Boat", "boat", "boats", (245, 245, 245), "white", "trapezoid"),
     ObjectKind("Chair", "chair", "chairs", (150, 75, 160), "purple", "chair"),
     ObjectKind("Bicycle", "bicycle", "bicycles", (0, 170, 170), "teal", "two_circles"),
-    ObjectKind("Umbrella", "umbrella", "umbrellas", (255, 120, 0), "orange", "half_circle"),
+    ObjectKind("Umbrella", "umbrella", "umbrellas", (255, 120, 0), "amber", "half_circle"),
 )
 PLACES = ("field", "street", "park", "room", "yard", "garden", "beach", "city")
 TEMPLATES: dict[int, tuple[str, ...]] = {  # {a} {b} {c}: noun phrases with their article

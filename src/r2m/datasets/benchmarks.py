@@ -1,0 +1,377 @@
+"""The paper's three benchmarks: ``coco_shutterstock``, ``flickr30k_coco`` and ``coco_gcc``.
+
+Each recipe (1) makes sure its raw sources are present under the raw folder — downloading the
+public ones (resumable, checksum-verified when a checksum is known) and extracting archives — and
+(2) converts them into the prepared files:
+
+* images + references: the Karpathy split file (``dataset_coco.json`` / ``dataset_flickr30k.json``;
+  ``restval`` counts as ``train``), every ``val``/``test`` image with its raw sentences;
+* corpus: Shutterstock sentences (text, one per line), MSCOCO ``captions_train2014.json`` captions,
+  or Google Conceptual Captions (TSV ``caption<TAB>url``) kept only when a sentence mentions a
+  COCO-80 class.
+
+Catalog options: ``raw_dir`` (default ``data/raw``; each source lives in its own sub-folder, e.g.
+``data/raw/coco``, so MSCOCO is shared by two benchmarks), ``download`` (default true) and
+``paths`` (a mapping source key -> existing file/folder, to use data already on disk elsewhere).
+When a source is missing and cannot be downloaded, the error lists every file to place and where.
+Image paths in ``images.parquet`` are under ``raw_dir`` (repository-root relative unless absolute).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from r2m.datasets.base import RECIPES, option, references_json, write_prepared
+from r2m.params import DatasetEntry
+from r2m.text.corpus import CorpusError, read_lines
+from r2m.utils.registry import Registry
+
+Fetcher = Callable[[str, Path, logging.Logger], None]
+
+
+class MissingDataError(FileNotFoundError):
+    """Raw data absent and not downloadable; the message says what to put where."""
+
+
+class ChecksumError(ValueError):
+    """A file's checksum differs from the declared one."""
+
+
+# --------------------------------------------------------------------------- sources
+@dataclass(frozen=True)
+class Source:
+    key: str
+    target: str  # file or folder (relative to raw_dir) the converters read
+    url: str | None = None  # None: cannot be downloaded automatically
+    archive: str | None = None  # downloaded file (relative to raw_dir) that holds ``target``
+    member: str | None = None  # file name or folder prefix inside ``archive``
+    md5: str | None = None  # of the downloaded file (archive, or target when no archive)
+    sha256: str | None = None
+    how: str = ""  # how to obtain it by hand
+
+    @property
+    def download_file(self) -> str:
+        return self.archive or self.target
+
+
+SOURCES: Registry[Source] = Registry("raw source")
+_KARPATHY_URL = "https://cs.stanford.edu/people/karpathy/deepimagesent/caption_datasets.zip"
+_KARPATHY_HOW = f"Karpathy split archive {_KARPATHY_URL} (checksum not published: not verified)"
+for _src in (
+    # checksum of caption_datasets.zip is not published anywhere we could check: left None (honest placeholder)
+    Source("karpathy_coco", "karpathy/dataset_coco.json", _KARPATHY_URL, "karpathy/caption_datasets.zip",
+           "dataset_coco.json", how=_KARPATHY_HOW),
+    Source("karpathy_flickr30k", "karpathy/dataset_flickr30k.json", _KARPATHY_URL, "karpathy/caption_datasets.zip",
+           "dataset_flickr30k.json", how=_KARPATHY_HOW),
+    # MD5s of the official MSCOCO 2014 archives (as published and widely used by dataset loaders)
+    Source("coco_train2014", "coco/train2014", "http://images.cocodataset.org/zips/train2014.zip",
+           "coco/train2014.zip", "train2014/", md5="0da8c0bd3d6becc4dcb32757491aca88",
+           how="MSCOCO 2014 train images (train2014.zip, 13 GB) from https://cocodataset.org"),
+    Source("coco_val2014", "coco/val2014", "http://images.cocodataset.org/zips/val2014.zip",
+           "coco/val2014.zip", "val2014/", md5="a3d79f5ed8d289b7a7554ce06a5782b3",
+           how="MSCOCO 2014 val images (val2014.zip, 6 GB) from https://cocodataset.org"),
+    Source("coco_captions", "coco/annotations/captions_train2014.json",
+           "http://images.cocodataset.org/annotations/annotations_trainval2014.zip",
+           "coco/annotations_trainval2014.zip", "annotations/captions_train2014.json",
+           md5="0a379cfc70b0e71301e0f377548639bd",
+           how="MSCOCO 2014 annotations (annotations_trainval2014.zip) from https://cocodataset.org"),
+    Source("flickr30k_images", "flickr30k/flickr30k-images",
+           how="Flickr30k images (flickr30k-images/*.jpg); request them via the form at "
+               "https://shannon.cs.illinois.edu/DenotationGraph/ and unpack the folder here"),
+    Source("shutterstock", "shutterstock/sentences.txt",
+           how="the Shutterstock corpus released with UC-GAN (Feng et al., CVPR 2019; Google Drive link in "
+               "github.com/fengyang0317/unsupervised_captioning, mirrors in its issues), converted to UTF-8 "
+               "text with one sentence per line"),
+    Source("gcc_train", "gcc/Train_GCC-training.tsv",
+           how="Google Conceptual Captions training TSV (caption<TAB>url) from "
+               "https://ai.google.com/research/ConceptualCaptions/download (checksum not published)"),
+):
+    SOURCES.register(_src.key)(_src)
+
+
+def file_digest(path: Path, algo: str, chunk: int = 1 << 20) -> str:
+    h = hashlib.new(algo)
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify(path: Path, source: Source) -> str:
+    """Check ``path`` against the source's checksums; returns ``'md5'``/``'sha256'``/``'none'`` (unknown)."""
+    checked = "none"
+    for algo in ("sha256", "md5"):
+        expected = getattr(source, algo)
+        if not expected:
+            continue
+        actual = file_digest(path, algo)
+        if actual != expected.lower():
+            raise ChecksumError(f"{path}: {algo} mismatch for {source.key}: expected {expected}, got {actual}; "
+                                "delete the file and run again")
+        checked = algo
+    return checked
+
+
+def fetch_url(url: str, dest: Path, log: logging.Logger, timeout: float = 60.0) -> None:
+    """Download ``url`` into ``dest``, resuming a partial ``dest`` with an HTTP Range request."""
+    import urllib.request
+
+    have = dest.stat().st_size if dest.exists() else 0
+    req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - declared https/http sources
+        mode = "ab" if have and resp.status == 206 else "wb"
+        log.info("downloading %s -> %s (%s)", url, dest, "resuming" if mode == "ab" else "from the start")
+        with open(dest, mode) as fh:
+            shutil.copyfileobj(resp, fh, 1 << 20)
+
+
+def _extract(archive: Path, member: str, target: Path) -> None:
+    """Extract one file, or every file under a folder prefix, from a zip into ``target`` atomically."""
+    with zipfile.ZipFile(archive) as zf:
+        names = zf.namelist()
+        if member.endswith("/"):
+            wanted = [n for n in names if n.startswith(member) and not n.endswith("/")]
+        else:
+            wanted = [n for n in names if n == member or n.endswith("/" + member)][:1]
+        if not wanted:
+            raise ValueError(f"{archive}: has no member {member!r}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            for name in wanted:
+                zf.extract(name, tmp)
+            found = tmp / (member.rstrip("/") if member.endswith("/") else wanted[0])
+            os.replace(found, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure_source(source: Source, raw: Path, fetcher: Fetcher | None, log: logging.Logger,
+                  override: str | None = None) -> tuple[Path, str]:
+    """Return ``(path, checked)`` for the source's target, downloading/extracting as needed.
+
+    Raises :class:`MissingDataError` when it is absent and cannot be fetched."""
+    if override:
+        path = Path(override).expanduser()
+        if not path.exists():
+            raise MissingDataError(f"paths.{source.key}: {path} does not exist")
+        return path, "user"
+    target = raw / source.target
+    if target.exists():
+        return target, "present"
+    dl = raw / source.download_file
+    checked = "present"
+    if not dl.exists():
+        if source.url is None or fetcher is None:
+            raise MissingDataError(_missing_message([source], raw))
+        dl.parent.mkdir(parents=True, exist_ok=True)
+        part = dl.with_name(dl.name + ".part")
+        try:
+            fetcher(source.url, part, log)
+        except OSError as err:
+            raise MissingDataError(f"download of {source.url} failed ({err}).\n" + _missing_message([source], raw)) from None
+        try:
+            checked = verify(part, source)
+        except ChecksumError:
+            part.unlink(missing_ok=True)
+            raise
+        os.replace(part, dl)
+    else:
+        checked = verify(dl, source)
+    if source.archive:
+        assert source.member is not None
+        log.info("extracting %s from %s", source.member, dl)
+        _extract(dl, source.member, target)
+    return target, checked
+
+
+def _missing_message(sources: list[Source], raw: Path) -> str:
+    lines = ["raw data missing; place these files (or set the entry's `paths`), then run prepare again:"]
+    for s in sources:
+        alt = f" (or its archive {raw / s.archive})" if s.archive else ""
+        lines.append(f"  - {raw / s.target}{alt}: {s.how or s.url}")
+    return "\n".join(lines)
+
+
+def ensure_sources(keys: list[str], raw: Path, fetcher: Fetcher | None, log: logging.Logger,
+                   overrides: dict[str, str] | None = None) -> dict[str, tuple[Path, str]]:
+    """Ensure every source; one :class:`MissingDataError` lists all that are missing."""
+    got, missing = {}, []
+    overrides = overrides or {}
+    for key in keys:
+        source = SOURCES.get(key)
+        try:
+            got[key] = ensure_source(source, raw, fetcher, log, overrides.get(key))
+        except MissingDataError as err:
+            if key in overrides:
+                raise
+            log.warning("%s", str(err).splitlines()[0])
+            missing.append(source)
+    if missing:
+        raise MissingDataError(_missing_message(missing, raw))
+    return got
+
+
+# --------------------------------------------------------------------------- converters
+KARPATHY_SPLITS = {"train": "train", "restval": "train", "val": "val", "test": "test"}
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
+
+
+def convert_karpathy(split_file: Path, image_root: Path) -> tuple[Any, dict[str, Any]]:
+    """Karpathy split JSON -> (images DataFrame, COCO references JSON for val/test images).
+
+    Image ids: ``cocoid`` when present (MSCOCO), else the file stem (Flickr30k). Paths:
+    ``image_root/filepath/filename`` (``filepath`` only in the MSCOCO file)."""
+    import pandas as pd
+
+    data = _load_json(split_file)
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise ValueError(f"{split_file}: expected a Karpathy split file with an 'images' list")
+    rows, ref_images, captions = [], [], {}
+    for i, img in enumerate(data["images"]):
+        try:
+            filename, raw_split, sentences = img["filename"], img["split"], img["sentences"]
+        except (KeyError, TypeError):
+            raise ValueError(f"{split_file}: images[{i}] lacks 'filename', 'split' or 'sentences'") from None
+        if raw_split not in KARPATHY_SPLITS:
+            raise ValueError(f"{split_file}: images[{i}] ({filename}): unknown split {raw_split!r}")
+        image_id = str(img["cocoid"]) if "cocoid" in img else Path(filename).stem
+        split = KARPATHY_SPLITS[raw_split]
+        rel = Path(img["filepath"]) / filename if img.get("filepath") else Path(filename)
+        rows.append({"image_id": image_id, "path": str(image_root / rel), "split": split})
+        if split != "train":
+            try:
+                caps = [s["raw"].strip() for s in sentences]
+            except (KeyError, TypeError, AttributeError):
+                raise ValueError(f"{split_file}: images[{i}] ({filename}): sentences need a 'raw' string") from None
+            ref_images.append({"id": image_id, "file_name": filename, "split": split})
+            captions[image_id] = caps
+    df = pd.DataFrame(rows, columns=["image_id", "path", "split"])
+    if df["image_id"].duplicated().any():
+        dup = df.loc[df["image_id"].duplicated(), "image_id"].iloc[0]
+        raise ValueError(f"{split_file}: image id {dup!r} appears twice")
+    return df, references_json(ref_images, captions)
+
+
+def coco_caption_lines(path: Path) -> Iterator[str]:
+    """Captions of a COCO caption-annotation file, in file order."""
+    data = _load_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("annotations"), list):
+        raise ValueError(f"{path}: expected COCO caption JSON with an 'annotations' list")
+    for i, ann in enumerate(data["annotations"]):
+        cap = ann.get("caption") if isinstance(ann, dict) else None
+        if not isinstance(cap, str):
+            raise ValueError(f"{path}: annotations[{i}] has no 'caption' string")
+        if cap.strip():
+            yield " ".join(cap.split())
+
+
+def text_lines(path: Path) -> Iterator[str]:
+    """Non-empty lines of a UTF-8 text corpus (bad UTF-8 raises, naming file and line)."""
+    for _, text in read_lines(path):
+        yield text
+
+
+def gcc_lines(path: Path, dictionary: str = "coco80") -> Iterator[str]:
+    """Captions of a GCC TSV (``caption<TAB>url``) that mention a class of ``dictionary``."""
+    from r2m.text.dictionary import load_dictionary
+    from r2m.text.tokenize import tokenize
+
+    d = load_dictionary(dictionary)
+    for lineno, text in read_lines(path):
+        caption, tab, _url = text.partition("\t")
+        if not tab:
+            raise CorpusError(f"{path}:{lineno}: expected 'caption<TAB>url'")
+        caption = caption.strip()
+        if caption and d.sentence_concepts(tokenize(caption)):
+            yield caption
+
+
+# a corpus converter: (path of its source) -> lines
+CORPUS_CONVERTERS: Registry[Callable[[Path], Iterator[str]]] = Registry("corpus converter")
+CORPUS_CONVERTERS.register("text")(text_lines)
+CORPUS_CONVERTERS.register("coco_captions")(coco_caption_lines)
+CORPUS_CONVERTERS.register("gcc")(gcc_lines)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    split_source: str  # Karpathy split file
+    image_sources: tuple[str, ...]  # folders the split's images live in
+    image_root: str  # folder (relative to raw_dir) the split's filepath/filename are under
+    corpus_source: str
+    corpus_converter: str
+
+    @property
+    def sources(self) -> list[str]:
+        return [self.split_source, *self.image_sources, self.corpus_source]
+
+
+BENCHMARKS: Registry[Benchmark] = Registry("benchmark")
+for _b in (
+    Benchmark("coco_shutterstock", "karpathy_coco", ("coco_train2014", "coco_val2014"), "coco", "shutterstock", "text"),
+    Benchmark("flickr30k_coco", "karpathy_flickr30k", ("flickr30k_images",), "flickr30k/flickr30k-images",
+              "coco_captions", "coco_captions"),
+    Benchmark("coco_gcc", "karpathy_coco", ("coco_train2014", "coco_val2014"), "coco", "gcc_train", "gcc"),
+):
+    BENCHMARKS.register(_b.name)(_b)
+
+
+def prepare_benchmark(name: str, entry: DatasetEntry, out: Path, log: logging.Logger,
+                      fetcher: Fetcher | None = None) -> dict[str, Any]:
+    """Ensure the raw sources (``fetcher`` None: never download) and write the prepared files."""
+    bench = BENCHMARKS.get(name)
+    raw = Path(str(option(entry, "raw_dir", "data/raw"))).expanduser()
+    overrides = {str(k): str(v) for k, v in (option(entry, "paths", {}) or {}).items()}
+    unknown = sorted(set(overrides) - set(bench.sources))
+    if unknown:
+        raise ValueError(f"catalog entry (kind {name}): paths: unknown source(s) {unknown}; known: {bench.sources}")
+    if not option(entry, "download", True):
+        fetcher = None
+    got = ensure_sources(bench.sources, raw, fetcher, log, overrides)
+    image_root = raw / bench.image_root
+    first = bench.image_sources[0]
+    if first in overrides:
+        # a user-supplied image folder: MSCOCO's split file names "train2014/…" (its parent is the
+        # root); Flickr30k's names bare files (the folder itself is the root)
+        folder = got[first][0]
+        image_root = folder.parent if bench.image_root == "coco" else folder
+    images, refs = convert_karpathy(got[bench.split_source][0], image_root)
+    lines = CORPUS_CONVERTERS.get(bench.corpus_converter)(got[bench.corpus_source][0])
+    manifest = {
+        "recipe": name,
+        "raw_dir": str(raw),
+        "sources": {k: {"path": str(p), "checked": c, "url": SOURCES.get(k).url} for k, (p, c) in got.items()},
+    }
+    manifest = write_prepared(out, images, refs, lines, manifest)
+    log.info("%s: %s images, %d references, %d sentences", name, manifest["n_images"],
+             manifest["n_references"], manifest["n_sentences"])
+    return manifest
+
+
+def _register(name: str) -> None:
+    @RECIPES.register(name)
+    def recipe(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
+        return prepare_benchmark(name, entry, out, log, fetcher=fetch_url)
+
+
+for _name in BENCHMARKS.names():
+    _register(_name)

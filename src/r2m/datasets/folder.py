@@ -1,0 +1,149 @@
+"""``folder``: bring your own images, (optional) COCO references and a text corpus.
+
+Catalog entry keys::
+
+    my_photos:
+      kind: folder
+      images: path/to/images        # a directory, searched recursively for image files
+      corpus: path/to/corpus.txt    # UTF-8, one sentence per line
+      references: path/to/refs.json # optional, COCO caption-annotation JSON
+      val_fraction: 0.0             # optional: share of the referenced images used for validation
+
+Image ids are the file stems, except for images named in the references JSON (matched by its
+``file_name``, as a path relative to ``images`` or a bare file name), which keep the JSON's ids.
+Referenced images are the evaluation images (``test``; a deterministic ``val_fraction`` of them
+``val``), all others ``train``. Paths in ``images.parquet`` are ``images``/relative path, i.e. as
+the entry gives the folder (relative to the repository root, or absolute).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from r2m.datasets.base import RECIPES, option, references_json, write_prepared
+from r2m.params import DatasetEntry
+from r2m.text.corpus import read_lines
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"})
+
+
+def list_images(folder: Path) -> list[Path]:
+    """Image files under ``folder`` (recursive, sorted, relative to ``folder``)."""
+    return sorted(p.relative_to(folder) for p in folder.rglob("*")
+                  if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def _path_option(entry: DatasetEntry, key: str, required: bool, want_dir: bool = False) -> Path | None:
+    value = option(entry, key, None, required=required)
+    if value is None:
+        return None
+    path = Path(str(value)).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"catalog entry (kind folder): {key}: {path} does not exist")
+    if want_dir != path.is_dir():
+        raise ValueError(f"catalog entry (kind folder): {key}: {path} must be a {'directory' if want_dir else 'file'}")
+    return path
+
+
+def load_references(path: Path) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """``(images, captions)`` from a COCO caption JSON; errors name the file and record."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
+            or not isinstance(data.get("annotations"), list):
+        raise ValueError(f"{path}: expected COCO caption JSON with 'images' and 'annotations' lists")
+    images = []
+    for i, img in enumerate(data["images"]):
+        if not isinstance(img, dict) or "id" not in img or not img.get("file_name"):
+            raise ValueError(f"{path}: images[{i}] needs 'id' and 'file_name'")
+        images.append({"id": str(img["id"]), "file_name": str(img["file_name"])})
+    known = {img["id"] for img in images}
+    captions: dict[str, list[str]] = {}
+    for i, ann in enumerate(data["annotations"]):
+        if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
+            raise ValueError(f"{path}: annotations[{i}] needs 'image_id' and a 'caption' string")
+        image_id = str(ann["image_id"])
+        if image_id not in known:
+            raise ValueError(f"{path}: annotations[{i}]: image_id {image_id!r} is not in 'images'")
+        captions.setdefault(image_id, []).append(ann["caption"].strip())
+    return images, captions
+
+
+def is_val(image_id: str, fraction: float) -> bool:
+    """Deterministic choice of validation images (hash of the id)."""
+    h = int.from_bytes(hashlib.sha1(image_id.encode()).digest()[:8], "big")
+    return h / 2**64 < fraction
+
+
+def _matcher(files: list[Path]) -> Any:
+    """``file_name -> file``: exact relative path first, else a unique bare file name."""
+    by_rel = {f.as_posix(): f for f in files}
+    by_name: dict[str, list[Path]] = {}
+    for f in files:
+        by_name.setdefault(f.name, []).append(f)
+
+    def match(file_name: str) -> Path | None:
+        if file_name in by_rel:
+            return by_rel[file_name]
+        hits = by_name.get(Path(file_name).name, [])
+        return hits[0] if len(hits) == 1 else None
+
+    return match
+
+
+def _corpus(path: Path) -> Iterator[str]:
+    for _, text in read_lines(path):
+        yield text
+
+
+@RECIPES.register("folder")
+def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
+    import pandas as pd
+
+    images_dir = _path_option(entry, "images", True, want_dir=True)
+    corpus = _path_option(entry, "corpus", True)
+    refs_path = _path_option(entry, "references", False)
+    val_fraction = float(option(entry, "val_fraction", 0.0))
+    if not 0 <= val_fraction < 1:
+        raise ValueError(f"catalog entry (kind folder): val_fraction must be in [0, 1), got {val_fraction}")
+    assert images_dir is not None and corpus is not None
+    files = list_images(images_dir)
+    if not files:
+        raise FileNotFoundError(f"catalog entry (kind folder): images: no image files under {images_dir}")
+
+    ref_images, captions = load_references(refs_path) if refs_path else ([], {})
+    ids: dict[Path, str] = {}
+    split: dict[Path, str] = {}
+    match = _matcher(files)
+    for img in ref_images:
+        f = match(img["file_name"])
+        if f is None:
+            raise FileNotFoundError(f"{refs_path}: image {img['id']!r}: file_name {img['file_name']!r} "
+                                    f"not found (or ambiguous) under {images_dir}")
+        ids[f] = img["id"]
+        split[f] = "val" if is_val(img["id"], val_fraction) else "test"
+    seen: dict[str, Path] = {}
+    rows = []
+    for f in files:
+        image_id = ids.get(f, f.stem)
+        if image_id in seen:
+            raise ValueError(f"{images_dir}: image id {image_id!r} used by both {seen[image_id]} and {f}; "
+                             "rename one file (ids are file stems)")
+        seen[image_id] = f
+        rows.append({"image_id": image_id, "path": str(images_dir / f), "split": split.get(f, "train")})
+    df = pd.DataFrame(rows)
+    eval_images = [{"id": r["image_id"], "file_name": Path(r["path"]).name, "split": r["split"]}
+                   for r in rows if r["split"] != "train"]
+    refs = references_json(eval_images, captions)
+    manifest = {"recipe": "folder", "sources": {"images": str(images_dir), "corpus": str(corpus),
+                                                "references": str(refs_path) if refs_path else None}}
+    manifest = write_prepared(out, df, refs, _corpus(corpus), manifest)
+    log.info("folder: %s images, %d sentences", manifest["n_images"], manifest["n_sentences"])
+    return manifest
