@@ -1,0 +1,162 @@
+"""The embedded ``demo`` dataset: real photos that ship inside installed Python packages.
+
+Nothing is downloaded and no photo is committed. ``data/demo/photos.yaml`` names each photo by
+package and resource path plus its sha256; the recipe copies the bytes into
+``<prepared>/images/<id>.<ext>`` after checking the checksum, writes the hand-written references
+(``data/demo/references.json``, five per photo) for the ``test`` split and copies the committed
+caption-style corpus (``data/demo/corpus.txt``, made by ``scripts/make_demo_corpus.py``).
+
+The image-side training stages need unpaired *training* images; the demo is tiny and transductive,
+so each photo also gets a ``train`` copy ``images/<id>_train.jpg``: flipped left-right and
+cropped by a few per cent. No caption of a training image is ever used.
+
+Image paths in ``images.parquet`` are relative to the prepared folder (``images/chelsea.png``).
+
+Catalog options (all optional): ``source_dir`` (folder holding photos.yaml, references.json,
+corpus.txt; default ``data/demo`` of the repository), ``train_copies`` (bool, default true),
+``crop`` (fraction cut from each side of the train copy, default 0.04).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.resources
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from r2m.datasets.base import RECIPES, option, references_json, write_prepared
+from r2m.params import DatasetEntry
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_SOURCE = "data/demo"  # relative to the working directory, else to the repository
+
+
+class ChecksumError(ValueError):
+    """A photo's bytes differ from the sha256 recorded in photos.yaml."""
+
+
+def load_photos(source: Path) -> list[dict[str, Any]]:
+    """The photo records of ``photos.yaml``, validated (clear errors naming the record)."""
+    import yaml
+
+    path = source / "photos.yaml"
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"demo dataset: missing {path}") from None
+    photos = (doc or {}).get("photos")
+    if not isinstance(photos, list) or not photos:
+        raise ValueError(f"{path}: expected a non-empty list under 'photos'")
+    seen: set[str] = set()
+    for i, p in enumerate(photos):
+        missing = [k for k in ("id", "package", "resource", "sha256") if not p.get(k)]
+        if missing:
+            raise ValueError(f"{path}: photo #{i + 1} lacks {missing}")
+        if p["id"] in seen:
+            raise ValueError(f"{path}: duplicate photo id {p['id']!r}")
+        seen.add(p["id"])
+    return photos
+
+
+def _package_version(package: str) -> str:
+    dist = {"skimage": "scikit-image", "sklearn": "scikit-learn"}.get(package.split(".")[0], package.split(".")[0])
+    try:
+        return f"{dist} {importlib.metadata.version(dist)}"
+    except importlib.metadata.PackageNotFoundError:
+        return f"{dist} (version unknown)"
+
+
+def read_photo(photo: dict[str, Any]) -> bytes:
+    """The photo's bytes out of its installed package, checked against its sha256."""
+    pid, pkg, res = photo["id"], photo["package"], photo["resource"]
+    try:
+        root = importlib.resources.files(pkg)
+    except ModuleNotFoundError:
+        raise FileNotFoundError(
+            f"demo photo {pid!r}: package {pkg!r} is not installed (install the project's 'demo' extra: "
+            f"scikit-image, scikit-learn, matplotlib)"
+        ) from None
+    f = root / res
+    if not f.is_file():
+        raise FileNotFoundError(f"demo photo {pid!r}: {res!r} not found in package {pkg!r} ({_package_version(pkg)})")
+    data = f.read_bytes()
+    got = hashlib.sha256(data).hexdigest()
+    if got != str(photo["sha256"]).lower():
+        raise ChecksumError(
+            f"demo photo {pid!r} ({pkg}/{res}, {_package_version(pkg)}): sha256 {got} does not match "
+            f"photos.yaml {photo['sha256']}"
+        )
+    return data
+
+
+def train_copy(src: Path, dst: Path, crop: float) -> None:
+    """A horizontally flipped, slightly cropped RGB JPEG of ``src``."""
+    from PIL import Image, ImageOps
+
+    with Image.open(src) as im:
+        im = ImageOps.mirror(im.convert("RGB"))
+        w, h = im.size
+        dx, dy = int(round(w * crop)), int(round(h * crop))
+        im = im.crop((dx, dy, w - dx, h - dy))
+        im.save(dst, format="JPEG", quality=92)
+
+
+@RECIPES.register("demo")
+def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dict[str, Any]:
+    import pandas as pd
+
+    source = Path(option(entry, "source_dir", DEFAULT_SOURCE))
+    if not source.is_absolute() and not source.exists() and (REPO_ROOT / source).exists():
+        source = REPO_ROOT / source
+    with_train = bool(option(entry, "train_copies", True))
+    crop = float(option(entry, "crop", 0.04))
+    if not 0.0 <= crop < 0.25:
+        raise ValueError(f"catalog option 'crop' must be in [0, 0.25), got {crop}")
+
+    photos = load_photos(source)
+    refs_path = source / "references.json"
+    try:
+        refs = json.loads(refs_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{refs_path}: line {err.lineno}: not valid JSON ({err.msg})") from None
+    missing = [p["id"] for p in photos if len(refs.get(p["id"], [])) < 1]
+    if missing:
+        raise ValueError(f"{refs_path}: no reference captions for {missing}")
+
+    img_dir = out_dir / "images"
+    img_dir.mkdir(parents=True, exist_ok=True)
+    rows, test_imgs, sources = [], [], []
+    for p in photos:
+        data = read_photo(p)
+        ext = Path(p["resource"]).suffix.lower() or ".png"
+        name = f"{p['id']}{ext}"
+        (img_dir / name).write_bytes(data)
+        rows.append({"image_id": p["id"], "path": f"images/{name}", "split": "test"})
+        test_imgs.append({"id": p["id"], "file_name": f"images/{name}", "split": "test"})
+        sources.append({"id": p["id"], "package": p["package"], "resource": p["resource"],
+                        "version": _package_version(p["package"]), "sha256": p["sha256"]})
+        if with_train:
+            tname = f"{p['id']}_train.jpg"
+            train_copy(img_dir / name, img_dir / tname, crop)
+            rows.append({"image_id": f"{p['id']}_train", "path": f"images/{tname}", "split": "train"})
+        log.info("demo: %s <- %s/%s (sha256 ok)", p["id"], p["package"], p["resource"])
+
+    references = references_json(test_imgs, {p["id"]: list(refs[p["id"]]) for p in photos})
+    corpus_path = source / "corpus.txt"
+    with open(corpus_path, encoding="utf-8") as fh:
+        corpus = [line.strip() for line in fh if line.strip()]
+    if not corpus:
+        raise ValueError(f"{corpus_path}: empty corpus")
+    manifest = {
+        "recipe": "demo",
+        "image_paths": "relative to the prepared folder",
+        "transductive": with_train,
+        "train_images": "flipped + cropped copies of the test photos" if with_train else None,
+        "sources": sources,
+        "corpus": {"file": str(corpus_path.name), "sha256": hashlib.sha256(corpus_path.read_bytes()).hexdigest()},
+    }
+    return write_prepared(out_dir, pd.DataFrame(rows), references, corpus, manifest)
