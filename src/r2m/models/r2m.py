@@ -368,7 +368,10 @@ class R2M(nn.Module):
         from the checkpoint are allowed only for ``image_proj``)."""
         cfg = R2MConfig.from_dict({**ckpt["config"], **overrides})
         model = cls(cfg)
-        missing, unexpected = model.load_state_dict(ckpt["state_dict"], strict=False)
+        try:
+            missing, unexpected = model.load_state_dict(ckpt["state_dict"], strict=False)
+        except RuntimeError as err:  # shape mismatches
+            raise ValueError(f"R2M checkpoint does not match the config {cfg}: {err}") from None
         bad = [k for k in missing if not k.startswith("image_proj")]
         if cfg.image_dim != ckpt["config"].get("image_dim"):
             unexpected = [k for k in unexpected if not k.startswith("image_proj")]
