@@ -215,3 +215,14 @@ def test_stages_end_to_end(tmp_path):
     s = json.loads((vdir / "stats.json").read_text())
     assert s["sentences_in"] == 150 and s["sentences_out"] < 150
     assert s["dropped_unk_train"] + s.get("dropped_unk_val", 0) == 150 - s["sentences_out"]
+
+
+def test_direct_table_matches_spacy_lookup_lemmatizer():
+    """The fast path reads the same table spaCy's lookup lemmatiser (spacy.blank('en')) uses."""
+    from r2m.text.singular import lookups_table, spacy_table
+
+    direct, via_spacy = lookups_table(), spacy_table()
+    assert len(direct) > 40_000
+    words = list(direct)[::97] + ["dogs", "women", "mice", "glasses", "buses"]
+    assert all(via_spacy.get(w) == direct.get(w) for w in words)
+    assert Singulariser(table=via_spacy).singularise(["dogs", "women", "people"]) == ["dog", "woman", "person"]

@@ -1,6 +1,9 @@
 """Singularise nouns with spaCy's lookup lemmatiser (``spacy.blank("en")`` + ``spacy-lookups-data``).
 
 No model is downloaded: the English ``lemma_lookup`` table ships in the ``spacy-lookups-data`` wheel.
+By default the table file is read directly (identical to what the lookup-mode lemmatiser of
+``spacy.blank("en")`` uses, see :func:`spacy_table`; a test checks they agree) because importing
+spaCy costs ~0.5 GB of memory and seconds of start-up in every stage.
 The table is part-of-speech blind (``building`` -> ``build``, ``is`` -> ``be``), so only plural-looking
 mappings are accepted:
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 OVERRIDES: dict[str, str] = {
@@ -33,7 +37,11 @@ OVERRIDES: dict[str, str] = {
 IRREGULAR_ENDINGS = ("men", "ren", "eeth", "eet", "ice", "eese", "xen")
 
 
-def _lemma_table() -> Any:
+def spacy_table() -> Any:
+    """The table through spaCy itself: ``spacy.blank("en")`` + the lookup-mode lemmatiser.
+
+    Importing spaCy pulls in thinc (and torch when installed): ~0.5 GB and a few seconds, so the
+    default path, :func:`lookups_table`, reads the same file without spaCy."""
     import spacy
 
     nlp = spacy.blank("en")
@@ -48,10 +56,26 @@ def _lemma_table() -> Any:
     return lemmatizer.lookups.get_table("lemma_lookup")
 
 
+def lookups_table() -> dict[str, str]:
+    """``en_lemma_lookup`` read straight from the ``spacy-lookups-data`` wheel (what spaCy loads)."""
+    import gzip
+    import json
+
+    try:
+        import spacy_lookups_data
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise RuntimeError("install `spacy-lookups-data` for the English lemma table") from err
+    path = Path(spacy_lookups_data.__file__).parent / "data" / "en_lemma_lookup.json.gz"
+    if not path.exists():  # pragma: no cover - a future layout: go through spaCy
+        return spacy_table()
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 @lru_cache(maxsize=1)
 def shared_table() -> Any:
     """The English lemma table (loaded once per process, about 40k entries)."""
-    return _lemma_table()
+    return lookups_table()
 
 
 def _accept(word: str, lemma: str | None) -> bool:
