@@ -29,25 +29,16 @@ class BadImage(Exception):
 
 
 # ----------------------------------------------------------------------------- paths
-def resolve_path(path: str | Path, prepared_dir: str | Path | None = None, root: str | Path = ".") -> Path:
-    """Where an ``images.parquet`` path points to.
+def resolve_path(path: str | Path, prepared_dir: str | Path, root: str | Path = ".") -> Path:
+    """Where an ``images.parquet`` path points (``r2m.datasets.base.resolve_image_path``: absolute,
+    else under the prepared folder, else under the repository root); ``root`` anchors the last case
+    when a stage runs with a root other than the working directory."""
+    from r2m.datasets.base import resolve_image_path
 
-    Uses ``r2m.datasets.base.resolve_image_path`` when the datasets package provides it; otherwise
-    an absolute path is taken as is and a relative one is looked up under the prepared folder
-    first, then under the repository root (the contract in ``docs/ARCHITECTURE.md``).
-    """
-    try:
-        from r2m.datasets.base import resolve_image_path  # type: ignore[attr-defined]
-    except ImportError:
-        resolve_image_path = None
-    if resolve_image_path is not None and prepared_dir is not None:
-        return Path(resolve_image_path(Path(prepared_dir), str(path)))
-    p = Path(path)
-    if p.is_absolute():
-        return p
-    if prepared_dir is not None and (Path(prepared_dir) / p).exists():
-        return Path(prepared_dir) / p
-    return Path(root) / p
+    p = Path(resolve_image_path(Path(prepared_dir), str(path)))
+    if not p.exists() and not Path(path).is_absolute() and (Path(root) / path).exists():
+        return Path(root) / path
+    return p
 
 
 # ----------------------------------------------------------------------------- one image

@@ -1,0 +1,113 @@
+"""``r2m bench features``: feature-extraction throughput (images/s) per backend and device.
+
+Model-only by default (synthetic uint8 images already resized, as the loader yields them);
+``--files`` writes synthetic JPEGs first and times the whole path (decode + resize in ``--workers``
+loader processes + model), which is what the stage does. Weights do not change speed, so the
+backends that need downloaded weights run with random ones here.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BACKENDS = ("random_cnn", "inception_v3_fid", "inception_v4", "vgg16")
+RANDOM_OK = {"inception_v4": {"random_init": True}, "vgg16": {"random_init": True}}
+
+
+def _devices(arg: str) -> list[str]:
+    import torch
+
+    if arg == "auto":
+        return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    return [arg]
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench_model(backend: str, device: str, n: int, batch: int, size: int) -> dict[str, Any]:
+    import torch
+
+    from r2m.vision import features as F
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex = F.build_extractor(backend, RANDOM_OK.get(backend, {}))
+    dev = torch.device(device)
+    model = F._to_device(ex, dev)
+    g = torch.Generator().manual_seed(0)
+    h, w = ex.size
+    x = torch.randint(0, 256, (batch, 3, h, w), generator=g, dtype=torch.uint8)
+    F.features_of_batch(ex, model, x, dev)  # warm-up
+    _sync(dev)
+    t0 = time.perf_counter()
+    done = 0
+    while done < n:
+        F.features_of_batch(ex, model, x, dev)
+        done += batch
+    _sync(dev)
+    dt = time.perf_counter() - t0
+    return {"backend": backend, "device": device, "mode": "model", "images": done, "seconds": dt,
+            "images_per_s": done / dt, "input": f"{h}x{w}"}
+
+
+def bench_files(backend: str, device: str, n: int, batch: int, size: int, workers: int) -> dict[str, Any]:
+    from PIL import Image
+
+    from r2m.vision import features as F
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        files = []
+        for i in range(n):
+            arr = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            files.append(str(Path(d) / f"{i}.jpg"))
+            Image.fromarray(arr).save(files[-1], quality=90)
+        ex = F.build_extractor(backend, RANDOM_OK.get(backend, {}))
+        F.extract_arrays(ex, files[:batch], batch, device, 0, show=False)  # warm-up
+        t0 = time.perf_counter()
+        F.extract_arrays(ex, files, batch, device, workers, show=False)
+        dt = time.perf_counter() - t0
+    return {"backend": backend, "device": device, "mode": f"files(w={workers})", "images": n, "seconds": dt,
+            "images_per_s": n / dt, "input": f"{size}x{size} jpg"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from r2m.bench import parser as make_parser
+
+    p = make_parser("features", __doc__.splitlines()[0])
+    p.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated (default: {','.join(BACKENDS)})")
+    p.add_argument("--images", type=int, default=64, help="images per measurement (default 64)")
+    p.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
+    p.add_argument("--size", type=int, default=299, help="synthetic image side for --files (default 299)")
+    p.add_argument("--files", action="store_true", help="time decode + resize + model from JPEG files")
+    p.add_argument("--workers", type=int, default=0, help="loader workers with --files")
+    args = p.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    rows = []
+    print(f"# r2m bench features: {args.images} images, batch {args.batch}, torch threads {torch.get_num_threads()}")
+    print(f"{'backend':<18} {'device':<6} {'mode':<12} {'input':<12} {'images/s':>10}")
+    for device in _devices(args.device):
+        for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+            if args.files:
+                r = bench_files(backend, device, args.images, args.batch, args.size, args.workers)
+            else:
+                r = bench_model(backend, device, args.images, args.batch, args.size)
+            rows.append(r)
+            print(f"{r['backend']:<18} {r['device']:<6} {r['mode']:<12} {r['input']:<12} {r['images_per_s']:>10.1f}",
+                  flush=True)
+    return 0
