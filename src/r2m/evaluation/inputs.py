@@ -1,0 +1,116 @@
+"""Reading and validating the two evaluation inputs.
+
+- results: COCO results JSON, a list of ``{"image_id", "caption"}`` (one caption per image);
+- references: COCO caption-annotation JSON, ``{"images": [...], "annotations": [{"image_id", "caption"}]}``.
+
+Image ids are strings everywhere in r2m; integer ids in user files are accepted and normalised to
+their decimal string. Every error names the file and the record index.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from r2m.utils.io import read_json
+
+
+class EvalInputError(ValueError):
+    """Invalid evaluation input; the message names the file and the record."""
+
+
+def normalise_id(value: Any, where: str) -> str:
+    """An image id as r2m's canonical string (ints become their decimal string)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise EvalInputError(f"{where}: image_id must be a string or an integer, got {value!r}")
+    text = str(value)
+    if not text.strip():
+        raise EvalInputError(f"{where}: empty image_id")
+    return text
+
+
+def _caption(record: dict[str, Any], where: str) -> str:
+    if "caption" not in record:
+        raise EvalInputError(f"{where}: missing key 'caption'")
+    cap = record["caption"]
+    if not isinstance(cap, str):
+        raise EvalInputError(f"{where}: caption must be a string, got {type(cap).__name__}")
+    return cap
+
+
+def parse_results(data: Any, source: str = "<results>") -> dict[str, str]:
+    """``[{"image_id", "caption"}, ...]`` -> ``{image_id: caption}``; duplicates are an error."""
+    if not isinstance(data, list):
+        raise EvalInputError(
+            f"{source}: results must be a JSON list of {{image_id, caption}} records, got {type(data).__name__}"
+        )
+    out: dict[str, str] = {}
+    first_seen: dict[str, int] = {}
+    for i, rec in enumerate(data):
+        where = f"{source}: record {i}"
+        if not isinstance(rec, dict):
+            raise EvalInputError(f"{where}: expected an object {{image_id, caption}}, got {type(rec).__name__}")
+        if "image_id" not in rec:
+            raise EvalInputError(f"{where}: missing key 'image_id'")
+        image_id = normalise_id(rec["image_id"], where)
+        caption = _caption(rec, where)
+        if image_id in out:
+            raise EvalInputError(
+                f"{where}: duplicate result for image_id {image_id!r} (first at record {first_seen[image_id]}); "
+                "give exactly one caption per image"
+            )
+        out[image_id] = caption
+        first_seen[image_id] = i
+    return out
+
+
+def parse_references(data: Any, source: str = "<references>") -> dict[str, list[str]]:
+    """COCO caption annotations -> ``{image_id: [caption, ...]}`` (in file order)."""
+    if not isinstance(data, dict) or not isinstance(data.get("annotations"), list):
+        raise EvalInputError(
+            f"{source}: references must be COCO caption annotations "
+            '({"images": [...], "annotations": [{"image_id", "caption"}, ...]})'
+        )
+    images = data.get("images", [])
+    if not isinstance(images, list):
+        raise EvalInputError(f"{source}: 'images' must be a list")
+    out: dict[str, list[str]] = {}
+    for i, img in enumerate(images):
+        if not isinstance(img, dict) or "id" not in img:
+            raise EvalInputError(f"{source}: images[{i}]: expected an object with key 'id'")
+        out.setdefault(normalise_id(img["id"], f"{source}: images[{i}]"), [])
+    for i, ann in enumerate(data["annotations"]):
+        where = f"{source}: annotations[{i}]"
+        if not isinstance(ann, dict):
+            raise EvalInputError(f"{where}: expected an object {{image_id, caption}}, got {type(ann).__name__}")
+        if "image_id" not in ann:
+            raise EvalInputError(f"{where}: missing key 'image_id'")
+        out.setdefault(normalise_id(ann["image_id"], where), []).append(_caption(ann, where))
+    return out
+
+
+def match(
+    results: dict[str, str],
+    references: dict[str, list[str]],
+    results_source: str = "<results>",
+    references_source: str = "<references>",
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Restrict the references to the captioned images; every captioned image needs references."""
+    missing = [i for i in results if not references.get(i)]
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:5]) + (" …" if len(missing) > 5 else "")
+        raise EvalInputError(
+            f"{results_source}: {len(missing)} image id(s) have no reference captions in "
+            f"{references_source}: {shown}"
+        )
+    if not results:
+        raise EvalInputError(f"{results_source}: no results to evaluate")
+    return results, {i: references[i] for i in results}
+
+
+def load_results(path: str | Path) -> dict[str, str]:
+    return parse_results(read_json(path), str(path))
+
+
+def load_references(path: str | Path) -> dict[str, list[str]]:
+    return parse_references(read_json(path), str(path))

@@ -1,0 +1,109 @@
+"""The ``evaluate`` stage and the standalone ``r2m evaluate --results … --references …`` command.
+
+DAG stage: ``results/<D>/<variant>/<ckpt>/captions.json`` against ``data/<D>/prepared/references.json``
+(restricted to the captioned images) → ``eval.json`` (aggregate metrics only, for ``dvc metrics``)
+and ``eval_per_image.json`` (per-image scores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from r2m.evaluation import coco
+from r2m.evaluation.inputs import EvalInputError, load_references, load_results, match
+from r2m.utils.io import write_json
+
+log = logging.getLogger("r2m")
+
+
+def evaluate_files(
+    results_path: str | Path,
+    references_path: str | Path,
+    scorers: list[str] | tuple[str, ...] = coco.DEFAULT_SCORERS,
+    *,
+    tokenizer: str = "ptb",
+    parallel: str = "hybrid",
+    workers: int | None = None,
+    logger: logging.Logger = log,
+) -> dict[str, Any]:
+    """Validate and score two files; returns ``{"metrics", "unavailable", "images"}``."""
+    results = load_results(results_path)
+    references = load_references(references_path)
+    results, references = match(results, references, str(results_path), str(references_path))
+    logger.info("evaluating %d captions (%d references) with %s", len(results),
+                sum(len(v) for v in references.values()), ", ".join(scorers))
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", coco.MetricUnavailableWarning)
+        metrics, per_image = coco.evaluate(results, references, scorers, tokenizer=tokenizer,
+                                           parallel=parallel, workers=workers)
+    for w in caught:
+        if issubclass(w.category, coco.MetricUnavailableWarning):
+            logger.warning("%s", w.message)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    logger.info("scored in %.1f s: %s", time.perf_counter() - t0,
+                " ".join(f"{k}={'n/a' if v is None else f'{v:.4f}'}" for k, v in metrics.items()))
+    unavailable = [m for m, v in metrics.items() if v is None]
+    return {"metrics": metrics, "unavailable": unavailable, "images": per_image}
+
+
+def run(ctx) -> None:
+    """DAG stage: score one variant/checkpoint's captions."""
+    refs = ctx.deps["prepared"] / "references.json"
+    workers = ctx.runtime.workers or None
+    out = evaluate_files(ctx.deps["captions"], refs, list(ctx.params.evaluate.scorers),
+                         workers=workers, logger=ctx.log)
+    write_json(ctx.outs["metrics"], out["metrics"])
+    write_json(ctx.outs["per_image"], out)
+    ctx.save_params(ctx.outs["metrics"].parent, "eval.params.yaml")
+
+
+# --------------------------------------------------------------------------- standalone command
+def _scorer_list(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [n for n in names if n not in coco.SCORERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown scorer(s) {unknown}; choose from {coco.SCORERS.names()}")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("standalone use (without --dataset/--variant/--ckpt)")
+    g.add_argument("--results", help="COCO results JSON: [{image_id, caption}, ...]")
+    g.add_argument("--references", help="COCO caption annotations JSON ({images, annotations})")
+    g.add_argument("--out", help="write metrics + per-image scores here (JSON); default: stdout only")
+    g.add_argument("--scorers", type=_scorer_list, default=list(coco.DEFAULT_SCORERS),
+                   help=f"comma-separated subset of {','.join(coco.DEFAULT_SCORERS)} (default: all)")
+    g.add_argument("--tokenizer", choices=coco.TOKENIZERS.names(), default="ptb",
+                   help="ptb = coco-caption's PTBTokenizer (default); none = as given")
+    g.add_argument("--parallel", choices=coco.PARALLEL_MODES, default="hybrid",
+                   help="how independent scorers run side by side (default: hybrid = Java scorers in threads, Python scorers in a worker process)")
+
+
+def standalone(args: argparse.Namespace) -> int:
+    if not args.results or not args.references:
+        print("r2m evaluate: give --dataset/--variant/--ckpt (pipeline stage) or "
+              "--results RES.json --references REFS.json [--out METRICS.json]", file=sys.stderr)
+        return 2
+    from r2m.pipeline.context import setup_logging
+
+    logger = setup_logging(None)
+    try:
+        out = evaluate_files(args.results, args.references, args.scorers, tokenizer=args.tokenizer,
+                             parallel=args.parallel, workers=args.workers or None, logger=logger)
+    except (EvalInputError, FileNotFoundError, ValueError) as err:
+        print(f"r2m evaluate: {err}", file=sys.stderr)
+        return 2
+    if args.out:
+        write_json(args.out, out)
+        logger.info("wrote %s", args.out)
+    print(json.dumps(out["metrics"], indent=2))
+    return 0
