@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -69,15 +70,18 @@ def test_dvc_yaml_uses_params_for_matrix_values():
     assert "catalog.${item.dataset}" in doc["train_xe"]["params"]
 
 
-def test_snakemake_plans_default_and_tiny(repo_root):
+def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):
+    # plan in an empty working directory so existing outputs in the checkout do not matter
+    shutil.copy(repo_root / "params.yaml", tmp_path / "params.yaml")
+    sm = [str(BIN / "snakemake"), "-s", str(repo_root / "Snakefile"), "-d", str(tmp_path)]
     t0 = time.perf_counter()
-    r = run([str(BIN / "snakemake"), "-n", "--cores", "1", "reports/table1.csv"], cwd=repo_root)
+    r = run([*sm, "-n", "--cores", "1", "reports/table1.csv"], cwd=tmp_path)
     elapsed = time.perf_counter() - t0
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
     assert "train_i" in out and "data/demo/prepared" in out
     print(f"snakemake -n: {elapsed:.2f} s")
-    r = run([str(BIN / "snakemake"), "-n", "--cores", "1", "all", "--config", 'datasets=["tiny"]'], cwd=repo_root)
+    r = run([*sm, "-n", "--cores", "1", "all", "--config", 'datasets=["tiny"]'], cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
     for variant in ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm"):

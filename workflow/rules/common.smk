@@ -11,6 +11,7 @@ from r2m.pipeline.snake import (  # noqa: E402
     expand_gather,
     rule_params,
     snake_template,
+    stage_command,
     wildcard_constraints_for,
     write_merged_params,
 )

@@ -1,5 +1,7 @@
 # One Snakemake rule per registry stage. Paths, commands, logs and the params each stage reads
-# all come from the registry; nothing here is specific to a stage.
+# all come from the registry; nothing here is specific to a stage. Everything a rule needs from
+# the loop variable is bound at definition time (params/defaults), since Snakemake evaluates
+# `shell:` lazily, after the loop has moved on.
 
 
 for _stage in S.STAGES:
@@ -20,12 +22,12 @@ for _stage in S.STAGES:
         log:
             snake_template(_stage.log),
         params:
+            cmd=lambda wc, _s=_stage: stage_command(R2M, _s, wc, R2M_PARAMS),
             resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
         threads: 1
-        conda:
-            "../envs/r2m.yaml"
         message:
             f"{_stage.name}: {_stage.help}"
+        conda:
+            "../envs/r2m.yaml"
         shell:
-            f"{R2M} {_stage.name} {_stage.command_args('{wildcards.%s}')} --params {R2M_PARAMS} "
-            "--no-log-file > {log} 2>&1"
+            "{params.cmd} --no-log-file > {log} 2>&1"

@@ -56,6 +56,14 @@ def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
     return json.dumps(data, sort_keys=True)
 
 
+def stage_command(r2m: str, stage: Stage, wildcards: Any, params_file: str) -> str:
+    """``r2m <stage> --dataset X … --params FILE`` for one job (values quoted for the shell)."""
+    import shlex
+
+    axes = " ".join(f"--{a} {shlex.quote(str(getattr(wildcards, a)))}" for a in stage.axes)
+    return " ".join(x for x in (r2m, stage.name, axes, "--params", shlex.quote(params_file)) if x)
+
+
 def wildcard_constraints_for(params: P.Params) -> dict[str, str]:
     names = lambda xs: "|".join(sorted(xs, key=len, reverse=True))  # noqa: E731
     return {
