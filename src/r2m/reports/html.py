@@ -1,0 +1,163 @@
+"""``reports/index.html``: one static, self-contained page (inline CSS, no scripts) with Tables 1–3
+and each dataset's figures and qualitative examples. Images are referenced by relative paths
+(``figures/<dataset>/*.png``) so the page works when the ``reports/`` folder is opened or copied.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import html
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from r2m.reports.published import COLUMNS
+from r2m.reports.tables import PUBLISHED, TABLES
+from r2m.utils.io import read_json, write_text
+
+esc = html.escape
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
+header{background:#22313f;color:#fff;padding:18px 32px}
+header h1{margin:0;font-size:22px} header p{margin:4px 0 0;color:#c9d3dc;font-size:13px}
+nav{padding:8px 32px;background:#eef1f4;font-size:14px} nav a{margin-right:16px;color:#22313f}
+main{padding:8px 32px 40px;max-width:1200px}
+h2{border-bottom:2px solid #22313f;padding-bottom:4px;margin-top:32px}
+h3{margin-top:24px}
+table.metrics{border-collapse:collapse;font-size:13px;margin:8px 0;background:#fff}
+table.metrics th,table.metrics td{border:1px solid #d5dbe1;padding:3px 8px}
+table.metrics th{background:#eef1f4}
+table.metrics td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.metrics tr.published td{color:#5f6b76;font-style:italic}
+table.metrics tr.run td{font-weight:600}
+table.metrics tr.first td{border-top:2px solid #8a98a6}
+.note{color:#8a5a00;background:#fff6e0;border-left:3px solid #e0a800;padding:4px 10px;font-size:13px;margin:4px 0}
+.caption{font-size:13px;color:#444;margin:2px 0 14px}
+figure{margin:12px 0} figure img{max-width:100%;border:1px solid #d5dbe1;background:#fff}
+.examples{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:14px}
+.example{display:flex;gap:12px;background:#fff;border:1px solid #d5dbe1;padding:10px;font-size:13px}
+.example img{width:180px;height:auto;object-fit:contain;align-self:flex-start}
+.example .noimg{width:180px;height:120px;display:flex;align-items:center;justify-content:center;background:#eee;color:#888}
+.example ul{margin:2px 0 6px;padding-left:18px} .example dt{font-weight:600;margin-top:4px}
+.example dd{margin:0 0 0 10px} .tag{display:inline-block;background:#e6eef6;border-radius:3px;padding:0 5px;margin:1px}
+footer{font-size:12px;color:#777;padding:0 32px 24px}
+"""
+
+
+# --------------------------------------------------------------------------- tables
+def read_table_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def table_html(rows: Sequence[Mapping[str, str]]) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in ("Dataset", "Method", "Source", *COLUMNS))
+    body, prev = [], None
+    for r in rows:
+        cls = ["published" if r.get("source") == PUBLISHED else "run"]
+        if r.get("dataset") != prev:
+            cls.append("first")
+        shown = r.get("dataset", "") if r.get("dataset") != prev else ""
+        prev = r.get("dataset")
+        cells = [f"<td>{esc(shown)}</td>", f"<td>{esc(r.get('method', ''))}</td>",
+                 f"<td>{esc(r.get('source', ''))}</td>"]
+        cells += [f'<td class="num">{esc(r.get(c, "") or "")}</td>' for c in COLUMNS]
+        body.append(f'<tr class="{" ".join(cls)}">{"".join(cells)}</tr>')
+    return f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def tables_section(paths: Mapping[str, Path]) -> str:
+    parts = ['<section id="tables"><h2>Tables</h2>',
+             '<p class="caption">Scores &times; 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, '
+             'S = SPICE). <i>Italic grey</i> rows are the paper\'s published numbers, <b>bold</b> rows '
+             'this run. Empty cells: not reported in the paper, or not computed here (SPICE needs '
+             'Stanford CoreNLP jars that are not available offline).</p>']
+    for name, path in paths.items():
+        spec = TABLES[name]
+        parts.append(f'<h3 id="{name}">Table {spec.number}: {esc(spec.title)}</h3>')
+        if not Path(path).exists():
+            parts.append(f'<p class="note">{esc(str(path))} is missing: run <code>r2m {name}</code>.</p>')
+            continue
+        parts.append(table_html(read_table_csv(Path(path))))
+        parts.append(f'<p class="caption">{esc(spec.note)} Source: <code>{esc(Path(path).name)}</code>.</p>')
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- figures
+def _rel(target: Path, page_dir: Path) -> str:
+    return Path(os.path.relpath(target, page_dir)).as_posix()
+
+
+def example_html(ex: Mapping[str, Any], fig_dir: Path, page_dir: Path) -> str:
+    thumb = ex.get("thumbnail")
+    img = (f'<img src="{esc(_rel(fig_dir / thumb, page_dir))}" alt="image {esc(str(ex["image_id"]))}">'
+           if thumb else '<div class="noimg">image unavailable</div>')
+    concepts = "".join(f'<span class="tag">{esc(c["concept"])} {float(c["score"]):.2f}</span>'
+                       for c in ex.get("concepts", [])) or "<i>none</i>"
+    caps = "".join(f"<dt>{esc(c['label'])}</dt><dd>{esc(c['caption']) if c.get('caption') is not None else '<i>missing</i>'}</dd>"
+                   for c in ex.get("captions", []))
+    refs = "".join(f"<li>{esc(r)}</li>" for r in ex.get("references", [])) or "<li><i>none</i></li>"
+    return (f'<div class="example">{img}<div><b>image {esc(str(ex["image_id"]))}</b><br>'
+            f"Concepts: {concepts}<dl>{caps}</dl>References:<ul>{refs}</ul></div></div>")
+
+
+def dataset_section(dataset: str, fig_dir: Path, page_dir: Path) -> str:
+    index_path = fig_dir / "index.json"
+    if not index_path.exists():
+        return (f'<section id="ds-{esc(dataset)}"><h2>{esc(dataset)}</h2><p class="note">'
+                f"{esc(str(index_path))} is missing: run <code>r2m figures --dataset {esc(dataset)}</code>.</p></section>")
+    idx = read_json(index_path)
+    parts = [f'<section id="ds-{esc(dataset)}"><h2>{esc(idx.get("label") or dataset)} '
+             f'<small>({esc(dataset)})</small></h2>']
+    parts += [f'<p class="note">{esc(n)}</p>' for n in idx.get("notes", [])]
+    for fig in idx.get("figures", []):
+        if fig.get("kind") == "examples":
+            continue  # shown below as cards (the PNG is linked)
+        src = fig_dir / fig["file"]
+        if not src.exists():
+            parts.append(f'<p class="note">figure file missing: {esc(str(src))}</p>')
+            continue
+        parts.append(f'<h3>{esc(fig.get("title", fig["file"]))}</h3><figure><img src="{esc(_rel(src, page_dir))}" '
+                     f'alt="{esc(fig.get("title", ""))}"></figure><p class="caption">{esc(fig.get("caption", ""))}</p>')
+    if idx.get("examples"):
+        ex_fig = next((f for f in idx.get("figures", []) if f.get("kind") == "examples"), None)
+        link = (f' (also as one figure: <a href="{esc(_rel(fig_dir / ex_fig["file"], page_dir))}">'
+                f'{esc(ex_fig["file"])}</a>)') if ex_fig else ""
+        parts.append(f"<h3>Qualitative examples</h3><p class=\"caption\">Detected concepts with scores, the "
+                     f"caption after each training stage (R2M), and the references{link}.</p>")
+        parts.append('<div class="examples">' + "".join(example_html(e, fig_dir, page_dir) for e in idx["examples"])
+                     + "</div>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- page
+def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Path]], page_path: Path) -> str:
+    page_dir = page_path.parent
+    nav = ['<a href="#tables">Tables</a>'] + [f'<a href="#ds-{esc(d)}">{esc(d)}</a>' for d, _ in figure_dirs]
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    body = [tables_section(tables)] + [dataset_section(d, Path(p), page_dir) for d, p in figure_dirs]
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>R2M reproduction report</title><style>{CSS}</style></head>
+<body><header><h1>R&sup2;M: Recurrent Relational Memory for unsupervised image captioning &mdash; reproduction</h1>
+<p>Guo et al., IJCAI 2020. Tables 1&ndash;3 beside the published numbers; losses, attention and examples per dataset.</p></header>
+<nav>{' '.join(nav)}</nav>
+<main>
+{chr(10).join(body)}
+</main>
+<footer>Generated by <code>r2m report</code> on {stamp}.</footer>
+</body></html>
+"""
+
+
+def run(ctx) -> None:
+    tables = {name: ctx.deps[name] for name in ("table1", "table2", "table3")}
+    figs = [(keys["dataset"], Path(path)) for keys, path in ctx.gather("figures")]
+    out = ctx.outs["html"]
+    write_text(out, render_page(tables, figs, Path(out)))
+    ctx.log.info("report: wrote %s", out)

@@ -1,0 +1,168 @@
+"""Paper Tables 1–3 as CSV + Markdown: this run's numbers beside the published ones.
+
+Numbers are percentages with one decimal like the paper (coco-caption scores × 100); a metric that
+was not computed (SPICE without its jars) or that the paper does not print is an empty cell.
+Every row says where it comes from: ``source = published`` or ``source = this run``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from r2m.params import TRAIN_STAGES, VARIANT_NAMES
+from r2m.reports import published as P
+from r2m.utils.io import read_json, write_text
+
+PUBLISHED = "published"
+THIS_RUN = "this run"
+HEADER = ("dataset", "method", "source", *P.COLUMNS)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """How one table is laid out: which gathered axis makes its rows and how rows are labelled."""
+
+    number: int
+    title: str
+    axis: str | None  # the Gather axis besides "dataset" ("variant", "ckpt") or None
+    order: Sequence[str]  # row keys in paper order
+    labels: Mapping[str, str]
+    published: Mapping[str, Mapping[str, P.Row]]
+    note: str
+
+
+TABLES: dict[str, TableSpec] = {
+    "table1": TableSpec(
+        1, "Performance comparison with the state of the art (R2M, final checkpoint)", None, ("r2m",),
+        {"r2m": "R2M"}, P.TABLE1,
+        "Published rows: Guo et al. (IJCAI 2020) Table 1, including UC-GAN (Feng et al., 2019) and "
+        "SME-GAN (Laina et al., 2019)."),
+    "table2": TableSpec(
+        2, "Ablations of the memory (final checkpoints)", "variant",
+        ("no_fm", "d_lstm", "r_lstm", "dr_lstm", "r2m"), P.VARIANT_LABELS, P.TABLE2,
+        "Published rows: Guo et al. (IJCAI 2020) Table 2."),
+    "table3": TableSpec(
+        3, "Ablations of the losses (the four training-stage checkpoints of R2M)", "ckpt", TRAIN_STAGES,
+        P.CKPT_LABELS, P.TABLE3, "Published rows: Guo et al. (IJCAI 2020) Table 3."),
+}
+assert set(TABLES["table2"].order) == set(VARIANT_NAMES)
+
+
+# --------------------------------------------------------------------------- pure helpers
+def fmt(value: float | None) -> str:
+    """A percentage with one decimal; empty for a missing value."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return f"{value:.1f}"
+
+
+def run_row(metrics: Mapping[str, Any]) -> list[str]:
+    """coco-caption scores (0..1, or 0..10 for CIDEr) -> the table's percent cells."""
+    return [fmt(None if metrics.get(P.METRIC_OF[c]) is None else 100.0 * float(metrics[P.METRIC_OF[c]]))
+            for c in P.COLUMNS]
+
+
+def published_row(values: P.Row) -> list[str]:
+    return [fmt(v) for v in values]
+
+
+def read_eval(path: Path, what: str) -> dict[str, float | None]:
+    """An ``eval.json``; a missing file names the combination and the stage that makes it."""
+    if not path.exists():
+        raise FileNotFoundError(
+            f"missing evaluation file {path} ({what}); run `r2m evaluate` for it "
+            "(or remove that dataset/variant from params.yaml)"
+        )
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected an object of metrics, got {type(data).__name__}")
+    for k, v in data.items():
+        if v is not None and not isinstance(v, (int, float)):
+            raise ValueError(f"{path}: metric {k!r} must be a number or null, got {v!r}")
+    return data
+
+
+def build_rows(spec: TableSpec, datasets: Sequence[str], row_keys: Sequence[str],
+               evals: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[list[str]]:
+    """Rows for one table: per dataset, per row key, the published row (if any) then this run's."""
+    rows: list[list[str]] = []
+    for ds in datasets:
+        label = P.dataset_label(ds)
+        pub = spec.published.get(ds, {})
+        if spec.axis is None:  # Table 1: the published baselines and R2M, then ours
+            for method, values in pub.items():
+                rows.append([label, method, PUBLISHED, *published_row(values)])
+            rows.append([label, "R2M", THIS_RUN, *run_row(evals[(ds, "r2m")])])
+            continue
+        for key in [k for k in spec.order if k in row_keys]:
+            method = spec.labels.get(key, key)
+            if key in pub:
+                rows.append([label, method, PUBLISHED, *published_row(pub[key])])
+            rows.append([label, method, THIS_RUN, *run_row(evals[(ds, key)])])
+    return rows
+
+
+def to_csv(rows: Sequence[Sequence[str]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(HEADER)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def to_markdown(spec: TableSpec, rows: Sequence[Sequence[str]]) -> str:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c if c else "" for c in cells) + " |"
+
+    head = ["Dataset", "Method", "Source", *P.COLUMNS]
+    out = [f"# Table {spec.number}: {spec.title}", "",
+           line(head), "|" + "|".join(["---"] * 3 + ["---:"] * len(P.COLUMNS)) + "|"]
+    prev = None
+    for r in rows:
+        shown = ["" if r[0] == prev else r[0], *r[1:]]  # dataset label once per block
+        prev = r[0]
+        out.append(line(shown))
+    out += ["", f"Scores × 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE); empty = not "
+            f"reported / not computed. {spec.note}", ""]
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- stage functions
+def _gathered_evals(ctx, spec: TableSpec) -> tuple[dict[tuple[str, str], dict], list[str]]:
+    evals: dict[tuple[str, str], dict] = {}
+    keys_seen: list[str] = []
+    for keys, path in ctx.gather("evals"):
+        key = keys[spec.axis] if spec.axis else keys.get("variant", "r2m")
+        what = ", ".join(f"{k}={v}" for k, v in keys.items())
+        evals[(keys["dataset"], key)] = read_eval(Path(path), what)
+        if key not in keys_seen:
+            keys_seen.append(key)
+    return evals, keys_seen
+
+
+def make_table(ctx, name: str) -> list[list[str]]:
+    spec = TABLES[name]
+    evals, row_keys = _gathered_evals(ctx, spec)
+    rows = build_rows(spec, list(ctx.params.datasets), row_keys, evals)
+    write_text(ctx.outs["csv"], to_csv(rows))
+    write_text(ctx.outs["md"], to_markdown(spec, rows))
+    ctx.log.info("wrote %s and %s (%d rows)", ctx.outs["csv"], ctx.outs["md"], len(rows))
+    return rows
+
+
+def table1(ctx) -> None:
+    make_table(ctx, "table1")
+
+
+def table2(ctx) -> None:
+    make_table(ctx, "table2")
+
+
+def table3(ctx) -> None:
+    make_table(ctx, "table3")

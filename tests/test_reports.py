@@ -1,0 +1,226 @@
+"""Tables 1–3, figures and the HTML page from synthetic eval/loss/caption/attention/detection files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from r2m import params as P
+from r2m.params import TRAIN_STAGES, VARIANT_NAMES
+from r2m.pipeline import stages as S
+from r2m.pipeline.context import StageContext
+from r2m.reports import figures, html, tables
+
+DATASETS = ["tiny", "coco_shutterstock"]
+
+
+def fake_metrics(seed: float, spice: bool = False) -> dict:
+    m = {"Bleu_1": 0.4 + seed, "Bleu_2": 0.25, "Bleu_3": 0.12345, "Bleu_4": 0.0649,
+         "METEOR": 0.13, "ROUGE_L": 0.3131, "CIDEr": 0.2904, "SPICE": 0.091 if spice else None}
+    return m
+
+
+def make_params(repo_root: Path, datasets=DATASETS, variants=VARIANT_NAMES, **report) -> P.Params:
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["datasets"] = list(datasets)
+    raw["variants"] = list(variants)
+    raw["report"] = {"figure_images": 2, "attention_image": None, **report}
+    return P.validate(raw)
+
+
+def ctx_for(stage: str, params: P.Params, root: Path, **axes) -> StageContext:
+    if "dataset" in axes:
+        params = P.for_dataset(params, axes["dataset"])
+    return StageContext(stage=S.get(stage), params=params, root=root, **axes)
+
+
+def write_evals(root: Path, datasets=DATASETS, skip: tuple = ()) -> None:
+    for ds in datasets:
+        for v in VARIANT_NAMES:
+            for k, ck in enumerate(TRAIN_STAGES):
+                if (ds, v, ck) in skip:
+                    continue
+                p = root / f"results/{ds}/{v}/{ck}/eval.json"
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_text(json.dumps(fake_metrics(0.001 * k + 0.01 * VARIANT_NAMES.index(v))))
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# --------------------------------------------------------------------------- tables
+def test_table1(tmp_path, repo_root):
+    write_evals(tmp_path)
+    ctx = ctx_for("table1", make_params(repo_root), tmp_path)
+    tables.table1(ctx)
+    rows = read_csv(tmp_path / "reports/table1.csv")
+    assert list(rows[0]) == ["dataset", "method", "source", "B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S"]
+    tiny = [r for r in rows if r["dataset"] == "tiny"]
+    assert len(tiny) == 1 and tiny[0]["source"] == "this run"  # no published rows for tiny
+    ours = tiny[0]
+    assert (ours["B-1"], ours["B-3"], ours["B-4"], ours["R"], ours["C"], ours["S"]) == (
+        "40.3", "12.3", "6.5", "31.3", "29.0", "")  # x100, one decimal, missing SPICE empty
+    cs = [r for r in rows if r["dataset"] == "MSCOCO↔Shutterstock"]
+    assert [(r["method"], r["source"]) for r in cs] == [
+        ("UC-GAN", "published"), ("R2M", "published"), ("R2M", "this run")]
+    assert cs[0]["B-3"] == "11.2" and cs[1]["C"] == "29.0" and cs[1]["S"] == "9.1"
+    md = (tmp_path / "reports/table1.md").read_text()
+    assert "# Table 1" in md and "| MSCOCO↔Shutterstock | UC-GAN | published | 41.0 |" in md
+    assert "| tiny | R2M | this run | 40.3 | 25.0 | 12.3 | 6.5 | 13.0 | 31.3 | 29.0 |  |" in md
+
+
+def test_table1_published_sme_gan_blanks(tmp_path, repo_root):
+    write_evals(tmp_path, ["flickr30k_coco"])
+    tables.table1(ctx_for("table1", make_params(repo_root, ["flickr30k_coco"]), tmp_path))
+    sme = read_csv(tmp_path / "reports/table1.csv")[0]
+    assert sme["method"] == "SME-GAN" and sme["B-1"] == "" and sme["B-4"] == "7.9"
+
+
+def test_table2_and_table3(tmp_path, repo_root):
+    write_evals(tmp_path)
+    params = make_params(repo_root)
+    tables.table2(ctx_for("table2", params, tmp_path))
+    tables.table3(ctx_for("table3", params, tmp_path))
+    t2 = read_csv(tmp_path / "reports/table2.csv")
+    labels = ["D w/o FM", "D w/o Memory in RM", "R w/o Memory in RM", "D&R w/o Memory in RM", "R2M"]
+    assert [r["method"] for r in t2 if r["dataset"] == "tiny"] == labels
+    cs = [r for r in t2 if r["dataset"] == "MSCOCO↔Shutterstock"]
+    assert len(cs) == 10 and cs[0]["source"] == "published" and cs[0]["B-1"] == "33.0"
+    assert cs[1]["source"] == "this run" and cs[1]["B-1"] == "41.3"  # no_fm (index 1), train_i (3): 0.4 + 0.01 + 0.003
+    t3 = read_csv(tmp_path / "reports/table3.csv")
+    assert [r["method"] for r in t3 if r["dataset"] == "tiny"] == ["L_XE", "+L_rec^S", "+L_M^I", "+L_rec^I"]
+    pub = [r for r in t3 if r["source"] == "published"]
+    assert [r["C"] for r in pub] == ["25.4", "27.0", "28.9", "29.0"]
+    assert "# Table 3" in (tmp_path / "reports/table3.md").read_text()
+
+
+def test_table_missing_eval_names_file(tmp_path, repo_root):
+    write_evals(tmp_path, skip=(("tiny", "d_lstm", "train_i"),))
+    with pytest.raises(FileNotFoundError, match=r"results/tiny/d_lstm/train_i/eval\.json.*variant=d_lstm"):
+        tables.table2(ctx_for("table2", make_params(repo_root), tmp_path))
+
+
+def test_table_bad_eval_names_file(tmp_path, repo_root):
+    write_evals(tmp_path)
+    bad = tmp_path / "results/tiny/r2m/train_i/eval.json"
+    bad.write_text(json.dumps({"Bleu_1": "high"}))
+    with pytest.raises(ValueError, match=r"eval\.json: metric 'Bleu_1' must be a number"):
+        tables.table1(ctx_for("table1", make_params(repo_root), tmp_path))
+
+
+def test_fmt():
+    assert tables.fmt(None) == "" and tables.fmt(float("nan")) == "" and tables.fmt(6.449) == "6.4"
+    assert tables.run_row({"Bleu_1": 0.5, "CIDEr": 1.2421919}) == ["50.0", "", "", "", "", "", "124.2", ""]
+
+
+# --------------------------------------------------------------------------- figures + page
+def write_figure_inputs(root: Path, ds: str = "tiny", attention: bool = True) -> list[str]:
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+
+    prepared = root / f"data/{ds}/prepared"
+    (prepared / "images").mkdir(parents=True)
+    ids = ["img1", "img2", "img3"]
+    rng = np.random.default_rng(0)
+    for i in ids[:2]:  # img3's file is missing on purpose
+        Image.fromarray(rng.integers(0, 255, (40, 60, 3), dtype=np.uint8)).save(prepared / f"images/{i}.png")
+    pd.DataFrame({"image_id": ids, "path": [f"images/{i}.png" for i in ids], "split": "test"}).to_parquet(
+        prepared / "images.parquet")
+    refs = {"images": [{"id": i} for i in ids],
+            "annotations": [{"id": n, "image_id": i, "caption": f"a dog on the grass {n} <b>"}
+                            for n, i in enumerate(ids * 2)]}
+    (prepared / "references.json").write_text(json.dumps(refs))
+    conc = root / f"data/{ds}/concepts"
+    conc.mkdir(parents=True)
+    pd.DataFrame({"image_id": ["img1", "img1", "img1", "img2"], "label": ["Dog", "Grass", "Phone", "Cat"],
+                  "concept": ["dog", "grass", "phone", "cat"], "score": [0.9, 0.5, 0.2, 0.75],
+                  "x1": 0.0, "y1": 0.0, "x2": 1.0, "y2": 1.0}).to_parquet(conc / "detections.parquet")
+    for v in ("r2m", "no_fm"):
+        for k, ck in enumerate(TRAIN_STAGES):
+            R = root / f"results/{ds}/{v}/{ck}"
+            R.mkdir(parents=True, exist_ok=True)
+            lines = ["step\tsplit\tloss\tlr"] + [f"{s}\ttrain\t{3.0 / (s + 1) + k}\t0.001" for s in range(0, 50, 5)]
+            lines += [f"{s}\tval\t{3.2 / (s + 1) + k}\t" for s in (20, 40)]
+            (R / "loss.tsv").write_text("\n".join(lines) + "\n")
+            if v == "r2m":
+                (R / "captions.json").write_text(json.dumps(
+                    [{"image_id": i, "caption": f"a dog at stage {k + 1} costs $5"} for i in ids]))
+    if attention:
+        steps = [{"t": t, "input": w_in, "output": w_out,
+                  "fm": [[[0.7, 0.3], [0.4, 0.6]], [[0.9, 0.1], [0.5, 0.5]]],
+                  "rm": [[[0.2 + 0.1 * t, 0.8 - 0.1 * t]], [[0.5, 0.5]]]}
+                 for t, (w_in, w_out) in enumerate(zip(["<#start>", "a", "dog"], ["a", "dog", "<#end>"], strict=True))]
+        att = {"dataset": ds, "variant": "r2m", "ckpt": "train_i", "heads": 2, "memory_slots": 1,
+               "fm_tokens": ["v", "w_prev"], "rm_keys": ["M0", "f"],
+               "images": [{"image_id": "img2", "concepts": ["cat"], "caption": "a dog", "steps": steps}]}
+        (root / f"results/{ds}/r2m/train_i/attention.json").write_text(json.dumps(att))
+    return ids
+
+
+def test_figures(tmp_path, repo_root):
+    write_figure_inputs(tmp_path)
+    params = make_params(repo_root, ["tiny"], ["r2m", "no_fm"], attention_image="img2")
+    ctx = ctx_for("figures", params, tmp_path, dataset="tiny")
+    figures.run(ctx)
+    out = tmp_path / "reports/figures/tiny"
+    idx = json.loads((out / "index.json").read_text())
+    assert [f["file"] for f in idx["figures"]] == ["losses.png", "attention.png", "examples.png"]
+    for f in idx["figures"]:
+        assert (out / f["file"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ex = idx["examples"]
+    assert [e["image_id"] for e in ex] == ["img2", "img1"]  # attention image first, then caption order
+    assert ex[1]["concepts"] == [{"concept": "dog", "score": 0.9}, {"concept": "grass", "score": 0.5}]
+    assert [c["label"] for c in ex[0]["captions"]] == ["L_XE", "+L_rec^S", "+L_M^I", "+L_rec^I"]
+    assert ex[0]["captions"][3]["caption"] == "a dog at stage 4 costs $5"
+    assert len(ex[0]["references"]) == 2 and (out / ex[0]["thumbnail"]).exists()
+    assert (out / "params.yaml").exists()
+    # no_fm's loss curves missing for a stage are fine; all present here -> no notes
+    assert idx["notes"] == []
+
+
+def test_figures_without_optional_inputs(tmp_path, repo_root):
+    write_figure_inputs(tmp_path, attention=False)
+    (tmp_path / "results/tiny/no_fm/train_m/loss.tsv").unlink()
+    params = make_params(repo_root, ["tiny"], ["r2m", "no_fm"], figure_images=3)
+    figures.run(ctx_for("figures", params, tmp_path, dataset="tiny"))
+    idx = json.loads((tmp_path / "reports/figures/tiny/index.json").read_text())
+    assert [f["file"] for f in idx["figures"]] == ["losses.png", "examples.png"]
+    notes = " ".join(idx["notes"])
+    assert "attention.json missing" in notes and "loss curves missing" in notes and "no_fm/train_m" in notes
+    assert "image img3: file unavailable" in notes
+    assert idx["examples"][2]["thumbnail"] is None
+
+
+def test_attention_matrices():
+    steps = [{"fm": [[[0.7, 0.3], [0.4, 0.6]], [[0.9, 0.1], [0.5, 0.5]]], "rm": [[[0.25, 0.75]], [[1.0, 0.0]]]}]
+    assert figures.fm_matrix(steps) == [[pytest.approx(0.625)], [pytest.approx(0.375)]]
+    assert figures.rm_matrices(steps) == [[[0.25], [0.75]], [[1.0], [0.0]]]
+
+
+def test_html_page(tmp_path, repo_root):
+    write_evals(tmp_path)
+    write_figure_inputs(tmp_path)
+    params = make_params(repo_root)
+    for name in ("table1", "table2", "table3"):
+        tables.make_table(ctx_for(name, params, tmp_path), name)
+    figures.run(ctx_for("figures", params, tmp_path, dataset="tiny"))  # coco_shutterstock: no figures
+    html.run(ctx_for("report", params, tmp_path))
+    page = (tmp_path / "reports/index.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<style>" in page and "<script" not in page
+    for n in (1, 2, 3):
+        assert f"Table {n}:" in page
+    assert "UC-GAN" in page and "D&amp;R w/o Memory in RM" in page and "+L_rec^I" in page
+    srcs = re.findall(r'(?:src|href)="([^"#]+)"', page)
+    assert "figures/tiny/losses.png" in srcs and "figures/tiny/attention.png" in srcs
+    for s in srcs:
+        assert (tmp_path / "reports" / s).exists(), s
+    assert "&lt;b&gt;" in page  # captions escaped
+    assert "reports/figures/coco_shutterstock/index.json is missing" in page
