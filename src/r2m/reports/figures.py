@@ -143,8 +143,11 @@ def attention_figure(record: Mapping[str, Any], fm_tokens: Sequence[str], rm_key
     if not panels:
         raise ValueError("the record has neither FM nor RM weights")
     T = len(steps)
-    fig = Figure(figsize=(max(6.0, 0.55 * T + 2.5), 1.0 + 1.0 * sum(len(p[1]) for p in panels) + 0.5 * len(panels)))
-    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+    rows = sum(len(p[1]) for p in panels)
+    fig = Figure(figsize=(min(16.0, max(6.0, 0.7 * T + 2.5)), 1.3 + 0.42 * rows + 0.45 * len(panels)))
+    fig.set_layout_engine("constrained")
+    axes = fig.subplots(len(panels), 1, squeeze=False,
+                        gridspec_kw={"height_ratios": [len(p[1]) for p in panels]})[:, 0]
     for i, (ax, (title, mat, ylabels)) in enumerate(zip(axes, panels, strict=True)):
         im = ax.imshow(mat, aspect="auto", cmap="Blues", vmin=0.0, vmax=1.0)
         ax.set_yticks(range(len(ylabels)), [_plain(y) for y in ylabels], fontsize=8)
@@ -155,10 +158,9 @@ def attention_figure(record: Mapping[str, Any], fm_tokens: Sequence[str], rm_key
                         color="white" if val > 0.6 else "black")
         ax.set_xticks(range(T), [_plain(x) for x in xt] if i == len(panels) - 1 else [""] * T,
                       rotation=60, ha="right", fontsize=7.5)
-        fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
+        fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01, aspect=8)
     caption = record.get("caption", "")
     fig.suptitle(_plain(f"image {record.get('image_id')}: \u201c{caption}\u201d"), fontsize=9)
-    fig.tight_layout()
     return fig
 
 
@@ -191,7 +193,7 @@ def example_text(ex: Mapping[str, Any], width: int = 60) -> str:
 def examples_figure(examples: Sequence[Mapping[str, Any]], thumbs: Sequence[Any]) -> Figure:
     """Paper Fig. 6 style: per example the image and its concepts, stage captions and references."""
     n = len(examples)
-    fig = Figure(figsize=(11, 3.1 * n))
+    fig = Figure(figsize=(8.5, 2.6 * n))
     axes = fig.subplots(n, 2, squeeze=False, gridspec_kw={"width_ratios": [1, 2.6]})
     for (ax_img, ax_txt), ex, thumb in zip(axes, examples, thumbs, strict=True):
         ax_img.axis("off")
