@@ -52,9 +52,27 @@ def test_rec_loss_and_objectives() -> None:
     vt = torch.tensor([[0.0, 1.0], [0.0, 1.0]])
     assert rec_loss(v, vt).item() == pytest.approx(1.0)  # (2 + 0) / 2
     logits, targets = torch.randn(5, 3), torch.randint(0, 3, (5,))
-    total, comp = loss_s(logits, targets, None, v, vt, beta=0.5)
+    total, comp = loss_s(xe_loss(logits, targets), v, vt, beta=0.5)
     assert total.item() == pytest.approx(comp["xe"].item() + 0.5)
     img = F.normalize(torch.randn(2, 2), dim=-1)
     total, comp = loss_i(img, v, vt, gamma=0.2)
     assert total.item() == pytest.approx(triplet_hardest(img, vt).item() + 0.2)
     assert set(comp) == {"rank", "rec"}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_xe_matches_plain_value_and_gradients(bias: bool) -> None:
+    from r2m.losses import linear_xe_loss
+
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(37, 8, generator=g, requires_grad=True)
+    w = torch.randn(50, 8, generator=g, requires_grad=True)
+    b = torch.randn(50, generator=g, requires_grad=True) if bias else None
+    t = torch.randint(0, 50, (37,), generator=g)
+    ref = xe_loss(F.linear(h, w, b), t)
+    gr = torch.autograd.grad(ref * 3, [h, w] + ([b] if bias else []))
+    got = linear_xe_loss(h, w, b, t, chunk=10)
+    gg = torch.autograd.grad(got * 3, [h, w] + ([b] if bias else []))
+    torch.testing.assert_close(got, ref)
+    for x, y in zip(gg, gr, strict=True):
+        torch.testing.assert_close(x, y)

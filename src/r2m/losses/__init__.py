@@ -9,6 +9,6 @@
 from r2m.losses.objectives import loss_i, loss_s
 from r2m.losses.ranking import triplet_hardest
 from r2m.losses.reconstruction import rec_loss
-from r2m.losses.xe import xe_loss
+from r2m.losses.xe import linear_xe_loss, xe_loss
 
-__all__ = ["loss_i", "loss_s", "rec_loss", "triplet_hardest", "xe_loss"]
+__all__ = ["linear_xe_loss", "loss_i", "loss_s", "rec_loss", "triplet_hardest", "xe_loss"]

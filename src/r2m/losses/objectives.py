@@ -6,13 +6,11 @@ from torch import Tensor
 
 from r2m.losses.ranking import triplet_hardest
 from r2m.losses.reconstruction import rec_loss
-from r2m.losses.xe import xe_loss
 
 
-def loss_s(logits: Tensor, targets: Tensor, mask: Tensor | None, v: Tensor, v_tilde: Tensor,
-           beta: float) -> tuple[Tensor, dict[str, Tensor]]:
-    """L_S = L_XE + β · ‖v^S − ṽ^S‖²."""
-    xe, rec = xe_loss(logits, targets, mask), rec_loss(v, v_tilde)
+def loss_s(xe: Tensor, v: Tensor, v_tilde: Tensor, beta: float) -> tuple[Tensor, dict[str, Tensor]]:
+    """L_S = L_XE + β · ‖v^S − ṽ^S‖², from L_XE computed by :func:`xe_loss` or :func:`linear_xe_loss`."""
+    rec = rec_loss(v, v_tilde)
     return xe + beta * rec, {"xe": xe, "rec": rec}
 
 

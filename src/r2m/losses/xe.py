@@ -18,3 +18,49 @@ def xe_loss(logits: Tensor, targets: Tensor, mask: Tensor | None = None) -> Tens
         return nll.mean()
     m = mask.reshape(-1).to(nll.dtype)
     return (nll * m).sum() / m.sum().clamp(min=1.0)
+
+
+class _LinearXE(torch.autograd.Function):
+    """Mean cross-entropy of ``h @ W.T + b`` computed chunk by chunk; the gradients are formed in
+    the same pass (softmax − one-hot), so the [n, V] logits never exist in full."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, chunk: int) -> Tensor:
+        n = h.shape[0]
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grads = need_h or need_w or need_b
+        gh = torch.empty_like(h) if need_h else None
+        gw = torch.zeros_like(weight) if need_w else None
+        gb = torch.zeros_like(bias) if (bias is not None and need_b) else None
+        total = torch.zeros((), dtype=torch.float32, device=h.device)
+        for s in range(0, n, chunk):
+            hc, tc = h[s: s + chunk], targets[s: s + chunk]
+            logits = torch.addmm(bias, hc, weight.t()) if bias is not None else hc @ weight.t()
+            lse = torch.logsumexp(logits, dim=-1)
+            total += (lse - logits.gather(1, tc.unsqueeze(1)).squeeze(1)).sum()
+            if grads:
+                p = logits.sub_(lse.unsqueeze(1)).exp_()  # softmax, in place
+                p[torch.arange(len(tc), device=p.device), tc] -= 1.0
+                p.div_(n)
+                if gh is not None:
+                    torch.mm(p, weight, out=gh[s: s + chunk])
+                if gw is not None:
+                    gw.addmm_(p.t(), hc)
+                if gb is not None:
+                    gb += p.sum(0)
+        ctx.save_for_backward(*(g if g is not None else torch.empty(0) for g in (gh, gw, gb)))
+        ctx.has = (gh is not None, gw is not None, gb is not None)
+        return total / max(n, 1)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        saved = ctx.saved_tensors
+        return (*(s * g if has else None for s, has in zip(saved, ctx.has, strict=True)), None, None)
+
+
+def linear_xe_loss(hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, chunk: int = 128) -> Tensor:
+    """``xe_loss(F.linear(hidden, weight, bias), targets)`` for valid tokens only ([n, d], [n]),
+    without materialising the [n, V] logits (same value and gradients; faster and lighter on CPU)."""
+    if hidden.shape[0] == 0:
+        return hidden.sum() * 0.0
+    return _LinearXE.apply(hidden, weight, bias, targets, chunk)

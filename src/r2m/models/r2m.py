@@ -166,9 +166,10 @@ class RelationalMemory(nn.Module):
     def init_state(self, batch: int, like: Tensor) -> tuple[Tensor, ...]:
         return (like.new_zeros(batch, self.n, self.d),)
 
-    def _split(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _split(self, qkv: Tensor) -> tuple[Tensor, ...]:
+        # torch.split (not slicing): its backward is one cat, slicing's would zero-fill per piece
         hk = self.h * self.dk
-        return qkv[..., :hk], qkv[..., hk: 2 * hk], qkv[..., 2 * hk:]
+        return qkv.split((hk, hk, self.h * self.dv), dim=-1)
 
     def precompute(self, x: Tensor) -> tuple[Tensor, ...]:
         """Input-side terms for all steps: keys [B,T,H·d_k], values [B,T,H·d_v], gate input [B,T,2d]."""
@@ -278,11 +279,13 @@ class R2M(nn.Module):
     def run_memory(self, mem: nn.Module, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """Run a memory unit over inputs [B, T, ·] → outputs [B, T, N·d], weights [B, T, H, N, N+1]."""
         B, T = x.shape[:2]
-        pre = mem.precompute(x)
+        # unbind once: indexing p[:, t] in the loop would make backward allocate a full-size zero
+        # gradient per step (O(T²) memory traffic)
+        pre = list(zip(*(p.unbind(1) for p in mem.precompute(x)), strict=True))
         state = mem.init_state(B, x)
         outs, atts = [], []
         for t in range(T):
-            state, o, a = mem.step(state, _at(pre, t), need_weights)
+            state, o, a = mem.step(state, pre[t], need_weights)
             outs.append(o)
             atts.append(a)
         weights = torch.stack(atts, 1) if need_weights and atts and atts[0] is not None else None

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
-from r2m.losses import loss_i, loss_s, xe_loss
+from r2m.losses import linear_xe_loss, loss_i, loss_s, xe_loss
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.training.data import ImageSet, TextBatch, TextStream, load_itos
 from r2m.utils.io import save_torch, write_json, write_text
@@ -55,15 +56,21 @@ class Objective:
     compute: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
-def text_objective(model: R2M, batch: TextBatch, beta: float | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def token_xe(model: R2M, hidden: Tensor, targets: Tensor) -> Tensor:
+    """L_XE over valid positions ([n, N·d], [n]); on CPU without materialising the logits."""
+    if hidden.device.type == "cpu" and not torch.is_autocast_enabled():
+        return linear_xe_loss(model.drop(hidden), model.out.weight, model.out.bias, targets)
+    return xe_loss(model.logits(hidden), targets)
+
+
+def text_objective(model: R2M, batch: TextBatch, beta: float | None) -> tuple[Tensor, dict[str, Tensor]]:
     """L_XE (``beta is None``) or L_S; logits only at valid positions."""
     out = model(batch.concepts, batch.concept_lens, batch.inputs, batch.lengths, reconstruct=beta is not None)
     mask = batch.mask
-    logits = model.logits(out["hidden"][mask])
+    xe = token_xe(model, out["hidden"][mask], batch.targets[mask])
     if beta is None:
-        xe = xe_loss(logits, batch.targets[mask])
         return xe, {"xe": xe}
-    return loss_s(logits, batch.targets[mask], None, out["v"], out["v_tilde"], beta)
+    return loss_s(xe, out["v"], out["v_tilde"], beta)
 
 
 def image_objective(model: R2M, batch, gamma: float, margin: float, max_len: int):
@@ -136,6 +143,15 @@ def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
                                image_proj=cfg.image_proj)
 
 
+def make_adam(model: torch.nn.Module, lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel when the build has it (same update; ~7x faster step on CPU)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(params, lr=lr)
+
+
 def _rng_state() -> dict[str, Any]:
     s: dict[str, Any] = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -199,7 +215,7 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
 
     # model, optimiser, resume ----------------------------------------
     model = build_model(ctx, len(itos), image_dim).to(device)
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=tp.lr)
+    opt = make_adam(model, tp.lr)
     fp = fingerprint(ctx)
     last_path = out_dir / "last.pt"
     step, rows, best = 0, [], None
