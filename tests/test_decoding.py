@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from r2m.decoding.beam import beam_search, to_words
-from r2m.models.r2m import END, PAD, START, R2M, R2MConfig
+from r2m.models.r2m import END, PAD, R2M, START, R2MConfig
 
 torch.set_num_threads(1)
 
@@ -85,9 +85,8 @@ def test_to_words_stops_at_end() -> None:
 
 
 def test_caption_stage_writes_results_and_attention(tmp_path: Path) -> None:
-    from test_training import ctx_for, make_params, make_synthetic, run_stage
-
     from r2m.decoding.stage import run
+    from test_training import ctx_for, make_params, make_synthetic, run_stage
 
     make_synthetic(tmp_path)
     p = make_params(train_xe={"steps": 3})

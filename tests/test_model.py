@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from r2m.models import MODELS, build_model, load_model
-from r2m.models.r2m import END, START, VARIANTS, FusionMemory, R2M, R2MConfig, RelationalMemory
+from r2m.models.r2m import END, R2M, START, VARIANTS, FusionMemory, R2MConfig, RelationalMemory
 from r2m.params import VARIANT_NAMES
 
 torch.set_num_threads(1)

@@ -276,7 +276,6 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     t0, seen = time.perf_counter(), seen_prev
     batches = new_batches(step)
     bar = progress(total=tp.steps, initial=step, desc=name)
-    last_loss = float("nan")
     while step < tp.steps:
         batch = next(batches).to(device)
         with autocast():
@@ -292,8 +291,7 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
         opt.step()
         step += 1
         seen += len(batch)
-        last_loss = loss_value
-        rows.append([step, "train", last_loss, *(float(comp[c].detach()) if c in comp else None for c in obj.columns)])
+        rows.append([step, "train", loss_value, *(float(comp[c].detach()) if c in comp else None for c in obj.columns)])
         bar.update(1)
         if step % tp.eval_every == 0 or step == tp.steps:
             eval_and_select()
@@ -313,7 +311,7 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     val_rows = [r for r in rows if r[1] == "val"]
     metrics = {
         "stage": name, "variant": ctx.variant, "steps": step,
-        "train_loss": last_loss if train_rows else None,
+        "train_loss": train_rows[-1][2] if train_rows else None,
         "train_loss_last10": (sum(r[2] for r in train_rows[-10:]) / len(train_rows[-10:])) if train_rows else None,
         "val_loss": val_rows[-1][2] if val_rows else None,
         "val_xe": (val_rows[-1][3] if val_rows and obj.data == "text" else None),
