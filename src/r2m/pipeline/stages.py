@@ -113,7 +113,7 @@ STAGES: tuple[Stage, ...] = (
             "bad_images": Out("reports/{dataset}/bad_images.csv", cache=False),
         },
         params=("concepts", "detect_concepts"),
-        src=COMMON_SRC + ("src/r2m/vision", "src/r2m/text/dictionary.py"),
+        src=COMMON_SRC + ("src/r2m/vision", "src/r2m/text/dictionary.py", "data/dictionaries"),
     ),
     Stage(
         "extract_features",
@@ -166,7 +166,7 @@ STAGES: tuple[Stage, ...] = (
             "attention": Out(f"{R}/attention.json", cache=False),
         },
         params=("caption", "concepts"),
-        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models"),
+        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py"),
     ),
     Stage(
         "evaluate",
