@@ -133,7 +133,7 @@ STAGES: tuple[Stage, ...] = (
         deps={"prepared": f"{D}/prepared"},
         outs={"corpus": Out(f"{D}/corpus", directory=True)},
         params=("concepts", "corpus_concepts"),
-        src=COMMON_SRC + ("src/r2m/text",),
+        src=COMMON_SRC + ("src/r2m/text", "data/dictionaries"),
     ),
     Stage(
         "build_vocab",
@@ -143,7 +143,7 @@ STAGES: tuple[Stage, ...] = (
         deps={"corpus": f"{D}/corpus"},
         outs={"vocab": Out(f"{D}/vocab", directory=True)},
         params=("concepts", "build_vocab"),
-        src=COMMON_SRC + ("src/r2m/text",),
+        src=COMMON_SRC + ("src/r2m/text", "data/dictionaries"),
     ),
     _train("train_xe", None, False, "stage 1: L_XE on the text corpus"),
     _train("train_s", "train_xe", False, "stage 2: L_S = L_XE + beta * L_rec^S on the text corpus"),
