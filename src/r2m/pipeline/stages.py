@@ -230,6 +230,7 @@ STAGES: tuple[Stage, ...] = (
                              dvc_path="results/{dataset}"),
             "captions": Gather(f"{R}/captions.json", over=("ckpt",), fixed=(("variant", "r2m"),),
                                dvc_path="results/{dataset}"),
+            "attention": "results/{dataset}/r2m/train_i/attention.json",
             "prepared": f"{D}/prepared",
             "concepts": f"{D}/concepts",
         },
