@@ -8,7 +8,6 @@ line here and write the function in your own module, e.g. ``"features": "r2m.vis
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 # name -> ("module:function", help)
@@ -35,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     if name not in BENCHMARKS:
         print(f"r2m bench: unknown benchmark {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module, func = BENCHMARKS[name][0].split(":")
-    return int(getattr(importlib.import_module(module), func)(rest) or 0)
+    from r2m.cli import call
+
+    return call(BENCHMARKS[name][0], rest)
 
 
 def parser(name: str, description: str) -> argparse.ArgumentParser:

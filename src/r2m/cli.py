@@ -27,6 +27,12 @@ def _load(spec: str):
     return importlib.import_module(module), func
 
 
+def call(spec: str, argv: list[str]) -> int:
+    """Import ``module:function`` lazily and call it with the remaining arguments."""
+    module, func = _load(spec)
+    return int(getattr(module, func)(argv) or 0)
+
+
 def _stage_parser(stage: S.Stage) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"r2m {stage.name}", description=stage.help)
     for axis in stage.axes:
@@ -113,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if name in S.BY_NAME:
         return run_stage(S.BY_NAME[name], rest)
     if name in TOOLS:
-        module, func = _load(TOOLS[name][0])
-        return int(getattr(module, func)(rest) or 0)
+        return call(TOOLS[name][0], rest)
     print(f"r2m: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 

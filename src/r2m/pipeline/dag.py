@@ -27,7 +27,7 @@ MATRIX_VALUES = {"dataset": "${datasets}", "variant": "${variants}", "ckpt": lis
 
 def _dvc_template(text: str, stage: Stage) -> str:
     for axis in stage.axes:
-        text = text.replace("{%s}" % axis, "${item.%s}" % axis)
+        text = text.replace(f"{{{axis}}}", f"${{item.{axis}}}")
     return text
 
 

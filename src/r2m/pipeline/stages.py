@@ -53,7 +53,7 @@ class Stage:
 
     @property
     def log(self) -> str:
-        key = "-".join("{%s}" % a for a in self.axes) or "all"
+        key = "-".join(f"{{{a}}}" for a in self.axes) or "all"
         return f"logs/{self.name}/{key}.log"
 
     def command_args(self, fmt: str) -> str:
