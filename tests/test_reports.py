@@ -224,3 +224,14 @@ def test_html_page(tmp_path, repo_root):
         assert (tmp_path / "reports" / s).exists(), s
     assert "&lt;b&gt;" in page  # captions escaped
     assert "reports/figures/coco_shutterstock/index.json is missing" in page
+
+
+def test_table1_always_lists_the_papers_targets():
+    from r2m.reports.tables import TABLES, build_rows
+
+    metrics = {"Bleu_1": 0.5, "Bleu_2": 0.3, "Bleu_3": 0.2, "Bleu_4": 0.1, "METEOR": 0.1,
+               "ROUGE_L": 0.3, "CIDEr": 0.2, "SPICE": None}
+    rows = build_rows(TABLES["table1"], ["demo"], ["r2m"], {("demo", "r2m"): metrics})
+    assert rows[0][:3] == ["demo", "R2M", "this run"] and rows[0][3] == "50.0"
+    published = [r for r in rows if r[2] == "published"]
+    assert len(published) == 6 and {r[1] for r in published} == {"UC-GAN", "SME-GAN", "R2M"}

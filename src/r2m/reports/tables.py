@@ -105,6 +105,10 @@ def build_rows(spec: TableSpec, datasets: Sequence[str], row_keys: Sequence[str]
             if key in pub:
                 rows.append([label, method, PUBLISHED, *published_row(pub[key])])
             rows.append([label, method, THIS_RUN, *run_row(evals[(ds, key)])])
+    if spec.axis is None:  # Table 1 always shows the paper's targets, configured or not
+        for ds, pub in spec.published.items():
+            if ds not in datasets:
+                rows += [[P.dataset_label(ds), m, PUBLISHED, *published_row(v)] for m, v in pub.items()]
     return rows
 
 
