@@ -200,3 +200,38 @@ def test_checkpoint_selection_hook(syn: Path) -> None:
     m = train(ctx_for(syn, "train_xe", make_params(train_xe={"steps": 30})), select=lambda model, step: next(scores))
     assert m["selected_step"] == 20 and m["selected_score"] == 0.9
     assert torch.load(syn / "models/syn/r2m/train_xe/model.pt", weights_only=True)["step"] == 20
+
+
+def test_image_stage_selects_checkpoint_by_val_cider(syn: Path) -> None:
+    from r2m.training import stages as T
+    from r2m.training.selection import validation_set
+
+    val = ["img16", "img17", "img18", "img19"]
+    refs = {"images": [{"id": i} for i in val],
+            "annotations": [{"id": k, "image_id": i, "caption": "A dog runs near the cat."}
+                            for k, i in enumerate(val)]}
+    (syn / "data/syn/prepared/references.json").write_text(json.dumps(refs))
+    ids, concepts, tok_refs = validation_set(syn / "data/syn/prepared", syn / "data/syn/concepts", STOI, 0.3, 5)
+    assert ids == val and tok_refs["img16"] == ["a dog runs near the cat"]
+    assert all(all(0 <= c < len(ITOS) for c in cs) for cs in concepts)
+
+    p = make_params(train_m={"steps": 6, "eval_every": 3})
+    assert p.train_m.select_by == "auto"
+    run_stage(syn, "train_xe", p)
+    run_stage(syn, "train_s", p)
+    T.run(ctx_for(syn, "train_m", p))
+    m = json.loads((syn / "results/syn/r2m/train_m/train_metrics.json").read_text())
+    assert m["selected_step"] in (3, 6) and m["selected_score"] >= 0.0
+    assert torch.load(syn / "models/syn/r2m/train_m/model.pt", weights_only=True)["step"] == m["selected_step"]
+
+
+def test_select_by_cider_without_val_references_keeps_last(syn: Path) -> None:
+    from r2m.training import stages as T
+
+    (syn / "data/syn/prepared/references.json").write_text(json.dumps({"images": [], "annotations": []}))
+    p = make_params()
+    run_stage(syn, "train_xe", p)
+    run_stage(syn, "train_s", p)
+    T.run(ctx_for(syn, "train_m", p))
+    m = json.loads((syn / "results/syn/r2m/train_m/train_metrics.json").read_text())
+    assert m["selected_step"] is None and m["steps"] == 4

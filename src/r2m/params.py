@@ -96,6 +96,9 @@ class TrainParams(_Section):
     checkpoint_every: int = Field(500, ge=1)
     margin: float = Field(0.2, ge=0)
     seed: int = 0
+    select_by: Literal["auto", "last", "cider"] = Field(
+        "auto", description="checkpoint kept: the best by val-image CIDEr (cider; image stages only), "
+        "the final one (last), or auto = cider for image stages, last for text stages")
 
 
 class CaptionParams(_Section):

@@ -22,14 +22,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from r2m.decoding.beam import beam_search, to_words
+from r2m.decoding.beam import beam_search
 from r2m.models import load_model
-from r2m.models.r2m import PAD, START, UNK
+from r2m.models.r2m import END, PAD, START, UNK
 from r2m.training.data import image_concept_lists, load_itos, pad_lists
 from r2m.utils.io import write_json
 from r2m.utils.progress import progress
 
 ATTENTION_IMAGES = 8
+BANNED = (PAD, START, UNK)
 
 
 def attention_record(model, itos: list[str], concept_ids: list[int], tokens: list[int], device) -> dict[str, Any]:
@@ -51,6 +52,22 @@ def attention_record(model, itos: list[str], concept_ids: list[int], tokens: lis
     return {"steps": steps}
 
 
+def caption_ids(model, concept_ids: list[list[int]], beam: int, max_len: int, batch_size: int, device,
+                desc: str | None = None) -> list[list[int]]:
+    """Best beam per concept list: token ids up to (not including) <#end>. Batched."""
+    out: list[list[int]] = []
+    steps = range(0, len(concept_ids), batch_size)
+    for s in progress(steps, desc=desc) if desc else steps:
+        concepts, lens = pad_lists(pa.array(concept_ids[s: s + batch_size], type=pa.list_(pa.int64())))
+        with torch.no_grad():
+            v = model.encode(torch.from_numpy(concepts).to(device), torch.from_numpy(lens).to(device))
+            res = beam_search(model, v, beam=beam, max_len=max_len, banned=BANNED)
+        for row, n in zip(res["tokens"][:, 0].tolist(), res["lengths"][:, 0].tolist(), strict=True):
+            row = row[: int(n)]
+            out.append(row[:-1] if row and row[-1] == END else row)
+    return out
+
+
 def run(ctx) -> None:
     cp, conc = ctx.params.caption, ctx.params.concepts
     device = ctx.runtime.torch_device()
@@ -70,21 +87,13 @@ def run(ctx) -> None:
 
     results: list[dict[str, str]] = []
     att_images: list[dict[str, Any]] = []
-    banned = (PAD, START, UNK)
-    for s in progress(range(0, len(ids), cp.batch_size), desc="caption"):
-        chunk = [[stoi[w] for w in ws] for ws in words[s: s + cp.batch_size]]
-        concepts, lens = pad_lists(pa.array(chunk, type=pa.list_(pa.int64())))
-        with torch.no_grad():
-            v = model.encode(torch.from_numpy(concepts).to(device), torch.from_numpy(lens).to(device))
-            out = beam_search(model, v, beam=cp.beam, max_len=cp.max_len, banned=banned)
-        best = out["tokens"][:, 0]
-        for j, ws in enumerate(to_words(best, itos)):
-            i = s + j
-            results.append({"image_id": ids[i], "caption": " ".join(ws)})
-            if len(att_images) < ATTENTION_IMAGES:
-                toks = best[j, : int(out["lengths"][j, 0])].tolist()
-                rec = attention_record(model, itos, chunk[j], toks, device)
-                att_images.append({"image_id": ids[i], "concepts": words[i], "caption": " ".join(ws), **rec})
+    chunks = [[stoi[w] for w in ws] for ws in words]
+    best = caption_ids(model, chunks, cp.beam, cp.max_len, cp.batch_size, device, desc="caption")
+    for i, toks in enumerate(best):
+        results.append({"image_id": ids[i], "caption": " ".join(itos[t] for t in toks)})
+        if len(att_images) < ATTENTION_IMAGES:
+            rec = attention_record(model, itos, chunks[i], [*toks, END][: cp.max_len], device)
+            att_images.append({"image_id": ids[i], "concepts": words[i], "caption": results[-1]["caption"], **rec})
     write_json(ctx.outs["captions"], results)
     cfg = model.cfg
     write_json(ctx.outs["attention"], {

@@ -72,8 +72,12 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
     deps: dict[str, str | Gather] = {"vocab": f"{D}/vocab"}
     if prev:
         deps["init"] = f"{M}/{prev}"
-    if uses_images:
+    params: tuple[str, ...] = ("model", name, "catalog")
+    src = COMMON_SRC + MODEL_SRC
+    if uses_images:  # image stages also caption the val images to select the checkpoint by CIDEr
         deps.update(concepts=f"{D}/concepts", features=f"{D}/features", prepared=f"{D}/prepared")
+        params += ("caption", "concepts")
+        src += ("src/r2m/decoding",)
     else:
         deps["corpus"] = f"{D}/corpus"
     return Stage(
@@ -87,8 +91,8 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
             "loss": Out(f"results/{{dataset}}/{{variant}}/{name}/loss.tsv", kind="plots", cache=False),
             "metrics": Out(f"results/{{dataset}}/{{variant}}/{name}/train_metrics.json", kind="metrics", cache=False),
         },
-        params=("model", name, "catalog"),
-        src=COMMON_SRC + MODEL_SRC,
+        params=params,
+        src=src,
     )
 
 

@@ -12,7 +12,8 @@ fingerprint — resolved params and the init checkpoint — matches), ``loss.tsv
 **Checkpoint selection** (e.g. by validation CIDEr): call :func:`train` with
 ``select=fn(model, step) -> float`` (higher is better). It is called at every ``eval_every`` step
 and the final step; ``model.pt`` then holds the best-scoring weights (``selected_step`` and
-``selected_score`` in the metrics) instead of the last ones. The DAG stage runs without a selector.
+``selected_score`` in the metrics) instead of the last ones. The DAG stage passes a CIDEr selector for the image stages (``<stage>.select_by``: auto/cider) (see
+:mod:`r2m.training.selection`).
 """
 
 from __future__ import annotations
@@ -174,7 +175,16 @@ def _write_loss(path: Path, columns: tuple[str, ...], rows: list[list[Any]]) -> 
 
 # --------------------------------------------------------------------------- the loop
 def run(ctx) -> None:
-    train(ctx)
+    select = None
+    how = getattr(ctx.params, ctx.stage.name).select_by
+    has_images = "prepared" in ctx.deps
+    if how == "cider" and not has_images:
+        raise ValueError(f"{ctx.stage.name}.select_by: cider needs images; only train_m/train_i can use it")
+    if how == "cider" or (how == "auto" and has_images):
+        from r2m.training.selection import cider_selector
+
+        select = cider_selector(ctx, ctx.runtime.torch_device(), load_itos(ctx.deps["vocab"]))
+    train(ctx, select)
 
 
 def train(ctx, select: Selector | None = None) -> dict[str, Any]:

@@ -1,0 +1,65 @@
+"""Checkpoint selection by validation CIDEr (the paper selects its checkpoints this way).
+
+``cider_selector(ctx, model_device)`` returns a :data:`r2m.training.stages.Selector` that captions
+the dataset's ``val`` images (beam search with the ``caption`` params, concepts as at test time)
+and scores them with CIDEr-D against their references. CIDEr runs on coco-caption's scorer with the
+project tokeniser (no Java), so it is cheap enough to call at every ``eval_every`` step; the
+reported test metrics still come from the ``evaluate`` stage. When the dataset has no ``val``
+images with references (e.g. ``demo``), there is nothing to select by and the last checkpoint is
+kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from r2m.text.tokenize import tokenize
+from r2m.utils.io import read_json
+
+
+def validation_set(prepared: Path, detections: Path, stoi: dict[str, int], threshold: float,
+                   max_per_image: int) -> tuple[list[str], list[list[int]], dict[str, list[str]]]:
+    """Ids, concept ids and tokenised references of the ``val`` images that have references."""
+    from r2m.training.data import image_concept_lists
+
+    images = pq.read_table(prepared / "images.parquet", columns=["image_id", "split"]).to_pandas()
+    val_ids = {str(i) for i in images.loc[images["split"] == "val", "image_id"]}
+    refs: dict[str, list[str]] = {}
+    for ann in read_json(prepared / "references.json").get("annotations", []):
+        iid = str(ann["image_id"])
+        if iid in val_ids:
+            refs.setdefault(iid, []).append(" ".join(tokenize(ann["caption"])))
+    ids = sorted(refs)
+    per_image = image_concept_lists(pq.read_table(detections / "detections.parquet"), threshold, max_per_image)
+    concepts = [[stoi[w] for w in per_image.get(i, []) if w in stoi] for i in ids]
+    return ids, concepts, refs
+
+
+def cider_selector(ctx, device, itos: list[str]):
+    from pycocoevalcap.cider.cider import Cider
+
+    from r2m.decoding.stage import caption_ids
+
+    stoi = {w: i for i, w in enumerate(itos)}
+    conc, cp = ctx.params.concepts, ctx.params.caption
+    ids, concepts, refs = validation_set(Path(ctx.deps["prepared"]), Path(ctx.deps["concepts"]), stoi,
+                                         conc.score_threshold, conc.max_per_image)
+    if not ids:
+        ctx.log.info("%s: no val images with references: keeping the last checkpoint", ctx.stage.name)
+        return None
+    ctx.log.info("%s: selecting the checkpoint by CIDEr on %d val images", ctx.stage.name, len(ids))
+
+    def select(model, step: int) -> float:
+        was_training = model.training
+        model.eval()
+        try:
+            toks = caption_ids(model, concepts, cp.beam, cp.max_len, cp.batch_size, device)
+        finally:
+            model.train(was_training)
+        res = {i: [" ".join(itos[t] for t in ts) or "<empty>"] for i, ts in zip(ids, toks, strict=True)}
+        score, _ = Cider().compute_score({i: refs[i] for i in ids}, res)
+        return float(score)
+
+    return select
