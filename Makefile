@@ -9,6 +9,7 @@ STAMP := $(VENV)/.r2m-setup
 CORES ?= 2
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 # pip's own noise about this machine's local index folders is not ours to show
 PIPQ := 2>&1 | { grep -v -e 'is ignored: it is neither' -e '^$$' || true; }
 

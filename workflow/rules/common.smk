@@ -22,7 +22,9 @@ except P.ParamsError as err:
     raise WorkflowError(str(err))
 
 R2M_PARAMS = write_merged_params(config, ".snakemake/r2m/params.yaml")
-R2M = config.get("r2m_command", "r2m")
+# the r2m beside the Python running Snakemake (works without activating .venv), else PATH's
+_r2m_here = Path(sys.executable).parent / "r2m"
+R2M = config.get("r2m_command", str(_r2m_here) if _r2m_here.exists() else "r2m")
 
 
 wildcard_constraints:
