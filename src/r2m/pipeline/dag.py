@@ -68,6 +68,7 @@ def dvc_stage(stage: Stage) -> dict[str, Any]:
                 opts["cache"] = False
             if out.persist:
                 opts["persist"] = True
+            opts.update(dict(out.plot))
             items.append({path: opts} if opts else path)
         if items:
             entry["outs" if kind == "out" else kind] = items

@@ -38,6 +38,7 @@ class Out:
     directory: bool = False
     cache: bool = True
     persist: bool = False
+    plot: tuple[tuple[str, str], ...] = ()  # DVC plot options, e.g. (("x", "step"), ("y", "loss"))
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
         deps=deps,
         outs={
             "model": Out(f"{M}/{name}", directory=True, persist=True),
-            "loss": Out(f"results/{{dataset}}/{{variant}}/{name}/loss.tsv", kind="plots", cache=False),
+            "loss": Out(f"results/{{dataset}}/{{variant}}/{name}/loss.tsv", kind="plots", cache=False,
+                        plot=(("x", "step"), ("y", "loss"), ("title", f"{name} loss"))),
             "metrics": Out(f"results/{{dataset}}/{{variant}}/{name}/train_metrics.json", kind="metrics", cache=False),
         },
         params=params,
