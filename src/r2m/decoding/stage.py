@@ -95,6 +95,7 @@ def run(ctx) -> None:
             rec = attention_record(model, itos, chunks[i], [*toks, END][: cp.max_len], device)
             att_images.append({"image_id": ids[i], "concepts": words[i], "caption": results[-1]["caption"], **rec})
     write_json(ctx.outs["captions"], results)
+    ctx.save_params(ctx.outs["captions"].parent, "captions.params.yaml")
     cfg = model.cfg
     write_json(ctx.outs["attention"], {
         "dataset": ctx.dataset, "variant": ctx.variant, "ckpt": ctx.ckpt,
