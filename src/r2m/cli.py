@@ -91,9 +91,31 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     ctx.args = args  # type: ignore[attr-defined]  # stage-specific extra flags
     log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
     t0 = time.perf_counter()
-    getattr(module, func)(ctx)
+    try:
+        getattr(module, func)(ctx)
+    except Exception as err:  # report, keep the traceback where it helps, exit non-zero
+        _report_failure(log, stage.name, err, log_path)
+        return 1
     log.info("done in %.1f s", time.perf_counter() - t0)
     return 0
+
+
+def _report_failure(log, stage: str, err: Exception, log_path: Path | None) -> None:
+    """The traceback goes to the stage's log file (or to stderr when there is none, as under
+    Snakemake, or with R2M_DEBUG=1); the last line is always the plain error message."""
+    import logging
+    import os
+    import traceback
+
+    tb = "".join(traceback.format_exception(err))
+    if log_path is None or os.environ.get("R2M_DEBUG") == "1":
+        sys.stderr.write(tb)
+    for h in log.handlers:
+        if isinstance(h, logging.FileHandler):
+            h.stream.write(tb)
+            h.flush()
+    where = f" (traceback in {log_path})" if log_path is not None else ""
+    log.error("r2m %s failed%s:\n%s: %s", stage, where, type(err).__name__, err)
 
 
 def _usage() -> str:
