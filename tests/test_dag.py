@@ -89,6 +89,20 @@ def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):
     assert "data/demo" not in out
 
 
+def test_snakemake_fans_feature_extraction_out_into_shard_jobs(repo_root, tmp_path):
+    shutil.copy(repo_root / "params.yaml", tmp_path / "params.yaml")
+    sm = [str(BIN / "snakemake"), "-s", str(repo_root / "Snakefile"), "-d", str(tmp_path)]
+    r = run([*sm, "-n", "-p", "--cores", "1", "data/tiny/features", "--config", 'datasets=["tiny"]',
+             'shards={"extract_features": 3}'], cwd=tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    for i in range(3):
+        assert f"--shard {i} --num-shards 3 --parts-dir data/tiny/feature_shards/{i}" in out
+    assert "--merge --parts-from data/tiny/feature_shards" in out
+    r = run([*sm, "-n", "--cores", "1", "--config", 'shards={"train_xe": 2}'], cwd=tmp_path)
+    assert r.returncode != 0 and "shards.train_xe: not a stage that can be sharded" in r.stdout + r.stderr
+
+
 def test_snakemake_rejects_invalid_config(repo_root):
     r = run([str(BIN / "snakemake"), "-n", "--cores", "1", "--config", "datasets=[nope]"], cwd=repo_root)
     assert r.returncode != 0

@@ -90,6 +90,22 @@ def test_parallel_shards_then_merge(images, tmp_path):
     assert np.array_equal(F.load_features(out)[0], F.load_features(tmp_path / "ref")[0])
 
 
+def test_shard_jobs_in_own_folders_then_merge(images, tmp_path):
+    """The Snakemake fan-out: each shard job owns a folder; the merge collects them all."""
+    _run(images, tmp_path / "ref", shard_size=2)
+    root = tmp_path / "feature_shards"
+    for i in range(3):
+        assert _run(images, tmp_path / "out", shard_size=2, shard=(i, 3), parts_dir=root / str(i)) is None
+    assert not (tmp_path / "out" / "features.h5").exists()
+    meta = _run(images, tmp_path / "out", shard_size=2, merge_only=True, parts_from=root)
+    assert meta["n_images"] > 0
+    assert np.array_equal(F.load_features(tmp_path / "out")[0], F.load_features(tmp_path / "ref")[0])
+    # a shard folder made with other options is refused, not mixed in
+    _run(images, tmp_path / "other", shard_size=3, shard=(0, 1), parts_dir=root / "9")
+    with pytest.raises(ValueError, match="other inputs or options"):
+        _run(images, tmp_path / "out2", shard_size=2, merge_only=True, parts_from=root)
+
+
 def test_shard_flags():
     import argparse
 

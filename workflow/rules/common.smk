@@ -1,5 +1,7 @@
 # Validate the configuration with the project's typed schema and hand the merged config to the
 # r2m commands (so `--config key=value` reaches them exactly as DVC's `-S key=value` does).
+# Snakemake-only runtime keys (`shards`, `r2m_command`) are split off first: they say how to run,
+# not what to compute, and never reach params.
 import sys
 from pathlib import Path
 
@@ -9,22 +11,30 @@ from r2m import params as P  # noqa: E402
 from r2m.pipeline import stages as S  # noqa: E402
 from r2m.pipeline.snake import (  # noqa: E402
     expand_gather,
+    merge_command,
     rule_params,
+    shard_command,
+    shard_counts,
+    shard_inputs,
+    shard_log,
+    shard_output,
     snake_template,
-    stage_command,
+    split_config,
     wildcard_constraints_for,
     write_merged_params,
 )
 
+_params_cfg, _runtime_cfg = split_config(config)
 try:
-    PARAMS = P.validate(config, "config (params.yaml + --config)")
-except P.ParamsError as err:
+    PARAMS = P.validate(_params_cfg, "config (params.yaml + --config)")
+    SHARDS = shard_counts(_runtime_cfg)
+except (P.ParamsError, ValueError) as err:
     raise WorkflowError(str(err))
 
-R2M_PARAMS = write_merged_params(config, ".snakemake/r2m/params.yaml")
+R2M_PARAMS = write_merged_params(_params_cfg, ".snakemake/r2m/params.yaml")
 # the r2m beside the Python running Snakemake (works without activating .venv), else PATH's
 _r2m_here = Path(sys.executable).parent / "r2m"
-R2M = config.get("r2m_command", str(_r2m_here) if _r2m_here.exists() else "r2m")
+R2M = _runtime_cfg.get("r2m_command", str(_r2m_here) if _r2m_here.exists() else "r2m")
 
 
 wildcard_constraints:

@@ -2,9 +2,12 @@
 # all come from the registry; nothing here is specific to a stage. Everything a rule needs from
 # the loop variable is bound at definition time (params/defaults), since Snakemake evaluates
 # `shell:` lazily, after the loop has moved on.
+# A stage with a `fanout` and `--config shards='{<stage>: N}'` (N > 1) also gets a `<stage>_shard`
+# rule: N parallel jobs (e.g. cluster jobs) whose results the stage's own job merges.
 
 
 for _stage in S.STAGES:
+    _n = SHARDS.get(_stage.name, 1)
 
     rule:
         name:
@@ -14,6 +17,7 @@ for _stage in S.STAGES:
                 k: (expand_gather(v, PARAMS) if not isinstance(v, str) else snake_template(v))
                 for k, v in _stage.deps.items()
             },
+            **({"shards": shard_inputs(_stage, _n)} if _n > 1 else {}),
         output:
             **{
                 k: (directory(snake_template(o.path)) if o.directory else snake_template(o.path))
@@ -22,7 +26,7 @@ for _stage in S.STAGES:
         log:
             snake_template(_stage.log),
         params:
-            cmd=lambda wc, _s=_stage: stage_command(R2M, _s, wc, R2M_PARAMS),
+            cmd=lambda wc, _s=_stage, _k=_n: merge_command(R2M, _s, wc, R2M_PARAMS, _k),
             resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
         threads: 1
         message:
@@ -31,3 +35,25 @@ for _stage in S.STAGES:
             "../envs/r2m.yaml"
         shell:
             "{params.cmd} --no-log-file > {log} 2>&1"
+
+    if _n > 1:
+
+        rule:
+            name:
+                f"{_stage.name}_shard"
+            input:
+                **{k: snake_template(v) for k, v in _stage.deps.items() if isinstance(v, str)},
+            output:
+                shard=directory(shard_output(_stage)),
+            log:
+                shard_log(_stage),
+            params:
+                cmd=lambda wc, _s=_stage, _k=_n: shard_command(R2M, _s, wc, R2M_PARAMS, _k),
+                resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
+            threads: 1
+            message:
+                f"{_stage.name} (one shard of {_n}): {_stage.help}"
+            conda:
+                "../envs/r2m.yaml"
+            shell:
+                "{params.cmd} --no-log-file > {log} 2>&1"

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from r2m import params as P
-from r2m.pipeline.stages import Gather, Stage
+from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage
 
 
 def snake_template(path: str) -> str:
@@ -64,12 +64,78 @@ def stage_command(r2m: str, stage: Stage, wildcards: Any, params_file: str) -> s
     return " ".join(x for x in (r2m, stage.name, axes, "--params", shlex.quote(params_file)) if x)
 
 
+# Snakemake-only config keys: how to run, not what to compute (never in params.yaml)
+RUNTIME_KEYS = ("r2m_command", "shards")
+
+
+def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(params part validated by r2m.params, runtime part for Snakemake only)."""
+    params = {k: v for k, v in config.items() if k not in RUNTIME_KEYS}
+    runtime = {k: config[k] for k in RUNTIME_KEYS if k in config}
+    return params, runtime
+
+
+def shard_counts(runtime: dict[str, Any]) -> dict[str, int]:
+    shards = runtime.get("shards") or {}
+    if not isinstance(shards, dict):
+        raise ValueError(f"config shards: expected a mapping stage -> number of jobs, got {shards!r}")
+    out = {}
+    for name, n in shards.items():
+        stage = BY_NAME.get(name)
+        if stage is None or stage.fanout is None:
+            fan = [s.name for s in STAGES if s.fanout]
+            raise ValueError(f"config shards.{name}: not a stage that can be sharded (those: {fan})")
+        try:
+            count = int(n)  # --config may hand numbers over as strings
+        except (TypeError, ValueError):
+            count = 0
+        if count < 1 or str(count) != str(n).strip():
+            raise ValueError(f"config shards.{name}: expected a positive integer, got {n!r}")
+        out[name] = count
+    return out
+
+
+def shard_command(r2m: str, stage: Stage, wildcards: Any, params_file: str, n: int) -> str:
+    fo = stage.fanout
+    assert fo is not None
+    folder = fo.folder.format(**dict(wildcards.items()))
+    extra = fo.shard_args.format(shard=wildcards.shard, n=n, folder=folder)
+    return f"{stage_command(r2m, stage, wildcards, params_file)} {extra}"
+
+
+def merge_command(r2m: str, stage: Stage, wildcards: Any, params_file: str, n: int) -> str:
+    base = stage_command(r2m, stage, wildcards, params_file)
+    if n <= 1 or stage.fanout is None:
+        return base
+    folder = stage.fanout.folder.format(**dict(wildcards.items()))
+    return f"{base} {stage.fanout.merge_args.format(folder=folder)}"
+
+
+def shard_output(stage: Stage) -> str:
+    assert stage.fanout is not None
+    return f"{stage.fanout.folder}/{{shard}}"
+
+
+def shard_log(stage: Stage) -> str:
+    key = "-".join(f"{{{a}}}" for a in stage.axes)
+    return f"logs/{stage.name}_shard/{key}-{{shard}}.log"
+
+
+def shard_inputs(stage: Stage, n: int):
+    def _inputs(wildcards: Any) -> list[str]:
+        folder = stage.fanout.folder.format(**dict(wildcards.items()))
+        return [f"{folder}/{i}" for i in range(n)] if n > 1 else []
+
+    return _inputs
+
+
 def wildcard_constraints_for(params: P.Params) -> dict[str, str]:
     names = lambda xs: "|".join(sorted(xs, key=len, reverse=True))  # noqa: E731
     return {
         "dataset": names(params.catalog),
         "variant": names(P.VARIANT_NAMES),
         "ckpt": names(P.TRAIN_STAGES),
+        "shard": r"\d+",
     }
 
 

@@ -42,6 +42,16 @@ class Out:
 
 
 @dataclass(frozen=True)
+class FanOut:
+    """Snakemake only: the stage can run as N parallel shard jobs (``--config shards='{name: N}'``)
+    writing into ``folder/<shard>/``, the stage's own job then merging them. DVC runs one job."""
+
+    folder: str
+    shard_args: str = "--shard {shard} --num-shards {n} --parts-dir {folder}/{shard}"
+    merge_args: str = "--merge --parts-from {folder}"
+
+
+@dataclass(frozen=True)
 class Stage:
     name: str
     impl: str  # "module:function" run with a StageContext
@@ -51,6 +61,7 @@ class Stage:
     outs: dict[str, Out] = field(default_factory=dict)
     params: tuple[str, ...] = ()  # params.yaml sections the stage reads
     src: tuple[str, ...] = ()  # source files/folders the stage's code lives in
+    fanout: FanOut | None = None
 
     @property
     def log(self) -> str:
@@ -130,6 +141,7 @@ STAGES: tuple[Stage, ...] = (
         outs={"features": Out(f"{D}/features", directory=True, persist=True)},
         params=("extract_features",),
         src=COMMON_SRC + ("src/r2m/vision",),
+        fanout=FanOut(f"{D}/feature_shards"),
     ),
     Stage(
         "corpus_concepts",

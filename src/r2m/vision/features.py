@@ -32,6 +32,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import shutil
 import warnings
 from collections.abc import Callable, Sequence
@@ -339,6 +340,30 @@ def _prepare_parts(parts: Path, fingerprint: str) -> None:
         write_json(cfg, {"fingerprint": fingerprint})
 
 
+def collect_parts(shard_root: Path, parts: Path, fingerprint: str) -> int:
+    """Link (or copy) the parts of every shard job's folder ``shard_root/<I>/`` into ``parts``.
+
+    A shard folder made with other inputs or options is an error, not silently mixed in."""
+    n = 0
+    for folder in sorted(p for p in shard_root.iterdir() if p.is_dir()):
+        try:
+            fp = json.loads((folder / "config.json").read_text()).get("fingerprint")
+        except (OSError, ValueError):
+            fp = None
+        if fp != fingerprint:
+            raise ValueError(f"features: shard folder {folder} was made with other inputs or options; "
+                             "delete it and run its shard job again")
+        for part in sorted(folder.glob("shard-*.h5")):
+            dst = parts / part.name
+            if not dst.exists():
+                try:
+                    os.link(part, dst)
+                except OSError:
+                    shutil.copy2(part, dst)
+            n += 1
+    return n
+
+
 def assemble(out: Path, ids: Sequence[str], files: Sequence[str], n_shards: int, meta: dict[str, Any]) -> dict[str, Any]:
     """Merge ``out/parts/shard-*.h5`` into ``features.h5`` + ``index.parquet`` + ``meta.json``; drop the parts."""
     import h5py
@@ -402,24 +427,31 @@ def extract_dataset(
     workers: int = 0,
     shard: tuple[int, int] | None = None,
     merge_only: bool = False,
+    parts_dir: str | Path | None = None,
+    parts_from: str | Path | None = None,
 ) -> dict[str, Any] | None:
     """Compute (resumably) and assemble the features folder ``out``; returns ``meta`` once assembled.
 
     ``shard=(I, K)`` computes only shards ``j % K == I`` and returns ``None`` (merge later with
-    ``merge_only=True``).
+    ``merge_only=True``). ``parts_dir`` puts a shard job's parts elsewhere than ``out/parts`` (a
+    Snakemake shard job owns its own folder); ``parts_from`` makes the merge collect the parts of
+    every shard folder below it first.
     """
     out = Path(out)
     options = dict(options or {})
     ranges = shard_ranges(len(ids), shard_size)
-    parts = out / "parts"
+    parts = Path(parts_dir) if parts_dir is not None else out / "parts"
     fingerprint = _fingerprint(backend, options, shard_size, ids, files)
     done = _finished_meta(out)
-    if done is not None and done.get("fingerprint") == fingerprint:
+    if done is not None and done.get("fingerprint") == fingerprint and parts_dir is None:
         log.info("features: %s is up to date", out)
         return done
     _prepare_parts(parts, fingerprint)
+    if parts_from is not None:
+        collect_parts(Path(parts_from), parts, fingerprint)
     for name in ("features.h5", "index.parquet", "meta.json", "bad_images.csv"):
-        (out / name).unlink(missing_ok=True)  # never leave an old result beside new parts
+        if parts_dir is None:
+            (out / name).unlink(missing_ok=True)  # never leave an old result beside new parts
     todo = [j for j in range(len(ranges)) if not _part_path(parts, j).exists()]
     if shard is not None:
         i, k = shard
@@ -443,6 +475,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--shard", type=int, default=None, help="compute only shards j %% K == I (this is I)")
     g.add_argument("--num-shards", type=int, default=None, help="K, the number of parallel shard jobs")
     g.add_argument("--merge", action="store_true", help="only assemble the finished shards")
+    g.add_argument("--parts-dir", default=None, help="where a shard job writes its parts (default: <out>/parts)")
+    g.add_argument("--parts-from", default=None, help="merge: collect parts from every folder below this one")
 
 
 def _shard_args(args: Any) -> tuple[tuple[int, int] | None, bool]:
@@ -463,6 +497,8 @@ def run(ctx) -> None:
     meta = extract_dataset(
         list(images["image_id"]), list(images["file"]), out, p.backend, p.options, p.batch_size, p.shard_size,
         ctx.runtime.torch_device(), ctx.runtime.workers, shard, merge,
+        getattr(ctx.args, "parts_dir", None) if hasattr(ctx, "args") else None,
+        getattr(ctx.args, "parts_from", None) if hasattr(ctx, "args") else None,
     )
     if meta is not None:
         ctx.save_params(out)
