@@ -235,3 +235,17 @@ def test_select_by_cider_without_val_references_keeps_last(syn: Path) -> None:
     T.run(ctx_for(syn, "train_m", p))
     m = json.loads((syn / "results/syn/r2m/train_m/train_metrics.json").read_text())
     assert m["selected_step"] is None and m["steps"] == 4
+
+
+def test_frozen_random_projection_is_redrawn_at_the_last_stage(syn: Path) -> None:
+    from r2m.training.stages import build_model
+
+    p = make_params(model={"d": 16, "heads": 2, "d_k": 8, "dropout": 0.0, "image_proj": "frozen_random"})
+    for st in ("train_xe", "train_s", "train_m"):
+        run_stage(syn, st, p)
+    m = build_model(ctx_for(syn, "train_m", p), len(ITOS), 12)
+    i = build_model(ctx_for(syn, "train_i", p), len(ITOS), 12)
+    again = build_model(ctx_for(syn, "train_i", p), len(ITOS), 12)
+    assert not torch.equal(m.image_proj_weight, i.image_proj_weight)
+    assert torch.equal(i.image_proj_weight, again.image_proj_weight)  # repeatable
+    assert not any(k.startswith("image_proj") for k in i.state_dict())  # never saved

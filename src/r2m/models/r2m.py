@@ -32,8 +32,9 @@ Design decisions (where the paper leaves room; see also docs/ARCHITECTURE.md):
   to d when ``N·d ≠ d`` (identity at N = 1) and L2-normalised like ``v``.
 * **Image projection v̂^I.** pooled CNN feature → linear ``image_dim → d`` → L2-normalise;
   ``learned`` (default) or ``frozen_random``: a fixed random matrix drawn from
-  ``image_proj_seed``, neither trained nor saved (the official code's behaviour, except that it is
-  the same draw in every stage).
+  ``image_proj_seed``, neither trained nor saved (the official code's behaviour; the training
+  stages give train_m and train_i different seeds, so the last stage redraws it as the official
+  code does).
 """
 
 from __future__ import annotations

@@ -126,8 +126,15 @@ def fingerprint(ctx) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# ``frozen_random`` (the official code): the projection is neither trained nor saved, so every
+# image stage draws its own; a fixed seed per stage keeps runs repeatable.
+FROZEN_PROJ_SEED = {"train_m": 0, "train_i": 1}
+
+
 def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
     cfg = model_config(ctx, vocab_size, image_dim)
+    seed = FROZEN_PROJ_SEED.get(ctx.stage.name, 0) if cfg.image_proj == "frozen_random" else cfg.image_proj_seed
+    cfg.image_proj_seed = seed
     if "init" not in ctx.deps:
         return R2M(cfg)
     path = ctx.deps["init"] / "model.pt"
@@ -136,12 +143,13 @@ def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     want = cfg.to_dict()
     have = ckpt["config"]
-    diff = {k: (have.get(k), v) for k, v in want.items() if k not in ("image_dim", "image_proj") and have.get(k) != v}
+    diff = {k: (have.get(k), v) for k, v in want.items()
+            if k not in ("image_dim", "image_proj", "image_proj_seed") and have.get(k) != v}
     if diff:
         raise ValueError(f"{ctx.stage.name}: init checkpoint {path} was built with other model settings "
                          f"(key: (checkpoint, now)) {diff}; rerun the previous stages")
     return R2M.from_checkpoint(ckpt, image_dim=image_dim or have.get("image_dim", 0),
-                               image_proj=cfg.image_proj)
+                               image_proj=cfg.image_proj, image_proj_seed=seed)
 
 
 def make_adam(model: torch.nn.Module, lr: float) -> torch.optim.Adam:
