@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "train": ("r2m.training.bench:main", "R2M training throughput (sentences/s, forward+backward)"),
     "evaluate": ("r2m.evaluation.bench:main", "coco-caption evaluation time (5,000 images x 5 refs, no SPICE)"),
     "features": ("r2m.vision.bench:main", "feature extraction throughput per backend (images/s)"),
+    "concepts": ("r2m.vision.concept_quality:main", "concept precision/recall of detector settings on the demo photos"),
 }
 
 

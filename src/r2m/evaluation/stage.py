@@ -55,12 +55,30 @@ def evaluate_files(
     return {"metrics": metrics, "unavailable": unavailable, "images": per_image}
 
 
+def concept_metrics(captions_path: str | Path, info_path: str | Path) -> dict[str, Any]:
+    """Concept recall of the captions against the concepts they were made from (``caption_info.json``)."""
+    from r2m.evaluation.concepts import concept_recall
+
+    captions = {str(r["image_id"]): str(r["caption"]) for r in json.loads(Path(captions_path).read_text())}
+    info = json.loads(Path(info_path).read_text())
+    concepts = {str(r["image_id"]): list(r["concepts"]) for r in info.get("images", [])}
+    out = concept_recall(captions, concepts)
+    out["sources"] = info.get("counts", {})
+    return out
+
+
 def run(ctx) -> None:
     """DAG stage: score one variant/checkpoint's captions."""
     refs = ctx.deps["prepared"] / "references.json"
     workers = ctx.runtime.workers or None
     out = evaluate_files(ctx.deps["captions"], refs, list(ctx.params.evaluate.scorers),
                          workers=workers, logger=ctx.log)
+    cr = concept_metrics(ctx.deps["captions"], ctx.deps["info"])
+    out["metrics"].update(concept_recall=cr["concept_recall"], concept_any=cr["concept_any"])
+    out["concepts"] = cr
+    ctx.log.info("concept recall %s, captions naming >= 1 concept %s (%d images with concepts)",
+                 "n/a" if cr["concept_recall"] is None else f"{cr['concept_recall']:.3f}",
+                 "n/a" if cr["concept_any"] is None else f"{cr['concept_any']:.3f}", cr["concept_images"])
     write_json(ctx.outs["metrics"], out["metrics"])
     write_json(ctx.outs["per_image"], out)
     ctx.save_params(ctx.outs["metrics"].parent, "eval.params.yaml")

@@ -77,7 +77,8 @@ D = "data/{dataset}"
 M = "models/{dataset}/{variant}"
 R = "results/{dataset}/{variant}/{ckpt}"
 COMMON_SRC = ("src/r2m/params.py", "src/r2m/pipeline/context.py", "src/r2m/utils")
-MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/text/vocab.py")
+MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/text/vocab.py",
+             "src/r2m/decoding/settings.py")
 
 
 def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
@@ -182,22 +183,23 @@ STAGES: tuple[Stage, ...] = (
         outs={
             "captions": Out(f"{R}/captions.json", cache=False),
             "attention": Out(f"{R}/attention.json", cache=False),
+            "info": Out(f"{R}/caption_info.json", cache=False),
         },
         params=("caption", "concepts"),
-        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py"),
+        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py", "src/r2m/vision/features.py"),
     ),
     Stage(
         "evaluate",
         impl="r2m.evaluation.stage:run",
         help="coco-caption metrics of the captions against the references",
         axes=("dataset", "variant", "ckpt"),
-        deps={"captions": f"{R}/captions.json", "prepared": f"{D}/prepared"},
+        deps={"captions": f"{R}/captions.json", "info": f"{R}/caption_info.json", "prepared": f"{D}/prepared"},
         outs={
             "metrics": Out(f"{R}/eval.json", kind="metrics", cache=False),
             "per_image": Out(f"{R}/eval_per_image.json", cache=False),
         },
         params=("evaluate",),
-        src=COMMON_SRC + ("src/r2m/evaluation",),
+        src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/text"),
     ),
     Stage(
         "table1",

@@ -316,6 +316,9 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
         final = {**best["checkpoint"], "variant": ctx.variant or "r2m", "dataset": ctx.dataset or ""}
     save_torch(out_dir / "model.pt", final)
     ctx.save_params(out_dir)
+    from r2m.decoding import settings
+
+    settings.record(ctx, out_dir, itos)  # inference.json: what `r2m caption IMAGES --model` needs
     _write_loss(Path(ctx.outs["loss"]), obj.columns, rows)
     train_rows = [r for r in rows if r[1] == "train"]
     val_rows = [r for r in rows if r[1] == "val"]

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from r2m.text.dictionary import Dictionary, load_dictionary
-from r2m.vision.detectors import classifier, faces, faster_rcnn, offline, precomputed  # noqa: F401  (register)
+from r2m.vision.detectors import classifier, faces, faster_rcnn, offline, precomputed, regions  # noqa: F401
 from r2m.vision.detectors.base import (
     COLUMNS,
     DEFAULT_FLOOR,
