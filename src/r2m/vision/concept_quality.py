@@ -28,7 +28,7 @@ SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
     "regions23w.8+faces": ("offline", {"parts": ["regions", "faces"],
                                        "regions": {"scales": [2, 3], "crop_weight": 0.8}}),
     "regions3w.8+faces": ("offline", {"parts": ["regions", "faces"],
-                                      "regions": {"scales": [3], "crop_weight": 0.8}}),
+                                      "regions": {"scales": [3], "crop_weight": 0.8}}),  # the default
     "regions23w.9+faces": ("offline", {"parts": ["regions", "faces"],
                                        "regions": {"scales": [2, 3], "crop_weight": 0.9}}),
 }

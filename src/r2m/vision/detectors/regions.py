@@ -12,8 +12,8 @@ their box overlaps a kept one by IoU ≥ ``nms_iou`` (non-maximum suppression), 
 instances survive while overlapping crops of one object do not. At most ``max_detections`` per
 image are returned, best first.
 
-Options: ``scales`` ([2]), ``overlap`` (0.5), ``size`` (224), ``per_region`` (3), ``crop_weight``
-(1.0), ``nms_iou`` (0.5), ``max_detections`` (20), ``chunk`` (regions per forward pass, 64),
+Options: ``scales`` ([3]), ``overlap`` (0.5), ``size`` (224), ``per_region`` (3), ``crop_weight``
+(0.8), ``nms_iou`` (0.5), ``max_detections`` (20), ``chunk`` (regions per forward pass, 64),
 plus the classifier's ``floor``, ``weights`` (+ ``sha256``) and ``mapping``.
 """
 
@@ -74,11 +74,11 @@ class Regions(Classifier):
 
     def __init__(self, options: dict[str, Any], dictionary: Dictionary, device: Any):
         super().__init__(options, dictionary, device)
-        self.scales = [int(s) for s in options.get("scales", [2])]
+        self.scales = [int(s) for s in options.get("scales", [3])]
         self.overlap = float(options.get("overlap", 0.5))
         self.size = int(options.get("size", 224))
         self.per_region = int(options.get("per_region", 3))
-        self.crop_weight = float(options.get("crop_weight", 1.0))
+        self.crop_weight = float(options.get("crop_weight", 0.8))
         self.nms_iou = float(options.get("nms_iou", 0.5))
         self.max_detections = int(options.get("max_detections", 20))
         self.chunk = int(options.get("chunk", 64))
