@@ -98,6 +98,9 @@ def concept_metrics(captions_path: str | Path, info_path: str | Path) -> dict[st
     from r2m.evaluation.concepts import concept_recall
 
     captions = {str(r["image_id"]): str(r["caption"]) for r in json.loads(Path(captions_path).read_text())}
+    if not Path(info_path).exists():  # captions made elsewhere: their input concepts are unknown
+        log.warning("evaluate: %s is missing: no concept recall", info_path)
+        return {"concept_recall": None, "concept_any": None, "concept_images": 0}
     info = json.loads(Path(info_path).read_text())
     concepts = {str(r["image_id"]): list(r["concepts"]) for r in info.get("images", [])}
     out = concept_recall(captions, concepts)
