@@ -174,3 +174,20 @@ def test_mid_only_outputs_use_mid_names(tmp_path, images):
     assert list(df.concept) == ["cat"] and np.isclose(df.score.iloc[0], 0.8)
     df = detect_images([images["grey"]], "tf_oid", {"model": str(tmp_path / "mids")}, image_ids=["grey"])
     assert df.empty  # a MID without a name table maps to no concept
+
+
+def test_free_batch_dimension_but_unbatched_outputs_falls_back_to_one_by_one(tmp_path, images):
+    tf = _tf()
+
+    class Loose(tf.Module):  # declares [None, H, W, 3] but answers for the first image only, like [1, ...]
+        @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32)])
+        def default(self, images):
+            return {"detection_boxes": tf.constant([[0.0, 0.0, 1.0, 1.0]]),
+                    "detection_scores": tf.reshape(tf.reduce_mean(images[0]), [1]),
+                    "detection_class_entities": tf.constant([b"Cat"])}
+
+    m = Loose()
+    tf.saved_model.save(m, str(tmp_path / "loose"), signatures={"default": m.default})
+    ids = ["grey", "white"]  # same size: first tried as one batch
+    df = detect_images([images[i] for i in ids], "tf_oid", {"model": str(tmp_path / "loose")}, image_ids=ids)
+    assert df.set_index("image_id").score.to_dict() == pytest.approx({"grey": 128 / 255, "white": 1.0}, abs=1e-4)

@@ -5,14 +5,14 @@ The concepts of R²M (and UC-GAN before it) came from this model (the authors' p
 ``faster_rcnn_inception_resnet_v2_atrous_oid_v4_2018_12_12`` from the TF object-detection model
 zoo); no PyTorch port exists. Two public releases, both TensorFlow SavedModels, are understood:
 
-``source: hub`` (default)
+``source: hub``
     TF Hub ``google/faster_rcnn/openimages_v4/inception_resnet_v2/1`` (TF1 Hub format). Signature
     ``default``: input ``images`` float32 ``[1, H, W, 3]`` in [0, 1] (one image per call); outputs
     ``detection_boxes`` ``[N, 4]`` (normalised ymin, xmin, ymax, xmax), ``detection_scores``,
     ``detection_class_entities`` / ``detection_class_names`` (strings: display names and
     Freebase MIDs such as ``/m/01g317``), ``detection_class_labels``.
-``source: zoo``
-    the model zoo archive (the one the authors used); its ``saved_model/`` has the signature
+``source: zoo`` (default)
+    the model zoo archive (the release the authors' code loads); its ``saved_model/`` has the signature
     ``serving_default``: input ``inputs`` uint8 ``[B, H, W, 3]``; outputs ``detection_boxes``
     ``[B, 100, 4]``, ``detection_scores``, ``detection_classes`` (class ids 1..601 of the
     OpenImages-v4 label map, whose order is ``data/dictionaries/openimages_v4_boxable.names``) and
@@ -23,7 +23,7 @@ read from its signature. Images of one loader batch that share a size go through
 together when its input has a free batch dimension; otherwise one image per call.
 
 Options (``detect_concepts.options``): ``model`` (a local SavedModel folder, or a ``.tar.gz`` /
-``.zip`` of one; no download then), ``source`` (``hub`` | ``zoo`` | a URL; downloaded once into
+``.zip`` of one; no download then), ``source`` (``zoo`` | ``hub`` | a URL; downloaded once into
 ``cache_dir``, default ``$R2M_CACHE`` or ``~/.cache/r2m``, its SHA-256 recorded beside it on the first
 download and checked on every later run), ``sha256`` (pin the archive), ``signature``, ``tags``
 (meta-graph tags of a TF1 SavedModel), ``classes`` (class-id names file for id outputs; default the
@@ -62,7 +62,7 @@ ID_OUTPUTS = ("detection_classes", "detection_class_labels")  # class ids (1-bas
 @dataclass
 class TFOIDConfig:
     model: str | None = None
-    source: str = "hub"
+    source: str = "zoo"
     sha256: str | None = None
     cache_dir: str | None = None
     signature: str | None = None
@@ -83,6 +83,10 @@ class TFOIDConfig:
     @property
     def url(self) -> str:
         return SOURCES.get(self.source, self.source)
+
+
+class UnbatchedOutputs(RuntimeError):
+    """The model was given several images but returned the outputs of one (no batch dimension)."""
 
 
 def find_saved_model(path: Path) -> Path:
@@ -175,7 +179,7 @@ class TFOIDDetector(ImageDetector):
         n = len(arrays)
         if out["detection_scores"].ndim == 1:  # unbatched outputs ([N]): one image per call only
             if n != 1:
-                raise RuntimeError("tf_oid: the model returned unbatched outputs for a batch")
+                raise UnbatchedOutputs()
             return [out]
         return [{k: v[i] for k, v in out.items() if v.ndim >= 1 and v.shape[0] == n} for i in range(n)]
 
@@ -231,7 +235,13 @@ class TFOIDDetector(ImageDetector):
         for i, a in enumerate(arrays):
             groups.setdefault(a.shape if self.batched else (i,), []).append(i)
         for idx in groups.values():
-            for i, out in zip(idx, self._call([arrays[i] for i in idx]), strict=True):
+            try:
+                outs = self._call([arrays[i] for i in idx])
+            except UnbatchedOutputs:  # a free batch dimension on the input, but one image's outputs
+                log.info("tf_oid: the model returns one image's detections per call; running images one by one")
+                self.batched = False
+                outs = [self._call([arrays[i]])[0] for i in idx]
+            for i, out in zip(idx, outs, strict=True):
                 results[i] = self._raws(out, *sizes[i])
         return [r or [] for r in results]
 
