@@ -219,7 +219,24 @@ def _format_error(err: ValidationError, source: str) -> str:
 
 
 # options naming files the user must provide (resolved against the working directory)
-_DETECT_FILE_OPTIONS = ("weights", "checkpoint", "classes", "mapping")
+_DETECT_FILE_OPTIONS = ("weights", "checkpoint", "classes", "mapping", "mid_names")
+# backends that need an optional extra: (stage, backend) -> (module, extra, how to install)
+_BACKEND_EXTRAS = {
+    ("detect_concepts", "tf_oid"): ("tensorflow", "tf", "pip install -e '.[tf]' (or make setup-tf)"),
+    ("detect_concepts", "owl"): ("transformers", "owl", "pip install -e '.[owl]' (or make setup-owl)"),
+}
+
+
+def _missing_extras(params: Params) -> list[str]:
+    """One line per chosen backend whose optional dependency is not installed (found without importing it)."""
+    import importlib.util
+
+    out = []
+    for (stage, backend), (module, extra, how) in _BACKEND_EXTRAS.items():
+        if getattr(params, stage).backend == backend and importlib.util.find_spec(module) is None:
+            out.append(f"{stage}.backend: {backend!r} needs the optional extra '{extra}' ({module} is not "
+                       f"installed); install it with: {how}")
+    return out
 
 
 def _missing_files(options: dict[str, Any], keys: tuple[str, ...], prefix: str) -> list[str]:
@@ -240,6 +257,9 @@ def check_files(params: Params, dataset: str, source: str = "params") -> None:
     view = for_dataset(params, dataset)
     errors = _missing_files(view.detect_concepts.options, _DETECT_FILE_OPTIONS, "detect_concepts.options")
     errors += _missing_files(view.extract_features.options, ("weights",), "extract_features.options")
+    if view.detect_concepts.backend == "tf_oid":  # a local SavedModel (folder or archive); else a download
+        errors += _missing_files(view.detect_concepts.options, ("model",), "detect_concepts.options")
+    errors += _missing_extras(view)
     path = view.detect_concepts.options.get("path")
     if view.detect_concepts.backend == "precomputed" and isinstance(path, str) and Path(path).is_absolute() \
             and not Path(path).exists():
