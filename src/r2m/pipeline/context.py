@@ -76,8 +76,8 @@ class StageContext:
         for name in self.stage.params:
             if name == "catalog" and self.dataset:
                 data["dataset_entry"] = dumped["catalog"][self.dataset]
-            elif name in dumped:
-                data[name] = dumped[name]
+            elif name.partition(".")[0] in dumped:
+                P.pick(dumped, name, data)
         return data
 
     def save_params(self, folder: str | Path, filename: str = "params.yaml") -> Path:
