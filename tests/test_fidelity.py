@@ -262,3 +262,27 @@ def test_vocab_filter_word_list(tmp_path) -> None:
     assert "xqzt" in build_vocab(counts, 40, ["horse"]).itos
     with pytest.raises(FileNotFoundError, match="vocab_filter"):
         read_word_list(tmp_path / "missing.txt")
+
+
+# --------------------------------------------------------------------------- r2m datasets check
+def test_datasets_check_reports_filters_and_paper_vocab(tmp_path) -> None:
+    import json
+
+    from r2m.datasets.check import report
+
+    (tmp_path / "c").mkdir()
+    (tmp_path / "v").mkdir()
+    (tmp_path / "c" / "stats.json").write_text(json.dumps({
+        "read": {"lines": 1000}, "sentences_in": 990, "dropped": {"too_short": 90, "no_concept": 100},
+        "tokenizer": "official", "count_specials": True}))
+    (tmp_path / "v" / "stats.json").write_text(json.dumps({
+        "vocab_size": 10_001, "min_count": 15, "sentences_out": 780, "dropped_unk_train": 15, "dropped_unk_val": 5,
+        "out_train": 772, "out_val": 8, "vocab_counts": "all"}))
+    lines = report("g", "coco_gcc", tmp_path / "c", tmp_path / "v")
+    text = "\n".join(lines)
+    assert "after filter too_short (-90)" in text and " 900 " in text and " 800 " in text
+    assert "after the <UNK> ratio filter (-20)" in text and " 780 " in text
+    vocab_line = next(ln for ln in lines if ln.startswith("vocabulary"))
+    assert "10000" in vocab_line and "10652" in vocab_line and "(-6.1%)" in vocab_line
+    with pytest.raises(FileNotFoundError, match="build_vocab"):
+        report("g", "coco_gcc", tmp_path / "c", tmp_path / "missing")
