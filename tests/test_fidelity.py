@@ -274,15 +274,37 @@ def test_datasets_check_reports_filters_and_paper_vocab(tmp_path) -> None:
     (tmp_path / "v").mkdir()
     (tmp_path / "c" / "stats.json").write_text(json.dumps({
         "read": {"lines": 1000}, "sentences_in": 990, "dropped": {"too_short": 90, "no_concept": 100},
+        "length_ok": 900,
         "tokenizer": "official", "count_specials": True}))
     (tmp_path / "v" / "stats.json").write_text(json.dumps({
         "vocab_size": 10_001, "min_count": 15, "sentences_out": 780, "dropped_unk_train": 15, "dropped_unk_val": 5,
         "out_train": 772, "out_val": 8, "vocab_counts": "all"}))
     lines = report("g", "coco_gcc", tmp_path / "c", tmp_path / "v")
     text = "\n".join(lines)
-    assert "after filter too_short (-90)" in text and " 900 " in text and " 800 " in text
+    assert "after filter no_concept (-100)" in text and "after filter too_short (-90)" in text
+    assert " 890 " in text and " 800 " in text
     assert "after the <UNK> ratio filter (-20)" in text and " 780 " in text
     vocab_line = next(ln for ln in lines if ln.startswith("vocabulary"))
     assert "10000" in vocab_line and "10652" in vocab_line and "(-6.1%)" in vocab_line
     with pytest.raises(FileNotFoundError, match="build_vocab"):
         report("g", "coco_gcc", tmp_path / "c", tmp_path / "missing")
+
+
+def test_official_vocab_counts_include_sentences_without_concepts() -> None:
+    from r2m.text.stages import COUNT_ONLY, process_chunk
+
+    d = load_dictionary("openimages")
+    lines = [(1, "a dog on the grass ."), (2, "a sunny day in the park ."), (3, "x")]
+    cfg = FilterConfig(min_tokens=4, count_specials=True)
+    dropped, passed = Counter(), Counter()
+    ours = process_chunk(lines, d, cfg, 0.0, 0, Counter())
+    off = process_chunk(lines, d, cfg, 0.0, 0, dropped, "official", keep_no_concept=True, passed=passed)
+    assert ours["split"] == ["train"]  # the no-concept sentence is gone
+    assert off["split"] == ["train", COUNT_ONLY] and off["tokens"][1].endswith(" .")
+    # "x" is counted under the first filter by name (no_concept) but, too short, is not kept
+    assert dropped == Counter({"no_concept": 2}) and passed["length"] == 2
+    vocab = build_vocab(Counter(" ".join(off["tokens"]).split()), 1, ["dog"])
+    stats: Counter[str] = Counter()
+    enc = encode_batch(pa.RecordBatch.from_pydict({k: off[k] for k in ("tokens", "concepts", "split")}),
+                       vocab, 1.0, stats)
+    assert enc.num_rows == 1 and stats["count_only"] == 1 and "sunny" in vocab

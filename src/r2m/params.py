@@ -305,6 +305,12 @@ def for_dataset(params: Params, dataset: str) -> Params:
     return Params.model_validate(resolve_fidelity(_merged_raw(raw, dataset), profile_of(params.catalog[dataset])))
 
 
+def with_profile(params: Params, dataset: str) -> Params:
+    """``params`` with every null profile item filled from ``dataset``'s profile (no-op when resolved)."""
+    raw = params.model_dump(mode="json")
+    return Params.model_validate(resolve_fidelity(raw, profile_of(params.catalog[dataset])))
+
+
 def dump(params: BaseModel | dict[str, Any]) -> str:
     data = params.model_dump(mode="json") if isinstance(params, BaseModel) else params
     return yaml.safe_dump(data, sort_keys=False)

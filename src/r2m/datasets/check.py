@@ -14,7 +14,8 @@ from typing import Any
 
 # recipe kind -> vocabulary size in the paper (incl. <#start>, <#end>, <UNK>)
 PAPER_VOCAB = {"coco_shutterstock": 18_679, "flickr30k_coco": 11_335, "coco_gcc": 10_652}
-# the official preprocessing's sentence count for MSCOCO<->Shutterstock (its config.py NUM_DESCRIPTIONS)
+# sentences of >= 10 tokens in the official MSCOCO<->Shutterstock corpus (R2M's config.py NUM_DESCRIPTIONS,
+# also the <S> count in UC-GAN's released word_counts.txt): the figure after the length filters
 PAPER_SENTENCES = {"coco_shutterstock": 2_322_635}
 
 
@@ -32,14 +33,21 @@ def report(dataset: str, kind: str, corpus_dir: Path, vocab_dir: Path) -> list[s
     rows: list[tuple[str, Any, Any]] = [
         ("lines read", read.get("lines"), None),
         ("non-empty, valid UTF-8", c.get("sentences_in"), None),
+        ("passing the length filters (any concepts)", c.get("length_ok"), PAPER_SENTENCES.get(kind)),
     ]
     left = int(c.get("sentences_in") or 0)
-    for reason, n in c.get("dropped", {}).items():
-        left -= int(n)
+    dropped = c.get("dropped", {})
+    from r2m.text.corpus import FILTERS
+
+    order = list(FILTERS.names())  # a sentence counts under the first filter that drops it
+    reasons = sorted(dropped, key=lambda r: order.index(r) if r in order else len(order))
+    for reason in reasons:
+        n = int(dropped[reason])
+        left -= n
         rows.append((f"after filter {reason} (-{n})", left, None))
     kept_unk = v.get("sentences_out")
     n_unk = sum(int(x) for k, x in v.items() if k.startswith("dropped_unk_"))
-    rows.append((f"after the <UNK> ratio filter (-{n_unk})", kept_unk, PAPER_SENTENCES.get(kind)))
+    rows.append((f"after the <UNK> ratio filter (-{n_unk})", kept_unk, None))
     rows.append(("  of which train / val", f"{v.get('out_train', 0)} / {v.get('out_val', 0)}", None))
     size = int(v["vocab_size"])
     rows.append(("vocabulary (words + <#start> <#end> <UNK>)", size - 1, PAPER_VOCAB.get(kind)))

@@ -31,6 +31,11 @@ class StageContext:
     root: Path = Path(".")
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("r2m"))
 
+    def __post_init__(self) -> None:
+        # a stage always sees explicit ``fidelity`` items (for_dataset resolves them already)
+        if self.dataset is not None and self.dataset in self.params.catalog:
+            self.params = P.with_profile(self.params, self.dataset)
+
     # ------------------------------------------------------------------ paths
     @property
     def axes(self) -> dict[str, str]:

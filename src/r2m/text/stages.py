@@ -40,26 +40,39 @@ def _chunks(it: Iterator[Any], size: int) -> Iterator[list[Any]]:
 
 
 # --------------------------------------------------------------------------- corpus_concepts
+# split value of sentences kept only for the vocabulary counts (``fidelity.vocab_counts: all``)
+COUNT_ONLY = "count_only"
+
+
 def process_chunk(
     lines: list[tuple[int, str]], dictionary: Dictionary, cfg: FilterConfig, holdout: float, seed: int,
-    dropped: Counter[str], tokenizer: str = "caption",
+    dropped: Counter[str], tokenizer: str = "caption", keep_no_concept: bool = False,
+    passed: Counter[str] | None = None,
 ) -> dict[str, list[Any]]:
     """Tokenise (``fidelity.tokenizer``), find concepts, filter and split one chunk of
-    ``(line_number, sentence)``. Tokens are stored as written (plurals included)."""
+    ``(line_number, sentence)``. Tokens are stored as written (plurals included). With
+    ``keep_no_concept``, sentences dropped *only* for having no concept are kept with split
+    :data:`COUNT_ONLY` (the official vocabulary counts them; build_vocab never trains on them)."""
     tokenize = TOKENIZERS[tokenizer]
     cols: dict[str, list[Any]] = {"tokens": [], "concepts": [], "line": []}
+    count_only: list[bool] = []
     for lineno, text in lines:
         tokens = tokenize(text)
         concepts = dictionary.sentence_concepts(tokens)
         reason = drop_reason(tokens, concepts, cfg)
+        length_ok = cfg.min_tokens <= cfg.length(tokens) <= cfg.max_tokens
+        if passed is not None and length_ok:
+            passed["length"] += 1  # passes the length filters, whatever its concepts
         if reason is not None:
             dropped[reason] += 1
-            continue
+            if not (keep_no_concept and reason == "no_concept" and length_ok):
+                continue
+        count_only.append(reason is not None)
         cols["tokens"].append(" ".join(tokens))
         cols["concepts"].append(" ".join(concepts))
         cols["line"].append(lineno)
     val = holdout_mask(np.asarray(cols["line"], dtype=np.int64), holdout, seed)
-    cols["split"] = np.where(val, "val", "train").tolist()
+    cols["split"] = [COUNT_ONLY if c else ("val" if h else "train") for c, h in zip(count_only, val, strict=True)]
     return cols
 
 
@@ -69,7 +82,7 @@ def corpus_concepts(ctx: StageContext) -> None:
     p, fid = ctx.params.corpus_concepts, ctx.params.fidelity
     cfg = FilterConfig(p.min_tokens, p.max_tokens, p.require_concept, fid.count_specials)
     dictionary = load_dictionary(ctx.params.concepts.dictionary)
-    read, dropped, concept_counts = ReadStats(), Counter(), Counter()
+    read, dropped, concept_counts, passed = ReadStats(), Counter(), Counter(), Counter()
     n_split: Counter[str] = Counter()
     t0 = time.perf_counter()
     with atomic_path(out) as tmp:
@@ -77,9 +90,10 @@ def corpus_concepts(ctx: StageContext) -> None:
         with pq.ParquetWriter(tmp / "corpus.parquet", CORPUS_SCHEMA) as writer, \
                 progress(desc="corpus_concepts", unit="sent") as bar:
             for chunk in _chunks(read_lines(src, read), CHUNK):
-                cols = process_chunk(chunk, dictionary, cfg, p.holdout, p.seed, dropped, fid.tokenizer)
+                cols = process_chunk(chunk, dictionary, cfg, p.holdout, p.seed, dropped, fid.tokenizer,
+                                     keep_no_concept=fid.vocab_counts == "all", passed=passed)
                 writer.write_table(pa.table(cols, schema=CORPUS_SCHEMA))
-                n_split.update(cols["split"])
+                n_split.update(x for x in cols["split"] if x != COUNT_ONLY)
                 for c in cols["concepts"]:
                     concept_counts.update(c.split())
                 bar.update(len(chunk))
@@ -88,7 +102,8 @@ def corpus_concepts(ctx: StageContext) -> None:
         stats = {
             "source": str(src), "dictionary": dictionary.name, "tokenizer": fid.tokenizer,
             "count_specials": fid.count_specials, "read": read.as_dict(),
-            "sentences_in": n_in, "dropped": dict(dropped), "kept": sum(n_split.values()),
+            "sentences_in": n_in, "dropped": dict(dropped), "length_ok": passed["length"],
+            "kept": sum(n_split.values()),
             "split": dict(n_split), "distinct_concepts": len(concept_counts),
             "top_concepts": dict(concept_counts.most_common(50)),
             "seconds": round(seconds, 3), "sentences_per_s": round(n_in / max(seconds, 1e-9), 1),
@@ -134,6 +149,9 @@ def encode_batch(batch: pa.RecordBatch, vocab: Vocab, max_unk: float, stats: Cou
         words = tokens.split()
         if dictionary is not None:
             words = singular_targets(words, dictionary)
+        if split == COUNT_ONLY:  # counted for the vocabulary only
+            stats["count_only"] += 1
+            continue
         ids = vocab.encode(words)
         stats[f"in_{split}"] += 1
         if unk_ratio(ids, vocab.unk_id, unk_extra) > max_unk:
