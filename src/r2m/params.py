@@ -123,6 +123,12 @@ class ModelParams(_Section):
     image_proj: Literal["learned", "frozen_random"] | None = Field(
         None, description="null = from the fidelity profile (paper: learned, official: frozen_random)")
 
+    @model_validator(mode="after")
+    def _heads_divide_d(self) -> ModelParams:
+        if self.d % self.heads:
+            raise ValueError(f"d={self.d} must be divisible by heads={self.heads} (each head's value size is d/heads)")
+        return self
+
 
 class FidelityParams(_Section):
     """Where the authors' released code differs from the paper's text, one item each.
