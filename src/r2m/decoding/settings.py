@@ -18,7 +18,7 @@ import yaml
 from r2m.utils.io import write_json
 
 FILE = "inference.json"
-SECTIONS = ("concepts", "detect_concepts", "extract_features", "caption")
+SECTIONS = ("concepts", "detect_concepts", "extract_features", "caption", "fidelity")
 
 
 def _section_from(folder: Path | None, name: str) -> dict[str, Any] | None:
@@ -41,7 +41,8 @@ def build(params: Any, itos: list[str], dataset: str | None, variant: str | None
     dumped = params.model_dump(mode="json")
     out: dict[str, Any] = {"format": 1, "dataset": dataset, "variant": variant, "stage": stage}
     for name in SECTIONS:
-        out[name] = dumped[name]
+        if name in dumped:
+            out[name] = dumped[name]
     det = _section_from(concepts_dir, "detect_concepts")  # what the detections were really made with
     if det is not None:
         out["detect_concepts"] = det

@@ -3,7 +3,10 @@
 Every image of the split gets a caption. Concepts are the image's detections (score ≥
 ``concepts.score_threshold``, de-duplicated, at most ``concepts.max_per_image``) in the order
 :func:`r2m.text.dictionary.image_concepts` returns them (no shuffling at test time); concept words
-missing from the vocabulary are dropped. <pad>, <#start> and <UNK> are never generated.
+missing from the vocabulary are dropped. <pad> and <#start> are never generated, nor is <UNK>
+unless ``fidelity.decoding`` is ``official`` (the released code's im2txt beam search,
+:func:`r2m.decoding.beam.beam_search_im2txt`). With ``fidelity.image_concepts: official`` the
+concepts come in the official test order (:func:`r2m.text.dictionary.image_concepts`).
 
 An image with no concept is captioned by ``caption.no_concepts`` (:data:`NO_CONCEPTS`):
 ``empty`` (the paper's behaviour: decode from the empty concept set, ``v = 0``, which yields the
@@ -31,15 +34,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from r2m.decoding.beam import beam_search
+from r2m.decoding.beam import DECODERS
 from r2m.models import load_model
 from r2m.models.r2m import END, PAD, START, UNK
-from r2m.training.data import image_concept_lists, load_itos, pad_lists
+from r2m.training.data import concept_order, image_concept_lists, load_itos, pad_lists
 from r2m.utils.io import write_json
 from r2m.utils.progress import progress
 
 ATTENTION_IMAGES = 8
 BANNED = (PAD, START, UNK)
+ALLOWED_UNK = (PAD, START)
 NO_CONCEPTS = ("empty", "image", "top1")
 IMAGE_STAGES = ("train_m", "train_i")
 
@@ -84,12 +88,18 @@ def encode_all(model, concept_ids: list[list[int]], batch_size: int, device,
 
 
 def caption_vectors(model, v: torch.Tensor, beam: int, max_len: int, batch_size: int,
-                    desc: str | None = None) -> list[list[int]]:
-    """Best beam per concept vector: token ids up to (not including) <#end>. Batched."""
+                    desc: str | None = None, decoding: str = "paper") -> list[list[int]]:
+    """Best beam per concept vector: token ids up to (not including) <#end>. Batched.
+    ``decoding``: ``fidelity.decoding`` (see :data:`r2m.decoding.beam.DECODERS`)."""
+    if decoding not in DECODERS:
+        raise ValueError(f"fidelity.decoding {decoding!r}: choose from {sorted(DECODERS)}")
+    search, ban_unk = DECODERS[decoding]
     out: list[list[int]] = []
     steps = range(0, len(v), batch_size)
     for s in progress(steps, desc=desc) if desc else steps:
-        res = beam_search(model, v[s: s + batch_size], beam=beam, max_len=max_len, banned=BANNED)
+        with torch.no_grad():
+            res = search(model, v[s: s + batch_size], beam=beam, max_len=max_len,
+                         banned=BANNED if ban_unk else ALLOWED_UNK)
         for row, n in zip(res["tokens"][:, 0].tolist(), res["lengths"][:, 0].tolist(), strict=True):
             row = row[: int(n)]
             out.append(row[:-1] if row and row[-1] == END else row)
@@ -97,20 +107,22 @@ def caption_vectors(model, v: torch.Tensor, beam: int, max_len: int, batch_size:
 
 
 def caption_ids(model, concept_ids: list[list[int]], beam: int, max_len: int, batch_size: int, device,
-                desc: str | None = None) -> list[list[int]]:
-    """Best beam per concept list: token ids up to (not including) <#end>. Batched."""
+                desc: str | None = None, decoding: str = "paper") -> list[list[int]]:
+    """Best beam per concept list: token ids up to (not including) <#end>. Batched.
+    ``decoding``: ``fidelity.decoding`` (see :data:`r2m.decoding.beam.DECODERS`)."""
     v = encode_all(model, concept_ids, batch_size, device)
-    return caption_vectors(model, v, beam, max_len, batch_size, desc)
+    return caption_vectors(model, v, beam, max_len, batch_size, desc, decoding)
 
 
 def concept_inputs(ids: list[str], det: Any, threshold: float, max_per_image: int, stoi: dict[str, int],
-                   mode: str) -> tuple[list[list[str]], list[str]]:
+                   mode: str, order: str = "by_score", dictionary: str = "openimages",
+                   ) -> tuple[list[list[str]], list[str]]:
     """Concept words per image and their source: ``detections``, ``top1`` (``mode == "top1"``: the
     best detection below the threshold with a vocabulary word), ``image`` (``mode == "image"``: to be
-    decoded from v̂^I) or ``empty``."""
+    decoded from v̂^I) or ``empty``. ``order``: :func:`r2m.training.data.concept_order`."""
     if mode not in NO_CONCEPTS:
         raise ValueError(f"caption.no_concepts: {mode!r} is not one of {', '.join(NO_CONCEPTS)}")
-    per_image = image_concept_lists(det, threshold, max_per_image)
+    per_image = image_concept_lists(det, threshold, max_per_image, order, dictionary)
     words = [[w for w in per_image.get(i, []) if w in stoi] for i in ids]
     source = ["detections" if w else "empty" for w in words]
     if mode == "top1" and not all(words):
@@ -172,7 +184,9 @@ def run(ctx) -> None:
     images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
     ids = [str(i) for i in images.loc[images["split"] == cp.split, "image_id"]]
     det = pq.read_table(Path(ctx.deps["concepts"]) / "detections.parquet").to_pandas()
-    words, source = concept_inputs(ids, det, conc.score_threshold, conc.max_per_image, stoi, cp.no_concepts)
+    fid = ctx.params.fidelity
+    words, source = concept_inputs(ids, det, conc.score_threshold, conc.max_per_image, stoi, cp.no_concepts,
+                                   concept_order(fid.image_concepts, "test"), conc.dictionary)
     vecs = image_vectors(model, ckpt, {n: i for n, i in enumerate(ids) if source[n] == "image"},
                          Path(ctx.deps["features"]), ctx.log)
     source = [("image" if n in vecs else "empty") if s == "image" else s for n, s in enumerate(source)]
@@ -186,7 +200,7 @@ def run(ctx) -> None:
     att_images: list[dict[str, Any]] = []
     chunks = [[stoi[w] for w in ws] for ws in words]
     v = encode_all(model, chunks, cp.batch_size, device, vecs)
-    best = caption_vectors(model, v, cp.beam, cp.max_len, cp.batch_size, desc="caption")
+    best = caption_vectors(model, v, cp.beam, cp.max_len, cp.batch_size, desc="caption", decoding=fid.decoding)
     for i, toks in enumerate(best):
         results.append({"image_id": ids[i], "caption": " ".join(itos[t] for t in toks)})
         if len(att_images) < ATTENTION_IMAGES:

@@ -104,6 +104,7 @@ class Captioner:
             encode_all,
             image_vectors,
         )
+        from r2m.training.data import concept_order
         from r2m.vision.detectors import detect_images
 
         s = self.settings
@@ -117,15 +118,17 @@ class Captioner:
                             min_side=int(det_p.get("min_side", 1)), device=self.device)
         bad = {i: reason for i, _, reason in det.attrs["bad_images"]}
         good = [i for i in ids if i not in bad]
+        fid = s.get("fidelity") or {}
+        order = concept_order(fid.get("image_concepts") or "by_score", "test")
         words, source = concept_inputs(good, det, float(conc["score_threshold"]), int(conc["max_per_image"]),
-                                       self.stoi, mode)
+                                       self.stoi, mode, order, conc["dictionary"])
         rows = {n: i for n, i in enumerate(good) if source[n] == "image"}
         feats = self._features(list(rows.values()), batch_size) if rows and self.model.cfg.image_dim else {}
         vecs = image_vectors(self.model, self.ckpt, rows, None, log, feats)
         source = [("image" if n in vecs else "empty") if src == "image" else src for n, src in enumerate(source)]
         chunks = [[self.stoi[w] for w in ws] for ws in words]
         v = encode_all(self.model, chunks, batch_size, self.device, vecs)
-        best = caption_vectors(self.model, v, beam, max_len, batch_size)
+        best = caption_vectors(self.model, v, beam, max_len, batch_size, decoding=fid.get("decoding") or "paper")
         scores = det.groupby(["image_id", "concept"])["score"].max() if len(det) else pd.Series(dtype=float)
         out = []
         for n, (i, toks) in enumerate(zip(good, best, strict=True)):
