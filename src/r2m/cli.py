@@ -59,6 +59,10 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         print(f"r2m {stage.name}: --ckpt {pre.ckpt!r}: choose from {', '.join(P.TRAIN_STAGES)}", file=sys.stderr)
         return 2
     module, func = _load(stage.impl)
+    if hasattr(module, "relaunch"):  # e.g. training's --nproc N: re-run under torchrun
+        rc = module.relaunch(stage.name, argv)
+        if rc is not None:
+            return int(rc)
     parser = _stage_parser(stage)
     if hasattr(module, "add_arguments"):
         module.add_arguments(parser)

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from r2m.losses import linear_xe_loss, loss_i, loss_s, xe_loss
 from r2m.models.r2m import R2M, R2MConfig
+from r2m.training import distributed
 from r2m.training.data import ImageSet, TextBatch, TextStream, load_itos
 from r2m.utils.io import file_digest, save_torch, write_json, write_text
 from r2m.utils.progress import progress
@@ -47,6 +48,14 @@ class NonFiniteLoss(RuntimeError):
 def add_arguments(parser) -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CUDA")
     parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
+    parser.add_argument("--nproc", type=int, default=1,
+                        help="data-parallel processes (torch DDP under torchrun; one per GPU); the global "
+                             "batch stays <stage>.batch_size")
+
+
+def relaunch(stage: str, argv: list[str]) -> int | None:
+    """``--nproc N`` (N > 1) outside torchrun: re-run this command under torchrun."""
+    return distributed.relaunch(stage, argv)
 
 
 # --------------------------------------------------------------------------- objectives
@@ -69,6 +78,7 @@ def text_objective(model: R2M, batch: TextBatch, beta: float | None) -> tuple[Te
     out = model(batch.concepts, batch.concept_lens, batch.inputs, batch.lengths, reconstruct=beta is not None)
     mask = batch.mask
     xe = token_xe(model, out["hidden"][mask], batch.targets[mask])
+    xe = xe * distributed.current().token_mean_scale(mask.sum())  # 1.0 unless DDP
     if beta is None:
         return xe, {"xe": xe}
     return loss_s(xe, out["v"], out["v_tilde"], beta)
@@ -78,7 +88,10 @@ def image_objective(model: R2M, batch, gamma: float, margin: float, max_len: int
     """L_M^I (γ = 0) or L_I on greedy free-running captions (gradients through hidden states)."""
     v = model.encode(batch.concepts, batch.concept_lens)
     g = model.greedy(v, max_len)
-    return loss_i(model.project_image(batch.feats), v, g["v_tilde"], gamma, margin)
+    img, v_tilde = model.project_image(batch.feats), g["v_tilde"]
+    if model.training:  # DDP: in-batch negatives over the whole global batch
+        img, v, v_tilde = (distributed.gather_rows(x) for x in (img, v, v_tilde))
+    return loss_i(img, v, v_tilde, gamma, margin)
 
 
 def _xe(ctx, model, batch, tp):
@@ -194,7 +207,8 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     obj = OBJECTIVES[name]
     tp = getattr(ctx.params, name)
     args = getattr(ctx, "args", None)
-    device = ctx.runtime.torch_device()
+    device = distributed.device_for(ctx.runtime.torch_device())
+    dist = distributed.setup(device)
     out_dir = Path(ctx.outs["model"])
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(tp.seed)
@@ -226,6 +240,7 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     # model, optimiser, resume ----------------------------------------
     model = build_model(ctx, len(itos), image_dim).to(device)
     opt = make_adam(model, tp.lr)
+    step_fn = dist.wrap(model, lambda m, b: obj.compute(ctx, m, b, tp), device)
     fp = fingerprint(ctx)
     last_path = out_dir / "last.pt"
     step, rows, best = 0, [], None
@@ -287,10 +302,12 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     batches = new_batches(step)
     bar = progress(total=tp.steps, initial=step, desc=name)
     while step < tp.steps:
-        batch = next(batches).to(device)
+        batch = dist.shard(next(batches)).to(device)
         with autocast():
-            loss, comp = obj.compute(ctx, model, batch, tp)
-        loss_value = float(loss.detach())
+            loss, comp = step_fn(batch)
+        if dist.enabled:  # log the global batch's loss
+            comp = {k: dist.mean(v) for k, v in comp.items()}
+        loss_value = float(dist.mean(loss.detach()))
         if not math.isfinite(loss_value):
             raise NonFiniteLoss(f"{name}: loss is {loss_value} at step {step + 1} "
                                 f"({', '.join(f'{k}={float(v.detach()):.4g}' for k, v in comp.items())}); "
@@ -300,12 +317,12 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), tp.clip)
         opt.step()
         step += 1
-        seen += len(batch)
+        seen += dist.global_rows(len(batch))
         rows.append([step, "train", loss_value, *(float(comp[c].detach()) if c in comp else None for c in obj.columns)])
         bar.update(1)
         if step % tp.eval_every == 0 or step == tp.steps:
             eval_and_select()
-        if step % tp.checkpoint_every == 0 or step == tp.steps:
+        if (step % tp.checkpoint_every == 0 or step == tp.steps) and dist.is_main:
             save_last()
     bar.close()
     elapsed = elapsed_prev + time.perf_counter() - t0
@@ -314,6 +331,12 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     final = model.checkpoint(stage=name, step=step, variant=ctx.variant or "r2m", dataset=ctx.dataset or "")
     if best is not None:
         final = {**best["checkpoint"], "variant": ctx.variant or "r2m", "dataset": ctx.dataset or ""}
+    if not dist.is_main:  # DDP: rank 0 writes the outputs
+        if obj.data == "image":
+            images.close()
+            val_images.close()
+        dist.barrier()
+        return {}
     save_torch(out_dir / "model.pt", final)
     ctx.save_params(out_dir)
     _write_loss(Path(ctx.outs["loss"]), obj.columns, rows)
@@ -335,4 +358,5 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
         images.close()
         val_images.close()
     ctx.log.info("%s: done, %d steps in %.1f s", name, step, elapsed)
+    dist.barrier()
     return metrics

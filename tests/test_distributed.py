@@ -1,0 +1,89 @@
+"""Data-parallel training (torch DDP, gloo on CPU): two processes with the same global batch follow
+the loss curve of one process; rank 0 alone writes the outputs; --nproc parsing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from r2m.training import distributed
+from test_training import ctx_for, make_params, make_synthetic
+
+STEPS = {"train_xe": {"steps": 6, "eval_every": 3, "checkpoint_every": 3},
+         "train_s": {"steps": 3, "eval_every": 3, "checkpoint_every": 3},
+         "train_m": {"steps": 3, "eval_every": 3, "checkpoint_every": 3}}
+STAGES = ("train_xe", "train_s", "train_m")
+
+
+def _train(root: Path) -> None:
+    from r2m.training.stages import train
+
+    params = make_params(**STEPS)
+    for stage in STAGES:  # train_m: in-batch hardest negatives over the global batch
+        train(ctx_for(root, stage, params))
+
+
+def _worker(rank: int, world: int, root: str, port: int) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    try:
+        _train(Path(root))
+    finally:
+        distributed.teardown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _out(root: Path, stage: str, key: str) -> Path:
+    return Path(ctx_for(root, stage, make_params(**STEPS)).outs[key])
+
+
+def test_two_gloo_processes_follow_the_single_process_loss_curve(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    make_synthetic(one)
+    shutil.copytree(one, two)
+    torch.set_num_threads(1)
+    _train(one)
+    mp.spawn(_worker, args=(2, str(two), _free_port()), nprocs=2, join=True)
+    for stage in STAGES:
+        a = _out(one, stage, "loss").read_text().splitlines()
+        b = _out(two, stage, "loss").read_text().splitlines()
+        assert a[0] == b[0] and len(a) == len(b) > 3
+        ra = [[float(x) for x in r.split("\t")[2:] if x] for r in a[1:]]
+        rb = [[float(x) for x in r.split("\t")[2:] if x] for r in b[1:]]
+        assert [r.split("\t")[:2] for r in a[1:]] == [r.split("\t")[:2] for r in b[1:]]
+        for x, y in zip(ra, rb, strict=True):
+            assert y == pytest.approx(x, rel=1e-4, abs=1e-6), stage
+        assert len({round(r[0], 4) for r in ra}) > 2  # the curve moves
+
+
+def test_shard_splits_global_batch_and_rejects_uneven() -> None:
+    from r2m.training.data import ImageBatch
+
+    b = ImageBatch(torch.arange(8).reshape(4, 2), torch.ones(4), torch.zeros(4, 3), ["a", "b", "c", "d"])
+    d = distributed.Dist(rank=1, world=2)
+    s = d.shard(b)
+    assert s.image_ids == ["c", "d"] and s.concepts.tolist() == [[4, 5], [6, 7]]
+    assert distributed.Dist().shard(b) is b
+    assert [len(distributed.Dist(rank=r, world=3).shard(b)) for r in range(3)] == [1, 1, 2]
+    with pytest.raises(ValueError, match="fewer"):
+        distributed.Dist(rank=0, world=5).shard(b)
+
+
+def test_strip_nproc() -> None:
+    assert distributed.strip_nproc(["--dataset", "x", "--nproc", "4", "--fresh"]) == (4, ["--dataset", "x", "--fresh"])
+    assert distributed.strip_nproc(["--nproc=2"]) == (2, [])
+    assert distributed.strip_nproc(["--dataset", "x"]) == (1, ["--dataset", "x"])
+    with pytest.raises(ValueError):
+        distributed.strip_nproc(["--nproc", "0"])
