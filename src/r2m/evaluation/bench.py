@@ -2,8 +2,9 @@
 
 Target (issue 13): 5,000 images × 5 references, all scorers but SPICE, at least 2× faster than
 pycocoevalcap's tokeniser and scorers called one after another on the same data, in the same run.
-Prints both end-to-end times (the baseline's per step), the speed-up and the largest difference
-between the two sets of metrics.
+Prints both end-to-end times (the baseline's per step) with the CPU seconds each used (this process
+and its Java / worker children: on a shared machine the wall time depends on the other load), the
+speed-up and the largest difference between the two sets of metrics.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import time
 
 from r2m.evaluation import coco
@@ -73,19 +75,27 @@ def pycocoevalcap_sequence(results: dict[str, str], references: dict[str, list[s
     return metrics, steps
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (JVMs, worker processes)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def run(n_images: int, n_refs: int, scorers: list[str], parallel: str, workers: int | None,
         seed: int = 0, baseline: bool = True) -> dict:
     results, references = synthetic(n_images, n_refs, seed)
     out: dict = {"images": n_images, "refs_per_image": n_refs, "scorers": scorers, "parallel": parallel,
                  "workers": workers or coco.default_workers(), "cpus": os.cpu_count()}
     if baseline:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu()
         base, steps = pycocoevalcap_sequence(results, references, scorers)
         out["baseline_seconds"] = time.perf_counter() - t0
+        out["baseline_cpu_seconds"] = _cpu() - c0
         out["baseline_step_seconds"] = steps
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     metrics, _ = coco.evaluate(results, references, scorers, parallel=parallel, workers=workers)
     out["seconds"] = time.perf_counter() - t0
+    out["cpu_seconds"] = _cpu() - c0
     out["metrics"] = metrics
     if baseline:
         out["speedup"] = out["baseline_seconds"] / out["seconds"]
@@ -113,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{out['cpus']} cpus")
     print(head)
     if "baseline_seconds" in out:
-        print(f"  pycocoevalcap one after another: {out['baseline_seconds']:6.1f} s  ("
+        print(f"  pycocoevalcap one after another: {out['baseline_seconds']:6.1f} s, "
+              f"{out['baseline_cpu_seconds']:.1f} CPU-s  ("
               + ", ".join(f"{k} {v:.1f}" for k, v in out["baseline_step_seconds"].items()) + ")")
     print(f"  r2m evaluate (parallel={out['parallel']}, workers={out['workers']}, "
-          f"meteor procs={coco.meteor_procs(out['workers'])}): {out['seconds']:6.1f} s")
+          f"meteor procs={coco.meteor_procs(out['workers'])}): {out['seconds']:6.1f} s, "
+          f"{out['cpu_seconds']:.1f} CPU-s")
     if "speedup" in out:
         print(f"  speed-up {out['speedup']:.2f}x (target >= 2x); largest metric difference "
               f"{out['max_abs_diff']:.1e} (must be <= 1e-6)")
