@@ -87,3 +87,16 @@ def test_strip_nproc() -> None:
     assert distributed.strip_nproc(["--dataset", "x"]) == (1, ["--dataset", "x"])
     with pytest.raises(ValueError):
         distributed.strip_nproc(["--nproc", "0"])
+
+
+def test_claim_gpu_gives_concurrent_processes_different_gpus(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from r2m import runtime
+
+    assert runtime.claim_gpu(3, str(tmp_path)) == 0
+    assert runtime.claim_gpu(3, str(tmp_path)) == 0  # the same process keeps its GPU
+    code = f"from r2m import runtime; print(runtime.claim_gpu(3, {str(tmp_path)!r}))"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert other.stdout.strip() == "1"  # GPU 0 is held by this process

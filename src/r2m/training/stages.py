@@ -78,7 +78,8 @@ def text_objective(model: R2M, batch: TextBatch, beta: float | None) -> tuple[Te
     out = model(batch.concepts, batch.concept_lens, batch.inputs, batch.lengths, reconstruct=beta is not None)
     mask = batch.mask
     xe = token_xe(model, out["hidden"][mask], batch.targets[mask])
-    xe = xe * distributed.current().token_mean_scale(mask.sum())  # 1.0 unless DDP
+    if distributed.current().enabled:  # DDP: this rank's share of the global token mean
+        xe = xe * distributed.current().token_mean_scale(mask.sum())
     if beta is None:
         return xe, {"xe": xe}
     return loss_s(xe, out["v"], out["v_tilde"], beta)
