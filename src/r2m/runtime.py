@@ -1,7 +1,8 @@
 """Runtime settings that never live in tracked params: device, threads, data-loader workers.
 
 Set them with the environment (``R2M_DEVICE``, ``R2M_THREADS``, ``R2M_WORKERS``) or the
-matching ``--device/--threads/--workers`` flags of any stage command.
+matching ``--device/--threads/--workers`` flags of any stage command. ``R2M_BF16=1`` turns on bf16
+autocast in the training stages on CUDA (as their ``--bf16`` flag; ignored on CPU).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ class Runtime:
     device: str = "auto"
     threads: int = 0
     workers: int = 0
+    bf16: bool = False
 
     @classmethod
     def from_env(cls, device: str | None = None, threads: int | None = None, workers: int | None = None) -> Runtime:
@@ -22,6 +24,7 @@ class Runtime:
             device=device or os.environ.get("R2M_DEVICE", "auto"),
             threads=int(threads if threads is not None else os.environ.get("R2M_THREADS", 0)),
             workers=int(workers if workers is not None else os.environ.get("R2M_WORKERS", 0)),
+            bf16=os.environ.get("R2M_BF16", "0") == "1",
         )
 
     def torch_device(self):

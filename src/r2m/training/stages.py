@@ -260,7 +260,7 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     ctx.log.info("%s: %s on %s, %d parameters, %d steps x %d", name, ctx.variant, device,
                  model.param_count(), tp.steps, tp.batch_size)
 
-    use_bf16 = bool(getattr(args, "bf16", False)) and device.type == "cuda"
+    use_bf16 = (bool(getattr(args, "bf16", False)) or getattr(ctx.runtime, "bf16", False)) and device.type == "cuda"
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
 
     def evaluate() -> dict[str, float]:
