@@ -100,3 +100,34 @@ def test_claim_gpu_gives_concurrent_processes_different_gpus(tmp_path: Path) -> 
     code = f"from r2m import runtime; print(runtime.claim_gpu(3, {str(tmp_path)!r}))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert other.stdout.strip() == "1"  # GPU 0 is held by this process
+
+
+def test_cli_nproc_relaunches_under_torchrun_and_rank0_writes(tmp_path: Path) -> None:
+    """`r2m train_xe … --nproc 2` (gloo on CPU): one loss.tsv / model.pt, the same curve as the
+    in-process single-process run of the same params."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    make_synthetic(tmp_path)
+    params = make_params(**STEPS)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False))
+    env = {**os.environ, "R2M_THREADS": "1", "R2M_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "r2m.cli", "train_xe", "--dataset", "syn", "--variant", "r2m",
+                        "--device", "cpu", "--nproc", "2", "--no-log-file"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    got = _out(tmp_path, "train_xe", "loss").read_text().splitlines()
+    assert (_out(tmp_path, "train_xe", "model") / "model.pt").exists()
+
+    one = tmp_path / "one"
+    make_synthetic(one)
+    from r2m.training.stages import train
+
+    torch.set_num_threads(1)
+    train(ctx_for(one, "train_xe", params))
+    want = _out(one, "train_xe", "loss").read_text().splitlines()
+    assert len(got) == len(want) > 3
+    for a, b in zip(want[1:], got[1:], strict=True):
+        assert float(b.split("\t")[2]) == pytest.approx(float(a.split("\t")[2]), rel=1e-4)
