@@ -138,6 +138,11 @@ class TFOIDDetector(ImageDetector):
     def __init__(self, cfg: TFOIDConfig, dictionary: Dictionary, device: Any):
         tf = require("tensorflow", "tf", "detect_concepts backend 'tf_oid'")
         self.tf, self.cfg, self.dictionary, self.floor = tf, cfg, dictionary, cfg.floor
+        if str(device or "cpu").startswith("cpu"):  # the run asked for the CPU: keep TensorFlow off any GPU
+            try:
+                tf.config.set_visible_devices([], "GPU")
+            except (RuntimeError, ValueError):  # devices already initialised in this process
+                pass
         if cfg.model:
             folder = find_saved_model(Path(cfg.model).expanduser())
         else:
