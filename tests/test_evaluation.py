@@ -129,7 +129,8 @@ def test_vectorised_cider_equals_pycocoevalcap_on_random_data(seed):
     assert max(got_each) > 0 and got != 0  # the case has overlaps, not all zeros
 
 
-def test_meteor_split_over_processes_equals_pycocoevalcap_on_random_data():
+@pytest.mark.parametrize("procs,threads", [(3, 1), (1, 3)])
+def test_meteor_split_over_processes_or_threads_equals_pycocoevalcap_on_random_data(procs, threads):
     import random
 
     from pycocoevalcap.meteor.meteor import Meteor
@@ -145,7 +146,9 @@ def test_meteor_split_over_processes_equals_pycocoevalcap_on_random_data():
     meteor = Meteor()
     want, want_each = meteor.compute_score(gts, res)
     del meteor
-    with MeteorPool(procs=3) as pool:  # shards of 13, 14 and 14 segments
+    if threads > 1 and not __import__("r2m.evaluation.meteor", fromlist=["x"]).threads_available():
+        pytest.skip("no JDK (javac): the threaded METEOR helper cannot run here")
+    with MeteorPool(procs=procs, threads=threads) as pool:  # 3 shards of 13-14 segments / 3 threads
         got, got_each = pool.compute([res[k][0] for k in gts], [gts[k] for k in gts])
     assert got == want and got_each == want_each  # exact: the jar's own EVAL of the same statistics
     assert len(set(got_each)) > 5

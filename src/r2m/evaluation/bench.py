@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{out['baseline_cpu_seconds']:.1f} CPU-s  ("
               + ", ".join(f"{k} {v:.1f}" for k, v in out["baseline_step_seconds"].items()) + ")")
     print(f"  r2m evaluate (parallel={out['parallel']}, workers={out['workers']}, "
-          f"meteor procs={coco.meteor_procs(out['workers'])}): {out['seconds']:6.1f} s, "
+          f"meteor JVMs x threads={'x'.join(map(str, coco.meteor_procs(out['workers'])))}): {out['seconds']:6.1f} s, "
           f"{out['cpu_seconds']:.1f} CPU-s")
     if "speedup" in out:
         print(f"  speed-up {out['speedup']:.2f}x (target >= 2x); largest metric difference "

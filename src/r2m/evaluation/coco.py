@@ -165,20 +165,26 @@ def _bleu(gts: Gts, res: Res, handle: Any = None) -> Scored:
     return {f"Bleu_{n + 1}": (float(score[n]), _floats(scores[n])) for n in range(4)}
 
 
-def meteor_procs(workers: int) -> int:
-    """METEOR Java processes for ``workers`` cores: one per two cores (at most 8).
+def meteor_procs(workers: int) -> tuple[int, int]:
+    """(Java processes, threads each) for METEOR on ``workers`` cores.
 
-    Each JVM spends ~5-10 CPU-seconds loading the paraphrase table; scoring 5,000 segments costs
-    about as much again in one thread per JVM. More JVMs shorten the critical path (start +
-    scoring / procs) but add a start-up each, which only pays where cores are idle: on 2 shared
-    cores one JVM measured faster than two."""
-    return max(1, min(workers // 2, 8))
+    One JVM spends ~5-10 CPU-seconds loading the paraphrase table; scoring 5,000 segments costs
+    about as much again. With a JDK, one JVM loads the table once and scores on ``workers``
+    threads (:class:`r2m.evaluation.meteor.MeteorPool`); without one (a JRE only), one jar
+    process per two cores (more start-ups only pay where cores are idle).
+    """
+    from r2m.evaluation.meteor import threads_available
+
+    if threads_available():
+        return 1, max(1, min(workers, 16))
+    return max(1, min(workers // 2, 8)), 1
 
 
 def _meteor_start(workers: int = 1) -> Any:
     from r2m.evaluation.meteor import MeteorPool
 
-    return MeteorPool(meteor_procs(workers))  # Popen only: the JVMs load while we tokenise
+    procs, threads = meteor_procs(workers)
+    return MeteorPool(procs, threads)  # Popen only: the JVMs load while we tokenise
 
 
 def _meteor(gts: Gts, res: Res, handle: Any = None) -> Scored:

@@ -1,4 +1,4 @@
-"""METEOR 1.5 as coco-caption runs it, with the segments spread over several Java processes.
+"""METEOR 1.5 as coco-caption runs it, with the segments spread over several Java threads or processes.
 
 pycocoevalcap's wrapper starts one ``meteor-1.5.jar - - -stdio -l en -norm`` process, sends one
 ``SCORE ||| ref1 ||| … ||| hyp`` line per image and waits for its answer (the segment's sufficient
@@ -10,6 +10,9 @@ the EVAL line would change it. Here:
 * the SCORE lines are split into contiguous shards, one per Java process; each shard is written
   in one go by a writer thread while the answers are read back (pipelined: no round trip per
   line, no pipe deadlock) — a segment's statistics depend on that segment alone;
+* or, with a JDK, one JVM runs our helper ``java/R2mMeteorThreads.java`` on the same jar: the
+  paraphrase table is loaded once and the segments are scored on several threads, each with a
+  scorer sharing the loaded resources (the jar's ``MeteorScorer(MeteorScorer)``);
 * the statistics, put back in the original order, go to one process in the same single EVAL line
   pycocoevalcap sends, so per-segment scores and the corpus score are the jar's own, byte for
   byte the ones the sequential wrapper gets.
@@ -17,6 +20,7 @@ the EVAL line would change it. Here:
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -24,12 +28,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+HELPER = Path(__file__).resolve().parent / "java" / "R2mMeteorThreads.java"
 
-def _jar_dir_and_cmd() -> tuple[Path, list[str]]:
+
+def _jar_dir_and_cmd(threads: int = 1) -> tuple[Path, list[str]]:
     from pycocoevalcap.meteor import meteor as m
 
-    return Path(m.__file__).resolve().parent, ["java", "-jar", "-Xmx2G", m.METEOR_JAR, "-", "-", "-stdio",
-                                               "-l", "en", "-norm"]
+    jar_dir = Path(m.__file__).resolve().parent
+    if threads > 1:  # our helper, run from source by the JDK's launcher, on the same jar
+        return jar_dir, ["java", "-Xmx2G", "-cp", m.METEOR_JAR, str(HELPER), str(threads)]
+    return jar_dir, ["java", "-jar", "-Xmx2G", m.METEOR_JAR, "-", "-", "-stdio", "-l", "en", "-norm"]
+
+
+def threads_available() -> bool:
+    """The threaded helper needs a JDK (``java`` runs a ``.java`` file only with the compiler)."""
+    return shutil.which("javac") is not None
 
 
 def score_line(hypothesis: str, references: Sequence[str]) -> str:
@@ -39,12 +52,20 @@ def score_line(hypothesis: str, references: Sequence[str]) -> str:
 
 
 class MeteorPool:
-    """``procs`` METEOR Java processes; started at construction (the JVMs load while we tokenise)."""
+    """``procs`` METEOR Java processes, each scoring on ``threads`` threads; started at construction
+    (the JVMs load while we tokenise).
 
-    def __init__(self, procs: int = 1) -> None:
-        if procs < 1:
-            raise ValueError(f"METEOR needs at least one process, got {procs}")
-        cwd, cmd = _jar_dir_and_cmd()
+    ``threads > 1`` runs our helper ``java/R2mMeteorThreads.java`` on the same jar: one JVM loads
+    the paraphrase table once and scores the segments on several threads (scorers sharing the
+    loaded resources through the jar's ``MeteorScorer(MeteorScorer)`` constructor), answering
+    SCORE and EVAL exactly as the jar's ``-stdio`` mode does. ``threads == 1``: the jar itself.
+    """
+
+    def __init__(self, procs: int = 1, threads: int = 1) -> None:
+        if procs < 1 or threads < 1:
+            raise ValueError(f"METEOR needs at least one process and thread, got {procs}, {threads}")
+        self.threads = threads
+        cwd, cmd = _jar_dir_and_cmd(threads)
         self._logs: list[IO[bytes]] = []
         self.procs: list[subprocess.Popen] = []
         for _ in range(procs):
@@ -56,7 +77,8 @@ class MeteorPool:
     def _exchange(self, k: int, lines: Sequence[str], answers: int | None = None) -> list[str]:
         """Send ``lines`` to process ``k`` and read ``answers`` lines back (default: one per line)."""
         proc = self.procs[k]
-        payload = "".join(f"{ln}\n" for ln in lines).encode()
+        head = f"SCORES {len(lines)}\n" if self.threads > 1 and answers is None else ""
+        payload = (head + "".join(f"{ln}\n" for ln in lines)).encode()
         failed: list[BaseException] = []
 
         def write() -> None:
