@@ -43,7 +43,7 @@ def _regex(template):
 
 def test_every_dep_is_produced_by_a_stage():
     produced = [_regex(o.path) for s in STAGES for o in s.outs.values()]
-    sample = {"dataset": "tiny", "variant": "r2m", "ckpt": "train_s"}
+    sample = {"dataset": "tiny", "variant": "r2m", "ckpt": "train_s", "model": "mrnn"}
     for s in STAGES:
         for dep in s.deps.values():
             path = (dep.pattern if isinstance(dep, Gather) else dep).format(**sample)
@@ -117,7 +117,8 @@ def test_gpu_stages_declare_snakemake_resources(repo_root, tmp_path, monkeypatch
                           storage_settings=StorageSettings(), snakefile=repo_root / "Snakefile", workdir=tmp_path)
         rules = {r.name: {k: v.value for k, v in r.resources.items() if k in ("gpu", "mem_mb")}
                  for r in wf._workflow.rules}
-    gpu_stages = {"detect_concepts", "extract_features", "train_xe", "train_s", "train_m", "train_i", "caption"}
+    gpu_stages = {"detect_concepts", "extract_features", "train_xe", "train_s", "train_m", "train_i", "caption",
+                  "train_sup", "caption_sup"}
     for name in gpu_stages:
         assert rules[name]["gpu"] == 1 and rules[name]["mem_mb"] >= 8000, name
     for name in set(S.BY_NAME) - gpu_stages:

