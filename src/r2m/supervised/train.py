@@ -90,7 +90,9 @@ def run(ctx) -> None:
     test = PairedSet(ctx.deps["sup_vocab"], feats, "test", tp.max_len)
     ctx.log.info("train_sup: %s on %d training pairs (%d val, %d test); %d pairs lack features", name,
                  len(train), len(val), len(test), train.n_missing + val.n_missing + test.n_missing)
-    model = build_sup_model(name, model_section(ctx), len(itos), feats.shapes).to(device)
+    model = build_sup_model(name, model_section(ctx), len(itos), feats.shapes)
+    model.fit_feature_norm(feats.channel_stats(train.rows))
+    model.to(device)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=tp.lr,
                            weight_decay=tp.weight_decay)
     columns = ("xe", *model.aux_losses)
