@@ -12,12 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from r2m.models.r2m import R2M, VARIANTS, R2MConfig
+from r2m.models.sat import SAT, SATConfig
+from r2m.models.scnn import SCNN, SCNNConfig
 from r2m.utils.registry import Registry
 
 MODELS: Registry = Registry("model")
 MODELS.register("r2m")(R2M)
+MODELS.register("sat")(SAT)
+MODELS.register("scnn")(SCNN)
 
-__all__ = ["MODELS", "R2M", "R2MConfig", "VARIANTS", "build_model", "load_model"]
+__all__ = ["MODELS", "R2M", "R2MConfig", "SAT", "SATConfig", "SCNN", "SCNNConfig", "VARIANTS", "build_model",
+           "load_model"]
 
 
 def build_model(name: str, config: dict[str, Any]):

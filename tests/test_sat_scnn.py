@@ -1,0 +1,262 @@
+"""Show, Attend and Tell (models/sat.py) and S-CNN-RNN (models/scnn.py): equations, training
+schedule, memorisation and beam search through the shared decoding interface."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from r2m.decoding.beam import beam_search
+from r2m.models import MODELS, load_model
+from r2m.models.r2m import END, PAD, START
+from r2m.models.sat import SAT, SATConfig, doubly_stochastic
+from r2m.models.scnn import SCNN, SCNNConfig, concept_bce, concept_labels, concept_vocab, topk_multilabel
+
+torch.set_num_threads(1)
+
+
+def sat(seed: int = 0, V: int = 9, D: int = 6, **kw) -> SAT:
+    torch.manual_seed(seed)
+    return SAT(SATConfig(vocab_size=V, feat_dim=D, embed=8, hidden=12, dropout=0.0, **kw)).eval()
+
+
+def scnn(seed: int = 0, V: int = 9, F: int = 6, k: int = 5, **kw) -> SCNN:
+    torch.manual_seed(seed)
+    return SCNN(SCNNConfig(vocab_size=V, image_dim=F, num_concepts=k, hidden=12, dropout=0.0, **kw)).eval()
+
+
+# --------------------------------------------------------------------------- SAT
+@torch.no_grad()
+def test_sat_attention_sums_to_one_and_masked_locations_get_none() -> None:
+    m = sat()
+    a = torch.randn(3, 2, 4, 6)  # a 2x4 grid -> L = 8
+    mask = torch.ones(3, 8)
+    mask[0, 5:] = 0
+    mask[2, :1] = 0
+    out = m(a, torch.randint(4, 9, (3, 5)), mask)
+    alpha = out["alpha"]
+    assert alpha.shape == (3, 5, 8)
+    torch.testing.assert_close(alpha.sum(-1), torch.ones(3, 5))
+    assert alpha[0, :, 5:].abs().max() == 0 and alpha[2, :, 0].abs().max() == 0
+    assert (alpha[1] > 0).all()
+    # masked locations cannot influence anything: change their features, same outputs
+    a2 = a.clone().reshape(3, 8, 6)
+    a2[0, 5:] += 100.0
+    inputs = torch.randint(4, 9, (3, 5), generator=torch.Generator().manual_seed(1))
+    o1, o2 = m(a, inputs, mask), m(a2, inputs, mask)
+    torch.testing.assert_close(o1["hidden"][0], o2["hidden"][0])
+    assert not torch.allclose(o1["hidden"][1], m(a2 + 1.0, inputs, mask)["hidden"][1])
+
+
+def test_doubly_stochastic_against_hand_computation() -> None:
+    alphas = torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]]])  # [1, T=3, L=3]
+    # all steps: column sums 0.9, 1.35, 0.75 -> 0.01 + 0.1225 + 0.0625
+    torch.testing.assert_close(doubly_stochastic(alphas), torch.tensor([0.195]))
+    # last step padded: sums 0.6, 1.05, 0.35 -> 0.16 + 0.0025 + 0.4225
+    step = torch.tensor([[1.0, 1.0, 0.0]])
+    torch.testing.assert_close(doubly_stochastic(alphas, step), torch.tensor([0.585]))
+    # a masked location is left out of the sum
+    torch.testing.assert_close(doubly_stochastic(alphas, step, torch.tensor([[1.0, 1.0, 0.0]])), torch.tensor([0.1625]))
+
+
+def test_sat_loss_is_nll_plus_lambda_times_regulariser() -> None:
+    m = sat(dsr_lambda=0.7)
+    a = torch.randn(2, 4, 6)
+    inputs = torch.tensor([[START, 4, 5, 6], [START, 7, 0, 0]])
+    targets = torch.tensor([[4, 5, 6, END], [7, END, 0, 0]])
+    lengths = torch.tensor([4, 2])
+    with torch.no_grad():
+        out = m.sup_loss(a, inputs, targets, lengths)
+        f = m(a, inputs)
+        lp = torch.log_softmax(m.logits(f["hidden"]), -1)
+        nll = -(lp[0, torch.arange(4), targets[0]].sum() + lp[1, torch.arange(2), targets[1, :2]].sum())
+        al = f["alpha"]
+        reg = ((1 - al[0].sum(0)) ** 2).sum() + ((1 - al[1, :2].sum(0)) ** 2).sum()
+    torch.testing.assert_close(out["loss"], (nll + 0.7 * reg) / 2)
+    torch.testing.assert_close(out["xe"], nll / 6)
+
+
+@torch.no_grad()
+def test_sat_beta_gates_the_context() -> None:
+    m = sat()
+    a = torch.randn(2, 5, 6)
+    state = m.decode_init(a)
+    h = state[3]
+    z, alpha, beta = m.attend(state[0], state[1], state[2], h)
+    torch.testing.assert_close(beta, torch.sigmoid(m.beta(h)).squeeze(-1))
+    torch.testing.assert_close(z, beta.unsqueeze(-1) * torch.einsum("bl,bld->bd", alpha, a))
+    # driving β to 0 removes the image from the step: the outputs no longer depend on a
+    m.beta.bias.fill_(-1e4)
+    o1, _, _, _ = m.decode_step(m.decode_init(a), torch.tensor([START, START]))
+    a2 = a + torch.randn_like(a)
+    s2 = list(m.decode_init(a2))
+    s2[3:] = m.decode_init(a)[3:]  # same h0, c0: only the attended annotations differ
+    o2, _, _, _ = m.decode_step(tuple(s2), torch.tensor([START, START]))
+    torch.testing.assert_close(o1, o2)
+    m2 = sat(selector=False)
+    assert m2.beta is None
+
+
+def test_sat_init_from_mean_annotation() -> None:
+    m = sat()
+    a = torch.randn(2, 5, 6)
+    _, _, _, h0, c0 = m.decode_init(a)
+    mean = a.mean(1)
+    torch.testing.assert_close(h0, torch.tanh(m.init_h(mean)))
+    torch.testing.assert_close(c0, torch.tanh(m.init_c(mean)))
+
+
+# --------------------------------------------------------------------------- S-CNN-RNN
+def test_scnn_concept_labels_from_captions() -> None:
+    caps = [[["a", "dog", "on", "grass"], ["the", "dog", "runs"]],
+            [["a", "cat", "on", "a", "sofa"]],
+            [["a", "dog", "and", "a", "cat"]]]
+    flat = [c for image in caps for c in image]
+    concepts = concept_vocab(flat, k=3)  # dog x3, cat x2, then grass/runs/sofa x1: alphabetical
+    assert concepts == ["dog", "cat", "grass"]
+    assert concept_vocab(flat, k=2, drop_stopwords=False) == ["a", "dog"]
+    s = concept_labels(caps, concepts)
+    torch.testing.assert_close(s, torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]))
+
+
+def test_concept_bce_is_eq5_by_hand() -> None:
+    logits = torch.tensor([[0.0, 2.0, -1.0]])
+    s = torch.tensor([[1.0, 0.0, 1.0]])
+    p = [0.5, 1 / (1 + math.exp(-2.0)), 1 / (1 + math.exp(1.0))]
+    want = -(math.log(p[0]) + math.log(1 - p[1]) + math.log(p[2]))
+    torch.testing.assert_close(concept_bce(logits, s), torch.tensor([want]))
+
+
+def test_scnn_pretraining_feeds_ground_truth_and_joint_feeds_prediction() -> None:
+    m = scnn()
+    feats = torch.randn(3, 6)
+    s = (torch.rand(3, 5) > 0.5).float()
+    inputs = torch.tensor([[START, 4, 5], [START, 6, 0], [START, 7, 8]])
+    targets = torch.tensor([[4, 5, END], [6, END, 0], [7, 8, END]])
+    lengths = torch.tensor([3, 2, 3])
+    seen = []
+    hook = m.init_fc.register_forward_hook(lambda mod, inp, out: seen.append(inp[0].detach().clone()))
+    m.zero_grad()
+    pre = m.sup_loss(feats, inputs, targets, lengths, s, stage="pretrain")
+    pre["loss"].backward()
+    torch.testing.assert_close(seen[-1], s)
+    # pre-training: the LSTM's loss does not reach the concept head (only L_u does)
+    g_pre = m.concept_head.weight.grad.clone()
+    m.zero_grad()
+    concept_bce(m.concept_logits(feats), s).mean().backward()
+    torch.testing.assert_close(g_pre, m.concept_head.weight.grad)
+    m.zero_grad()
+    joint = m.sup_loss(feats, inputs, targets, lengths, s, stage="joint")
+    joint["loss"].backward()
+    torch.testing.assert_close(seen[-1], torch.sigmoid(m.concept_logits(feats)).detach())
+    assert not torch.allclose(m.concept_head.weight.grad, g_pre)  # L_r now reaches the concept head
+    hook.remove()
+    torch.testing.assert_close(joint["loss"], joint["l_u"] + joint["l_r"])
+    with pytest.raises(ValueError, match="stage"):
+        m.sup_loss(feats, inputs, targets, lengths, s, stage="other")
+
+
+def test_topk_multilabel_by_hand() -> None:
+    scores = torch.tensor([[0.9, 0.8, 0.1, 0.0], [0.1, 0.2, 0.9, 0.8]])
+    truth = torch.tensor([[1, 0, 1, 0], [0, 0, 1, 0]])
+    r = topk_multilabel(scores, truth, k=2)
+    # image 0 predicts {0,1}: P 1/2, R 1/2; image 1 predicts {2,3}: P 1/2, R 1
+    assert r["O-P"] == pytest.approx(0.5) and r["O-R"] == pytest.approx(0.75)
+    assert r["O-F1"] == pytest.approx(2 * 0.5 * 0.75 / 1.25)
+    # classes present: 0 (pred once, tp 1: P 1, R 1) and 2 (pred once, tp 1: P 1, R 1/2)
+    assert r["C-P"] == pytest.approx(1.0) and r["C-R"] == pytest.approx(0.75)
+
+
+# --------------------------------------------------------------------------- both
+def _exhaustive_best(m, x, max_len: int, vocab: int, banned=(PAD, START)) -> tuple[list[int], float]:
+    """Score every sequence (ending at <#end> or at max_len) by expanding all prefixes."""
+    allowed = [t for t in range(vocab) if t not in banned]
+    best: tuple[list[int], float] = ([], float("-inf"))
+    frontier = [([], 0.0, m.decode_init(x), START)]
+    for _ in range(max_len):
+        nxt = []
+        for seq, score, state, prev in frontier:
+            h, st, _, _ = m.decode_step(state, torch.tensor([prev]))
+            lp = torch.log_softmax(m.logits(h).float(), -1)[0]
+            for t in allowed:
+                s = score + float(lp[t])
+                if t == END:
+                    if s > best[1]:
+                        best = (seq + [t], s)
+                else:
+                    nxt.append((seq + [t], s, st, t))
+        frontier = nxt
+    for seq, score, _, _ in frontier:  # never ended
+        if score > best[1]:
+            best = (seq, score)
+    return best
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("which", ["sat", "scnn"])
+def test_beam_search_equals_exhaustive_search_on_a_5_word_vocabulary(which: str) -> None:
+    V, max_len = 4 + 5, 4  # the specials + 5 words; 7 choices per step
+    for seed in range(3):
+        m = sat(seed, V=V) if which == "sat" else scnn(seed, V=V)
+        with torch.no_grad():
+            m.out.bias[END] += 0.5
+        x = torch.randn(1, 3, 6) if which == "sat" else torch.randn(1, 6)
+        seq, score = _exhaustive_best(m, x, max_len, V)
+        wide = beam_search(m, x, beam=7 ** (max_len - 1), max_len=max_len)  # keeps every prefix
+        got = wide["tokens"][0, 0, : int(wide["lengths"][0, 0])].tolist()
+        assert got == seq
+        assert float(wide["scores"][0, 0]) == pytest.approx(score, abs=1e-5)
+        narrow = beam_search(m, x, beam=3, max_len=max_len)  # a lower bound of the exact best
+        assert float(narrow["scores"][0, 0]) <= score + 1e-5
+
+
+def _paired_set(n: int = 6, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    caps = [[4 + (i + j) % 5 for j in range(2 + i % 3)] for i in range(n)]
+    T = max(len(c) for c in caps) + 1
+    inputs = torch.zeros(n, T, dtype=torch.long)
+    targets = torch.zeros(n, T, dtype=torch.long)
+    for i, c in enumerate(caps):
+        inputs[i, : len(c) + 1] = torch.tensor([START, *c])
+        targets[i, : len(c) + 1] = torch.tensor([*c, END])
+    lengths = torch.tensor([len(c) + 1 for c in caps])
+    return caps, inputs, targets, lengths, g
+
+
+@pytest.mark.parametrize("which", ["sat", "scnn"])
+def test_each_model_memorises_a_tiny_paired_set(which: str, tmp_path) -> None:
+    caps, inputs, targets, lengths, g = _paired_set()
+    n = len(caps)
+    torch.manual_seed(0)
+    if which == "sat":
+        m = SAT(SATConfig(vocab_size=9, feat_dim=8, embed=16, hidden=32, dropout=0.0))
+        x = torch.randn(n, 2, 2, 8, generator=g)
+        s = None
+    else:
+        m = SCNN(SCNNConfig(vocab_size=9, image_dim=8, num_concepts=5, hidden=32, dropout=0.0))
+        x = torch.randn(n, 8, generator=g)
+        s = torch.zeros(n, 5)
+        for i, c in enumerate(caps):
+            s[i, torch.tensor(c) - 4] = 1.0
+    opt = torch.optim.Adam(m.parameters(), lr=0.02)
+    m.train()
+    for step in range(150):
+        opt.zero_grad()
+        if which == "sat":
+            out = m.sup_loss(x, inputs, targets, lengths)
+        else:
+            out = m.sup_loss(x, inputs, targets, lengths, s, stage="pretrain" if step < 75 else "joint")
+        out["loss"].backward()
+        opt.step()
+    m.eval()
+    dec = beam_search(m, x, beam=3, max_len=8)
+    for i, c in enumerate(caps):
+        assert dec["tokens"][i, 0, : int(dec["lengths"][i, 0])].tolist() == [*c, END]
+    # checkpoint round trip through the registry
+    torch.save(m.checkpoint(), tmp_path / "model.pt")
+    m2, ckpt = load_model(tmp_path)
+    assert ckpt["model"] == which and isinstance(m2, MODELS.get(which))
+    dec2 = beam_search(m2.eval(), x, beam=3, max_len=8)
+    assert torch.equal(dec["tokens"], dec2["tokens"])
