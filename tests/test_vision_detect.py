@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from r2m.vision import weights as W
-from r2m.vision.detect import (
+from r2m.vision.detectors import (
     COLUMNS,
     build_detector,
     class_concepts,
@@ -68,7 +68,7 @@ def test_mapping_file_is_consistent():
     import torchvision
 
     from r2m.text.dictionary import load_dictionary
-    from r2m.vision.detect import MAPPING_FILE
+    from r2m.vision.detectors import MAPPING_FILE
 
     cats = torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1.meta["categories"]
     mapping = read_mapping(MAPPING_FILE, cats)

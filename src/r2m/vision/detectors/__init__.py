@@ -1,0 +1,80 @@
+"""Concept detection backends, one per file, registered in ``DETECTORS`` (``base.py``); each is a
+factory ``(options, dictionary, device) -> Detector`` chosen by ``detect_concepts.backend``:
+
+``offline`` (default, ``offline.py``)
+    union of ``classifier`` and ``faces``; runs offline with weights shipped in registry packages.
+``classifier`` (``classifier.py``)
+    MobileNetV2 ImageNet classifier mapped to dictionary concepts; top-k whole-image detections.
+``faces`` (``faces.py``)
+    MTCNN faces -> ``person`` and ``face`` with the face box.
+``faster_rcnn`` (``faster_rcnn.py``)
+    a torchvision detector from a local checkpoint + class names (or torchvision's COCO weights).
+``precomputed`` (``precomputed.py``)
+    detections imported from a JSONL / JSON / Parquet / CSV file.
+
+Add a backend: a new module here with ``@DETECTORS.register(name)`` on its factory, imported below.
+Every detection with a dictionary concept and ``score >= floor`` (default 0.05) is kept — the 0.3
+threshold and the at-most-5 rule are applied by consumers. The stage is ``r2m.vision.detect``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from r2m.text.dictionary import Dictionary, load_dictionary
+from r2m.vision.detectors import classifier, faces, faster_rcnn, offline, precomputed  # noqa: F401  (register)
+from r2m.vision.detectors.base import (
+    COLUMNS,
+    DEFAULT_FLOOR,
+    DETECTORS,
+    Detector,
+    Env,
+    ImageDetector,
+    Raw,
+    empty_detections,
+    finish,
+    frame,
+)
+from r2m.vision.detectors.classifier import MAPPING_FILE, Classifier, class_concepts, read_mapping
+from r2m.vision.detectors.faces import Faces
+from r2m.vision.detectors.faster_rcnn import FasterRCNN, read_class_names
+from r2m.vision.detectors.offline import Union
+from r2m.vision.detectors.precomputed import Precomputed, read_precomputed
+
+__all__ = [
+    "COLUMNS", "DEFAULT_FLOOR", "DETECTORS", "MAPPING_FILE", "Classifier", "Detector", "Env", "Faces",
+    "FasterRCNN", "ImageDetector", "Precomputed", "Raw", "Union", "build_detector", "class_concepts",
+    "detect_images", "empty_detections", "finish", "frame", "read_class_names", "read_mapping",
+    "read_precomputed",
+]
+
+
+def build_detector(backend: str, options: dict[str, Any] | None, dictionary: Dictionary | str = "openimages",
+                   device: Any = "cpu") -> Detector:
+    d = load_dictionary(dictionary) if isinstance(dictionary, str) else dictionary
+    return DETECTORS.get(backend)(dict(options or {}), d, device)
+
+
+def detect_images(
+    paths: Sequence[str | Path],
+    backend: str = "offline",
+    options: dict[str, Any] | None = None,
+    image_ids: Sequence[str] | None = None,
+    dictionary: str = "openimages",
+    batch_size: int = 8,
+    min_side: int = 1,
+    device: Any = "cpu",
+    workers: int = 0,
+) -> pd.DataFrame:
+    """Detections for image files (``image_id`` defaults to the path); bad images are in
+    ``df.attrs["bad_images"]`` as ``(image_id, path, reason)``."""
+    ids = [str(i) for i in image_ids] if image_ids is not None else [str(p) for p in paths]
+    images = pd.DataFrame({"image_id": ids, "file": [str(p) for p in paths]})
+    det = build_detector(backend, options, dictionary, device)
+    df, bad = det.detect(images, Env(batch_size=batch_size, workers=workers, min_side=min_side))
+    df.attrs["bad_images"] = bad
+    return df

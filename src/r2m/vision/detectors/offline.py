@@ -1,0 +1,45 @@
+"""Backend ``offline`` (the default): the union of image detectors (``parts``, default
+``classifier`` and ``faces``) over one pass of image decoding; runs offline with weights shipped in
+registry packages. Per-part options go under ``options.<part>`` (``options.classifier``, ...)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from r2m.vision.detectors.base import DETECTORS, Detector, ImageDetector, Raw
+
+
+class Union(ImageDetector):
+    """Several image detectors over one pass of image decoding; detections are concatenated."""
+
+    def __init__(self, parts: Sequence[ImageDetector]):
+        self.parts = list(parts)
+        self.dictionary = self.parts[0].dictionary
+        self.floor = 0.0  # each part applies its own floor in predict below
+
+    def prepare(self, img):
+        return tuple(p.prepare(img) for p in self.parts)
+
+    def predict(self, inputs, sizes):
+        import torch
+
+        out: list[list[Raw]] = [[] for _ in sizes]
+        for j, part in enumerate(self.parts):
+            xs = [x[j] for x in inputs]
+            if xs and all(isinstance(x, torch.Tensor) for x in xs):
+                xs = torch.stack(xs)
+            for n, raws in enumerate(part.predict(xs, sizes)):
+                out[n] += [r for r in raws if r[2] >= part.floor]
+        return out
+
+
+@DETECTORS.register("offline")
+def _offline(options, dictionary, device) -> Detector:
+    names = list(options.get("parts", ["classifier", "faces"]))
+    parts = []
+    for name in names:
+        part = DETECTORS.get(name)(dict(options.get(name, {})), dictionary, device)
+        if not isinstance(part, ImageDetector):
+            raise ValueError(f"offline: part {name!r} does not look at images and cannot be combined")
+        parts.append(part)
+    return Union(parts)
