@@ -260,3 +260,22 @@ def test_each_model_memorises_a_tiny_paired_set(which: str, tmp_path) -> None:
     assert ckpt["model"] == which and isinstance(m2, MODELS.get(which))
     dec2 = beam_search(m2.eval(), x, beam=3, max_len=8)
     assert torch.equal(dec["tokens"], dec2["tokens"])
+
+
+# --------------------------------------------------------------------------- attention vs boxes
+def test_attention_hit_rate_against_boxes_by_hand() -> None:
+    import numpy as np
+
+    from r2m.evaluation.attention_hits import attention_hit_rate, cells_in_boxes, smooth_map
+
+    inside = cells_in_boxes((2, 2), (100, 100), [[0, 0, 60, 40]])  # covers cell (0,0) centre (25,25) only
+    assert inside.tolist() == [[True, False], [False, False]]
+    on = np.array([[0.7, 0.1], [0.1, 0.1]])
+    off = np.array([[0.1, 0.7], [0.1, 0.1]])
+    recs = [(["a", "dogs", "near", "cat"], np.stack([on, on, on, off]), {"dog": [[0, 0, 60, 40]], "cat": [[0, 0, 60, 40]]},
+             (100, 100))]
+    r = attention_hit_rate(recs, {"dog": "dog", "dogs": "dog", "cat": "cat"})
+    assert r["events"] == 2 and r["hit_rate"] == 0.5 and r["chance"] == 0.25
+    assert r["attention_mass_in_box"] == pytest.approx((0.7 + 0.1) / 2)
+    m = smooth_map(on, (40, 40))
+    assert m.shape == (40, 40) and m.max() == pytest.approx(1.0) and m[5, 5] > m[35, 35]
