@@ -19,6 +19,7 @@ torch.set_num_threads(1)
 
 def sat(seed: int = 0, V: int = 9, D: int = 6, **kw) -> SAT:
     torch.manual_seed(seed)
+    kw.setdefault("feature_norm", False)  # the equations on raw annotations
     return SAT(SATConfig(vocab_size=V, feat_dim=D, embed=8, hidden=12, dropout=0.0, **kw)).eval()
 
 
@@ -106,6 +107,11 @@ def test_sat_init_from_mean_annotation() -> None:
     mean = a.mean(1)
     torch.testing.assert_close(h0, torch.tanh(m.init_h(mean)))
     torch.testing.assert_close(c0, torch.tanh(m.init_c(mean)))
+    # feature_norm: each annotation vector standardised over its channels first (scale-free)
+    mn = sat(feature_norm=True)
+    s1, s2 = mn.decode_init(a), mn.decode_init(a * 50.0 + 3.0)
+    torch.testing.assert_close(s1[0], s2[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(s1[0].mean(-1), torch.zeros(2, 5), atol=1e-5, rtol=0)
 
 
 # --------------------------------------------------------------------------- S-CNN-RNN

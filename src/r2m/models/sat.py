@@ -27,6 +27,9 @@ Where the paper leaves a detail open we follow the authors' released Theano code
   locations of each image (Σ_t over its valid steps, i.e. the words and <#end>) and, like the NLL,
   summed per caption and averaged over the batch. :meth:`SAT.sup_loss` also reports the mean
   per-token cross-entropy for logging.
+* ``feature_norm`` (default on, our addition): each annotation vector is standardised over its D
+  channels (a LayerNorm without parameters) before anything else, so backends whose features
+  have very different scales (a random CNN: ~0.03; VGG conv5: tens) train with the same settings.
 * The hard (stochastic) attention variant is not implemented.
 
 Decoding interface (shared with :func:`r2m.decoding.beam.beam_search`): ``decode_init(a)`` takes the
@@ -58,6 +61,7 @@ class SATConfig:
     dropout: float = 0.5
     dsr_lambda: float = 1.0  # λ of Eq. 9
     selector: bool = True  # the gating scalar β
+    feature_norm: bool = True  # standardise each annotation vector over its D channels (no parameters)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "feat_dim", "embed", "hidden"):
@@ -140,6 +144,8 @@ class SAT(nn.Module):
         """Annotations [B, L, D] (or grid [B, h, w, D]), optional location mask [B, L] (1 = valid)
         → state ``(a, W_a a + b, mask, h_0, c_0)``."""
         a = flatten_grid(a).to(self.init_h.weight.dtype)
+        if self.cfg.feature_norm:
+            a = F.layer_norm(a, a.shape[-1:])
         if mask is None:
             mask = a.new_ones(a.shape[:2])
         mask = mask.to(a.dtype)

@@ -9,7 +9,8 @@ Shapes: B batch, T time steps, F image feature size, k concepts, n LSTM size, V 
   (``drop_stopwords``), otherwise a top-3 multi-label evaluation only ever sees "a", "in", "the".
 * **Concept head** ``ŝ = σ(W f + b)`` on the precomputed CNN feature ``f``. The CNN itself is frozen
   (features are precomputed), so this is the paper's "Fix" variant: only the prediction layer is
-  learned, as in the paper's first CNN pre-training phase. Loss: Eq. 5, the binary cross-entropy
+  learned, as in the paper's first CNN pre-training phase. Our addition (``feature_norm``, default
+  on): the feature is standardised over its channels (a LayerNorm without parameters) first. Loss: Eq. 5, the binary cross-entropy
   ``ℓ_u = −Σ_j s_j log ŝ_j + (1 − s_j) log(1 − ŝ_j)`` summed over the k concepts (the paper
   prints the log-likelihood; the loss is its negative), averaged over the batch.
 * **LSTM** (n = 512 = word embedding size, as NIC v2): the concept vector goes through one FC
@@ -79,6 +80,7 @@ class SCNNConfig:
     num_concepts: int  # k
     hidden: int = 512  # n (= embedding size)
     dropout: float = 0.5
+    feature_norm: bool = True  # standardise the image feature over its channels (no parameters)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "image_dim", "num_concepts", "hidden"):
@@ -116,7 +118,10 @@ class SCNN(nn.Module):
     # ------------------------------------------------------------------ pieces
     def concept_logits(self, feats: Tensor) -> Tensor:
         """Image features [B, F] → concept logits [B, k] (ŝ = sigmoid of these)."""
-        return self.concept_head(feats.to(self.concept_head.weight.dtype))
+        feats = feats.to(self.concept_head.weight.dtype)
+        if self.cfg.feature_norm:
+            feats = F.layer_norm(feats, feats.shape[-1:])
+        return self.concept_head(feats)
 
     def predict_concepts(self, feats: Tensor) -> Tensor:
         return torch.sigmoid(self.concept_logits(feats))
