@@ -25,7 +25,8 @@ def sat(seed: int = 0, V: int = 9, D: int = 6, **kw) -> SAT:
 
 def scnn(seed: int = 0, V: int = 9, F: int = 6, k: int = 5, **kw) -> SCNN:
     torch.manual_seed(seed)
-    return SCNN(SCNNConfig(vocab_size=V, image_dim=F, num_concepts=k, hidden=12, dropout=0.0, **kw)).eval()
+    return SCNN(SCNNConfig(vocab_size=V, image_dim=F, concepts=[f"c{j}" for j in range(k)], hidden=12, dropout=0.0,
+                           **kw)).eval()
 
 
 # --------------------------------------------------------------------------- SAT
@@ -36,7 +37,7 @@ def test_sat_attention_sums_to_one_and_masked_locations_get_none() -> None:
     mask = torch.ones(3, 8)
     mask[0, 5:] = 0
     mask[2, :1] = 0
-    out = m(a, torch.randint(4, 9, (3, 5)), mask)
+    out = m(a, torch.randint(4, 9, (3, 5)), mask=mask)
     alpha = out["alpha"]
     assert alpha.shape == (3, 5, 8)
     torch.testing.assert_close(alpha.sum(-1), torch.ones(3, 5))
@@ -46,9 +47,9 @@ def test_sat_attention_sums_to_one_and_masked_locations_get_none() -> None:
     a2 = a.clone().reshape(3, 8, 6)
     a2[0, 5:] += 100.0
     inputs = torch.randint(4, 9, (3, 5), generator=torch.Generator().manual_seed(1))
-    o1, o2 = m(a, inputs, mask), m(a2, inputs, mask)
+    o1, o2 = m(a, inputs, mask=mask), m(a2, inputs, mask=mask)
     torch.testing.assert_close(o1["hidden"][0], o2["hidden"][0])
-    assert not torch.allclose(o1["hidden"][1], m(a2 + 1.0, inputs, mask)["hidden"][1])
+    assert not torch.allclose(o1["hidden"][1], m(a2 + 1.0, inputs, mask=mask)["hidden"][1])
 
 
 def test_doubly_stochastic_against_hand_computation() -> None:
@@ -69,14 +70,16 @@ def test_sat_loss_is_nll_plus_lambda_times_regulariser() -> None:
     targets = torch.tensor([[4, 5, 6, END], [7, END, 0, 0]])
     lengths = torch.tensor([4, 2])
     with torch.no_grad():
-        out = m.sup_loss(a, inputs, targets, lengths)
+        loss, parts = m.loss(a, inputs, targets, lengths)
         f = m(a, inputs)
         lp = torch.log_softmax(m.logits(f["hidden"]), -1)
         nll = -(lp[0, torch.arange(4), targets[0]].sum() + lp[1, torch.arange(2), targets[1, :2]].sum())
         al = f["alpha"]
         reg = ((1 - al[0].sum(0)) ** 2).sum() + ((1 - al[1, :2].sum(0)) ** 2).sum()
-    torch.testing.assert_close(out["loss"], (nll + 0.7 * reg) / 2)
-    torch.testing.assert_close(out["xe"], nll / 6)
+    # Eq. 9 per caption, summed and divided by the 6 valid words (the loop's per-word average)
+    torch.testing.assert_close(loss, (nll + 0.7 * reg) / 6)
+    torch.testing.assert_close(parts["xe"], nll / 6)
+    torch.testing.assert_close(parts["dsr"], 0.7 * reg / 6)
 
 
 @torch.no_grad()
@@ -139,29 +142,54 @@ def test_scnn_pretraining_feeds_ground_truth_and_joint_feeds_prediction() -> Non
     m = scnn()
     feats = torch.randn(3, 6)
     s = (torch.rand(3, 5) > 0.5).float()
+    v = m.encode({"pooled": feats, "concepts": s})
+    assert v.shape == (3, 11) and m.encode({"pooled": feats}).shape == (3, 6)
     inputs = torch.tensor([[START, 4, 5], [START, 6, 0], [START, 7, 8]])
     targets = torch.tensor([[4, 5, END], [6, END, 0], [7, 8, END]])
     lengths = torch.tensor([3, 2, 3])
     seen = []
     hook = m.init_fc.register_forward_hook(lambda mod, inp, out: seen.append(inp[0].detach().clone()))
+    m.set_phase("pretrain")
     m.zero_grad()
-    pre = m.sup_loss(feats, inputs, targets, lengths, s, stage="pretrain")
-    pre["loss"].backward()
+    loss, parts = m.loss(v, inputs, targets, lengths)
+    loss.backward()
     torch.testing.assert_close(seen[-1], s)
+    # L = L_r (per word) + L_u / (number of words)
+    torch.testing.assert_close(parts["l_u"], concept_bce(m.concept_logits(feats), s).sum().detach() / 8)
+    torch.testing.assert_close(loss, parts["xe"] + parts["l_u"])
     # pre-training: the LSTM's loss does not reach the concept head (only L_u does)
     g_pre = m.concept_head.weight.grad.clone()
     m.zero_grad()
-    concept_bce(m.concept_logits(feats), s).mean().backward()
+    (concept_bce(m.concept_logits(feats), s).sum() / 8).backward()
     torch.testing.assert_close(g_pre, m.concept_head.weight.grad)
+    m.set_phase("train")  # train_sup = joint fine-tuning
+    assert m.phase == "joint"
     m.zero_grad()
-    joint = m.sup_loss(feats, inputs, targets, lengths, s, stage="joint")
-    joint["loss"].backward()
+    m.loss(v, inputs, targets, lengths)[0].backward()
     torch.testing.assert_close(seen[-1], torch.sigmoid(m.concept_logits(feats)).detach())
     assert not torch.allclose(m.concept_head.weight.grad, g_pre)  # L_r now reaches the concept head
+    # captioning (no labels): ŝ, no L_u
+    out = m(m.encode({"pooled": feats}), inputs, lengths)
+    assert out["aux"] == {}
+    torch.testing.assert_close(seen[-1], torch.sigmoid(m.concept_logits(feats)).detach())
     hook.remove()
-    torch.testing.assert_close(joint["loss"], joint["l_u"] + joint["l_r"])
-    with pytest.raises(ValueError, match="stage"):
-        m.sup_loss(feats, inputs, targets, lengths, s, stage="other")
+    with pytest.raises(ValueError, match="phase"):
+        m.set_phase("other")
+
+
+def test_scnn_concepts_and_labels_from_the_paired_captions() -> None:
+    table = {"image_id": ["i1", "i1", "i2", "i3"], "split": ["train", "train", "train", "val"],
+             "caption": ["A dog on grass.", "The dog runs", "a cat on a sofa", "a horse"]}
+    section = SCNN.prepare_params({"num_concepts": 3, "hidden": 8}, table)
+    assert section["concepts"] == ["dog", "cat", "grass"]  # val captions do not count
+    m = SCNN.from_params(section, vocab_size=9, shapes={"pooled": (6,)})
+    m.bind_data(table)
+    torch.testing.assert_close(m.labels_of(["i2", "i1", "i3"]),
+                               torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]))
+    f = m.batch_features({"pooled": torch.zeros(1, 6)}, ["i1"])
+    assert f["concepts"].tolist() == [[1.0, 0.0, 1.0]]
+    with pytest.raises(KeyError, match="i9"):
+        m.labels_of(["i9"])
 
 
 def test_topk_multilabel_by_hand() -> None:
@@ -241,22 +269,25 @@ def test_each_model_memorises_a_tiny_paired_set(which: str, tmp_path) -> None:
         x = torch.randn(n, 2, 2, 8, generator=g)
         s = None
     else:
-        m = SCNN(SCNNConfig(vocab_size=9, image_dim=8, num_concepts=5, hidden=32, dropout=0.0))
+        m = SCNN(SCNNConfig(vocab_size=9, image_dim=8, concepts=list("abcde"), hidden=32, dropout=0.0))
         x = torch.randn(n, 8, generator=g)
         s = torch.zeros(n, 5)
         for i, c in enumerate(caps):
             s[i, torch.tensor(c) - 4] = 1.0
+        xs = m.encode({"pooled": x, "concepts": s})
     opt = torch.optim.Adam(m.parameters(), lr=0.02)
     m.train()
     for step in range(150):
         opt.zero_grad()
         if which == "sat":
-            out = m.sup_loss(x, inputs, targets, lengths)
+            loss, _ = m.loss(x.flatten(1, 2), inputs, targets, lengths)
         else:
-            out = m.sup_loss(x, inputs, targets, lengths, s, stage="pretrain" if step < 75 else "joint")
-        out["loss"].backward()
+            m.set_phase("pretrain" if step < 75 else "train")
+            loss, _ = m.loss(xs, inputs, targets, lengths)
+        loss.backward()
         opt.step()
     m.eval()
+    x = m.encode({"grid": x} if which == "sat" else {"pooled": x})
     dec = beam_search(m, x, beam=3, max_len=8)
     for i, c in enumerate(caps):
         assert dec["tokens"][i, 0, : int(dec["lengths"][i, 0])].tolist() == [*c, END]

@@ -24,9 +24,10 @@ Where the paper leaves a detail open we follow the authors' released Theano code
 * deep output: ``tanh`` on ``E y_{t-1} + L_h h_t + L_z ẑ_t``, dropout, then ``L_o`` (the released
   code's ``prev2out`` / ``ctx2out`` with a tanh); dropout also on ``h_t`` before ``L_h``.
 * λ = 1 (the released training scripts' ``alpha_c``); the regulariser is summed over the valid
-  locations of each image (Σ_t over its valid steps, i.e. the words and <#end>) and, like the NLL,
-  summed per caption and averaged over the batch. :meth:`SAT.sup_loss` also reports the mean
-  per-token cross-entropy for logging.
+  locations of each image (Σ_t over its valid steps, i.e. the words and <#end>). The paper sums
+  Eq. 9 per caption; the shared training loop averages the cross-entropy per word, so the
+  regulariser (``aux["dsr"]``) is divided by the same word count: the ratio of the two terms is
+  the paper's.
 * ``feature_norm`` (default on, our addition): each annotation vector is standardised over its D
   channels (a LayerNorm without parameters) before anything else, so backends whose features
   have very different scales (a random CNN: ~0.03; VGG conv5: tens) train with the same settings.
@@ -41,7 +42,7 @@ pre-activation and ``logits(o_t)`` the word scores.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -49,6 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from r2m.models.r2m import PAD, START
+from r2m.models.supervised import SupervisedCaptioner, valid_mask
 
 
 @dataclass
@@ -72,14 +74,6 @@ class SATConfig:
         if self.dsr_lambda < 0:
             raise ValueError(f"SATConfig.dsr_lambda={self.dsr_lambda} must be >= 0")
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SATConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def flatten_grid(a: Tensor) -> Tensor:
     """A grid ``[B, h, w, D]`` → annotations ``[B, h·w, D]`` (``[B, L, D]`` passes through)."""
@@ -101,8 +95,11 @@ def doubly_stochastic(alphas: Tensor, step_mask: Tensor | None = None, loc_mask:
     return pen.sum(-1)
 
 
-class SAT(nn.Module):
+class SAT(SupervisedCaptioner):
     name = "sat"
+    config_cls = SATConfig
+    feature_kinds = ("grid",)
+    aux_losses = ("dsr",)
 
     def __init__(self, cfg: SATConfig) -> None:
         super().__init__()
@@ -122,9 +119,17 @@ class SAT(nn.Module):
         self.out = nn.Linear(m, cfg.vocab_size)  # L_o
         self.drop = nn.Dropout(cfg.dropout)
 
+    @classmethod
+    def from_params(cls, section: dict[str, Any], vocab_size: int, shapes: dict[str, tuple[int, ...]]) -> SAT:
+        if "grid" not in shapes:
+            raise ValueError("Show, Attend and Tell needs a 'grid' of image features; the features file has "
+                             f"{sorted(shapes)} (set extract_features.options.kinds: [pooled, grid])")
+        return cls(SATConfig(vocab_size=vocab_size, feat_dim=int(shapes["grid"][-1]), **section))
+
     # ------------------------------------------------------------------ pieces
-    def param_count(self) -> int:
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+    def encode(self, feats: dict[str, Tensor]) -> Tensor:
+        """The annotations [B, L, D] from the feature grid [B, h, w, D]."""
+        return flatten_grid(feats["grid"].float())
 
     def attend(self, a: Tensor, pa: Tensor, mask: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Soft attention from ``h_{t-1}`` → context ẑ_t [B, D], α_t [B, L], β_t [B]."""
@@ -162,53 +167,27 @@ class SAT(nn.Module):
         return o, (a, pa, mask, h, c), alpha, beta
 
     # ------------------------------------------------------------------ teacher forcing
-    def forward(self, a: Tensor, inputs: Tensor, mask: Tensor | None = None) -> dict[str, Tensor]:
-        """``inputs`` [B, T] = <#start> w_1 … (padded) → ``hidden`` [B, T, m] (apply :meth:`logits`),
-        ``alpha`` [B, T, L], ``beta`` [B, T]."""
+    def forward(self, a: Tensor, inputs: Tensor, lengths: Tensor | None = None,
+                mask: Tensor | None = None) -> dict[str, Any]:
+        """``inputs`` [B, T] = <#start> w_1 … (padded), ``lengths`` [B] valid steps (None: all) →
+        ``logits`` [B, T, V], ``hidden`` [B, T, m], ``alpha`` [B, T, L], ``beta`` [B, T] and
+        ``aux["dsr"]`` = λ·Σ_b Σ_i (1 − Σ_t α_ti)² / (number of valid words): Eq. 9 divided by the
+        word count, like the cross-entropy the training loop averages per word."""
         state = self.decode_init(a, mask)
         outs, alphas, betas = [], [], []
         for prev in inputs.unbind(1):
             o, state, alpha, beta = self.decode_step(state, prev)
             outs.append(o), alphas.append(alpha), betas.append(beta)
-        return {"hidden": torch.stack(outs, 1), "alpha": torch.stack(alphas, 1), "beta": torch.stack(betas, 1),
-                "mask": state[2]}
-
-    def sup_loss(self, a: Tensor, inputs: Tensor, targets: Tensor, lengths: Tensor,
-                 mask: Tensor | None = None) -> dict[str, Tensor]:
-        """Eq. 9 for a batch of (annotations, caption): ``targets`` [B, T] = w_1 … <#end> (padded),
-        ``lengths`` [B] valid steps. Returns ``loss`` (summed per caption, mean over the batch),
-        ``xe`` (mean per token) and ``dsr`` (the regulariser, mean over the batch)."""
-        out = self.forward(a, inputs, mask)
-        T = inputs.shape[1]
-        step_mask = torch.arange(T, device=inputs.device).unsqueeze(0) < lengths.unsqueeze(1)
-        logits = self.logits(out["hidden"]).float()
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
-        nll = (nll.view_as(targets) * step_mask).sum(1)
-        dsr = doubly_stochastic(out["alpha"].float(), step_mask, out["mask"])
-        B = inputs.shape[0]
-        return {"loss": (nll.sum() + self.cfg.dsr_lambda * dsr.sum()) / B,
-                "xe": nll.sum() / step_mask.sum().clamp(min=1), "dsr": dsr.mean()}
+        hidden, alpha = torch.stack(outs, 1), torch.stack(alphas, 1)
+        B, T = inputs.shape
+        steps = valid_mask(lengths, T) if lengths is not None else torch.ones(B, T, dtype=torch.bool,
+                                                                                device=inputs.device)
+        dsr = doubly_stochastic(alpha.float(), steps, state[2]).sum() / steps.sum().clamp(min=1)
+        return {"logits": self.logits(hidden), "hidden": hidden, "alpha": alpha, "beta": torch.stack(betas, 1),
+                "aux": {"dsr": self.cfg.dsr_lambda * dsr}}
 
     @torch.no_grad()
     def attention_of(self, a: Tensor, tokens: Tensor) -> Tensor:
         """α for given captions ``tokens`` [B, T] (w_1 … without <#start>) → [B, T, L] (eval mode)."""
         inputs = torch.cat((torch.full_like(tokens[:, :1], START), tokens[:, :-1]), 1)
         return self.forward(a, inputs)["alpha"]
-
-    # ------------------------------------------------------------------ checkpoints
-    def checkpoint(self, **meta: Any) -> dict[str, Any]:
-        return {"model": self.name, "config": self.cfg.to_dict(),
-                "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()}, **meta}
-
-    @classmethod
-    def from_config(cls, cfg: SATConfig | dict[str, Any]) -> SAT:
-        return cls(cfg if isinstance(cfg, SATConfig) else SATConfig.from_dict(cfg))
-
-    @classmethod
-    def from_checkpoint(cls, ckpt: dict[str, Any], **overrides: Any) -> SAT:
-        model = cls(SATConfig.from_dict({**ckpt["config"], **overrides}))
-        try:
-            model.load_state_dict(ckpt["state_dict"])
-        except RuntimeError as err:
-            raise ValueError(f"SAT checkpoint does not match its config: {err}") from None
-        return model

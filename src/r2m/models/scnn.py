@@ -18,14 +18,14 @@ Shapes: B batch, T time steps, F image feature size, k concepts, n LSTM size, V 
   a fully connected layer before being used to set the initial hidden state"); words are fed from
   <#start>; ``logits = W_o · dropout(h_t)``. ``L_r`` = NLL summed over the caption's steps,
   averaged over the batch.
-* **Two-stage schedule.** Pre-training in parallel: the concept head on ``L_u`` and the LSTM on
-  ``L_r`` fed the ground-truth ``s`` (:meth:`SCNN.sup_loss` with ``stage="pretrain"``; the two
-  losses share no parameter, so one optimiser step on their sum is the same as two separate
-  pre-trainings); then joint fine-tuning of ``L = L_u + L_r`` with the LSTM fed ``ŝ``
-  (``stage="joint"``). Inference: ``ŝ`` from the image, beam width 3.
+* **Two-stage schedule** (two cached DAG steps, ``pretrain_sup`` then ``train_sup``).
+  Pre-training in parallel (phase ``pretrain``): the concept head on ``L_u`` and the LSTM on
+  ``L_r`` fed the ground-truth ``s`` (the two losses share no parameter, so one optimiser step on
+  their sum is the same as two separate pre-trainings); then joint fine-tuning (phase ``joint``)
+  of ``L = L_u + L_r`` with the LSTM fed ``ŝ``. Inference: ``ŝ`` from the image, beam width 3.
 
-Decoding interface (as :func:`r2m.decoding.beam.beam_search` expects): ``decode_init(f)`` takes the
-image features [B, F] (or, with ``concepts=``, a concept vector [B, k]) and returns ``(h, c)``;
+Decoding interface (as :func:`r2m.decoding.beam.beam_search` expects): ``decode_init(v)`` takes
+``encode``'s output (the pooled feature) and returns ``(h_0, c_0)`` from ŝ;
 ``decode_step(state, prev)`` → ``(h_t, state, None, None)``; ``logits(h_t)``.
 """
 
@@ -33,14 +33,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from r2m.models.r2m import PAD
+from r2m.models.supervised import SupervisedCaptioner
+from r2m.text.tokenize import tokenize
 
 STOPWORDS = frozenset(
     "a an the and or of in on at to with near by for from is are there this that it its his her their "
@@ -77,45 +79,104 @@ def concept_bce(s_hat_logits: Tensor, s: Tensor) -> Tensor:
 class SCNNConfig:
     vocab_size: int
     image_dim: int
-    num_concepts: int  # k
+    concepts: list[str] = field(default_factory=list)  # the k concept words (ŝ's units, in order)
     hidden: int = 512  # n (= embedding size)
     dropout: float = 0.5
     feature_norm: bool = True  # standardise the image feature over its channels (no parameters)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "image_dim", "num_concepts", "hidden"):
+        for name in ("vocab_size", "image_dim", "hidden"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SCNNConfig.{name}={getattr(self, name)} must be positive")
+        if not self.concepts:
+            raise ValueError("SCNNConfig.concepts is empty: no concept words (no training captions?)")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"SCNNConfig.dropout={self.dropout} must be in [0, 1)")
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SCNNConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    @property
+    def num_concepts(self) -> int:
+        return len(self.concepts)
 
 
-class SCNN(nn.Module):
+class SCNN(SupervisedCaptioner):
     name = "scnn"
+    config_cls = SCNNConfig
+    feature_kinds = ("pooled",)
+    aux_losses = ("l_u",)
+    phases = ("pretrain",)
 
     def __init__(self, cfg: SCNNConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        n = cfg.hidden
-        self.concept_head = nn.Linear(cfg.image_dim, cfg.num_concepts)  # the "Fix" CNN's prediction layer
-        self.init_fc = nn.Linear(cfg.num_concepts, n)  # FC(ŝ) → h_0
+        n, k = cfg.hidden, cfg.num_concepts
+        self.concept_head = nn.Linear(cfg.image_dim, k)  # the "Fix" CNN's prediction layer
+        self.init_fc = nn.Linear(k, n)  # FC(ŝ) → h_0
         self.embed = nn.Embedding(cfg.vocab_size, n, padding_idx=PAD)
         self.lstm = nn.LSTMCell(n, n)
         self.out = nn.Linear(n, cfg.vocab_size)
         self.drop = nn.Dropout(cfg.dropout)
+        self.phase = "joint"
+        self._labels: dict[str, list[int]] = {}
 
-    def param_count(self) -> int:
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+    # ------------------------------------------------------------------ construction and data
+    @classmethod
+    def from_params(cls, section: dict[str, Any], vocab_size: int, shapes: dict[str, tuple[int, ...]]) -> SCNN:
+        if "pooled" not in shapes:
+            raise ValueError(f"S-CNN-RNN needs 'pooled' image features; the features file has {sorted(shapes)}")
+        section = {k: v for k, v in section.items() if k not in ("num_concepts", "drop_stopwords")}
+        return cls(SCNNConfig(vocab_size=vocab_size, image_dim=int(shapes["pooled"][-1]), **section))
+
+    @classmethod
+    def prepare_params(cls, section: dict[str, Any], captions: Any) -> dict[str, Any]:
+        """The concept words from the training captions (``captions``: the sup_vocab table with
+        ``split`` and ``caption``): the ``num_concepts`` most frequent."""
+        train = [tokenize(c) for c, sp in zip(captions["caption"], captions["split"], strict=True) if sp == "train"]
+        words = concept_vocab(train, int(section.get("num_concepts", 1000)), bool(section.get("drop_stopwords", True)))
+        return {**section, "concepts": words}
+
+    def bind_data(self, captions: Any) -> None:
+        """Ground-truth labels s per image: the concepts occurring in any of its captions."""
+        index = {w: j for j, w in enumerate(self.cfg.concepts)}
+        labels: dict[str, set[int]] = {}
+        for iid, cap in zip(captions["image_id"], captions["caption"], strict=True):
+            labels.setdefault(str(iid), set()).update(index[w] for w in tokenize(cap) if w in index)
+        self._labels = {i: sorted(js) for i, js in labels.items()}
+
+    def labels_of(self, image_ids: Sequence[str]) -> Tensor:
+        s = torch.zeros(len(image_ids), self.cfg.num_concepts)
+        for r, i in enumerate(image_ids):
+            if i not in self._labels:
+                raise KeyError(f"S-CNN-RNN: no concept labels for image {i!r} (bind_data first)")
+            s[r, self._labels[i]] = 1.0
+        return s
+
+    def batch_features(self, feats: dict[str, Tensor], image_ids: Sequence[str]) -> dict[str, Tensor]:
+        """Training batches also carry the ground-truth concept labels (``concepts`` [B, k])."""
+        if not self._labels:
+            return feats
+        return {**feats, "concepts": self.labels_of(image_ids).to(feats["pooled"].device)}
+
+    def set_phase(self, phase: str) -> None:
+        """``pretrain`` (the pretrain_sup stage) or ``train`` / ``joint`` (train_sup)."""
+        if phase not in ("pretrain", "joint", "train"):
+            raise ValueError(f"S-CNN-RNN phase {phase!r}: choose pretrain or joint")
+        self.phase = "pretrain" if phase == "pretrain" else "joint"
 
     # ------------------------------------------------------------------ pieces
+    def encode(self, feats: dict[str, Tensor]) -> Tensor:
+        """v = the pooled feature [B, F], with the ground-truth labels appended ([B, F + k]) when the
+        batch carries them (training)."""
+        f = feats["pooled"].float()
+        return torch.cat((f, feats["concepts"].float()), -1) if "concepts" in feats else f
+
+    def _split(self, v: Tensor) -> tuple[Tensor, Tensor | None]:
+        F_ = self.cfg.image_dim
+        if v.shape[-1] == F_:
+            return v, None
+        if v.shape[-1] != F_ + self.cfg.num_concepts:
+            raise ValueError(f"S-CNN-RNN: input width {v.shape[-1]}, expected {F_} or {F_ + self.cfg.num_concepts}")
+        return v[:, :F_], v[:, F_:]
+
     def concept_logits(self, feats: Tensor) -> Tensor:
         """Image features [B, F] → concept logits [B, k] (ŝ = sigmoid of these)."""
         feats = feats.to(self.concept_head.weight.dtype)
@@ -130,66 +191,40 @@ class SCNN(nn.Module):
         return self.out(self.drop(h))
 
     # ------------------------------------------------------------------ step-wise decoding
-    def decode_init(self, feats: Tensor | None = None, concepts: Tensor | None = None) -> tuple[Tensor, ...]:
-        """Initial ``(h_0, c_0)`` from image features [B, F] (through ŝ) or a concept vector [B, k]."""
-        if concepts is None:
-            if feats is None:
-                raise ValueError("SCNN.decode_init: give image features or a concept vector")
-            concepts = self.predict_concepts(feats)
+    def init_state(self, concepts: Tensor) -> tuple[Tensor, Tensor]:
+        """``(h_0, c_0)`` = (FC(s), 0) from a concept vector [B, k]."""
         h0 = self.init_fc(concepts.to(self.init_fc.weight.dtype))
         return h0, torch.zeros_like(h0)
+
+    def decode_init(self, v: Tensor) -> tuple[Tensor, ...]:
+        """From ``encode``'s output: the LSTM starts from ŝ predicted from the image."""
+        f, _ = self._split(v)
+        return self.init_state(self.predict_concepts(f))
 
     def decode_step(self, state: tuple[Tensor, ...], prev: Tensor, need_weights: bool = False):
         h, c = self.lstm(self.embed(prev), state)
         return h, (h, c), None, None
 
     # ------------------------------------------------------------------ teacher forcing
-    def forward(self, inputs: Tensor, feats: Tensor | None = None, concepts: Tensor | None = None) -> dict[str, Tensor]:
-        """``inputs`` [B, T] (<#start> w_1 …) → ``hidden`` [B, T, n]."""
-        state = self.decode_init(feats, concepts)
+    def forward(self, v: Tensor, inputs: Tensor, lengths: Tensor | None = None) -> dict[str, Any]:
+        """Teacher forcing. With ground-truth labels in ``v`` (training): ``aux["l_u"]`` = Σ_b ℓ_u
+        (Eq. 5) divided by the number of valid words (the loop averages L_r per word, so
+        L_u + L_r keeps the paper's ratio), and the LSTM is fed s in the ``pretrain`` phase, ŝ in
+        the ``joint`` phase. Without labels (captioning, retrieval) it is fed ŝ and aux is empty."""
+        f, s = self._split(v)
+        c_logits = self.concept_logits(f)
+        aux: dict[str, Tensor] = {}
+        if s is not None:
+            n_words = lengths.sum().clamp(min=1) if lengths is not None else inputs.numel()
+            aux["l_u"] = concept_bce(c_logits, s).sum() / n_words
+        rnn_in = s if (s is not None and self.phase == "pretrain") else torch.sigmoid(c_logits)
+        state = self.init_state(rnn_in)
         hs = []
         for prev in inputs.unbind(1):
             h, state, _, _ = self.decode_step(state, prev)
             hs.append(h)
-        return {"hidden": torch.stack(hs, 1)}
-
-    def sup_loss(self, feats: Tensor, inputs: Tensor, targets: Tensor, lengths: Tensor, s: Tensor,
-                 stage: Literal["pretrain", "joint"] = "joint") -> dict[str, Tensor]:
-        """``pretrain``: L_u(s, ŝ) + L_r(π | s) with the LSTM fed the ground truth ``s`` (the two
-        parts share no parameters); ``joint``: L_u + L_r(π | ŝ). Both summed per image/caption and
-        averaged over the batch; ``xe`` is the mean per-token NLL (for logging)."""
-        if stage not in ("pretrain", "joint"):
-            raise ValueError(f"SCNN.sup_loss: stage {stage!r}: choose pretrain or joint")
-        c_logits = self.concept_logits(feats)
-        lu = concept_bce(c_logits, s)
-        rnn_in = s if stage == "pretrain" else torch.sigmoid(c_logits)
-        hidden = self.forward(inputs, concepts=rnn_in)["hidden"]
-        T = inputs.shape[1]
-        step_mask = torch.arange(T, device=inputs.device).unsqueeze(0) < lengths.unsqueeze(1)
-        logits = self.logits(hidden).float()
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
-        nll = (nll.view_as(targets) * step_mask).sum(1)
-        B = inputs.shape[0]
-        return {"loss": (lu.sum() + nll.sum()) / B, "l_u": lu.mean(), "l_r": nll.mean(),
-                "xe": nll.sum() / step_mask.sum().clamp(min=1)}
-
-    # ------------------------------------------------------------------ checkpoints
-    def checkpoint(self, **meta: Any) -> dict[str, Any]:
-        return {"model": self.name, "config": self.cfg.to_dict(),
-                "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()}, **meta}
-
-    @classmethod
-    def from_config(cls, cfg: SCNNConfig | dict[str, Any]) -> SCNN:
-        return cls(cfg if isinstance(cfg, SCNNConfig) else SCNNConfig.from_dict(cfg))
-
-    @classmethod
-    def from_checkpoint(cls, ckpt: dict[str, Any], **overrides: Any) -> SCNN:
-        model = cls(SCNNConfig.from_dict({**ckpt["config"], **overrides}))
-        try:
-            model.load_state_dict(ckpt["state_dict"])
-        except RuntimeError as err:
-            raise ValueError(f"S-CNN-RNN checkpoint does not match its config: {err}") from None
-        return model
+        hidden = torch.stack(hs, 1)
+        return {"logits": self.logits(hidden), "hidden": hidden, "concept_logits": c_logits, "aux": aux}
 
 
 def topk_multilabel(scores: Tensor, truth: Tensor, k: int = 3) -> dict[str, float]:

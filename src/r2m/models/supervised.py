@@ -1,0 +1,147 @@
+"""What every supervised captioner (the seed baselines: m-RNN, Show-Attend-Tell, S-CNN-RNN, …)
+provides, so one training loop, one beam search and one retrieval scorer serve them all.
+
+A model is one file with a small dataclass config (``vocab_size`` plus its sizes and the image
+feature sizes it needs) and a subclass of :class:`SupervisedCaptioner` registered in
+``r2m.models.SUP_MODELS`` (and ``params.SUP_MODEL_NAMES`` + a params section of the same name).
+
+The interface (shapes: B batch, T steps, V vocabulary):
+
+* ``feature_kinds``: the feature kinds of ``features.h5`` it reads (``pooled`` [B, C],
+  ``grid`` [B, H, W, C]); ``from_params(section, vocab_size, shapes)`` builds it from its params
+  section and the per-image shapes of those kinds.
+* ``encode(feats) -> v``: the image conditioning, one batch-first tensor (whatever the model needs:
+  a pooled vector, a flattened grid). Beam search repeats it per beam.
+* ``forward(v, inputs, lengths) -> {"logits": [B, T, V], "aux": {name: scalar}}``: teacher forcing
+  with ``inputs`` = <#start> w_1 … (padded with <pad>); ``aux`` are extra loss terms (e.g. SAT's
+  attention regulariser), added to the cross-entropy and logged as their own loss columns.
+* ``decode_init(v) -> state`` (tuple of batch-first tensors), ``decode_step(state, prev) ->
+  (hidden, state, None, None)``, ``logits(hidden) -> [B, V]``: the interface of
+  :func:`r2m.decoding.beam.beam_search` (the same as R2M's).
+* ``sentence_logprob`` and ``score_block``: log P(sentence | image) for retrieval; the generic
+  versions here run :meth:`forward` on every (image, sentence) pair of a block in one batch; a
+  model can override them with something cheaper (m-RNN shares its recurrent layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from r2m.models.r2m import PAD
+
+
+def valid_mask(lengths: Tensor, T: int) -> Tensor:
+    return torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
+    """log P(target) per position: [..., V] and [...] → [...]."""
+    return logits.float().log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+class SupervisedCaptioner(nn.Module):
+    name: ClassVar[str] = ""
+    config_cls: ClassVar[type]
+    feature_kinds: ClassVar[tuple[str, ...]] = ("pooled",)
+    aux_losses: ClassVar[tuple[str, ...]] = ()  # names of forward()'s "aux" terms (loss.tsv columns)
+    phases: ClassVar[tuple[str, ...]] = ()  # training phases beyond the one of train_sup (S-CNN-RNN: "pretrain")
+
+    cfg: Any
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_params(cls, section: dict[str, Any], vocab_size: int, shapes: dict[str, tuple[int, ...]]):
+        raise NotImplementedError
+
+    @classmethod
+    def prepare_params(cls, section: dict[str, Any], captions: Any) -> dict[str, Any]:
+        """Hook: complete the params section from the paired captions (the ``sup_vocab`` table,
+        columns ``image_id``, ``split``, ``caption``) before building, e.g. S-CNN-RNN's concept words."""
+        return section
+
+    def bind_data(self, captions: Any) -> None:
+        """Hook: per-image training targets from the paired captions (S-CNN-RNN's labels s)."""
+
+    def batch_features(self, feats: dict[str, Tensor], image_ids: Any) -> dict[str, Tensor]:
+        """Hook: what a *training* batch gives :meth:`encode` (default: the image features)."""
+        return feats
+
+    def set_phase(self, phase: str) -> None:
+        """Hook: switch the training phase (one of :attr:`phases`, or "train" for train_sup)."""
+        if phase not in (*self.phases, "train"):
+            raise ValueError(f"{self.name}: no training phase {phase!r} (has {self.phases or 'none'})")
+
+    @classmethod
+    def from_config(cls, cfg: Any):
+        if not isinstance(cfg, cls.config_cls):
+            known = {f.name for f in fields(cls.config_cls)}
+            cfg = cls.config_cls(**{k: v for k, v in dict(cfg).items() if k in known})
+        return cls(cfg)
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: dict[str, Any], **overrides: Any):
+        model = cls.from_config({**ckpt["config"], **overrides})
+        try:
+            model.load_state_dict(ckpt["state_dict"])
+        except RuntimeError as err:
+            raise ValueError(f"{cls.name} checkpoint does not match its config: {err}") from None
+        return model
+
+    def checkpoint(self, **meta: Any) -> dict[str, Any]:
+        """A ``torch.load(weights_only=True)``-safe dict: tensors + plain config."""
+        return {"model": self.name, "config": asdict(self.cfg),
+                "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()}, **meta}
+
+    def param_count(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    # ------------------------------------------------------------------ the interface
+    def encode(self, feats: dict[str, Tensor]) -> Tensor:
+        raise NotImplementedError
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def decode_init(self, v: Tensor) -> tuple[Tensor, ...]:
+        raise NotImplementedError
+
+    def decode_step(self, state: tuple[Tensor, ...], prev: Tensor, need_weights: bool = False):
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ generic pieces
+    def loss(self, v: Tensor, inputs: Tensor, targets: Tensor, lengths: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """Average negative log-likelihood per word (valid positions only) + the aux terms."""
+        out = self(v, inputs, lengths)
+        mask = valid_mask(lengths, inputs.shape[1])
+        xe = F.cross_entropy(out["logits"][mask].float(), targets[mask])
+        aux = out.get("aux") or {}
+        total = xe + sum(aux.values()) if aux else xe
+        return total, {"xe": xe, **aux}
+
+    def sentence_logprob(self, v: Tensor, inputs: Tensor, targets: Tensor, lengths: Tensor) -> Tensor:
+        """log P(sentence | image) per row [B]: the sum over valid positions (incl. <#end>)."""
+        lp = token_logprobs(self(v, inputs, lengths)["logits"], targets)
+        return (lp * valid_mask(lengths, inputs.shape[1])).sum(-1)
+
+    def score_block(self, v: Tensor, inputs: Tensor, targets: Tensor, lengths: Tensor,
+                    max_rows: int = 4096) -> Tensor:
+        """log P(sentence_j | image_i) for a block of images ``v`` [b, …] and all sentences [S, T] → [b, S]."""
+        b, S = v.shape[0], inputs.shape[0]
+        out = torch.empty(b, S, device=v.device)
+        rows = max(1, max_rows // max(b, 1))
+        for s in range(0, S, rows):
+            e = min(S, s + rows)
+            n = e - s
+            vv = v.repeat_interleave(n, 0)
+            lp = self.sentence_logprob(vv, inputs[s:e].repeat(b, 1), targets[s:e].repeat(b, 1),
+                                       lengths[s:e].repeat(b))
+            out[:, s:e] = lp.view(b, n)
+        return out
+
+
+__all__ = ["PAD", "SupervisedCaptioner", "token_logprobs", "valid_mask"]
