@@ -184,8 +184,11 @@ def test_stage_writes_metrics_and_per_image(tmp_path, repo_root, no_spice):
     R.mkdir(parents=True)
     prepared = tmp_path / "data/demo/prepared"
     prepared.mkdir(parents=True)
-    refs = {**NLG_REFS, "3": ["an image nobody captioned"]}
-    _write(prepared / "references.json", _refs_json(refs))
+    refs = {**NLG_REFS, "3": ["a val image, not captioned for the test split"]}
+    data = _refs_json(refs)
+    for img in data["images"]:
+        img["split"] = "val" if img["id"] == "3" else "test"
+    _write(prepared / "references.json", data)
     _write(R / "captions.json", [{"image_id": k, "caption": v} for k, v in NLG_HYP.items()])
     ctx = StageContext(stage=S.get("evaluate"), params=_params(repo_root), dataset="demo", variant="r2m",
                        ckpt="train_i", root=tmp_path)
@@ -193,7 +196,9 @@ def test_stage_writes_metrics_and_per_image(tmp_path, repo_root, no_spice):
 
     run(ctx)
     metrics = json.loads((R / "eval.json").read_text())
-    assert set(metrics) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr", "SPICE"}
+    assert set(metrics) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr", "SPICE", "n_images",
+                            "missing_images", "unreadable_images", "unreadable_image_ids"}
+    assert metrics["n_images"] == 2 and metrics["unreadable_images"] == 0
     assert metrics["SPICE"] is None
     assert metrics["Bleu_1"] == pytest.approx(0.55)  # already tokenised-equal sentences: PTB keeps them
     per = json.loads((R / "eval_per_image.json").read_text())

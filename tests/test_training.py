@@ -106,7 +106,8 @@ def test_four_stages_outputs_and_checkpoint(syn: Path) -> None:
         model_dir = syn / "models/syn/r2m" / st
         ck = torch.load(model_dir / "model.pt", weights_only=True)
         assert ck["config"]["d"] == 16 and ck["stage"] == st
-        assert (model_dir / "params.yaml").exists() and (model_dir / "last.pt").exists()
+        assert sorted(f.name for f in model_dir.iterdir()) == ["model.pt", "params.yaml"]
+        assert not (syn / ".r2m/resume" / st / "syn-r2m").exists()  # resumable state cleaned on completion
         tsv = (syn / f"results/syn/r2m/{st}/loss.tsv").read_text().splitlines()
         assert tsv[0].startswith("step\tsplit\tloss")
         assert any("\tval\t" in line for line in tsv[1:])
@@ -137,12 +138,12 @@ def test_resume_continues_from_saved_step(syn: Path, caplog) -> None:
 
     p = make_params(train_xe={"steps": 20, "checkpoint_every": 10})
     full = run_stage(syn, "train_xe", p)
-    last = torch.load(syn / "models/syn/r2m/train_xe/last.pt", weights_only=True)
-    assert last["step"] == 20
+    final = torch.load(syn / "models/syn/r2m/train_xe/model.pt", weights_only=True)
     # interrupt a fresh run after its step-10 checkpoint
-    out = syn / "models/syn/r2m/train_xe"
-    for f in out.iterdir():
-        f.unlink()
+    import shutil
+
+    shutil.rmtree(syn / "models/syn/r2m/train_xe")
+    work = syn / ".r2m/resume/train_xe/syn-r2m"
     orig = T.OBJECTIVES["train_xe"]
     calls = {"n": 0}
 
@@ -158,13 +159,16 @@ def test_resume_continues_from_saved_step(syn: Path, caplog) -> None:
             run_stage(syn, "train_xe", p)
     finally:
         T.OBJECTIVES["train_xe"] = orig
-    assert torch.load(out / "last.pt", weights_only=True)["step"] == 10
+    assert torch.load(work / "last.pt", weights_only=True)["step"] == 10
+    assert not (syn / "models/syn/r2m/train_xe").exists()  # a failed stage leaves no model folder
     resumed = run_stage(syn, "train_xe", p)
     rows = [r.split("\t") for r in (syn / "results/syn/r2m/train_xe/loss.tsv").read_text().splitlines()[1:]]
     steps = [int(r[0]) for r in rows if r[1] == "train"]
     assert steps == list(range(1, 21))  # nothing repeated, nothing lost
     # same data order and RNG: the resumed run ends where the uninterrupted one did
     assert resumed["train_loss"] == pytest.approx(full["train_loss"], rel=1e-4)
+    again = torch.load(syn / "models/syn/r2m/train_xe/model.pt", weights_only=True)
+    assert all(torch.equal(again["state_dict"][k], v) for k, v in final["state_dict"].items())
 
 
 def test_nan_loss_raises_clear_error(syn: Path) -> None:
@@ -187,8 +191,6 @@ def test_nan_loss_raises_clear_error(syn: Path) -> None:
 def test_runs_are_repeatable(syn: Path) -> None:
     p = make_params(train_xe={"steps": 5})
     a = run_stage(syn, "train_xe", p)
-    for f in (syn / "models/syn/r2m/train_xe").iterdir():
-        f.unlink()
     b = run_stage(syn, "train_xe", p)
     assert a["train_loss"] == b["train_loss"]
 

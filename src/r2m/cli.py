@@ -72,6 +72,8 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     try:
         params = P.load(args.params)
         if "dataset" in stage.axes:
+            if args.dataset in params.catalog and args.dataset not in params.datasets:
+                P.check_files(params, args.dataset, args.params)  # the selected ones are checked by load
             params = P.for_dataset(params, args.dataset)
     except P.ParamsError as err:
         print(f"r2m {stage.name}: {err}", file=sys.stderr)
@@ -91,8 +93,23 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     ctx.args = args  # type: ignore[attr-defined]  # stage-specific extra flags
     log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
     t0 = time.perf_counter()
+    from r2m.utils.resume import Preempted, StageBusy, StageLock
+
+    shard = getattr(args, "shard", None)
+    outs = ", ".join(str(p) for p in ctx.outs.values()) or stage.name
+    lock = StageLock(ctx.root, stage.name, axes, outs, extra=None if shard is None else f"shard{shard}")
     try:
-        getattr(module, func)(ctx)
+        with lock:  # one run per stage output: a second one is refused at once, naming the holder
+            getattr(module, func)(ctx)
+    except StageBusy as err:
+        log.error("r2m %s refused: %s", stage.name, err)
+        return 75  # EX_TEMPFAIL
+    except Preempted as err:  # SIGTERM/SIGINT: state saved, plain message, non-zero exit
+        log.error("r2m %s %s", stage.name, err)
+        return err.exit_code
+    except KeyboardInterrupt:
+        log.error("r2m %s interrupted (nothing of this run was kept as an output)", stage.name)
+        return 130
     except Exception as err:  # report, keep the traceback where it helps, exit non-zero
         _report_failure(log, stage.name, err, log_path)
         return 1
@@ -115,7 +132,8 @@ def _report_failure(log, stage: str, err: Exception, log_path: Path | None) -> N
             h.stream.write(tb)
             h.flush()
     where = f" (traceback in {log_path})" if log_path is not None else ""
-    log.error("r2m %s failed%s:\n%s: %s", stage, where, type(err).__name__, err)
+    msg = " ".join(str(err).split()) if "\n" in str(err).strip() else str(err)  # one line
+    log.error("r2m %s failed: %s: %s%s", stage, type(err).__name__, msg, where)
 
 
 def _usage() -> str:
@@ -138,10 +156,14 @@ def main(argv: list[str] | None = None) -> int:
         print(__version__)
         return 0
     name, rest = argv[0], argv[1:]
-    if name in S.BY_NAME:
-        return run_stage(S.BY_NAME[name], rest)
-    if name in TOOLS:
-        return call(TOOLS[name][0], rest)
+    try:
+        if name in S.BY_NAME:
+            return run_stage(S.BY_NAME[name], rest)
+        if name in TOOLS:
+            return call(TOOLS[name][0], rest)
+    except KeyboardInterrupt:  # Ctrl-C before/after a stage's own handling: no traceback
+        print(f"r2m {name}: interrupted", file=sys.stderr)
+        return 130
     print(f"r2m: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 

@@ -12,6 +12,7 @@ command line or the environment (see :mod:`r2m.runtime`).
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,11 +20,29 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 VARIANT_NAMES = ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm")
+_PKG = Path(__file__).resolve().parent
+# where backends register themselves (read from the source, so validating params never imports torch)
+DETECTOR_SOURCES = (_PKG / "vision" / "detectors",)
+FEATURE_SOURCES = (_PKG / "vision" / "features.py", _PKG / "vision" / "features")
+RECIPE_SOURCES = (_PKG / "datasets",)
 TRAIN_STAGES = ("train_xe", "train_s", "train_m", "train_i")
 
 
 class ParamsError(ValueError):
     """Raised for invalid parameters; the message names the offending key."""
+
+
+@functools.cache
+def _names(sources: tuple[Path, ...], registry: str, constructors: tuple[str, ...] = ()) -> list[str]:
+    from r2m.utils.registry import declared_names
+
+    return declared_names(list(sources), registry, constructors)
+
+
+def _known(value: str, names: list[str], what: str) -> str:
+    if names and value not in names:
+        raise ValueError(f"unknown {what} {value!r}; known: {', '.join(names)}")
+    return value
 
 
 class _Section(BaseModel):
@@ -41,6 +60,11 @@ class DatasetEntry(_Section):
     gamma: float = Field(1.0, ge=0, description="weight of L_rec^I in L_I (Eq. 13)")
     overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        return _known(v, _names(RECIPE_SOURCES, "RECIPES", ("Benchmark",)), "dataset kind")
+
 
 # --------------------------------------------------------------------------- stage sections
 class ConceptsParams(_Section):
@@ -55,12 +79,22 @@ class DetectParams(_Section):
     min_side: int = Field(32, ge=1, description="images smaller than this are listed as bad")
     options: dict[str, Any] = Field(default_factory=dict, description="backend-specific options")
 
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        return _known(v, _names(DETECTOR_SOURCES, "DETECTORS"), "detector backend")
+
 
 class FeatureParams(_Section):
     backend: str = "inception_v3_fid"
     batch_size: int = Field(32, ge=1)
     shard_size: int = Field(4096, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        return _known(v, _names(FEATURE_SOURCES, "FEATURES"), "feature backend")
 
 
 class CorpusParams(_Section):
@@ -84,6 +118,12 @@ class ModelParams(_Section):
     dropout: float = Field(0.2, ge=0, lt=1)
     mlp_layers: int = Field(2, ge=1)
     image_proj: Literal["learned", "frozen_random"] = "learned"
+
+    @model_validator(mode="after")
+    def _heads_divide_d(self) -> ModelParams:
+        if self.d % self.heads:
+            raise ValueError(f"d={self.d} must be divisible by heads={self.heads} (each head's value size is d/heads)")
+        return self
 
 
 class TrainParams(_Section):
@@ -167,11 +207,53 @@ class Params(_Section):
 
 
 def _format_error(err: ValidationError, source: str) -> str:
-    lines = [f"invalid parameters in {source}:"]
+    """One line: ``invalid parameters in SOURCE: key: message; key: message``."""
+    parts = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        lines.append(f"  - {key}: {e['msg']}")
-    return "\n".join(lines)
+        parts.append(f"{key}: {e['msg'].removeprefix('Value error, ')}")
+    return f"invalid parameters in {source}: " + "; ".join(parts)
+
+
+# options naming files the user must provide (resolved against the working directory)
+_DETECT_FILE_OPTIONS = ("weights", "checkpoint", "classes", "mapping")
+
+
+def _missing_files(options: dict[str, Any], keys: tuple[str, ...], prefix: str) -> list[str]:
+    out = []
+    for k in keys:
+        v = options.get(k)
+        if isinstance(v, str) and v and not Path(v).expanduser().exists():
+            out.append(f"{prefix}.{k}: file not found: {v}")
+    for k, v in options.items():  # nested backend options (e.g. offline's classifier: {...})
+        if isinstance(v, dict):
+            out += _missing_files(v, keys, f"{prefix}.{k}")
+    return out
+
+
+def check_files(params: Params, dataset: str, source: str = "params") -> None:
+    """Referenced files of one dataset (recipe inputs, weights, class lists, an absolute
+    precomputed-detections path) exist; raise :class:`ParamsError` naming the key otherwise."""
+    view = for_dataset(params, dataset)
+    errors = _missing_files(view.detect_concepts.options, _DETECT_FILE_OPTIONS, "detect_concepts.options")
+    errors += _missing_files(view.extract_features.options, ("weights",), "extract_features.options")
+    path = view.detect_concepts.options.get("path")
+    if view.detect_concepts.backend == "precomputed" and isinstance(path, str) and Path(path).is_absolute() \
+            and not Path(path).exists():
+        errors.append(f"detect_concepts.options.path: file not found: {path}")
+    entry = params.catalog[dataset]
+    if entry.kind in _names(RECIPE_SOURCES, "RECIPE_CHECKS"):  # import recipes only when one has a check
+        from r2m.datasets import load_recipes
+        from r2m.datasets.base import RECIPE_CHECKS
+
+        load_recipes()
+        try:
+            RECIPE_CHECKS.get(entry.kind)(entry)
+        except (OSError, ValueError) as err:
+            errors.append(f"catalog.{dataset}: {err}")
+    if errors:
+        where = f"{source} (dataset {dataset})"
+        raise ParamsError(f"invalid parameters in {where}: " + "; ".join(errors))
 
 
 def validate(raw: dict[str, Any], source: str = "params") -> Params:
@@ -188,6 +270,8 @@ def validate(raw: dict[str, Any], source: str = "params") -> Params:
             Params.model_validate(_merged_raw(raw, name))
         except ValidationError as err:
             raise ParamsError(_format_error(err, f"{source} (catalog.{name}.overrides)")) from None
+    for name in params.datasets:
+        check_files(params, name, source)
     return params
 
 

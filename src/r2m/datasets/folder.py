@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from r2m.datasets.base import RECIPES, option, references_json, write_prepared
+from r2m.datasets.base import RECIPE_CHECKS, RECIPES, option, references_json, write_prepared
 from r2m.params import DatasetEntry
 from r2m.text.corpus import read_lines
 
@@ -101,6 +101,13 @@ def _matcher(files: list[Path]) -> Any:
 def _corpus(path: Path) -> Iterator[str]:
     for _, text in read_lines(path):
         yield text
+
+
+@RECIPE_CHECKS.register("folder")
+def check(entry: DatasetEntry) -> None:
+    _path_option(entry, "images", True, want_dir=True)
+    _path_option(entry, "corpus", True)
+    _path_option(entry, "references", False)
 
 
 @RECIPES.register("folder")

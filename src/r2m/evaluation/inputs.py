@@ -108,6 +108,28 @@ def match(
     return results, {i: references[i] for i in results}
 
 
+def reference_splits(data: Any) -> dict[str, str | None]:
+    """``{image_id: split}`` of a references file's ``images`` (``None`` when it has no ``split``)."""
+    images = data.get("images", []) if isinstance(data, dict) else []
+    return {str(img["id"]): img.get("split") for img in images if isinstance(img, dict) and "id" in img}
+
+
+def check_coverage(results: dict[str, str], references: dict[str, list[str]], splits: dict[str, str | None],
+                   results_source: str = "<results>", references_source: str = "<references>") -> list[str]:
+    """The reference images the results should cover but do not: every image (with captions) of
+    each split the captioned images belong to (all of them when the file names no splits)."""
+    wanted = {splits.get(i) for i in results}
+    return sorted(i for i, caps in references.items() if caps and splits.get(i) in wanted and i not in results)
+
+
+def partial_error(missing: list[str], n_results: int, results_source: str, references_source: str) -> EvalInputError:
+    shown = ", ".join(repr(m) for m in missing[:5]) + (" …" if len(missing) > 5 else "")
+    return EvalInputError(
+        f"{results_source}: captions cover {n_results} of {n_results + len(missing)} images of "
+        f"{references_source}; {len(missing)} image id(s) missing ({shown}); caption them all, or pass "
+        "--allow-partial to score the subset")
+
+
 def load_results(path: str | Path) -> dict[str, str]:
     return parse_results(read_json(path), str(path))
 

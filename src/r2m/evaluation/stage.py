@@ -1,8 +1,14 @@
 """The ``evaluate`` stage and the standalone ``r2m evaluate --results … --references …`` command.
 
 DAG stage: ``results/<D>/<variant>/<ckpt>/captions.json`` against ``data/<D>/prepared/references.json``
-(restricted to the captioned images) → ``eval.json`` (aggregate metrics only, for ``dvc metrics``)
-and ``eval_per_image.json`` (per-image scores).
+(restricted to the captioned images) → ``eval.json`` (aggregate metrics for ``dvc metrics``, plus
+``n_images``, ``unreadable_images`` and ``unreadable_image_ids``: the scored images that
+``detect_concepts`` could not read, listed in ``reports/<D>/bad_images.csv``, captioned from no
+concepts) and ``eval_per_image.json`` (per-image scores).
+
+**Complete or refused.** The captions must cover every reference image of the split(s) they
+caption (every reference image when the file names no splits); otherwise evaluation stops with one
+line naming the file and the number of missing ids, unless ``--allow-partial``.
 """
 
 from __future__ import annotations
@@ -17,8 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from r2m.evaluation import coco
-from r2m.evaluation.inputs import EvalInputError, load_references, load_results, match
-from r2m.utils.io import write_json
+from r2m.evaluation.inputs import (
+    EvalInputError,
+    check_coverage,
+    match,
+    parse_references,
+    partial_error,
+    reference_splits,
+)
+from r2m.utils.io import read_json, write_json
 
 log = logging.getLogger("r2m")
 
@@ -32,11 +45,25 @@ def evaluate_files(
     parallel: str = "hybrid",
     workers: int | None = None,
     logger: logging.Logger = log,
+    allow_partial: bool = False,
 ) -> dict[str, Any]:
-    """Validate and score two files; returns ``{"metrics", "unavailable", "images"}``."""
-    results = load_results(results_path)
-    references = load_references(references_path)
-    results, references = match(results, references, str(results_path), str(references_path))
+    """Validate and score two files; returns ``{"metrics", "unavailable", "images", "missing"}``.
+
+    Results that do not cover every reference image of their split(s) are an error unless
+    ``allow_partial`` (then the missing ids are logged and returned)."""
+    from r2m.evaluation.inputs import parse_results
+
+    results = parse_results(read_json(results_path), str(results_path))
+    ref_data = read_json(references_path)
+    references = parse_references(ref_data, str(references_path))
+    results, refs_all = match(results, references, str(results_path), str(references_path))
+    missing = check_coverage(results, references, reference_splits(ref_data))
+    if missing:
+        err = partial_error(missing, len(results), str(results_path), str(references_path))
+        if not allow_partial:
+            raise err
+        logger.warning("--allow-partial: %s", err)
+    references = refs_all
     logger.info("evaluating %d captions (%d references) with %s", len(results),
                 sum(len(v) for v in references.values()), ", ".join(scorers))
     t0 = time.perf_counter()
@@ -52,17 +79,34 @@ def evaluate_files(
     logger.info("scored in %.1f s: %s", time.perf_counter() - t0,
                 " ".join(f"{k}={'n/a' if v is None else f'{v:.4f}'}" for k, v in metrics.items()))
     unavailable = [m for m, v in metrics.items() if v is None]
-    return {"metrics": metrics, "unavailable": unavailable, "images": per_image}
+    return {"metrics": metrics, "unavailable": unavailable, "images": per_image, "missing": missing}
+
+
+def unreadable_images(path: Path, ids: Any) -> list[str]:
+    """Ids among ``ids`` listed in a ``bad_images.csv`` (``image_id,path,reason``); none if absent."""
+    import csv
+
+    if not path.exists():
+        return []
+    wanted = set(ids)
+    with open(path, newline="", encoding="utf-8") as fh:
+        return sorted({r["image_id"] for r in csv.DictReader(fh) if r.get("image_id") in wanted})
 
 
 def run(ctx) -> None:
     """DAG stage: score one variant/checkpoint's captions."""
     refs = ctx.deps["prepared"] / "references.json"
     workers = ctx.runtime.workers or None
-    out = evaluate_files(ctx.deps["captions"], refs, list(ctx.params.evaluate.scorers),
-                         workers=workers, logger=ctx.log)
-    write_json(ctx.outs["metrics"], out["metrics"])
-    write_json(ctx.outs["per_image"], out)
+    out = evaluate_files(ctx.deps["captions"], refs, list(ctx.params.evaluate.scorers), workers=workers,
+                         logger=ctx.log, allow_partial=bool(getattr(getattr(ctx, "args", None), "allow_partial", False)))
+    bad = unreadable_images(ctx.deps["bad_images"], out["images"]) if "bad_images" in ctx.deps else []
+    if bad:
+        ctx.log.warning("evaluate: %d of %d scored image(s) were unreadable (captioned from no concepts): %s",
+                        len(bad), len(out["images"]), ", ".join(bad[:10]))
+    extra = {"n_images": len(out["images"]), "missing_images": len(out["missing"]), "unreadable_images": len(bad),
+             "unreadable_image_ids": bad}
+    write_json(ctx.outs["metrics"], {**out["metrics"], **extra})
+    write_json(ctx.outs["per_image"], {**out, **extra})
     ctx.save_params(ctx.outs["metrics"].parent, "eval.params.yaml")
 
 
@@ -77,6 +121,8 @@ def _scorer_list(text: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("standalone use (without --dataset/--variant/--ckpt)")
+    parser.add_argument("--allow-partial", action="store_true",
+                        help="score captions that do not cover every reference image of their split")
     g.add_argument("--results", help="COCO results JSON: [{image_id, caption}, ...]")
     g.add_argument("--references", help="COCO caption annotations JSON ({images, annotations})")
     g.add_argument("--out", help="write metrics + per-image scores here (JSON); default: stdout only")
@@ -98,7 +144,8 @@ def standalone(args: argparse.Namespace) -> int:
     logger = setup_logging(None)
     try:
         out = evaluate_files(args.results, args.references, args.scorers, tokenizer=args.tokenizer,
-                             parallel=args.parallel, workers=args.workers or None, logger=logger)
+                             parallel=args.parallel, workers=args.workers or None, logger=logger,
+                             allow_partial=args.allow_partial)
     except (EvalInputError, FileNotFoundError, ValueError) as err:
         print(f"r2m evaluate: {err}", file=sys.stderr)
         return 2

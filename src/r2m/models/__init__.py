@@ -14,6 +14,7 @@ from typing import Any
 from r2m.models.r2m import R2M, VARIANTS, R2MConfig
 from r2m.models.sat import SAT, SATConfig
 from r2m.models.scnn import SCNN, SCNNConfig
+from r2m.utils.checkpoint import CheckpointError, load_checkpoint
 from r2m.utils.registry import Registry
 
 MODELS: Registry = Registry("model")
@@ -31,12 +32,14 @@ def build_model(name: str, config: dict[str, Any]):
 
 def load_model(path: str | Path, map_location: str = "cpu", **overrides: Any):
     """Load ``model.pt`` (a file, or a folder holding one) → ``(model, checkpoint dict)``."""
-    import torch
-
     path = Path(path)
     if path.is_dir():
         path = path / "model.pt"
     if not path.exists():
         raise FileNotFoundError(f"missing model checkpoint: {path}")
-    ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    return MODELS.get(ckpt.get("model", "r2m")).from_checkpoint(ckpt, **overrides), ckpt
+    hint = f"rebuild it: rerun {path.parent.name} with --fresh"
+    ckpt = load_checkpoint(path, ("config", "state_dict"), hint=hint, map_location=map_location)
+    try:
+        return MODELS.get(ckpt.get("model", "r2m")).from_checkpoint(ckpt, **overrides), ckpt
+    except (ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{path}: {' '.join(str(err).split())}; {hint}") from None

@@ -191,7 +191,8 @@ STAGES: tuple[Stage, ...] = (
         impl="r2m.evaluation.stage:run",
         help="coco-caption metrics of the captions against the references",
         axes=("dataset", "variant", "ckpt"),
-        deps={"captions": f"{R}/captions.json", "prepared": f"{D}/prepared"},
+        deps={"captions": f"{R}/captions.json", "prepared": f"{D}/prepared",
+              "bad_images": "reports/{dataset}/bad_images.csv"},
         outs={
             "metrics": Out(f"{R}/eval.json", kind="metrics", cache=False),
             "per_image": Out(f"{R}/eval_per_image.json", cache=False),

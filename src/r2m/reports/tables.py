@@ -82,7 +82,12 @@ def read_eval(path: Path, what: str) -> dict[str, float | None]:
     data = read_json(path)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected an object of metrics, got {type(data).__name__}")
+    ids = data.get("unreadable_image_ids", [])
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ValueError(f"{path}: 'unreadable_image_ids' must be a list of image ids, got {ids!r}")
     for k, v in data.items():
+        if k == "unreadable_image_ids":
+            continue
         if v is not None and not isinstance(v, (int, float)):
             raise ValueError(f"{path}: metric {k!r} must be a number or null, got {v!r}")
     return data
@@ -120,7 +125,22 @@ def to_csv(rows: Sequence[Sequence[str]]) -> str:
     return buf.getvalue()
 
 
-def to_markdown(spec: TableSpec, rows: Sequence[Sequence[str]]) -> str:
+def eval_notes(evals: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
+    """One note per evaluation whose scored images include unreadable ones (captioned from no concepts)."""
+    notes = []
+    for (ds, key), m in evals.items():
+        n = int(m.get("unreadable_images") or 0)
+        if n:
+            ids = list(m.get("unreadable_image_ids") or [])
+            shown = ", ".join(ids[:5]) + (" …" if len(ids) > 5 else "")
+            total = m.get("n_images")
+            of = f" of {total}" if total is not None else ""
+            notes.append(f"{ds} / {key}: {n}{of} scored image(s) were unreadable and captioned from no "
+                         f"concepts ({shown}); they are included in the scores.")
+    return notes
+
+
+def to_markdown(spec: TableSpec, rows: Sequence[Sequence[str]], notes: Sequence[str] = ()) -> str:
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(c if c else "" for c in cells) + " |"
 
@@ -134,6 +154,7 @@ def to_markdown(spec: TableSpec, rows: Sequence[Sequence[str]]) -> str:
         out.append(line(shown))
     out += ["", f"Scores × 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE); empty = not "
             f"reported / not computed. {spec.note}", ""]
+    out += [f"Note: {n}" for n in notes] + ([""] if notes else [])
     return "\n".join(out)
 
 
@@ -155,7 +176,10 @@ def make_table(ctx, name: str) -> list[list[str]]:
     evals, row_keys = _gathered_evals(ctx, spec)
     rows = build_rows(spec, list(ctx.params.datasets), row_keys, evals)
     write_text(ctx.outs["csv"], to_csv(rows))
-    write_text(ctx.outs["md"], to_markdown(spec, rows))
+    notes = eval_notes(evals)
+    for n in notes:
+        ctx.log.warning("%s: %s", name, n)
+    write_text(ctx.outs["md"], to_markdown(spec, rows, notes))
     ctx.log.info("wrote %s and %s (%d rows)", ctx.outs["csv"], ctx.outs["md"], len(rows))
     return rows
 

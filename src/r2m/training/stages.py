@@ -4,10 +4,17 @@
 starts from the previous stage's ``model.pt`` (``ctx.deps['init']``); the schedule is
 ``ctx.params.<stage>`` (Adam, global-norm clipping), β/γ come from the dataset's catalog entry.
 
-Outputs: ``<model>/model.pt`` (``torch.load(weights_only=True)``-safe), ``<model>/params.yaml``,
-``<model>/last.pt`` (model + optimizer + step + RNG + loss rows: the stage resumes from it when its
-fingerprint — resolved params and the init checkpoint — matches), ``loss.tsv`` and
-``train_metrics.json``. A NaN/Inf loss raises :class:`NonFiniteLoss` naming stage and step.
+Outputs: ``<model>/model.pt`` (``torch.load(weights_only=True)``-safe) and ``<model>/params.yaml``
+(the folder appears complete or not at all), ``loss.tsv`` and ``train_metrics.json``.
+A NaN/Inf loss raises :class:`NonFiniteLoss` naming stage and step.
+
+**Resume, preemption, lock** (:mod:`r2m.utils.resume`): every ``checkpoint_every`` steps the stage
+writes ``last.pt`` (model + optimizer + step + RNG + loss rows) into its resume folder
+``.r2m/resume/<stage>/<dataset>-<variant>/`` — outside the declared outputs, so Snakemake and DVC
+leave it alone when a job fails or is killed — and resumes from it when its fingerprint (resolved
+params and the init checkpoint) matches; the folder is deleted once the outputs are written.
+SIGTERM/SIGINT stop the loop at the next step boundary after saving ``last.pt``
+(:class:`r2m.utils.resume.Preempted`). ``r2m`` holds an exclusive lock per stage output.
 
 **Checkpoint selection** (e.g. by validation CIDEr): call :func:`train` with
 ``select=fn(model, step) -> float`` (higher is better). It is called at every ``eval_every`` step
@@ -34,7 +41,9 @@ from torch import Tensor
 from r2m.losses import linear_xe_loss, loss_i, loss_s, xe_loss
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.training.data import ImageSet, TextBatch, TextStream, load_itos
-from r2m.utils.io import file_digest, save_torch, write_json, write_text
+from r2m.utils import resume as RS
+from r2m.utils.checkpoint import CheckpointError, load_checkpoint
+from r2m.utils.io import atomic_path, file_digest, save_torch, write_json, write_text
 from r2m.utils.progress import progress
 
 Selector = Callable[[R2M, int], float]
@@ -132,7 +141,11 @@ def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
     path = ctx.deps["init"] / "model.pt"
     if not path.exists():
         raise FileNotFoundError(f"{ctx.stage.name}: missing init checkpoint {path} (run the previous stage)")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    prev = ctx.deps["init"].name
+    hint = f"rebuild it: r2m {prev} --dataset {ctx.dataset} --variant {ctx.variant or 'r2m'} --fresh"
+    ckpt = load_checkpoint(path, ("config", "state_dict"), hint=hint)
+    if not isinstance(ckpt["config"], dict) or not isinstance(ckpt["state_dict"], dict):
+        raise CheckpointError(f"{path}: 'config' and 'state_dict' must be dicts; {hint}")
     want = cfg.to_dict()
     have = ckpt["config"]
     diff = {k: (have.get(k), v) for k, v in want.items()
@@ -140,8 +153,27 @@ def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
     if diff:
         raise ValueError(f"{ctx.stage.name}: init checkpoint {path} was built with other model settings "
                          f"(key: (checkpoint, now)) {diff}; rerun the previous stages")
-    return R2M.from_checkpoint(ckpt, image_dim=image_dim or have.get("image_dim", 0),
-                               image_proj=cfg.image_proj, image_proj_seed=seed)
+    try:
+        return R2M.from_checkpoint(ckpt, image_dim=image_dim or have.get("image_dim", 0),
+                                   image_proj=cfg.image_proj, image_proj_seed=seed)
+    except (ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{path}: {err}; {hint}") from None
+
+
+LAST_KEYS = ("model", "optimizer", "step", "rows", "rng", "fingerprint")
+
+
+def resume_folder(ctx) -> Path:
+    """Where the stage keeps ``last.pt`` while it runs (not a declared output)."""
+    return RS.resume_dir(ctx.root, ctx.stage.name, ctx.axes)
+
+
+def load_last(path: Path) -> dict[str, Any]:
+    """``last.pt`` checked: clear one-line errors naming the file, suggesting ``--fresh``."""
+    last = load_checkpoint(path, LAST_KEYS, hint="delete it or rerun with --fresh")
+    if not isinstance(last["model"], dict) or "state_dict" not in last["model"]:
+        raise CheckpointError(f"{path}: 'model' holds no state_dict; delete it or rerun with --fresh")
+    return last
 
 
 def make_adam(model: torch.nn.Module, lr: float) -> torch.optim.Adam:
@@ -196,7 +228,7 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     args = getattr(ctx, "args", None)
     device = ctx.runtime.torch_device()
     out_dir = Path(ctx.outs["model"])
-    out_dir.mkdir(parents=True, exist_ok=True)
+    work = resume_folder(ctx)
     torch.manual_seed(tp.seed)
     itos = load_itos(ctx.deps["vocab"])
 
@@ -227,14 +259,20 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     model = build_model(ctx, len(itos), image_dim).to(device)
     opt = make_adam(model, tp.lr)
     fp = fingerprint(ctx)
-    last_path = out_dir / "last.pt"
+    last_path = work / "last.pt"
     step, rows, best = 0, [], None
     elapsed_prev, seen_prev = 0.0, 0
-    if last_path.exists() and not getattr(args, "fresh", False):
-        last = torch.load(last_path, map_location="cpu", weights_only=True)
-        if last.get("fingerprint") == fp:
-            model.load_state_dict(last["model"]["state_dict"])
-            opt.load_state_dict(last["optimizer"])
+    if getattr(args, "fresh", False):
+        RS.clear(work)
+    if last_path.exists():
+        last = load_last(last_path)
+        if last["fingerprint"] == fp:
+            try:
+                model.load_state_dict(last["model"]["state_dict"])
+                opt.load_state_dict(last["optimizer"])
+            except (RuntimeError, ValueError, KeyError) as err:
+                raise CheckpointError(f"{last_path}: does not fit the model ({str(err).splitlines()[0][:160]}); "
+                                      "delete it or rerun with --fresh") from None
             step, rows, best = int(last["step"]), list(last["rows"]), last.get("best")
             elapsed_prev, seen_prev = float(last.get("elapsed", 0.0)), int(last.get("seen", 0))
             _set_rng_state(last["rng"])
@@ -286,27 +324,35 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     t0, seen = time.perf_counter(), seen_prev
     batches = new_batches(step)
     bar = progress(total=tp.steps, initial=step, desc=name)
-    while step < tp.steps:
-        batch = next(batches).to(device)
-        with autocast():
-            loss, comp = obj.compute(ctx, model, batch, tp)
-        loss_value = float(loss.detach())
-        if not math.isfinite(loss_value):
-            raise NonFiniteLoss(f"{name}: loss is {loss_value} at step {step + 1} "
-                                f"({', '.join(f'{k}={float(v.detach()):.4g}' for k, v in comp.items())}); "
-                                f"try a lower learning rate (params: {name}.lr = {tp.lr})")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tp.clip)
-        opt.step()
-        step += 1
-        seen += len(batch)
-        rows.append([step, "train", loss_value, *(float(comp[c].detach()) if c in comp else None for c in obj.columns)])
-        bar.update(1)
-        if step % tp.eval_every == 0 or step == tp.steps:
-            eval_and_select()
-        if step % tp.checkpoint_every == 0 or step == tp.steps:
-            save_last()
+    stop = RS.Preemption()  # SIGTERM/SIGINT: finish the step, save last.pt, stop
+    with stop:
+        while step < tp.steps:
+            batch = next(batches).to(device)
+            with autocast():
+                loss, comp = obj.compute(ctx, model, batch, tp)
+            loss_value = float(loss.detach())
+            if not math.isfinite(loss_value):
+                raise NonFiniteLoss(f"{name}: loss is {loss_value} at step {step + 1} "
+                                    f"({', '.join(f'{k}={float(v.detach()):.4g}' for k, v in comp.items())}); "
+                                    f"try a lower learning rate (params: {name}.lr = {tp.lr})")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tp.clip)
+            opt.step()
+            step += 1
+            seen += len(batch)
+            rows.append([step, "train", loss_value, *(float(comp[c].detach()) if c in comp else None for c in obj.columns)])
+            bar.update(1)
+            if step % tp.eval_every == 0 or step == tp.steps:
+                eval_and_select()
+            if step % tp.checkpoint_every == 0 or step == tp.steps:
+                save_last()
+            RS.inject(name, step)  # fault suite (R2M_FAULT), a no-op otherwise
+            if stop.requested:
+                if step % tp.checkpoint_every and step != tp.steps:
+                    save_last()
+                bar.close()
+                stop.check(f"step {step} of {tp.steps}", last_path)
     bar.close()
     elapsed = elapsed_prev + time.perf_counter() - t0
 
@@ -314,8 +360,10 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     final = model.checkpoint(stage=name, step=step, variant=ctx.variant or "r2m", dataset=ctx.dataset or "")
     if best is not None:
         final = {**best["checkpoint"], "variant": ctx.variant or "r2m", "dataset": ctx.dataset or ""}
-    save_torch(out_dir / "model.pt", final)
-    ctx.save_params(out_dir)
+    with atomic_path(out_dir) as tmp:  # the model folder appears complete or not at all
+        tmp.mkdir()
+        torch.save(final, tmp / "model.pt")
+        ctx.save_params(tmp)
     _write_loss(Path(ctx.outs["loss"]), obj.columns, rows)
     train_rows = [r for r in rows if r[1] == "train"]
     val_rows = [r for r in rows if r[1] == "val"]
@@ -334,5 +382,6 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     if obj.data == "image":
         images.close()
         val_images.close()
+    RS.clear(work)  # outputs complete: the resumable state is no longer needed
     ctx.log.info("%s: done, %d steps in %.1f s", name, step, elapsed)
     return metrics

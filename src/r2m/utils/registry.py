@@ -4,6 +4,7 @@ feature extractors, models, scorers)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -37,3 +38,26 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._items)
+
+
+def declared_names(sources: list[str | Path], registry: str, constructors: tuple[str, ...] = ()) -> list[str]:
+    """Names registered with ``@<registry>.register("name")`` in the given files / package folders,
+    read from the source (no import: params validation must not load torch or numpy). Names made by
+    ``Ctor("name", ...)`` calls count too for each ``Ctor`` in ``constructors`` (registered in a loop)."""
+    import ast
+
+    files: list[Path] = []
+    for src in sources:
+        p = Path(src)
+        files += sorted(p.glob("*.py")) if p.is_dir() else ([p] if p.is_file() else [])
+    names: set[str] = set()
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == registry
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                names.add(node.args[0].value)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in constructors
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                names.add(node.args[0].value)
+    return sorted(names)

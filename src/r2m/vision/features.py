@@ -19,11 +19,15 @@ Output folder (``D/features``, a DVC ``persist`` output):
 ``meta.json`` (backend, dims, bad images), ``bad_images.csv``.
 
 **Resumable and shardable.** Images are cut into shards of ``shard_size``; each finished shard is
-written atomically to ``parts/shard-NNNNN.h5`` and skipped on restart (the parts are tied to the
-backend, options and image list by a fingerprint, stale ones are discarded). For parallel jobs run
-``r2m extract_features --dataset D --shard I --num-shards K`` for I = 0..K-1 (each does shards
-``j % K == I`` and stops), then ``r2m extract_features --dataset D --merge`` to assemble (a plain run
-without these flags computes what is missing and assembles). Parts are deleted after assembly.
+written atomically to ``shard-NNNNN.h5`` in the stage's resume folder
+``.r2m/resume/extract_features/<dataset>/parts`` (not a declared output, so a killed or failed job
+keeps them under Snakemake and DVC too) and skipped on restart (the parts are tied to the backend,
+options and image list by a fingerprint, stale ones are discarded). SIGTERM/SIGINT stop after the
+current shard. For parallel jobs run ``r2m extract_features --dataset D --shard I --num-shards K``
+for I = 0..K-1 (each does shards ``j % K == I`` and stops, publishing its parts in ``--parts-dir``),
+then ``r2m extract_features --dataset D --merge`` to assemble (a plain run without these flags
+computes what is missing and assembles). The output folder is replaced as a whole once assembled
+(it appears complete or not at all); the parts are deleted then.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from r2m.utils import resume as RS
 from r2m.utils.io import atomic_path, write_json, write_parquet
 from r2m.utils.progress import progress
 from r2m.utils.registry import Registry
@@ -376,12 +381,26 @@ def collect_parts(shard_root: Path, parts: Path, fingerprint: str) -> int:
     return n
 
 
-def assemble(out: Path, ids: Sequence[str], files: Sequence[str], n_shards: int, meta: dict[str, Any]) -> dict[str, Any]:
-    """Merge ``out/parts/shard-*.h5`` into ``features.h5`` + ``index.parquet`` + ``meta.json``; drop the parts."""
+def assemble(out: Path, ids: Sequence[str], files: Sequence[str], n_shards: int, meta: dict[str, Any],
+             parts: Path | None = None, finalize: Callable[[Path], Any] | None = None) -> dict[str, Any]:
+    """Merge ``parts/shard-*.h5`` (default ``out/parts``) into ``features.h5`` + ``index.parquet`` +
+    ``meta.json``, written to a temporary folder that replaces ``out`` as a whole (``finalize(folder)``
+    may add files first); drop the parts."""
+    parts = out / "parts" if parts is None else parts
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        meta = _assemble_into(tmp, ids, files, n_shards, meta, parts)
+        if finalize is not None:
+            finalize(tmp)
+    shutil.rmtree(parts, ignore_errors=True)
+    return meta
+
+
+def _assemble_into(out: Path, ids: Sequence[str], files: Sequence[str], n_shards: int, meta: dict[str, Any],
+                   parts: Path) -> dict[str, Any]:
     import h5py
     import pandas as pd
 
-    parts = out / "parts"
     missing = [j for j in range(n_shards) if not _part_path(parts, j).exists()]
     if missing:
         raise FileNotFoundError(
@@ -423,7 +442,6 @@ def assemble(out: Path, ids: Sequence[str], files: Sequence[str], n_shards: int,
     meta = {**meta, "n_images": int(total), "n_bad": len(bad_rows),
             "kinds": {k: list(s) for k, s in kinds.items()}, "dtype": "float16"}
     write_json(out / "meta.json", meta)
-    shutil.rmtree(parts)
     return meta
 
 
@@ -441,44 +459,66 @@ def extract_dataset(
     merge_only: bool = False,
     parts_dir: str | Path | None = None,
     parts_from: str | Path | None = None,
+    work: str | Path | None = None,
+    finalize: Callable[[Path], Any] | None = None,
 ) -> dict[str, Any] | None:
     """Compute (resumably) and assemble the features folder ``out``; returns ``meta`` once assembled.
 
-    ``shard=(I, K)`` computes only shards ``j % K == I`` and returns ``None`` (merge later with
-    ``merge_only=True``). ``parts_dir`` puts a shard job's parts elsewhere than ``out/parts`` (a
-    Snakemake shard job owns its own folder); ``parts_from`` makes the merge collect the parts of
-    every shard folder below it first.
+    Finished shards go to ``work`` (the resume folder; default ``out/parts``). ``shard=(I, K)``
+    computes only shards ``j % K == I``, publishes them in ``parts_dir`` and returns ``None`` (merge
+    later with ``merge_only=True``); ``parts_from`` makes the merge collect the parts of every shard
+    folder below it first. ``finalize(folder)`` adds files (params) to the assembled folder before it
+    replaces ``out``. Nothing existing is deleted before the backend is built.
     """
     out = Path(out)
     options = dict(options or {})
     ranges = shard_ranges(len(ids), shard_size)
-    parts = Path(parts_dir) if parts_dir is not None else out / "parts"
+    parts = Path(work) if work is not None else out / "parts"
     fingerprint = _fingerprint(backend, options, shard_size, ids, files)
     done = _finished_meta(out)
     if done is not None and done.get("fingerprint") == fingerprint and parts_dir is None:
         log.info("features: %s is up to date", out)
         return done
-    _prepare_parts(parts, fingerprint)
-    if parts_from is not None:
-        collect_parts(Path(parts_from), parts, fingerprint)
-    for name in ("features.h5", "index.parquet", "meta.json", "bad_images.csv"):
-        if parts_dir is None:
-            (out / name).unlink(missing_ok=True)  # never leave an old result beside new parts
     todo = [j for j in range(len(ranges)) if not _part_path(parts, j).exists()]
     if shard is not None:
         i, k = shard
         todo = [j for j in todo if j % k == i]
-    if not merge_only and todo:
-        ex = build_extractor(backend, options)
-        for j in todo:
-            a, b = ranges[j]
-            log.info("features: shard %d/%d (images %d-%d)", j + 1, len(ranges), a, b - 1)
-            compute_shard(ex, files, a, b, _part_path(parts, j), batch_size, device, workers)
+    # build the backend first: a bad name or option fails before anything is touched
+    ex = build_extractor(backend, options) if (not merge_only and todo) else None
+    _prepare_parts(parts, fingerprint)
+    if parts_from is not None:
+        collect_parts(Path(parts_from), parts, fingerprint)
+    todo = [j for j in todo if not _part_path(parts, j).exists()]
+    if ex is not None and todo:
+        with RS.Preemption() as stop:  # SIGTERM/SIGINT: finish the current shard, then stop
+            for j in todo:
+                a, b = ranges[j]
+                log.info("features: shard %d/%d (images %d-%d)", j + 1, len(ranges), a, b - 1)
+                compute_shard(ex, files, a, b, _part_path(parts, j), batch_size, device, workers)
+                RS.inject("extract_features", j + 1)  # fault suite (R2M_FAULT), a no-op otherwise
+                stop.check(f"shard {j + 1} of {len(ranges)}", parts)
     if shard is not None:
+        if parts_dir is not None and Path(parts_dir) != parts:
+            publish_parts(parts, Path(parts_dir), [j for j in range(len(ranges)) if j % shard[1] == shard[0]])
         log.info("features: shard %d of %d done; assemble with --merge", shard[0], shard[1])
         return None
     meta = {"backend": backend, "options": options, "format": FORMAT_VERSION, "fingerprint": fingerprint}
-    return assemble(out, ids, files, len(ranges), meta)
+    return assemble(out, ids, files, len(ranges), meta, parts, finalize)
+
+
+def publish_parts(parts: Path, dest: Path, shards: Sequence[int]) -> None:
+    """Move a shard job's finished parts (and their fingerprint) from its resume folder into its
+    declared output folder ``dest`` (replaced as a whole)."""
+    with atomic_path(dest) as tmp:
+        tmp.mkdir()
+        shutil.copy2(parts / "config.json", tmp / "config.json")
+        for j in shards:
+            src = _part_path(parts, j)
+            try:
+                os.link(src, tmp / src.name)
+            except OSError:
+                shutil.copy2(src, tmp / src.name)
+    shutil.rmtree(parts, ignore_errors=True)
 
 
 # ============================================================================ stage
@@ -506,14 +546,17 @@ def run(ctx) -> None:
     images = read_image_index(ctx.deps["prepared"], ctx.root)
     out = ctx.outs["features"]
     ctx.log.info("features: %d images, backend %s, device %s", len(images), p.backend, ctx.runtime.torch_device())
+    args = getattr(ctx, "args", None)
+    work = RS.resume_dir(ctx.root, ctx.stage.name, ctx.axes, None if shard is None else f"shard{shard[0]}")
     meta = extract_dataset(
         list(images["image_id"]), list(images["file"]), out, p.backend, p.options, p.batch_size, p.shard_size,
         ctx.runtime.torch_device(), ctx.runtime.workers, shard, merge,
-        getattr(ctx.args, "parts_dir", None) if hasattr(ctx, "args") else None,
-        getattr(ctx.args, "parts_from", None) if hasattr(ctx, "args") else None,
+        getattr(args, "parts_dir", None), getattr(args, "parts_from", None),
+        work=work / "parts", finalize=ctx.save_params,
     )
+    if meta is not None or shard is not None:
+        RS.clear(work)  # outputs complete (or published): the resumable state is no longer needed
     if meta is not None:
-        ctx.save_params(out)
         ctx.log.info("features: %d images -> %s (%s); %d bad image(s) listed in %s", meta["n_images"], out,
                      ", ".join(f"{k} {v}" for k, v in meta["kinds"].items()), meta["n_bad"], out / "bad_images.csv")
 

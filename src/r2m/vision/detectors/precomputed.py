@@ -38,8 +38,10 @@ def _record(rec: Any, where: str) -> tuple[str, str, float, tuple[float, float, 
     except (TypeError, ValueError):
         raise ValueError(f"{where}: score must be a number and box a list of 4 numbers "
                          f"(got score={rec['score']!r}, box={box!r})") from None
-    if len(box_t) != 4 or not all(math.isfinite(v) for v in (score, *box_t)):
-        raise ValueError(f"{where}: box needs 4 finite numbers [x1, y1, x2, y2] and a finite score (got {box!r})")
+    if not math.isfinite(score):
+        raise ValueError(f"{where}: score must be a finite number (got {rec['score']!r})")
+    if len(box_t) != 4 or not all(math.isfinite(v) for v in box_t):
+        raise ValueError(f"{where}: box needs 4 finite numbers [x1, y1, x2, y2] (got {box!r})")
     label = str(rec["label"]).strip()
     if not label:
         raise ValueError(f"{where}: empty label")
@@ -107,7 +109,12 @@ class Precomputed:
         path = self._file(env)
         known = set(images["image_id"])
         rows, unknown_ids, outside = [], set(), 0
-        for image_id, label, score, box in read_precomputed(path):
+        records = read_precomputed(path)
+        if records and not known & {r[0] for r in records}:
+            raise ValueError(f"{path}: none of its {len(records)} detection(s) matches an image of images.parquet "
+                             f"(e.g. image_id {records[0][0]!r}; images are e.g. {sorted(known)[:3]}); "
+                             "check that the ids are the dataset's image ids")
+        for image_id, label, score, box in records:
             if image_id not in known:
                 unknown_ids.add(image_id)
                 continue
