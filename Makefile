@@ -13,11 +13,12 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # pip's own noise about this machine's local index folders is not ours to show
 PIPQ := 2>&1 | { grep -v -e 'is ignored: it is neither' -e '^$$' || true; }
 
-.PHONY: setup run test test-fast lint dag bench clean help
+.PHONY: setup setup-tf setup-owl run test test-fast lint dag bench clean help
 
 help:
 	@echo "make run    # the whole DAG on the embedded demo (reports/index.html, reports/table*.csv)"
-	@echo "make test   # the test suite"
+	@echo "make test   # the test suite (installs the optional extras tf + owl first, for their backends' tests)"
+	@echo "make setup-tf / make setup-owl   # optional extras: TensorFlow (tf_oid), transformers (owl)"
 	@echo "make lint   # ruff + snakemake --lint + r2m dag --check"
 
 setup: $(STAMP)
@@ -32,10 +33,22 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	@touch $(STAMP)
 	@echo "[setup] done"
 
+# optional extras (pinned, resolved against requirements.lock so they change none of its packages):
+# tf = TensorFlow for the paper's detector (backend tf_oid), owl = transformers for OWL-ViT/OWLv2
+setup-tf: setup $(VENV)/.r2m-tf
+setup-owl: setup $(VENV)/.r2m-owl
+
+$(VENV)/.r2m-%: requirements-%.lock requirements.lock | $(STAMP)
+	@echo "[setup] installing the optional extra '$*' into $(VENV) (requirements-$*.lock)"
+	@set -o pipefail; $(BIN)/pip install -q -r requirements-$*.lock -c requirements.lock $(PIPQ)
+	@touch $@
+
 run: setup
 	$(BIN)/snakemake --cores $(CORES) all
 
-test: setup
+# the tests of the tf_oid and owl backends need their extras: installed here (about 2-3 min the first
+# time, 1.5 GB); test-fast skips them (the skip reason says what to install)
+test: setup setup-tf setup-owl
 	$(BIN)/pytest -q
 
 test-fast: setup

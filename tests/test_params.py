@@ -77,3 +77,25 @@ def test_load_reports_missing_and_bad_yaml(tmp_path):
     f.write_text("datasets: [demo\n")
     with pytest.raises(P.ParamsError, match="not valid YAML"):
         P.load(f)
+
+
+def test_backend_extra_missing_is_one_line_before_running(raw, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name in ("tensorflow", "transformers") else real(name, *a, **k))
+    for backend, extra in (("tf_oid", "tf"), ("owl", "owl")):
+        bad = copy.deepcopy(raw)
+        bad["detect_concepts"] = {**bad.get("detect_concepts", {}), "backend": backend, "options": {}}
+        with pytest.raises(P.ParamsError) as err:
+            P.validate(bad)
+        msg = str(err.value)
+        assert "\n" not in msg and f"'{extra}'" in msg and f"pip install -e '.[{extra}]'" in msg
+
+
+def test_tf_oid_local_model_must_exist(raw, tmp_path):
+    bad = copy.deepcopy(raw)
+    bad["detect_concepts"] = {"backend": "tf_oid", "options": {"model": str(tmp_path / "missing_saved_model")}}
+    with pytest.raises(P.ParamsError, match=r"detect_concepts\.options\.model: file not found"):
+        P.validate(bad)

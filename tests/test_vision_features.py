@@ -163,3 +163,64 @@ def test_stage_writes_features(images, tmp_path, repo_root):
     assert {p.name for p in out.iterdir()} >= {"features.h5", "index.parquet", "meta.json", "params.yaml"}
     arr, idx = F.load_features(out)
     assert arr.shape[0] == len(idx) == 4
+
+
+def test_tf1_bilinear_resize_is_the_legacy_formula():
+    row = np.array([[[0.0], [10.0], [20.0], [30.0]]], dtype=np.float32)  # H 1, W 4, C 1
+    assert F.tf1_resize_bilinear(row, 1, 2)[0, :, 0].tolist() == [0.0, 20.0]  # samples x = 0, 2
+    np.testing.assert_allclose(F.tf1_resize_bilinear(row, 1, 3)[0, :, 0], [0.0, 40 / 3, 80 / 3], rtol=1e-6)
+    up = F.tf1_resize_bilinear(row[:, :2], 1, 4)[0, :, 0]  # x = 0, .5, 1, 1.5 (last pixel repeated)
+    assert up.tolist() == [0.0, 5.0, 10.0, 10.0]
+    col = F.tf1_resize_bilinear(np.transpose(row, (1, 0, 2)), 3, 1)[:, 0, 0]
+    np.testing.assert_allclose(col, [0.0, 40 / 3, 80 / 3], rtol=1e-6)
+
+
+def test_tf1_bilinear_resize_matches_tensorflow():
+    tf = pytest.importorskip("tensorflow", reason="optional extra 'tf' not installed (pip install -e '.[tf]')")
+    a = np.random.default_rng(0).uniform(0, 1, (37, 53, 3)).astype(np.float32)
+    ref = tf.compat.v1.image.resize_images(a, [29, 61]).numpy()
+    np.testing.assert_allclose(F.tf1_resize_bilinear(a, 29, 61), ref, atol=1e-5)
+
+
+def test_official_crop_is_346_then_23_to_minus_24():
+    rows = (np.repeat(np.arange(346)[:, None], 346, axis=1) % 256).astype(np.uint8)  # pixel value = row index
+    img = Image.fromarray(np.stack([rows, rows.T, rows], -1))
+    x = F.OfficialResizeCrop()(img)  # 346 -> 346 is the identity, then rows/cols 23..321
+    assert x.shape == (3, 299, 299) and x.dtype == torch.float32
+    assert x[0, 0, 0] == 23 and x[0, 298, 0] == 321 % 256 and x[1, 0, 0] == 23 and x[1, 0, 298] == 321 % 256
+    with pytest.raises(ValueError, match="crop"):
+        F.OfficialResizeCrop(299, 346)
+
+
+def test_inception_v4_official_path_local_weights(images, tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    from r2m.vision import weights as W
+
+    torch.manual_seed(0)
+    net = timm.create_model("inception_v4", pretrained=False, num_classes=0).eval()
+    for m in net.modules():  # He init: timm's default init makes random features vanish (~1e-10)
+        if isinstance(m, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+    path = tmp_path / "inception_v4.safetensors"
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(path))
+    ex = F.build_extractor("inception_v4", {"weights": str(path), "sha256": W.sha256_file(path)})
+    assert isinstance(ex.prepare, F.OfficialResizeCrop) and ex.size == (299, 299)
+    seen = []
+    ex.model.net.features.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    arrays, good, _ = F.extract_arrays(ex, images[:1], batch_size=1)
+    # the authors' preprocessing written out: resize 346 (TF1 bilinear), crop [23:-24], x/255*2-1
+    img = np.asarray(Image.open(images[0]).convert("RGB"), dtype=np.float32) / 255.0
+    x = torch.from_numpy(F.tf1_resize_bilinear(img, 346, 346)[23:-24, 23:-24] * 2 - 1).permute(2, 0, 1)[None]
+    assert torch.allclose(seen[0], x, atol=1e-5)  # exactly what the network was fed
+    with torch.inference_mode():
+        ref = net.forward_features(x).mean(dim=(2, 3))
+    assert ref.std() > 0.1
+    np.testing.assert_allclose(arrays["pooled"][0].astype(np.float32), ref[0].numpy(), rtol=1e-2, atol=1e-2)
+    with pytest.raises(W.ChecksumError):
+        F.build_extractor("inception_v4", {"weights": str(path), "sha256": "0" * 64})
+    with pytest.raises(ValueError, match="unknown option"):
+        F.build_extractor("inception_v4", {"weight": str(path)})
+    with pytest.raises(ValueError, match="preprocess"):
+        F.build_extractor("inception_v4", {"random_init": True, "preprocess": "tf"})

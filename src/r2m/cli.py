@@ -58,6 +58,10 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     if "ckpt" in stage.axes and pre.ckpt is not None and pre.ckpt not in P.TRAIN_STAGES:
         print(f"r2m {stage.name}: --ckpt {pre.ckpt!r}: choose from {', '.join(P.TRAIN_STAGES)}", file=sys.stderr)
         return 2
+    if "model" in stage.axes and pre.model is not None and pre.model not in P.SUP_MODEL_NAMES:
+        print(f"r2m {stage.name}: --model {pre.model!r}: choose from {', '.join(P.SUP_MODEL_NAMES)}",
+              file=sys.stderr)
+        return 2
     module, func = _load(stage.impl)
     parser = _stage_parser(stage)
     if hasattr(module, "add_arguments"):

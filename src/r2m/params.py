@@ -26,6 +26,9 @@ DETECTOR_SOURCES = (_PKG / "vision" / "detectors",)
 FEATURE_SOURCES = (_PKG / "vision" / "features.py", _PKG / "vision" / "features")
 RECIPE_SOURCES = (_PKG / "datasets",)
 TRAIN_STAGES = ("train_xe", "train_s", "train_m", "train_i")
+# supervised seed baselines (image-caption pairs); each name is a model in r2m.models.SUP_MODELS
+# and has a params section of the same name below
+SUP_MODEL_NAMES = ("mrnn", "sat", "scnn")
 
 
 class ParamsError(ValueError):
@@ -141,6 +144,101 @@ class TrainParams(_Section):
         "the final one (last), or auto = cider for image stages, last for text stages")
 
 
+class BaselinesParams(_Section):
+    """Which datasets and models the supervised baselines run on. A dataset without paired
+    training captions gets one "skipped" line in the baselines tables (never an error)."""
+
+    datasets: list[str] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=lambda: ["mrnn"])
+
+    @field_validator("models")
+    @classmethod
+    def _known_models(cls, v: list[str]) -> list[str]:
+        unknown = [x for x in v if x not in SUP_MODEL_NAMES]
+        if unknown:
+            raise ValueError(f"unknown supervised model(s) {unknown}; choose from {list(SUP_MODEL_NAMES)}")
+        return v
+
+
+class SupVocabParams(_Section):
+    min_count: int = Field(5, ge=1, description="words seen fewer times in the training captions -> <UNK>")
+    max_tokens: int = Field(40, ge=1, description="training captions longer than this are dropped")
+
+
+class TrainSupParams(_Section):
+    """Supervised training (all baselines): Adam on the average log-likelihood of the training
+    captions given their image, plus L2 (``weight_decay``). ``per_model`` overrides keys for one model."""
+
+    steps: int = Field(3000, ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(4e-4, gt=0)
+    weight_decay: float = Field(1e-5, ge=0, description="L2 regularisation (Adam weight_decay)")
+    max_len: int = Field(20, ge=2)
+    clip: float = Field(5.0, gt=0)
+    eval_every: int = Field(500, ge=1)
+    checkpoint_every: int = Field(500, ge=1)
+    seed: int = 0
+    select_by: Literal["last", "cider", "bleu4"] = Field(
+        "last", description="keep the final weights, or the checkpoint with the best val CIDEr / BLEU-4 "
+        "(checked every eval_every steps; Show, Attend and Tell early-stops on val BLEU)")
+    pretrain_steps: int = Field(0, ge=0, description="pretrain_sup steps for models with a pretraining "
+                                "phase (S-CNN-RNN); 0 = none")
+    per_model: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _per_model_valid(self) -> TrainSupParams:
+        for name, over in self.per_model.items():
+            if name not in SUP_MODEL_NAMES:
+                raise ValueError(f"per_model.{name}: not a supervised model ({list(SUP_MODEL_NAMES)})")
+            bad = set(over) - (set(type(self).model_fields) - {"per_model"})
+            if bad:
+                raise ValueError(f"per_model.{name}: unknown key(s) {sorted(bad)}")
+        return self
+
+    def for_model(self, name: str) -> TrainSupParams:
+        data = {k: v for k, v in self.model_dump().items() if k != "per_model"}
+        return TrainSupParams(**{**data, **self.per_model.get(name, {})})
+
+
+class MRNNParams(_Section):
+    """m-RNN sizes (Mao et al. 2015): two word embeddings, a ReLU recurrent layer, a multimodal layer."""
+
+    embed1: int = Field(128, ge=1)
+    embed2: int = Field(256, ge=1)
+    recurrent: int = Field(256, ge=1)
+    multimodal: int = Field(512, ge=1)
+    dropout: float = Field(0.25, ge=0, lt=1)
+
+
+class SATParams(_Section):
+    """Show, Attend and Tell sizes (Xu et al. 2015, soft attention; r2m.models.sat)."""
+
+    embed: int = Field(512, ge=1, description="word embedding m")
+    hidden: int = Field(1000, ge=1, description="LSTM size n")
+    att_dim: int = Field(0, ge=0, description="attention MLP size (0 = the annotation size D)")
+    dropout: float = Field(0.5, ge=0, lt=1)
+    dsr_lambda: float = Field(1.0, ge=0, description="λ of the doubly stochastic regulariser (Eq. 9)")
+    selector: bool = Field(True, description="the gating scalar β")
+    feature_norm: bool = Field(True, description="standardise each annotation vector (no parameters)")
+
+
+class SCNNParams(_Section):
+    """S-CNN-RNN sizes (Liu et al. 2017, the "Fix" variant on precomputed features; r2m.models.scnn)."""
+
+    num_concepts: int = Field(1000, ge=1, description="k: the most frequent training-caption words")
+    drop_stopwords: bool = Field(True, description="leave function words out of the concepts")
+    hidden: int = Field(512, ge=1, description="LSTM size (= word embedding)")
+    dropout: float = Field(0.5, ge=0, lt=1)
+    feature_norm: bool = Field(True, description="standardise the image feature (no parameters)")
+
+
+class RetrievalParams(_Section):
+    split: Literal["test", "val"] = "test"
+    image_block: int = Field(32, ge=1, description="images scored against all sentences per pass")
+    prior_images: int = Field(0, ge=0, description="images sampled for P(sentence); 0 = every image of the split")
+    seed: int = 0
+
+
 class CaptionParams(_Section):
     beam: int = Field(3, ge=1)
     max_len: int = Field(20, ge=2)
@@ -175,6 +273,13 @@ class Params(_Section):
     train_m: TrainParams = Field(default_factory=lambda: TrainParams(steps=50, lr=1e-5, max_len=40))
     train_i: TrainParams = Field(default_factory=lambda: TrainParams(steps=100, lr=1e-5, max_len=40))
     caption: CaptionParams = Field(default_factory=CaptionParams)
+    baselines: BaselinesParams = Field(default_factory=BaselinesParams)
+    sup_vocab: SupVocabParams = Field(default_factory=SupVocabParams)
+    train_sup: TrainSupParams = Field(default_factory=TrainSupParams)
+    mrnn: MRNNParams = Field(default_factory=MRNNParams)
+    sat: SATParams = Field(default_factory=SATParams)
+    scnn: SCNNParams = Field(default_factory=SCNNParams)
+    retrieval: RetrievalParams = Field(default_factory=RetrievalParams)
     evaluate: EvaluateParams = Field(default_factory=EvaluateParams)
     report: ReportParams = Field(default_factory=ReportParams)
 
@@ -191,11 +296,12 @@ class Params(_Section):
     @model_validator(mode="after")
     def _datasets_in_catalog(self) -> Params:
         missing = [d for d in self.datasets if d not in self.catalog]
+        missing += [d for d in self.baselines.datasets if d not in self.catalog and d not in missing]
         if missing:
             raise ValueError(
                 f"datasets {missing} are not declared under 'catalog' (known: {sorted(self.catalog)})"
             )
-        sections = set(type(self).model_fields) - {"datasets", "variants", "catalog"}
+        sections = set(type(self).model_fields) - {"datasets", "variants", "catalog", "baselines"}
         for name, entry in self.catalog.items():
             for section in entry.overrides:
                 if section not in sections:
@@ -216,7 +322,24 @@ def _format_error(err: ValidationError, source: str) -> str:
 
 
 # options naming files the user must provide (resolved against the working directory)
-_DETECT_FILE_OPTIONS = ("weights", "checkpoint", "classes", "mapping")
+_DETECT_FILE_OPTIONS = ("weights", "checkpoint", "classes", "mapping", "mid_names")
+# backends that need an optional extra: (stage, backend) -> (module, extra, how to install)
+_BACKEND_EXTRAS = {
+    ("detect_concepts", "tf_oid"): ("tensorflow", "tf", "pip install -e '.[tf]' (or make setup-tf)"),
+    ("detect_concepts", "owl"): ("transformers", "owl", "pip install -e '.[owl]' (or make setup-owl)"),
+}
+
+
+def _missing_extras(params: Params) -> list[str]:
+    """One line per chosen backend whose optional dependency is not installed (found without importing it)."""
+    import importlib.util
+
+    out = []
+    for (stage, backend), (module, extra, how) in _BACKEND_EXTRAS.items():
+        if getattr(params, stage).backend == backend and importlib.util.find_spec(module) is None:
+            out.append(f"{stage}.backend: {backend!r} needs the optional extra '{extra}' ({module} is not "
+                       f"installed); install it with: {how}")
+    return out
 
 
 def _missing_files(options: dict[str, Any], keys: tuple[str, ...], prefix: str) -> list[str]:
@@ -237,6 +360,9 @@ def check_files(params: Params, dataset: str, source: str = "params") -> None:
     view = for_dataset(params, dataset)
     errors = _missing_files(view.detect_concepts.options, _DETECT_FILE_OPTIONS, "detect_concepts.options")
     errors += _missing_files(view.extract_features.options, ("weights",), "extract_features.options")
+    if view.detect_concepts.backend == "tf_oid":  # a local SavedModel (folder or archive); else a download
+        errors += _missing_files(view.detect_concepts.options, ("model",), "detect_concepts.options")
+    errors += _missing_extras(view)
     path = view.detect_concepts.options.get("path")
     if view.detect_concepts.backend == "precomputed" and isinstance(path, str) and Path(path).is_absolute() \
             and not Path(path).exists():
@@ -312,3 +438,19 @@ def for_dataset(params: Params, dataset: str) -> Params:
 def dump(params: BaseModel | dict[str, Any]) -> str:
     data = params.model_dump(mode="json") if isinstance(params, BaseModel) else params
     return yaml.safe_dump(data, sort_keys=False)
+
+
+# value lists the DAG expands axes over; a Gather or Stage may name another list for an axis
+# (e.g. the baselines' datasets: ``("dataset", "baselines.datasets")``)
+AXIS_SOURCES = {"dataset": "datasets", "variant": "variants", "ckpt": "ckpts", "model": "baselines.models"}
+
+
+def axis_values(params: Params) -> dict[str, list[str]]:
+    """Every value list an axis can be expanded over, keyed by its params name."""
+    return {
+        "datasets": list(params.datasets),
+        "variants": list(params.variants),
+        "ckpts": list(TRAIN_STAGES),
+        "baselines.models": list(params.baselines.models),
+        "baselines.datasets": list(params.baselines.datasets),
+    }

@@ -2,7 +2,8 @@
 
 A recipe turns a catalog entry (``params.yaml: catalog.<name>``) into the prepared folder
 described in ``docs/ARCHITECTURE.md``: ``images.parquet``, ``references.json``, ``corpus.txt``,
-optional ``detections.jsonl`` and ``manifest.json``. Recipes register themselves with
+optional ``detections.jsonl``, optional ``train_references.json`` (paired captions of the train
+images, for the supervised baselines) and ``manifest.json``. Recipes register themselves with
 ``@RECIPES.register("<kind>")`` and are functions ``(entry, out_dir, log) -> manifest dict``.
 The prepare stage gives them a temporary folder and renames it into place on success.
 """
@@ -23,6 +24,7 @@ RECIPES: Registry[RecipeFn] = Registry("dataset kind")
 # (``r2m.params.check_files``): ``fn(entry)`` raising OSError/ValueError naming the key
 RECIPE_CHECKS: Registry[Callable[[DatasetEntry], None]] = Registry("dataset check")
 SPLITS = ("train", "val", "test")
+TRAIN_REFERENCES = "train_references.json"  # optional: paired captions of the train images
 
 
 def option(entry: DatasetEntry, key: str, default: Any = None, required: bool = False) -> Any:
@@ -51,8 +53,12 @@ def write_prepared(
     references: dict[str, Any],
     corpus: Iterable[str],
     manifest: dict[str, Any],
+    train_references: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write the standard prepared files into ``out`` (a fresh temporary folder)."""
+    """Write the standard prepared files into ``out`` (a fresh temporary folder).
+
+    ``train_references`` (COCO caption JSON for ``train`` images) is written as
+    ``train_references.json`` when the dataset has paired training captions (supervised baselines)."""
     import json
 
     out.mkdir(parents=True, exist_ok=True)
@@ -62,6 +68,8 @@ def write_prepared(
     images = images.astype({"image_id": str, "path": str, "split": str})
     images.to_parquet(out / "images.parquet", index=False)
     (out / "references.json").write_text(json.dumps(references))
+    if train_references is not None:
+        (out / TRAIN_REFERENCES).write_text(json.dumps(train_references))
     n = 0
     with open(out / "corpus.txt", "w", encoding="utf-8") as fh:
         for line in corpus:
@@ -71,6 +79,7 @@ def write_prepared(
         **manifest,
         "n_images": {s: int((images["split"] == s).sum()) for s in SPLITS},
         "n_references": len(references.get("annotations", [])),
+        "n_train_references": len(train_references.get("annotations", [])) if train_references else 0,
         "n_sentences": n,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))

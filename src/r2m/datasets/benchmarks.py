@@ -5,7 +5,8 @@ public ones (resumable, checksum-verified when a checksum is known) and extracti
 (2) converts them into the prepared files:
 
 * images + references: the Karpathy split file (``dataset_coco.json`` / ``dataset_flickr30k.json``;
-  ``restval`` counts as ``train``), every ``val``/``test`` image with its raw sentences;
+  ``restval`` counts as ``train``), every ``val``/``test`` image with its raw sentences; the
+  ``train`` + ``restval`` sentences become ``train_references.json`` (supervised baselines);
 * corpus: Shutterstock sentences (text, one per line), MSCOCO ``captions_train2014.json`` captions,
   or Google Conceptual Captions (TSV ``caption<TAB>url``) kept only when a sentence mentions a
   COCO-80 class.
@@ -231,12 +232,20 @@ def convert_karpathy(split_file: Path, image_root: Path) -> tuple[Any, dict[str,
 
     Image ids: ``cocoid`` when present (MSCOCO), else the file stem (Flickr30k). Paths:
     ``image_root/filepath/filename`` (``filepath`` only in the MSCOCO file)."""
+    images, refs, _ = convert_karpathy_pairs(split_file, image_root)
+    return images, refs
+
+
+def convert_karpathy_pairs(split_file: Path, image_root: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """:func:`convert_karpathy` plus the paired training captions: COCO caption JSON of the
+    ``train`` + ``restval`` images and their sentences (the supervised baselines' training set)."""
     import pandas as pd
 
     data = _load_json(split_file)
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise ValueError(f"{split_file}: expected a Karpathy split file with an 'images' list")
     rows, ref_images, captions = [], [], {}
+    train_images, train_captions = [], {}
     for i, img in enumerate(data["images"]):
         try:
             filename, raw_split, sentences = img["filename"], img["split"], img["sentences"]
@@ -248,18 +257,21 @@ def convert_karpathy(split_file: Path, image_root: Path) -> tuple[Any, dict[str,
         split = KARPATHY_SPLITS[raw_split]
         rel = Path(img["filepath"]) / filename if img.get("filepath") else Path(filename)
         rows.append({"image_id": image_id, "path": str(image_root / rel), "split": split})
+        try:
+            caps = [s["raw"].strip() for s in sentences]
+        except (KeyError, TypeError, AttributeError):
+            raise ValueError(f"{split_file}: images[{i}] ({filename}): sentences need a 'raw' string") from None
         if split != "train":
-            try:
-                caps = [s["raw"].strip() for s in sentences]
-            except (KeyError, TypeError, AttributeError):
-                raise ValueError(f"{split_file}: images[{i}] ({filename}): sentences need a 'raw' string") from None
             ref_images.append({"id": image_id, "file_name": filename, "split": split})
             captions[image_id] = caps
+        else:
+            train_images.append({"id": image_id, "file_name": filename, "split": split})
+            train_captions[image_id] = caps
     df = pd.DataFrame(rows, columns=["image_id", "path", "split"])
     if df["image_id"].duplicated().any():
         dup = df.loc[df["image_id"].duplicated(), "image_id"].iloc[0]
         raise ValueError(f"{split_file}: image id {dup!r} appears twice")
-    return df, references_json(ref_images, captions)
+    return df, references_json(ref_images, captions), references_json(train_images, train_captions)
 
 
 def coco_caption_lines(path: Path) -> Iterator[str]:
@@ -346,14 +358,14 @@ def prepare_benchmark(name: str, entry: DatasetEntry, out: Path, log: logging.Lo
         # root); Flickr30k's names bare files (the folder itself is the root)
         folder = got[first][0]
         image_root = folder.parent if bench.image_root == "coco" else folder
-    images, refs = convert_karpathy(got[bench.split_source][0], image_root)
+    images, refs, train_refs = convert_karpathy_pairs(got[bench.split_source][0], image_root)
     lines = CORPUS_CONVERTERS.get(bench.corpus_converter)(got[bench.corpus_source][0])
     manifest = {
         "recipe": name,
         "raw_dir": str(raw),
         "sources": {k: {"path": str(p), "checked": c, "url": SOURCES.get(k).url} for k, (p, c) in got.items()},
     }
-    manifest = write_prepared(out, images, refs, lines, manifest)
+    manifest = write_prepared(out, images, refs, lines, manifest, train_references=train_refs)
     log.info("%s: %s images, %d references, %d sentences", name, manifest["n_images"],
              manifest["n_references"], manifest["n_sentences"])
     return manifest

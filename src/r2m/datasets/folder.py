@@ -8,11 +8,14 @@ Catalog entry keys::
       corpus: path/to/corpus.txt    # UTF-8, one sentence per line
       references: path/to/refs.json # optional, COCO caption-annotation JSON
       val_fraction: 0.0             # optional: share of the referenced images used for validation
+      train_references: path/to/train_refs.json  # optional, COCO caption JSON of training images:
+                                    # paired captions for the supervised baselines (m-RNN, ...)
 
 Image ids are the file stems, except for images named in the references JSON (matched by its
 ``file_name``, as a path relative to ``images`` or a bare file name), which keep the JSON's ids.
 Referenced images are the evaluation images (``test``; a deterministic ``val_fraction`` of them
-``val``), all others ``train``. Paths in ``images.parquet`` are ``images``/relative path, i.e. as
+``val``), all others ``train``. Images of ``train_references`` must not be in ``references``; their
+captions become ``train_references.json``. Paths in ``images.parquet`` are ``images``/relative path, i.e. as
 the entry gives the folder (relative to the repository root, or absolute).
 """
 
@@ -136,6 +139,17 @@ def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any
                                     f"not found (or ambiguous) under {images_dir}")
         ids[f] = img["id"]
         split[f] = "val" if is_val(img["id"], val_fraction) else "test"
+    train_refs_path = _path_option(entry, "train_references", False)
+    train_images, train_captions = load_references(train_refs_path) if train_refs_path else ([], {})
+    for img in train_images:
+        f = match(img["file_name"])
+        if f is None:
+            raise FileNotFoundError(f"{train_refs_path}: image {img['id']!r}: file_name {img['file_name']!r} "
+                                    f"not found (or ambiguous) under {images_dir}")
+        if f in split:
+            raise ValueError(f"{train_refs_path}: image {img['id']!r} ({img['file_name']}) is also an "
+                             f"evaluation image in {refs_path}; a training image cannot be both")
+        ids[f] = img["id"]
     seen: dict[str, Path] = {}
     rows = []
     for f in files:
@@ -149,8 +163,13 @@ def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any
     eval_images = [{"id": r["image_id"], "file_name": Path(r["path"]).name, "split": r["split"]}
                    for r in rows if r["split"] != "train"]
     refs = references_json(eval_images, captions)
-    manifest = {"recipe": "folder", "sources": {"images": str(images_dir), "corpus": str(corpus),
-                                                "references": str(refs_path) if refs_path else None}}
-    manifest = write_prepared(out, df, refs, _corpus(corpus), manifest)
+    train_refs = None
+    if train_refs_path:
+        train_refs = references_json([{"id": img["id"], "file_name": img["file_name"], "split": "train"}
+                                      for img in train_images], train_captions)
+    manifest = {"recipe": "folder", "sources": {
+        "images": str(images_dir), "corpus": str(corpus), "references": str(refs_path) if refs_path else None,
+        "train_references": str(train_refs_path) if train_refs_path else None}}
+    manifest = write_prepared(out, df, refs, _corpus(corpus), manifest, train_references=train_refs)
     log.info("folder: %s images, %d sentences", manifest["n_images"], manifest["n_sentences"])
     return manifest

@@ -3,9 +3,11 @@
 Each image is a small PNG with 1–3 drawn objects; every object class is a concept of the visual
 dictionary (:data:`OBJECTS`), drawn with its own shape and colour, so a detector (or the
 ground-truth ``detections.jsonl`` the recipe writes) can name it. Val/test images get 5
-reference captions from a small grammar that mentions their concepts. The text corpus comes from
-the same grammar with independent random draws and never repeats a reference caption; it is
-streamed to disk, so millions of sentences cost no memory.
+reference captions from a small grammar that mentions their concepts; train images get 5 paired
+training captions (``train_references.json``, for the supervised baselines) from their own random
+stream. The text corpus comes from the same grammar with independent random draws and never
+repeats a reference or training caption; it is streamed to disk, so millions of sentences cost
+no memory.
 
 Image paths in ``images.parquet`` are relative to the prepared folder (``images/<id>.png``);
 resolve them with :func:`r2m.datasets.base.resolve_image_path`.
@@ -170,7 +172,9 @@ def tiny(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
     (out / "images").mkdir(parents=True, exist_ok=True)
     rng = random.Random(f"tiny-images-{seed}")
     ref_rng = random.Random(f"tiny-refs-{seed}")
+    train_rng = random.Random(f"tiny-train-captions-{seed}")  # its own stream: images/refs unchanged
     rows, images, captions = [], [], {}
+    train_images, train_captions = [], {}
     n_total = sum(counts.values())
     with open(out / "detections.jsonl", "w", encoding="utf-8") as det, \
             progress(total=n_total, desc="tiny images", unit="img") as bar:
@@ -193,11 +197,17 @@ def tiny(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
                 if split != "train":
                     images.append({"id": image_id, "file_name": name, "split": split})
                     captions[image_id] = [caption(kinds, ref_rng) for _ in range(5)]
+                else:
+                    train_images.append({"id": image_id, "file_name": name, "split": split})
+                    train_captions[image_id] = [caption(kinds, train_rng) for _ in range(5)]
                 bar.update(1)
     refs = references_json(images, captions)
-    exclude = {c for cs in captions.values() for c in cs}
+    train_refs = references_json(train_images, train_captions)
+    # the corpus never repeats an evaluation reference or a paired training caption
+    exclude = {c for cs in (*captions.values(), *train_captions.values()) for c in cs}
     manifest = {"recipe": "tiny", "seed": seed, "image_size": size,
                 "objects": [k.word for k in OBJECTS], "paths": "relative to the prepared folder"}
-    manifest = write_prepared(out, pd.DataFrame(rows), refs, corpus_lines(n_sentences, seed, exclude), manifest)
+    manifest = write_prepared(out, pd.DataFrame(rows), refs, corpus_lines(n_sentences, seed, exclude), manifest,
+                              train_references=train_refs)
     log.info("tiny: %s images, %d sentences", manifest["n_images"], manifest["n_sentences"])
     return manifest

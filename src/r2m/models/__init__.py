@@ -4,6 +4,9 @@ A checkpoint (``model.pt``) is a plain dict ``{"model": name, "config": {...}, "
 (loadable with ``torch.load(weights_only=True)``). A registered class provides
 ``from_config(dict)`` and ``from_checkpoint(ckpt, **overrides)``; baselines register here and
 reuse :func:`build_model` / :func:`load_model`.
+
+Supervised captioners (the seed baselines) also register in :data:`SUP_MODELS` (interface:
+:mod:`r2m.models.supervised`); their names are ``params.SUP_MODEL_NAMES``.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from r2m.models.mrnn import MRNN, MRNNConfig
 from r2m.models.r2m import R2M, VARIANTS, R2MConfig
 from r2m.models.sat import SAT, SATConfig
 from r2m.models.scnn import SCNN, SCNNConfig
@@ -19,11 +23,19 @@ from r2m.utils.registry import Registry
 
 MODELS: Registry = Registry("model")
 MODELS.register("r2m")(R2M)
-MODELS.register("sat")(SAT)
-MODELS.register("scnn")(SCNN)
 
-__all__ = ["MODELS", "R2M", "R2MConfig", "SAT", "SATConfig", "SCNN", "SCNNConfig", "VARIANTS", "build_model",
-           "load_model"]
+SUP_MODELS: Registry = Registry("supervised model")
+for _cls in (MRNN, SAT, SCNN):
+    SUP_MODELS.register(_cls.name)(_cls)
+    MODELS.register(_cls.name)(_cls)
+
+__all__ = ["MODELS", "MRNN", "MRNNConfig", "R2M", "R2MConfig", "SAT", "SATConfig", "SCNN", "SCNNConfig", "SUP_MODELS",
+           "VARIANTS", "build_model", "build_sup_model", "load_model"]
+
+
+def build_sup_model(name: str, section: dict[str, Any], vocab_size: int, shapes: dict[str, tuple[int, ...]]):
+    """A supervised captioner from its params section and the image feature shapes."""
+    return SUP_MODELS.get(name).from_params(section, vocab_size, shapes)
 
 
 def build_model(name: str, config: dict[str, Any]):

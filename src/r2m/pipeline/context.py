@@ -28,6 +28,7 @@ class StageContext:
     dataset: str | None = None
     variant: str | None = None
     ckpt: str | None = None
+    model: str | None = None
     root: Path = Path(".")
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("r2m"))
 
@@ -53,10 +54,10 @@ class StageContext:
 
         g = self.stage.deps[name]
         assert isinstance(g, Gather)
-        values = {"dataset": self.params.datasets, "variant": self.params.variants, "ckpt": list(P.TRAIN_STAGES)}
+        values = P.axis_values(self.params)
         fixed = dict(g.fixed)
         out = []
-        for combo in itertools.product(*(values[a] for a in g.over)):
+        for combo in itertools.product(*(values[g.source(a)] for a in g.over)):
             keys = {**self.axes, **fixed, **dict(zip(g.over, combo, strict=True))}
             out.append((keys, self.root / g.pattern.format(**keys)))
         return out
@@ -74,6 +75,7 @@ class StageContext:
         data: dict[str, Any] = {"stage": self.stage.name, **self.axes}
         dumped = self.params.model_dump(mode="json")
         for name in self.stage.params:
+            name = name.format(**self.axes)  # "{model}": the section named like the model
             if name == "catalog" and self.dataset:
                 data["dataset_entry"] = dumped["catalog"][self.dataset]
             elif name in dumped:

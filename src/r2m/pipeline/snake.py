@@ -19,15 +19,11 @@ def snake_template(path: str) -> str:
     return path
 
 
-def axis_values(params: P.Params) -> dict[str, list[str]]:
-    return {"dataset": list(params.datasets), "variant": list(params.variants), "ckpt": list(P.TRAIN_STAGES)}
-
-
 def gather_paths(g: Gather, params: P.Params, bound: dict[str, str]) -> list[str]:
-    values = axis_values(params)
+    values = P.axis_values(params)
     fixed = dict(g.fixed)
     out = []
-    for combo in itertools.product(*(values[a] for a in g.over)):
+    for combo in itertools.product(*(values[g.source(a)] for a in g.over)):
         keys = {**bound, **fixed, **dict(zip(g.over, combo, strict=True))}
         out.append(g.pattern.format(**keys))
     return out
@@ -49,6 +45,7 @@ def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
     dumped = view.model_dump(mode="json")
     data: dict[str, Any] = {}
     for name in stage.params:
+        name = name.format(**{a: getattr(wildcards, a) for a in stage.axes})
         if name == "catalog" and dataset:
             data[name] = dumped["catalog"][dataset]
         else:
@@ -135,6 +132,7 @@ def wildcard_constraints_for(params: P.Params) -> dict[str, str]:
         "dataset": names(params.catalog),
         "variant": names(P.VARIANT_NAMES),
         "ckpt": names(P.TRAIN_STAGES),
+        "model": names(P.SUP_MODEL_NAMES),
         "shard": r"\d+",
     }
 

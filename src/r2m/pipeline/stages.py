@@ -4,7 +4,11 @@ Snakemake builds its rules from :data:`STAGES` (``workflow/rules/stages.smk``) a
 generated from it (:mod:`r2m.pipeline.dag`). Every stage is run as ``r2m <stage> …`` by both tools.
 
 Paths are templates over the stage's *axes*: ``{dataset}``, ``{variant}`` (an R2M variant, see
-:data:`r2m.params.VARIANT_NAMES`) and ``{ckpt}`` (a training stage whose checkpoint is used).
+:data:`r2m.params.VARIANT_NAMES`), ``{ckpt}`` (a training stage whose checkpoint is used) and
+``{model}`` (a supervised baseline, :data:`r2m.params.SUP_MODEL_NAMES`). An axis takes its values
+from the params list named in :data:`r2m.params.AXIS_SOURCES` unless the stage (or a Gather) names
+another in ``sources`` (the supervised stages: ``dataset`` from ``baselines.datasets``). A params
+section name may be a template too (``"{model}"``: the model's own section).
 A :class:`Gather` dependency collects one path per combination of some axes (for the tables);
 Snakemake expands it over the configured values, DVC depends on a parent directory instead.
 
@@ -16,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from r2m.params import TRAIN_STAGES
+from r2m.params import AXIS_SOURCES, TRAIN_STAGES
 
-Axis = Literal["dataset", "variant", "ckpt"]
+Axis = Literal["dataset", "variant", "ckpt", "model"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,10 @@ class Gather:
     over: tuple[Axis, ...]
     fixed: tuple[tuple[str, str], ...] = ()
     dvc_path: str = ""
+    sources: tuple[tuple[str, str], ...] = ()  # axis -> value list other than the default (AXIS_SOURCES)
+
+    def source(self, axis: str) -> str:
+        return dict(self.sources).get(axis, AXIS_SOURCES[axis])
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,10 @@ class Stage:
     params: tuple[str, ...] = ()  # params.yaml sections the stage reads
     src: tuple[str, ...] = ()  # source files/folders the stage's code lives in
     fanout: FanOut | None = None
+    sources: tuple[tuple[str, str], ...] = ()  # axis -> value list (DVC matrix) other than the default
+
+    def source(self, axis: str) -> str:
+        return dict(self.sources).get(axis, AXIS_SOURCES[axis])
 
     @property
     def log(self) -> str:
@@ -106,6 +118,102 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
         },
         params=params,
         src=src,
+    )
+
+
+# supervised baselines (m-RNN, ...): datasets from `baselines.datasets`, models from `baselines.models`
+SB = "models/{dataset}/{model}/train_sup"
+SR = "results/{dataset}/{model}/train_sup"
+SP = "models/{dataset}/{model}/pretrain_sup"
+SPR = "results/{dataset}/{model}/pretrain_sup"
+SUP = (("dataset", "baselines.datasets"),)
+SUP_SRC = COMMON_SRC + ("src/r2m/supervised", "src/r2m/models", "src/r2m/text/vocab.py", "src/r2m/training")
+
+
+def _sup_stages() -> tuple[Stage, ...]:
+    return (
+        Stage(
+            "sup_vocab",
+            impl="r2m.supervised.vocab:run",
+            help="supervised baselines: vocabulary of the paired training captions and the encoded pairs",
+            axes=("dataset",),
+            deps={"prepared": f"{D}/prepared"},
+            outs={"sup_vocab": Out(f"{D}/sup_vocab", directory=True)},
+            params=("sup_vocab", "catalog"),
+            src=COMMON_SRC + ("src/r2m/supervised", "src/r2m/text"),
+            sources=SUP,
+        ),
+        Stage(
+            "pretrain_sup",
+            impl="r2m.supervised.train:run_pretrain",
+            help="supervised baselines: a model's pretraining phase (S-CNN-RNN; others: a skip marker)",
+            axes=("dataset", "model"),
+            deps={"sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features"},
+            outs={
+                "model": Out(SP, directory=True, persist=True),
+                "loss": Out(f"{SPR}/loss.tsv", kind="plots", cache=False,
+                            plot=(("x", "step"), ("y", "loss"), ("title", "pretrain_sup loss"))),
+                "metrics": Out(f"{SPR}/train_metrics.json", kind="metrics", cache=False),
+            },
+            params=("train_sup", "{model}", "catalog"),
+            src=SUP_SRC,
+            sources=SUP,
+        ),
+        Stage(
+            "train_sup",
+            impl="r2m.supervised.train:run",
+            help="supervised baselines: train one model on the image-caption pairs",
+            axes=("dataset", "model"),
+            deps={"sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features", "pretrain": SP,
+                  "prepared": f"{D}/prepared"},
+            outs={
+                "model": Out(SB, directory=True, persist=True),
+                "loss": Out(f"{SR}/loss.tsv", kind="plots", cache=False,
+                            plot=(("x", "step"), ("y", "loss"), ("title", "train_sup loss"))),
+                "metrics": Out(f"{SR}/train_metrics.json", kind="metrics", cache=False),
+            },
+            params=("train_sup", "{model}", "catalog", "caption"),
+            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation/inputs.py"),
+            sources=SUP,
+        ),
+        Stage(
+            "caption_sup",
+            impl="r2m.supervised.caption:run",
+            help="supervised baselines: beam-search captions for the evaluation images",
+            axes=("dataset", "model"),
+            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
+                  "prepared": f"{D}/prepared"},
+            outs={"captions": Out(f"{SR}/captions.json", cache=False)},
+            params=("caption",),
+            src=SUP_SRC + ("src/r2m/decoding",),
+            sources=SUP,
+        ),
+        Stage(
+            "evaluate_sup",
+            impl="r2m.supervised.caption:evaluate",
+            help="supervised baselines: coco-caption metrics of the captions",
+            axes=("dataset", "model"),
+            deps={"captions": f"{SR}/captions.json", "prepared": f"{D}/prepared", "sup_vocab": f"{D}/sup_vocab"},
+            outs={
+                "metrics": Out(f"{SR}/eval.json", kind="metrics", cache=False),
+                "per_image": Out(f"{SR}/eval_per_image.json", cache=False),
+            },
+            params=("evaluate",),
+            src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/supervised"),
+            sources=SUP,
+        ),
+        Stage(
+            "inspect_sup",
+            impl="r2m.supervised.inspect:run",
+            help="supervised baselines: SAT attention maps and hit rate, S-CNN-RNN concept head P/R/F1",
+            axes=("dataset", "model"),
+            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
+                  "prepared": f"{D}/prepared"},
+            outs={"inspect": Out(f"{SR}/inspect", directory=True, cache=False)},
+            params=("caption", "report"),
+            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation", "src/r2m/reports/attention_maps.py"),
+            sources=SUP,
+        ),
     )
 
 
@@ -200,6 +308,7 @@ STAGES: tuple[Stage, ...] = (
         params=("evaluate",),
         src=COMMON_SRC + ("src/r2m/evaluation",),
     ),
+    *_sup_stages(),
     Stage(
         "table1",
         impl="r2m.reports.tables:table1",

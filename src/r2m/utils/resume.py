@@ -17,7 +17,8 @@ a job) only set a flag; the loop calls :meth:`Preemption.check` at each step bou
 the caller saved a checkpoint) raises :class:`Preempted`. ``r2m`` reports it as one line and exits
 with ``128 + signal``. A second signal while the first is pending stops at once.
 
-**Fault injection (tests).** ``R2M_FAULT=<point>@<n>:<SIGNAL>`` (e.g. ``train_xe@7:KILL``) makes
+**Fault injection (tests).** ``R2M_FAULT=<point>@<n>:<SIGNAL>`` (e.g. ``train_xe@7:KILL``; several
+separated by commas; ``KILLGROUP`` kills the whole process group) makes
 :func:`inject` send the signal to the running process when ``point`` reaches ``n``; the fault suite
 uses it to kill a stage at a chosen step under Snakemake and DVC.
 """
@@ -170,21 +171,29 @@ class Preemption:
 
 # --------------------------------------------------------------------------- fault injection
 def inject(point: str, n: int) -> None:
-    """Send ourselves the signal named by ``R2M_FAULT=<point>@<n>:<SIGNAL>`` when it matches."""
+    """Send ourselves the signal named by ``R2M_FAULT=<point>@<n>:<SIGNAL>[,…]`` when one matches.
+
+    ``KILLGROUP`` sends SIGKILL to the whole process group (the workflow engine that started the
+    job too, when it runs in the same group): a crash of the machine as the engine sees it."""
     spec = os.environ.get("R2M_FAULT")
     if not spec:
         return
-    try:
-        where, sig = spec.rsplit(":", 1)
-        p, k = where.rsplit("@", 1)
-        if p != point or int(k) != n:
-            return
-        signum = getattr(signal, f"SIG{sig.upper().removeprefix('SIG')}")
-    except (ValueError, AttributeError):
-        raise ValueError(f"R2M_FAULT={spec!r}: expected <point>@<n>:<SIGNAL>, e.g. train_xe@7:KILL") from None
-    os.kill(os.getpid(), signum)
-    if signum not in Preemption.SIGNALS:  # SIGKILL etc. never returns; give the signal time to land
-        time.sleep(5)
+    for item in spec.split(","):
+        try:
+            where, sig = item.strip().rsplit(":", 1)
+            p, k = where.rsplit("@", 1)
+            if p != point or int(k) != n:
+                continue
+            group = sig.upper() == "KILLGROUP"
+            signum = signal.SIGKILL if group else getattr(signal, f"SIG{sig.upper().removeprefix('SIG')}")
+        except (ValueError, AttributeError):
+            raise ValueError(f"R2M_FAULT={spec!r}: expected <point>@<n>:<SIGNAL>, e.g. train_xe@7:KILL") from None
+        if group:
+            os.killpg(os.getpgid(0), signum)
+        else:
+            os.kill(os.getpid(), signum)
+        if signum not in Preemption.SIGNALS:  # SIGKILL never returns; give the signal time to land
+            time.sleep(5)
 
 
 @contextlib.contextmanager

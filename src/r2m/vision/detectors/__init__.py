@@ -11,6 +11,12 @@ factory ``(options, dictionary, device) -> Detector`` chosen by ``detect_concept
     a torchvision detector from a local checkpoint + class names (or torchvision's COCO weights).
 ``precomputed`` (``precomputed.py``)
     detections imported from a JSONL / JSON / Parquet / CSV file.
+``tf_oid`` (``tf_oid.py``; optional extra ``tf``)
+    the paper's detector: TensorFlow Faster R-CNN Inception-ResNet-v2 trained on OpenImages-v4
+    (a local SavedModel, or TF Hub / model-zoo release downloaded once with a recorded checksum).
+``owl`` (``owl.py``; optional extra ``owl``)
+    open-vocabulary OWL-ViT / OWLv2 (Hugging Face ``transformers``) queried with the dictionary's
+    class names.
 
 Add a backend: a new module here with ``@DETECTORS.register(name)`` on its factory, imported below.
 Every detection with a dictionary concept and ``score >= floor`` (default 0.05) is kept — the 0.3
@@ -26,7 +32,15 @@ from typing import Any
 import pandas as pd
 
 from r2m.text.dictionary import Dictionary, load_dictionary
-from r2m.vision.detectors import classifier, faces, faster_rcnn, offline, precomputed  # noqa: F401  (register)
+from r2m.vision.detectors import (  # noqa: F401  (register)
+    classifier,
+    faces,
+    faster_rcnn,
+    offline,
+    owl,
+    precomputed,
+    tf_oid,
+)
 from r2m.vision.detectors.base import (
     COLUMNS,
     DEFAULT_FLOOR,

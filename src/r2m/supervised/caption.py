@@ -1,0 +1,81 @@
+"""``caption_sup`` and ``evaluate_sup``: captions of a supervised model for the ``caption.split``
+images (the same batched beam search as R²M, :func:`r2m.decoding.beam.beam_search`, with the
+``caption`` params), scored like R²M's by the coco-caption scorers. A skipped dataset gets
+``captions.json`` = ``[]`` and ``eval.json`` = ``{"skipped": reason}``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from r2m.decoding.beam import beam_search
+from r2m.models import load_model
+from r2m.models.r2m import END, PAD, START, UNK
+from r2m.supervised.data import Features
+from r2m.supervised.vocab import skip_reason
+from r2m.training.data import load_itos
+from r2m.utils.io import write_json
+from r2m.utils.progress import progress
+
+BANNED = (PAD, START, UNK)
+
+
+@torch.no_grad()
+def caption_images(model, feats: Features, image_ids: list[str], beam: int, max_len: int, batch_size: int,
+                   device) -> list[list[int]]:
+    """Best beam per image: token ids up to (not including) <#end>. Batched."""
+    out: list[list[int]] = []
+    for s in progress(range(0, len(image_ids), batch_size), desc="caption_sup"):
+        rows = np.array([feats.row_of[i] for i in image_ids[s: s + batch_size]], dtype=np.int64)
+        f = {k: v.to(device) for k, v in feats.get(rows).items()}
+        res = beam_search(model, model.encode(f), beam=beam, max_len=max_len, banned=BANNED)
+        for row, n in zip(res["tokens"][:, 0].tolist(), res["lengths"][:, 0].tolist(), strict=True):
+            row = row[: int(n)]
+            out.append(row[:-1] if row and row[-1] == END else row)
+    return out
+
+
+def run(ctx) -> None:
+    reason = skip_reason(ctx.deps["sup_vocab"])
+    if reason:
+        write_json(ctx.outs["captions"], [])
+        ctx.log.info("caption_sup: %s", reason)
+        return
+    cp = ctx.params.caption
+    device = ctx.runtime.torch_device()
+    model, _ = load_model(ctx.deps["model"])
+    model.to(device).eval()
+    itos = load_itos(ctx.deps["sup_vocab"])
+    if len(itos) != model.cfg.vocab_size:
+        raise ValueError(f"{ctx.deps['sup_vocab']}: vocabulary has {len(itos)} words, the model {model.cfg.vocab_size}")
+    images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
+    feats = Features(ctx.deps["features"], model.feature_kinds)
+    ids = [str(i) for i in images.loc[images["split"] == cp.split, "image_id"]]
+    missing = [i for i in ids if i not in feats.row_of]
+    ids = [i for i in ids if i in feats.row_of]
+    if missing:
+        ctx.log.warning("caption_sup: %d %s images have no features (unreadable?) and get no caption",
+                        len(missing), cp.split)
+    best = caption_images(model, feats, ids, cp.beam, cp.max_len, cp.batch_size, device)
+    feats.close()
+    results = [{"image_id": i, "caption": " ".join(itos[t] for t in toks)} for i, toks in zip(ids, best, strict=True)]
+    write_json(ctx.outs["captions"], results)
+    ctx.save_params(Path(ctx.outs["captions"]).parent, "captions.params.yaml")
+    ctx.log.info("caption_sup: %d captions for %s (%s), e.g. %r", len(results), cp.split, ctx.model,
+                 results[0]["caption"] if results else "")
+
+
+def evaluate(ctx) -> None:
+    reason = skip_reason(ctx.deps["sup_vocab"])
+    if reason:
+        write_json(ctx.outs["metrics"], {"skipped": reason})
+        write_json(ctx.outs["per_image"], {"skipped": reason})
+        ctx.log.info("evaluate_sup: %s", reason)
+        return
+    from r2m.evaluation.stage import run as evaluate_stage
+
+    evaluate_stage(ctx)

@@ -1,0 +1,129 @@
+"""Image–caption pairs for the supervised models: caption ids from ``sup_vocab/captions.parquet``
+and the image features each model reads (``pooled`` and/or ``grid``) from ``features/features.h5``.
+
+Features are read per batch (sorted unique rows, as h5py wants), so memory stays flat in dataset
+size. Batches are a pure function of ``(seed, step)``: resuming at step s draws what a run that
+never stopped would have drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+from torch import Tensor
+
+from r2m.models.r2m import END, START
+from r2m.training.data import pad_lists
+
+
+@dataclass
+class CaptionBatch:
+    feats: dict[str, Tensor]  # kind -> [B, ...] float32
+    inputs: Tensor  # [B, T] <#start> w_1 …
+    targets: Tensor  # [B, T] w_1 … <#end>, 0 after
+    lengths: Tensor  # [B] valid steps
+    image_ids: list[str]
+
+    def to(self, device: torch.device) -> CaptionBatch:
+        return CaptionBatch({k: v.to(device) for k, v in self.feats.items()}, self.inputs.to(device),
+                            self.targets.to(device), self.lengths.to(device), self.image_ids)
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+
+def teacher_forcing(ids: pa.Array | Sequence[Sequence[int]], max_len: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Caption ids → (inputs, targets, lengths): targets are ``ids + [<#end>]`` cut to ``max_len``
+    (a cut caption has no <#end>), inputs the targets shifted right behind <#start>."""
+    arr = ids if isinstance(ids, (pa.Array, pa.ChunkedArray)) else pa.array(list(ids), pa.list_(pa.int64()))
+    words, n = pad_lists(arr)
+    lengths = np.minimum(n + 1, max_len)
+    T = int(lengths.max(initial=1))
+    targets = np.zeros((len(n), T), dtype=np.int64)
+    w = min(words.shape[1], T)
+    targets[:, :w] = words[:, :w]
+    rows = np.nonzero(n < max_len)[0]
+    targets[rows, n[rows]] = END
+    targets[np.arange(T)[None, :] >= lengths[:, None]] = 0
+    inputs = np.zeros_like(targets)
+    inputs[:, 0] = START
+    inputs[:, 1:] = targets[:, :-1]
+    inputs[np.arange(T)[None, :] >= lengths[:, None]] = 0
+    return torch.from_numpy(inputs), torch.from_numpy(targets), torch.from_numpy(lengths.astype(np.int64))
+
+
+class Features:
+    """Rows of ``features.h5`` by image id, for the given kinds."""
+
+    def __init__(self, folder: str | Path, kinds: Sequence[str]) -> None:
+        import h5py
+
+        folder = Path(folder)
+        index = pq.read_table(folder / "index.parquet").to_pandas()
+        self.row_of = dict(zip(index["image_id"].astype(str), index["row"].astype(np.int64), strict=True))
+        self.path = folder / "features.h5"
+        self.h5 = h5py.File(self.path, "r")
+        missing = [k for k in kinds if k not in self.h5]
+        if missing:
+            raise KeyError(f"{self.path}: no feature kind(s) {missing} (has {sorted(self.h5)}); set "
+                           "extract_features.options.kinds for this dataset")
+        self.kinds = tuple(kinds)
+        self.shapes = {k: tuple(int(x) for x in self.h5[k].shape[1:]) for k in self.h5}
+
+    def get(self, rows: np.ndarray) -> dict[str, Tensor]:
+        uniq, inv = np.unique(rows, return_inverse=True)
+        return {k: torch.from_numpy(np.asarray(self.h5[k][uniq.tolist()], dtype=np.float32)[inv])
+                for k in self.kinds}
+
+    def close(self) -> None:
+        self.h5.close()
+
+
+class PairedSet:
+    """The (image, caption) pairs of one split whose image has features."""
+
+    def __init__(self, sup_vocab: str | Path, features: Features, split: str, max_len: int) -> None:
+        t = pq.read_table(Path(sup_vocab) / "captions.parquet")
+        t = t.filter(pc.equal(t["split"], split))
+        ids = [str(i) for i in t["image_id"].to_pylist()]
+        keep = np.array([i in features.row_of for i in ids], dtype=bool)
+        self.n_missing = int((~keep).sum())
+        t = t.filter(pa.array(keep))
+        self.image_ids = [i for i, k in zip(ids, keep, strict=True) if k]
+        self.rows = np.array([features.row_of[i] for i in self.image_ids], dtype=np.int64)
+        self.ids = t["ids"].combine_chunks() if t.num_rows else pa.array([], pa.list_(pa.int32()))
+        self.captions = t["caption"].to_pylist()
+        self.features, self.max_len, self.split = features, max_len, split
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def batch(self, idx: np.ndarray) -> CaptionBatch:
+        inputs, targets, lengths = teacher_forcing(self.ids.take(pa.array(idx)), self.max_len)
+        return CaptionBatch(self.features.get(self.rows[idx]), inputs, targets, lengths,
+                            [self.image_ids[i] for i in idx])
+
+    def batches(self, batch_size: int, seed: int, start_step: int = 0) -> Iterator[CaptionBatch]:
+        """Endless shuffled batches (per-epoch permutations from ``(seed, epoch)``)."""
+        n = len(self)
+        if n == 0:
+            raise ValueError(f"no {self.split} image-caption pairs with features")
+        bs = min(batch_size, n)
+        per_epoch = n // bs
+        step = start_step
+        while True:
+            epoch, b = divmod(step, per_epoch)
+            perm = np.random.default_rng([seed, epoch]).permutation(n)
+            yield self.batch(perm[b * bs: (b + 1) * bs])
+            step += 1
+
+    def ordered(self, batch_size: int) -> Iterator[CaptionBatch]:
+        for s in range(0, len(self), batch_size):
+            yield self.batch(np.arange(s, min(s + batch_size, len(self))))

@@ -1,0 +1,249 @@
+"""``train_sup``: one training loop for every supervised captioner (``--model``).
+
+Objective: the average negative log-likelihood per word of the training captions given their
+image (+ the model's aux terms), L2 through Adam's ``weight_decay``, global-norm clipping. The
+schedule is ``train_sup`` (with ``train_sup.per_model.<model>`` merged), the model's sizes its own
+params section. Resumable like the R²M stages: ``last.pt`` (model, optimizer, step, RNG, loss
+rows) is used when its fingerprint (the resolved params) matches; ``--fresh`` ignores it.
+
+Outputs: ``model.pt`` (the final weights; ``r2m.models.load_model``), ``params.yaml``, ``last.pt``,
+``loss.tsv`` (``step split loss xe …aux``; a ``val`` row every ``eval_every`` steps = the val pairs'
+per-word NLL) and ``train_metrics.json`` (``sentences_per_s``, ``val_perplexity``,
+``test_perplexity``: exp of the per-word NLL over all held-out pairs, <#end> included).
+A dataset without paired captions gets ``skipped.json`` and metrics ``{"skipped": reason}``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from r2m.models import build_sup_model
+from r2m.supervised.data import Features, PairedSet
+from r2m.supervised.vocab import skip_reason
+from r2m.training.data import load_itos
+from r2m.training.stages import NonFiniteLoss, _rng_state, _set_rng_state, _write_loss, fingerprint
+from r2m.utils.io import save_torch, write_json, write_text
+from r2m.utils.progress import progress
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
+
+
+def model_section(ctx) -> dict[str, Any]:
+    return getattr(ctx.params, ctx.model).model_dump()
+
+
+def write_skipped(ctx, reason: str) -> None:
+    out_dir = Path(ctx.outs["model"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / "skipped.json", {"skipped": reason})
+    ctx.save_params(out_dir)
+    write_text(ctx.outs["loss"], "step\tsplit\tloss\txe\n")
+    write_json(ctx.outs["metrics"], {"model": ctx.model, "skipped": reason})
+    ctx.log.info("train_sup: %s", reason)
+
+
+@torch.no_grad()
+def perplexity(model, pairs: PairedSet, batch_size: int, device) -> float | None:
+    """exp(mean per-word NLL) over the pairs (every valid position, <#end> included)."""
+    if len(pairs) == 0:
+        return None
+    was = model.training
+    model.eval()
+    nll, words = 0.0, 0
+    for b in pairs.ordered(batch_size):
+        b = b.to(device)
+        lp = model.sentence_logprob(model.encode(b.feats), b.inputs, b.targets, b.lengths)
+        nll -= float(lp.sum())
+        words += int(b.lengths.sum())
+    model.train(was)
+    return math.exp(nll / words) if words else None
+
+
+def run_pretrain(ctx) -> None:
+    """``pretrain_sup``: the model's pretraining phase (S-CNN-RNN: concept head and LSTM in
+    parallel, the LSTM fed the ground-truth concepts) for ``train_sup.pretrain_steps`` steps; a
+    model without one (or with 0 steps) gets ``skipped.json`` and train_sup starts from scratch."""
+    from r2m.models import SUP_MODELS
+
+    reason = skip_reason(ctx.deps["sup_vocab"])
+    steps = ctx.params.train_sup.for_model(ctx.model).pretrain_steps
+    if not reason and "pretrain" not in SUP_MODELS.get(ctx.model).phases:
+        reason = f"{ctx.model} has no pretraining phase"
+    elif not reason and steps == 0:
+        reason = f"train_sup.pretrain_steps is 0 for {ctx.model}"
+    if reason:
+        write_skipped(ctx, reason)
+        return
+    _train(ctx, "pretrain")
+
+
+def run(ctx) -> None:
+    _train(ctx, "train")
+
+
+def _train(ctx, phase: str) -> None:
+    reason = skip_reason(ctx.deps["sup_vocab"])
+    if reason:
+        write_skipped(ctx, reason)
+        return
+    name = ctx.model
+    tp = ctx.params.train_sup.for_model(name)
+    if phase == "pretrain":  # the pretraining phase: its own step count, the last weights
+        tp = tp.model_copy(update={"steps": tp.pretrain_steps, "select_by": "last"})
+    device = ctx.runtime.torch_device()
+    args = getattr(ctx, "args", None)
+    out_dir = Path(ctx.outs["model"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "skipped.json").unlink(missing_ok=True)
+    torch.manual_seed(tp.seed)
+    itos = load_itos(ctx.deps["sup_vocab"])
+
+    from r2m.models import SUP_MODELS
+
+    kinds = SUP_MODELS.get(name).feature_kinds
+    feats = Features(ctx.deps["features"], kinds)
+    train = PairedSet(ctx.deps["sup_vocab"], feats, "train", tp.max_len)
+    val = PairedSet(ctx.deps["sup_vocab"], feats, "val", tp.max_len)
+    test = PairedSet(ctx.deps["sup_vocab"], feats, "test", tp.max_len)
+    ctx.log.info("train_sup: %s on %d training pairs (%d val, %d test); %d pairs lack features", name,
+                 len(train), len(val), len(test), train.n_missing + val.n_missing + test.n_missing)
+    import pyarrow.parquet as pq
+
+    cls = SUP_MODELS.get(name)
+    captions = pq.read_table(Path(ctx.deps["sup_vocab"]) / "captions.parquet",
+                             columns=["image_id", "split", "caption"]).to_pydict()
+    section = cls.prepare_params(model_section(ctx), captions)
+    model = build_sup_model(name, section, len(itos), feats.shapes).to(device)
+    model.bind_data(captions)
+    model.set_phase(phase)
+    init = Path(ctx.deps["pretrain"]) / "model.pt" if "pretrain" in ctx.deps else None
+    if phase == "train" and init is not None and init.exists():
+        from r2m.models import load_model
+
+        pre, _ = load_model(init)
+        model.load_state_dict(pre.state_dict())
+        ctx.log.info("train_sup: starting from the pretrained %s", init)
+    selector = None
+    if tp.select_by != "last":
+        from r2m.supervised.select import val_selector
+
+        selector = val_selector(ctx, feats, itos, tp.select_by, device)
+    best: tuple[float, int, dict] | None = None
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=tp.lr,
+                           weight_decay=tp.weight_decay)
+    columns = ("xe", *model.aux_losses)
+
+    fp = fingerprint(ctx)
+    last_path = out_dir / "last.pt"
+    step, rows, elapsed_prev, seen = 0, [], 0.0, 0
+    if last_path.exists() and not getattr(args, "fresh", False):
+        last = torch.load(last_path, map_location="cpu", weights_only=True)
+        if last.get("fingerprint") == fp:
+            model.load_state_dict(last["model"]["state_dict"])
+            opt.load_state_dict(last["optimizer"])
+            step, rows = int(last["step"]), list(last["rows"])
+            elapsed_prev, seen = float(last.get("elapsed", 0.0)), int(last.get("seen", 0))
+            _set_rng_state(last["rng"])
+            if last.get("best"):
+                best = (float(last["best"]["score"]), int(last["best"]["step"]), last["best"]["state_dict"])
+            ctx.log.info("train_sup: resuming from %s at step %d", last_path, step)
+        else:
+            ctx.log.info("train_sup: %s is from other params; starting over", last_path)
+    ctx.log.info("train_sup: %s on %s, %d parameters, %d steps x %d", name, device, model.param_count(),
+                 tp.steps, tp.batch_size)
+
+    def evaluate() -> dict[str, float]:
+        model.eval()
+        tot: dict[str, float] = {}
+        n = 0
+        with torch.no_grad():
+            for k, b in enumerate(val.ordered(tp.batch_size)):
+                if k >= 20:
+                    break
+                b = b.to(device)
+                _, comp = model.loss(model.encode(model.batch_features(b.feats, b.image_ids)), b.inputs, b.targets, b.lengths)
+                for key, v in comp.items():
+                    tot[key] = tot.get(key, 0.0) + float(v) * len(b)
+                n += len(b)
+        model.train()
+        return {k: v / n for k, v in tot.items()} if n else {}
+
+    t0 = time.perf_counter()
+
+    def save_last() -> None:
+        save_torch(last_path, {"model": model.checkpoint(), "optimizer": opt.state_dict(), "step": step,
+                               "rows": rows, "rng": _rng_state(), "fingerprint": fp,
+                               "elapsed": elapsed_prev + (time.perf_counter() - t0), "seen": seen,
+                               "best": ({"score": best[0], "step": best[1], "state_dict": best[2]} if best else None)})
+
+    selections: list[dict[str, float]] = []
+    model.train()
+    batches = train.batches(tp.batch_size, tp.seed, step)
+    bar = progress(total=tp.steps, initial=step, desc=f"train_sup {name}")
+    while step < tp.steps:
+        b = next(batches).to(device)
+        loss, comp = model.loss(model.encode(model.batch_features(b.feats, b.image_ids)), b.inputs, b.targets, b.lengths)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise NonFiniteLoss(f"train_sup ({name}): loss is {value} at step {step + 1}; "
+                                f"try a lower learning rate (params: train_sup.lr = {tp.lr})")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tp.clip)
+        opt.step()
+        step += 1
+        seen += len(b)
+        rows.append([step, "train", value, *(float(comp[c].detach()) if c in comp else None for c in columns)])
+        bar.update(1)
+        if step % tp.eval_every == 0 or step == tp.steps:
+            ev = evaluate()
+            if ev:
+                rows.append([step, "val", sum(ev.values()), *(ev.get(c) for c in columns)])
+                ctx.log.info("train_sup step %d: val %s", step, " ".join(f"{k}={v:.4f}" for k, v in ev.items()))
+            if selector is not None:
+                score = selector(model, step)
+                selections.append({"step": step, tp.select_by: score})
+                ctx.log.info("train_sup step %d: val %s %.4f", step, tp.select_by, score)
+                if best is None or score > best[0]:
+                    best = (score, step, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
+        if step % tp.checkpoint_every == 0 or step == tp.steps:
+            save_last()
+    bar.close()
+    elapsed = elapsed_prev + time.perf_counter() - t0
+
+    selected = step
+    if best is not None:  # the checkpoint with the best val metric
+        model.load_state_dict(best[2])
+        selected = best[1]
+        ctx.log.info("train_sup: keeping step %d (val %s %.4f)", selected, tp.select_by, best[0])
+    save_torch(out_dir / "model.pt", model.checkpoint(stage=ctx.stage.name, step=selected, dataset=ctx.dataset or ""))
+    ctx.save_params(out_dir)
+    _write_loss(Path(ctx.outs["loss"]), columns, rows)
+    train_rows = [r for r in rows if r[1] == "train"]
+    val_rows = [r for r in rows if r[1] == "val"]
+    bs = max(tp.batch_size, 64)
+    metrics = {
+        "model": name, "stage": ctx.stage.name, "steps": step, "selected_step": selected,
+        "select_by": tp.select_by, "selection": selections or None,
+        "train_loss": train_rows[-1][2] if train_rows else None,
+        "train_loss_last10": sum(r[2] for r in train_rows[-10:]) / len(train_rows[-10:]) if train_rows else None,
+        "val_loss": val_rows[-1][2] if val_rows else None,
+        "train_perplexity": perplexity(model, train, bs, device) if len(train) <= 50000 else None,
+        "val_perplexity": perplexity(model, val, bs, device),
+        "test_perplexity": perplexity(model, test, bs, device),
+        "sentences_per_s": seen / elapsed if elapsed > 0 else None,
+        "wall_s": elapsed, "device": str(device), "parameters": model.param_count(),
+        "train_pairs": len(train), "vocab_size": len(itos),
+    }
+    metrics = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+    write_json(Path(ctx.outs["metrics"]), metrics)
+    feats.close()
+    ctx.log.info("train_sup: done, %d steps in %.1f s; perplexity val %s test %s", step, elapsed,
+                 metrics["val_perplexity"], metrics["test_perplexity"])

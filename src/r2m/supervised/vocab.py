@@ -1,0 +1,110 @@
+"""``sup_vocab``: the supervised vocabulary and the encoded image–caption pairs of a dataset.
+
+Inputs: ``prepared/train_references.json`` (paired training captions) and ``references.json``
+(val/test). Outputs in ``data/<D>/sup_vocab/``:
+
+* ``vocab.json``: words of the *training* captions seen ≥ ``sup_vocab.min_count`` times (most
+  frequent first) after the specials (``<pad>`` 0, ``<#start>``, ``<#end>``, ``<UNK>``) — separate
+  from R²M's corpus vocabulary;
+* ``captions.parquet``: ``image_id`` (str), ``split`` (train | val | test), ``ids``
+  (list<int32>, no start/end, unknown words → <UNK>), ``caption`` (the raw sentence); training
+  captions longer than ``sup_vocab.max_tokens`` tokens are dropped (counted in the stats);
+* ``stats.json``: ``paired`` (bool), ``reason`` (why the baselines are skipped, or null), counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from r2m.datasets.base import TRAIN_REFERENCES
+from r2m.text.tokenize import tokenize
+from r2m.text.vocab import SPECIALS, Vocab, build_vocab
+from r2m.utils.io import atomic_path, read_json, write_json
+
+NO_PAIRS = "no paired training captions (prepared/{file} is absent): supervised baselines skipped"
+
+
+def _captions(path: Path, splits: set[str]) -> list[tuple[str, str, str]]:
+    """``(image_id, split, caption)`` from a COCO caption JSON; errors name the file and record."""
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
+            or not isinstance(data.get("annotations"), list):
+        raise ValueError(f"{path}: expected COCO caption JSON with 'images' and 'annotations' lists")
+    split_of = {}
+    for i, img in enumerate(data["images"]):
+        if not isinstance(img, dict) or "id" not in img:
+            raise ValueError(f"{path}: images[{i}] needs an 'id'")
+        split_of[str(img["id"])] = str(img.get("split", "train"))
+    out = []
+    for i, ann in enumerate(data["annotations"]):
+        if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
+            raise ValueError(f"{path}: annotations[{i}] needs 'image_id' and a 'caption' string")
+        image_id = str(ann["image_id"])
+        if image_id not in split_of:
+            raise ValueError(f"{path}: annotations[{i}]: image_id {image_id!r} is not in 'images'")
+        if split_of[image_id] in splits:
+            out.append((image_id, split_of[image_id], ann["caption"].strip()))
+    return out
+
+
+def skip_reason(sup_vocab_dir: str | Path) -> str | None:
+    """Why the supervised stages skip this dataset (``None``: it has paired captions)."""
+    stats = read_json(Path(sup_vocab_dir) / "stats.json")
+    return None if stats.get("paired") else str(stats.get("reason") or "no paired training captions")
+
+
+def build(prepared: Path, out: Path, min_count: int, max_tokens: int) -> dict[str, Any]:
+    """Write the sup_vocab folder ``out`` (a fresh folder); returns the stats."""
+    out.mkdir(parents=True, exist_ok=True)
+    train_path = prepared / TRAIN_REFERENCES
+    if not train_path.exists():
+        Vocab(list(SPECIALS)).save(out / "vocab.json")
+        empty = pa.table({"image_id": pa.array([], pa.string()), "split": pa.array([], pa.string()),
+                          "ids": pa.array([], pa.list_(pa.int32())), "caption": pa.array([], pa.string())})
+        pq.write_table(empty, out / "captions.parquet")
+        stats = {"paired": False, "reason": NO_PAIRS.format(file=TRAIN_REFERENCES), "vocab_size": len(SPECIALS)}
+        write_json(out / "stats.json", stats)
+        return stats
+    train = _captions(train_path, {"train"})
+    held = _captions(prepared / "references.json", {"val", "test"})
+    tokens = {id(c): tokenize(c[2]) for c in (*train, *held)}
+    kept = [c for c in train if 0 < len(tokens[id(c)]) <= max_tokens]
+    counts: Counter[str] = Counter(w for c in kept for w in tokens[id(c)])
+    vocab = build_vocab(counts, min_count)
+    vocab.save(out / "vocab.json")
+    rows = [*kept, *held]
+    table = pa.table({
+        "image_id": pa.array([c[0] for c in rows], pa.string()),
+        "split": pa.array([c[1] for c in rows], pa.string()),
+        "ids": pa.array([vocab.encode(tokens[id(c)]) for c in rows], pa.list_(pa.int32())),
+        "caption": pa.array([c[2] for c in rows], pa.string()),
+    })
+    pq.write_table(table, out / "captions.parquet")
+    n_tok = sum(len(tokens[id(c)]) for c in kept)
+    stats = {
+        "paired": bool(kept), "reason": None if kept else f"{train_path}: no usable training caption",
+        "vocab_size": len(vocab), "min_count": min_count,
+        "captions": {s: sum(1 for c in rows if c[1] == s) for s in ("train", "val", "test")},
+        "train_images": len({c[0] for c in kept}),
+        "dropped_too_long_or_empty": len(train) - len(kept),
+        "train_unk_rate": (sum(1 for c in kept for w in tokens[id(c)] if w not in vocab) / n_tok) if n_tok else 0.0,
+    }
+    write_json(out / "stats.json", stats)
+    return stats
+
+
+def run(ctx) -> None:
+    sp = ctx.params.sup_vocab
+    out = Path(ctx.outs["sup_vocab"])
+    with atomic_path(out) as tmp:
+        stats = build(Path(ctx.deps["prepared"]), tmp, sp.min_count, sp.max_tokens)
+        ctx.save_params(tmp)
+    if stats["paired"]:
+        ctx.log.info("sup_vocab: %d words, captions %s", stats["vocab_size"], stats["captions"])
+    else:
+        ctx.log.info("sup_vocab: %s", stats["reason"])

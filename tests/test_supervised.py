@@ -1,0 +1,202 @@
+"""Supervised baselines: m-RNN, the paired-caption data, the supervised vocabulary."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from r2m.models import SUP_MODELS, build_sup_model, load_model
+from r2m.models.mrnn import MRNN, MRNNConfig, scaled_tanh
+from r2m.models.r2m import END, PAD, START
+from r2m.supervised.data import teacher_forcing
+from r2m.supervised.vocab import build, skip_reason
+
+
+def small_mrnn(vocab: int = 12, image_dim: int = 6, **kw) -> MRNN:
+    torch.manual_seed(0)
+    cfg = dict(embed1=8, embed2=16, recurrent=16, multimodal=24, dropout=0.0)
+    cfg.update(kw)
+    return MRNN(MRNNConfig(vocab_size=vocab, image_dim=image_dim, **cfg))
+
+
+def test_registry_and_params_names_agree():
+    from r2m.params import SUP_MODEL_NAMES, Params
+
+    assert set(SUP_MODEL_NAMES) == set(SUP_MODELS.names())
+    for name in SUP_MODEL_NAMES:  # every model has a params section of its name
+        assert name in Params.model_fields
+
+
+def test_mrnn_shapes_and_checkpoint_roundtrip(tmp_path):
+    m = small_mrnn()
+    v = torch.randn(3, 6)
+    inputs = torch.randint(4, 12, (3, 5))
+    out = m(v, inputs, torch.tensor([5, 4, 2]))
+    assert out["logits"].shape == (3, 5, 12) and out["hidden"].shape == (3, 5, 24)
+    state = m.decode_init(v)
+    h, state2, _, _ = m.decode_step(state, torch.full((3,), START))
+    assert h.shape == (3, 24) and m.logits(h).shape == (3, 12)
+    assert all(s.shape[0] == 3 for s in state2)
+    torch.save(m.checkpoint(stage="train_sup"), tmp_path / "model.pt")
+    m2, ckpt = load_model(tmp_path)
+    assert ckpt["model"] == "mrnn" and isinstance(m2, MRNN)
+    m2.eval(), m.eval()
+    assert torch.allclose(m2(v, inputs)["logits"], m(v, inputs)["logits"])
+
+
+def test_embed2_must_match_recurrent():
+    with pytest.raises(ValueError, match="embed2"):
+        MRNNConfig(vocab_size=10, image_dim=4, embed2=32, recurrent=16)
+
+
+def test_padding_does_not_change_the_loss():
+    m = small_mrnn().eval()
+    v = torch.randn(2, 6)
+    inputs, targets, lengths = teacher_forcing([[5, 6, 7], [8, 9]], max_len=10)
+    base = m.loss(v, inputs, targets, lengths)[0]
+    pad = torch.zeros(2, 4, dtype=torch.long)
+    junk = torch.randint(4, 12, (2, 4))  # whatever sits after the end must not matter either
+    for extra in (pad, junk):
+        loss = m.loss(v, torch.cat((inputs, extra), 1), torch.cat((targets, extra), 1), lengths)[0]
+        assert torch.allclose(loss, base, atol=1e-6)
+    # and the step-wise decoder agrees with teacher forcing
+    state = m.decode_init(v)
+    logits = []
+    for t in range(inputs.shape[1]):
+        h, state, _, _ = m.decode_step(state, inputs[:, t])
+        logits.append(m.logits(h))
+    assert torch.allclose(torch.stack(logits, 1), m(v, inputs)["logits"], atol=1e-5)
+
+
+def test_multimodal_layer_against_a_hand_computation():
+    m = small_mrnn(vocab=6, image_dim=2, embed1=2, embed2=2, recurrent=2, multimodal=2)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        m.embed1.weight[4] = torch.tensor([1.0, -1.0])
+        m.embed2.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+        m.embed2.bias.copy_(torch.tensor([0.5, 0.5]))  # w = ReLU([1.5, -0.5]) = [1.5, 0]
+        m.U_r.weight.copy_(torch.eye(2))
+        m.V_w.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+        m.V_w.bias.copy_(torch.tensor([0.1, -0.1]))
+        m.V_r.weight.copy_(torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
+        m.V_I.weight.copy_(torch.tensor([[2.0, 0.0], [0.0, -1.0]]))
+    v = torch.tensor([[0.25, 1.0]])
+    # t = 0: w = [1.5, 0]; r(0) = ReLU(0 + w) = [1.5, 0]
+    # m = g([1.5 + 0.1, -0.1] + [0, 1.5] + [0.5, -1.0]) = g([2.1, 0.4])
+    want = [1.7159 * math.tanh(2 * 2.1 / 3), 1.7159 * math.tanh(2 * 0.4 / 3)]
+    h, (img, r), _, _ = m.decode_step(m.decode_init(v), torch.tensor([4]))
+    assert torch.allclose(r, torch.tensor([[1.5, 0.0]]))
+    assert torch.allclose(h, torch.tensor([want]), atol=1e-6)
+    # t = 1 (same word): r(1) = ReLU(U_r r(0) + w) = [3, 0]; m = g([1.6, -0.1] + [0, 3] + [0.5, -1])
+    h2, _, _, _ = m.decode_step((img, r), torch.tensor([4]))
+    want2 = [1.7159 * math.tanh(2 * 2.1 / 3), 1.7159 * math.tanh(2 * 1.9 / 3)]
+    assert torch.allclose(h2, torch.tensor([want2]), atol=1e-6)
+    assert torch.allclose(scaled_tanh(torch.tensor(1.0)), torch.tensor(1.7159 * math.tanh(2 / 3)))
+
+
+def test_tiny_paired_set_is_memorised():
+    """Four images, one caption each: training drives the per-word perplexity to ~1."""
+    m = small_mrnn(vocab=12, image_dim=4, multimodal=32)
+    feats = torch.eye(4)
+    caps = [[4, 5, 6], [7, 8], [9, 10, 11, 5], [6, 4]]
+    inputs, targets, lengths = teacher_forcing(caps, max_len=10)
+    opt = torch.optim.Adam(m.parameters(), lr=0.02)
+    for _ in range(300):
+        loss, _ = m.loss(m.encode({"pooled": feats}), inputs, targets, lengths)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    m.eval()
+    with torch.no_grad():
+        lp = m.sentence_logprob(feats, inputs, targets, lengths)
+    ppl = math.exp(-float(lp.sum()) / int(lengths.sum()))
+    assert ppl < 1.05, ppl
+    from r2m.decoding.beam import beam_search
+
+    res = beam_search(m, feats, beam=2, max_len=8)
+    for row, cap in zip(res["tokens"][:, 0].tolist(), caps, strict=True):
+        assert row[: len(cap) + 1] == [*cap, END]
+
+
+def test_score_block_matches_the_generic_pairwise_version():
+    m = small_mrnn().eval()
+    v = torch.randn(3, 6)
+    inputs, targets, lengths = teacher_forcing([[5, 6, 7], [8, 9], [4], [10, 11, 5, 6]], max_len=10)
+    fast = m.score_block(v, inputs, targets, lengths)
+    slow = torch.stack([m.sentence_logprob(v[i: i + 1].expand(4, -1), inputs, targets, lengths) for i in range(3)])
+    assert fast.shape == (3, 4)
+    assert torch.allclose(fast, slow, atol=1e-5)
+
+
+def test_teacher_forcing_cuts_and_ends():
+    inputs, targets, lengths = teacher_forcing([[5, 6, 7], [8]], max_len=3)
+    assert lengths.tolist() == [3, 2]
+    assert targets.tolist() == [[5, 6, 7], [8, END, PAD]]  # the cut caption has no <#end>
+    assert inputs.tolist() == [[START, 5, 6], [START, 8, PAD]]
+
+
+def _coco(images, caps):
+    return {"images": [{"id": i, "file_name": f"{i}.png", "split": s} for i, s in images],
+            "annotations": [{"id": k, "image_id": i, "caption": c} for k, (i, c) in enumerate(caps)]}
+
+
+def test_sup_vocab_from_training_captions_only(tmp_path):
+    prep = tmp_path / "prepared"
+    prep.mkdir()
+    (prep / "references.json").write_text(json.dumps(_coco([("t1", "test")], [("t1", "a zebra runs")])))
+    (prep / "train_references.json").write_text(json.dumps(_coco(
+        [("a", "train"), ("b", "train")],
+        [("a", "a dog runs"), ("a", "a dog sits"), ("b", "a cat runs"), ("b", "word " * 50)])))
+    stats = build(prep, tmp_path / "sv", min_count=2, max_tokens=40)
+    assert stats["paired"] and stats["captions"] == {"train": 3, "val": 0, "test": 1}
+    assert stats["dropped_too_long_or_empty"] == 1
+    itos = json.loads((tmp_path / "sv/vocab.json").read_text())["itos"]
+    assert itos[4:] == ["a", "dog", "runs"]  # count >= 2, most frequent first (ties a-z); no test-only 'zebra'
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(tmp_path / "sv/captions.parquet").to_pylist()
+    assert t[-1]["split"] == "test" and t[-1]["ids"] == [4, 3, 6]  # zebra -> <UNK>
+    assert skip_reason(tmp_path / "sv") is None
+
+
+def test_sup_vocab_without_pairs_says_why(tmp_path):
+    prep = tmp_path / "prepared"
+    prep.mkdir()
+    (prep / "references.json").write_text(json.dumps(_coco([("t1", "test")], [("t1", "a dog")])))
+    stats = build(prep, tmp_path / "sv", min_count=1, max_tokens=40)
+    assert not stats["paired"]
+    assert "no paired training captions" in skip_reason(tmp_path / "sv")
+
+
+def test_tiny_writes_paired_captions_disjoint_from_the_corpus(tmp_path):
+    import logging
+
+    from r2m.datasets.base import RECIPES
+    from r2m.datasets.tiny import tiny  # noqa: F401  (registers the recipe)
+    from r2m.params import DatasetEntry
+
+    entry = DatasetEntry(kind="tiny", n_train_images=6, n_val_images=2, n_test_images=2, n_sentences=200,
+                         image_size=32)
+    RECIPES.get("tiny")(entry, tmp_path, logging.getLogger("t"))
+    train = json.loads((tmp_path / "train_references.json").read_text())
+    assert len(train["images"]) == 6 and len(train["annotations"]) == 30
+    corpus = set((tmp_path / "corpus.txt").read_text().splitlines())
+    assert not corpus & {a["caption"] for a in train["annotations"]}
+    refs = json.loads((tmp_path / "references.json").read_text())
+    assert {i["id"] for i in refs["images"]}.isdisjoint({i["id"] for i in train["images"]})
+
+
+def test_build_sup_model_reads_its_params_section():
+    from r2m.params import Params
+
+    section = Params.model_fields["mrnn"].default_factory().model_dump()
+    m = build_sup_model("mrnn", section, 30, {"pooled": (7,), "grid": (2, 2, 7)})
+    assert m.cfg.image_dim == 7 and m.cfg.multimodal == 512
+    with pytest.raises(ValueError, match="pooled"):
+        build_sup_model("mrnn", section, 30, {"grid": (2, 2, 7)})
+    assert np.isfinite(m.param_count())
