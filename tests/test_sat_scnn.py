@@ -316,3 +316,59 @@ def test_attention_hit_rate_against_boxes_by_hand() -> None:
     assert r["attention_mass_in_box"] == pytest.approx((0.7 + 0.1) / 2)
     m = smooth_map(on, (40, 40))
     assert m.shape == (40, 40) and m.max() == pytest.approx(1.0) and m[5, 5] > m[35, 35]
+
+
+# --------------------------------------------------------------------------- the stages on a small tiny set
+@pytest.mark.slow
+def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
+    """prepare → extract_features (grid) → sup_vocab → pretrain_sup → train_sup → inspect_sup for SAT
+    and S-CNN-RNN on a few synthetic images: S-CNN-RNN's train_sup starts from its pretraining,
+    SAT's checkpoint is selected by val BLEU-4, the inspections are written."""
+    import json as _json
+
+    from r2m import params as P
+    from r2m.pipeline import stages as S
+    from r2m.pipeline.context import StageContext
+    from r2m.utils.io import read_json
+
+    torch.set_num_threads(1)
+    sched = {"steps": 6, "batch_size": 8, "lr": 3e-3, "max_len": 12, "eval_every": 3, "checkpoint_every": 3}
+    raw = {"datasets": ["syn"], "baselines": {"datasets": ["syn"], "models": ["sat", "scnn"]},
+           "catalog": {"syn": {"kind": "tiny", "seed": 3, "n_train_images": 10, "n_val_images": 3,
+                               "n_test_images": 3, "n_sentences": 20, "image_size": 64}},
+           "detect_concepts": {"backend": "precomputed"},
+           "extract_features": {"backend": "random_cnn", "options": {"kinds": ["pooled", "grid"]}},
+           "sup_vocab": {"min_count": 1},
+           "train_sup": {**sched, "per_model": {"sat": {"select_by": "bleu4"}, "scnn": {"pretrain_steps": 4}}},
+           "sat": {"embed": 8, "hidden": 12, "att_dim": 8, "dropout": 0.0},
+           "scnn": {"hidden": 12, "dropout": 0.0},
+           "caption": {"beam": 2, "max_len": 8, "batch_size": 4, "split": "test"},
+           "report": {"figure_images": 1}}
+    params = P.for_dataset(P.validate(raw), "syn")
+
+    def run(stage: str, model: str | None = None) -> None:
+        import importlib
+
+        ctx = StageContext(stage=S.get(stage), params=params, dataset="syn", model=model, root=tmp_path)
+        mod, fn = S.get(stage).impl.split(":")
+        importlib.import_module(mod).__dict__[fn](ctx)
+
+    for stage in ("prepare", "extract_features", "sup_vocab"):
+        run(stage)
+    for model in ("sat", "scnn"):
+        run("pretrain_sup", model)
+    assert "no pretraining phase" in read_json(tmp_path / "models/syn/sat/pretrain_sup/skipped.json")["skipped"]
+    pre = torch.load(tmp_path / "models/syn/scnn/pretrain_sup/model.pt", weights_only=True)
+    assert pre["stage"] == "pretrain_sup" and pre["config"]["concepts"]
+    for model in ("sat", "scnn"):
+        run("train_sup", model)
+        run("inspect_sup", model)
+    sat_m = read_json(tmp_path / "results/syn/sat/train_sup/train_metrics.json")
+    assert sat_m["select_by"] == "bleu4" and [s["step"] for s in sat_m["selection"]] == [3, 6]
+    best = max(sat_m["selection"], key=lambda s: s["bleu4"])["step"]
+    assert sat_m["selected_step"] == best
+    ins = _json.loads((tmp_path / "results/syn/sat/train_sup/inspect/inspect.json").read_text())
+    assert ins["attention_hits"]["events"] >= 0 and 0 <= ins["attention_hits"]["chance"] <= 1
+    assert len(ins["figures"]) == 1 and (tmp_path / "results/syn/sat/train_sup/inspect" / ins["figures"][0]["file"]).exists()
+    ml = read_json(tmp_path / "results/syn/scnn/train_sup/inspect/inspect.json")
+    assert set(ml["multilabel"]) == {"C-P", "C-R", "C-F1", "O-P", "O-R", "O-F1"} and ml["top_k"] == 3
