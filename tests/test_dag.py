@@ -81,11 +81,13 @@ def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):
     out = r.stdout + r.stderr
     assert "train_i" in out and "data/demo/prepared" in out
     print(f"snakemake -n: {elapsed:.2f} s")
-    r = run([*sm, "-n", "--cores", "1", "all", "--config", 'datasets=["tiny"]'], cwd=tmp_path)
+    r = run([*sm, "-n", "--cores", "1", "all", "--config", 'datasets=["tiny"]', 'baselines={"datasets": ["tiny"]}'],
+            cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
     for variant in ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm"):
         assert f"models/tiny/{variant}/train_i" in out
+    assert "models/tiny/mrnn/train_sup" in out and "results/tiny/r2m/train_i/retrieval.json" in out
     assert "data/demo" not in out
 
 

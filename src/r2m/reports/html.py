@@ -87,6 +87,60 @@ def tables_section(paths: Mapping[str, Path]) -> str:
     return "\n".join(parts)
 
 
+def csv_table_html(rows: Sequence[Mapping[str, str]], header: Sequence[str]) -> str:
+    """A generic CSV table (the baselines and retrieval tables): text columns left, numbers right;
+    published rows grey, skipped rows as notes."""
+    text = {"dataset", "method", "source", "note"}
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body, prev = [], None
+    for r in rows:
+        cls = ["published" if r.get("source") == PUBLISHED else "run"]
+        if r.get("dataset") != prev:
+            cls.append("first")
+        cells = []
+        for h in header:
+            v = r.get(h, "") or ""
+            if h == "dataset":
+                v = v if r.get("dataset") != prev else ""
+            cells.append(f'<td>{esc(v)}</td>' if h in text else f'<td class="num">{esc(v)}</td>')
+        prev = r.get("dataset")
+        body.append(f'<tr class="{" ".join(cls)}">{"".join(cells)}</tr>')
+    return f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+EXTRA_TABLES = {  # name -> (title, caption)
+    "baselines": ("Supervised baselines (captioning)",
+                  "Scores &times; 100 on each dataset's test split; PPL = per-word perplexity of the test references. "
+                  "The seeds' published rows name the paper's dataset. A dataset without paired training captions "
+                  "is one <i>skipped</i> line."),
+    "baselines_multilabel": ("S-CNN-RNN: the concept head as a multi-label classifier",
+                             "Per-class (C-) and per-image (O-) precision / recall / F1 &times; 100 of the top-3 "
+                             "concepts on the test images, against the concept words of their references, beside "
+                             "a frequency baseline; the published rows are COCO's 80 object classes."),
+    "retrieval": ("Image&ndash;sentence retrieval",
+                  "Sent = sentence retrieval (image query), Img = image retrieval (sentence query); R@K in percent, "
+                  "Med r = median rank of the first ground truth. m-RNN ranks by P(sentence | image) (sentence "
+                  "retrieval normalised by P(sentence)); R2M by its joint space."),
+}
+
+
+def extra_tables_section(paths: Mapping[str, Path]) -> str:
+    parts = []
+    for name, path in paths.items():
+        title, caption = EXTRA_TABLES[name]
+        parts.append(f'<section id="{name}"><h2>{title}</h2>')
+        if not Path(path).exists():
+            parts.append(f'<p class="note">{esc(str(path))} is missing: run <code>r2m {name}</code>.</p></section>')
+            continue
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = reader.fieldnames or []
+        parts.append(csv_table_html(rows, header))
+        parts.append(f'<p class="caption">{caption} Source: <code>{esc(Path(path).name)}</code>.</p></section>')
+    return "\n".join(parts)
+
+
 # --------------------------------------------------------------------------- figures
 def _rel(target: Path, page_dir: Path) -> str:
     return Path(os.path.relpath(target, page_dir)).as_posix()
@@ -136,11 +190,15 @@ def dataset_section(dataset: str, fig_dir: Path, page_dir: Path) -> str:
 
 
 # --------------------------------------------------------------------------- page
-def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Path]], page_path: Path) -> str:
+def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Path]], page_path: Path,
+                extra: Mapping[str, Path] | None = None) -> str:
     page_dir = page_path.parent
-    nav = ['<a href="#tables">Tables</a>'] + [f'<a href="#ds-{esc(d)}">{esc(d)}</a>' for d, _ in figure_dirs]
+    extra = extra or {}
+    nav = (['<a href="#tables">Tables</a>'] + [f'<a href="#{n}">{n.capitalize()}</a>' for n in extra]
+           + [f'<a href="#ds-{esc(d)}">{esc(d)}</a>' for d, _ in figure_dirs])
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    body = [tables_section(tables)] + [dataset_section(d, Path(p), page_dir) for d, p in figure_dirs]
+    body = ([tables_section(tables)] + ([extra_tables_section(extra)] if extra else [])
+            + [dataset_section(d, Path(p), page_dir) for d, p in figure_dirs])
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>R2M reproduction report</title><style>{CSS}</style></head>
@@ -155,9 +213,35 @@ def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Pat
 """
 
 
+def attention_section(fig_dir: Path, page_dir: Path) -> str:
+    """Show, Attend and Tell's per-word attention maps and its attention hit rate (from the baselines stage)."""
+    index = Path(fig_dir) / "index.json"
+    if not index.exists():
+        return ""
+    import json
+
+    idx = json.loads(index.read_text())
+    if not idx.get("figures") and not idx.get("notes"):
+        return ""
+    parts = ['<section id="sat-attention"><h2>Show, Attend and Tell: where it looks</h2>']
+    parts += [f'<p>{esc(n)}</p>' for n in idx.get("notes", [])]
+    for fig in idx.get("figures", []):
+        src = _rel(Path(fig_dir) / fig["file"], page_dir)
+        parts.append(f'<figure><img src="{esc(src)}" alt="attention maps" style="max-width:100%">'
+                     f'<figcaption>{esc(fig["dataset"])}, image {esc(str(fig["image_id"]))}: '
+                     f'&ldquo;{esc(fig["caption"])}&rdquo; (&alpha; per word, upsampled and smoothed)</figcaption></figure>')
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
 def run(ctx) -> None:
     tables = {name: ctx.deps[name] for name in ("table1", "table2", "table3")}
     figs = [(keys["dataset"], Path(path)) for keys, path in ctx.gather("figures")]
     out = ctx.outs["html"]
-    write_text(out, render_page(tables, figs, Path(out)))
+    extra = {name: ctx.deps[name] for name in EXTRA_TABLES if name in ctx.deps}
+    page = render_page(tables, figs, Path(out), extra)
+    if "baselines_attention" in ctx.deps:
+        att = attention_section(Path(ctx.deps["baselines_attention"]), Path(out).parent)
+        page = page.replace("\n</main>", "\n" + att + "\n</main>") if att else page
+    write_text(out, page)
     ctx.log.info("report: wrote %s", out)

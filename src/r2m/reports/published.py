@@ -102,32 +102,3 @@ TABLE3: dict[str, dict[str, Row]] = {
 def dataset_label(name: str) -> str:
     return DATASET_LABELS.get(name, name)
 
-
-# --------------------------------------------------------------------------- supervised seed baselines
-# Show, Attend and Tell (Xu et al. 2015), Table 1: B-1..4 and METEOR (no ROUGE-L/CIDEr/SPICE printed);
-# S-CNN-RNN (Liu et al. 2017), Table 3: COCO test server c5 (its Table 4, COCO val split:
-# B-4 34.0, METEOR 26.0, ROUGE-L 55.0, CIDEr 105.4). Percent, columns as COLUMNS.
-SAT_SCNN_PUBLISHED: dict[str, dict[str, Row]] = {
-    "Flickr8k": {
-        "Soft-Attention (SAT)": (67.0, 44.8, 29.9, 19.5, 18.93, _, _, _),
-        "Hard-Attention (SAT)": (67.0, 45.7, 31.4, 21.3, 20.30, _, _, _),
-    },
-    "Flickr30k": {
-        "Soft-Attention (SAT)": (66.7, 43.4, 28.8, 19.1, 18.49, _, _, _),
-        "Hard-Attention (SAT)": (66.9, 43.9, 29.6, 19.9, 18.46, _, _, _),
-    },
-    "COCO": {
-        "Soft-Attention (SAT)": (70.7, 49.2, 34.4, 24.3, 23.90, _, _, _),
-        "Hard-Attention (SAT)": (71.8, 50.4, 35.7, 25.0, 23.04, _, _, _),
-        "S-CNN-RNN (test server c5)": (74.3, 57.8, 43.4, 32.3, 25.5, 54.0, 98.6, _),
-    },
-}
-
-# S-CNN-RNN Table 2: multi-label classification on COCO's 80 object classes (top-3 protocol for
-# the fixed-length competitors; "Ours" decides its own length), percent
-SCNN_MULTILABEL_PUBLISHED: dict[str, dict[str, float]] = {
-    "S-CNN-RNN (COCO 80 classes)": {"C-R": 59.83, "C-P": 67.40, "C-F1": 63.39, "O-R": 68.73, "O-P": 76.63,
-                                    "O-F1": 72.47},
-    "CNN+logistic (COCO 80 classes)": {"C-R": 58.60, "C-P": 59.30, "C-F1": 58.90, "O-R": 65.00, "O-P": 61.70,
-                                       "O-F1": 63.30},
-}

@@ -120,7 +120,9 @@ def _train(ctx, phase: str) -> None:
     captions = pq.read_table(Path(ctx.deps["sup_vocab"]) / "captions.parquet",
                              columns=["image_id", "split", "caption"]).to_pydict()
     section = cls.prepare_params(model_section(ctx), captions)
-    model = build_sup_model(name, section, len(itos), feats.shapes).to(device)
+    model = build_sup_model(name, section, len(itos), feats.shapes)
+    model.fit_feature_norm(feats.channel_stats(train.rows))
+    model.to(device)
     model.bind_data(captions)
     model.set_phase(phase)
     init = Path(ctx.deps["pretrain"]) / "model.pt" if "pretrain" in ctx.deps else None
