@@ -101,4 +101,3 @@ TABLE3: dict[str, dict[str, Row]] = {
 
 def dataset_label(name: str) -> str:
     return DATASET_LABELS.get(name, name)
-
