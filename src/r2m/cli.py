@@ -18,7 +18,7 @@ from r2m.pipeline import stages as S
 TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
     "bench": ("r2m.bench:main", "benchmarks: train, features, evaluate"),
-    "datasets": ("r2m.datasets:main", "list the dataset recipes and the declared catalog"),
+    "datasets": ("r2m.datasets:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 
 

@@ -59,6 +59,9 @@ class DatasetEntry(_Section):
 
     model_config = ConfigDict(extra="allow")
     kind: str
+    fidelity: Literal["paper", "official"] | None = Field(
+        None, description="profile resolving every item of the 'fidelity' section left null: 'paper' (the "
+        "method as written) or 'official' (the authors' released code); null = the recipe's default")
     beta: float = Field(1.0, ge=0, description="weight of L_rec^S in L_S (Eq. 11)")
     gamma: float = Field(1.0, ge=0, description="weight of L_rec^I in L_I (Eq. 13)")
     overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -120,7 +123,89 @@ class ModelParams(_Section):
     memory_slots: int = Field(1, ge=1)
     dropout: float = Field(0.2, ge=0, lt=1)
     mlp_layers: int = Field(2, ge=1)
-    image_proj: Literal["learned", "frozen_random"] = "learned"
+    image_proj: Literal["learned", "frozen_random"] | None = Field(
+        None, description="null = from the fidelity profile (paper: learned, official: frozen_random)")
+
+    @model_validator(mode="after")
+    def _heads_divide_d(self) -> ModelParams:
+        if self.d % self.heads:
+            raise ValueError(f"d={self.d} must be divisible by heads={self.heads} (each head's value size is d/heads)")
+        return self
+
+
+class FidelityParams(_Section):
+    """Where the authors' released code differs from the paper's text, one item each.
+
+    ``null`` = taken from the dataset's profile (``catalog.<name>.fidelity``, see :data:`PROFILES`);
+    :func:`for_dataset` resolves every item, so a stage (and its saved ``params.yaml``) always sees
+    explicit values. Set an item (top level, or in a catalog entry's ``overrides``) to pin it.
+    """
+
+    init: Literal["pytorch", "official"] | None = Field(
+        None, description="official: word embedding and W_d U(+-0.08), LSTM forget-gate bias 1 (others 0)")
+    rec_loss: Literal["sum_normalized", "mse_raw"] | None = Field(
+        None, description="L_rec: squared distance summed over dims with L2-normalised v~ (paper) or "
+        "the mean over dims with the unnormalised v~ (official mean_squared_error)")
+    rank_loss: Literal["vsepp", "official"] | None = Field(
+        None, description="L_M: VSE++ hardest negative (paper) or the official crit() "
+        "(no diagonal mask, reduction axes swapped, raw v~)")
+    dropout: Literal["encoder_output", "encoder"] | None = Field(
+        None, description="where dropout acts: concept embeddings and before W_d (ours) or only the "
+        "encoder (official; LSTM ablation cells get input/output dropout as its DropoutWrapper)")
+    image_concepts: Literal["by_score", "official"] | None = Field(
+        None, description="by_score: the 5 most confident, shuffled in training; official: dictionary "
+        "(class-id) order after de-duplication, the last 5 in training, [::-1][-5:] at test, unshuffled")
+    decoding: Literal["paper", "official"] | None = Field(
+        None, description="paper: caption.max_len steps, <UNK> banned, a finished beam holds its slot; "
+        "official (im2txt): caption.max_len - 1 steps, <UNK> allowed, finished captions kept apart")
+    tokenizer: Literal["caption", "official"] | None = Field(
+        None, description="caption: PTB-like, punctuation dropped; official: punctuation kept as tokens")
+    singularise_targets: bool | None = Field(
+        None, description="replace plural dictionary words by their singular inside the target sentence")
+    count_specials: bool | None = Field(
+        None, description="corpus_concepts.min/max_tokens and build_vocab.max_unk_ratio count <S> and </S>")
+    vocab_counts: Literal["train", "all"] | None = Field(
+        None, description="sentences whose words are counted for build_vocab.min_count")
+    vocab_filter: str | None = Field(
+        None, description="word-list file (one word per line, e.g. the GloVe vocabulary): words under "
+        "build_vocab.min_count rule must also be in it; dictionary words are always kept. null = none")
+
+
+# item -> (paper, official); ``vocab_filter`` has no profile value (a user-supplied file)
+PROFILES: dict[str, tuple[Any, Any]] = {
+    "fidelity.init": ("pytorch", "official"),
+    "fidelity.rec_loss": ("sum_normalized", "mse_raw"),
+    "fidelity.rank_loss": ("vsepp", "official"),
+    "fidelity.dropout": ("encoder_output", "encoder"),
+    "fidelity.image_concepts": ("by_score", "official"),
+    "fidelity.decoding": ("paper", "official"),
+    "fidelity.tokenizer": ("caption", "official"),
+    "fidelity.singularise_targets": (False, True),
+    "fidelity.count_specials": (False, True),
+    "fidelity.vocab_counts": ("train", "all"),
+    "model.image_proj": ("learned", "frozen_random"),
+}
+# the profile of a catalog entry whose ``fidelity`` is null, by recipe kind (others: DEFAULT_PROFILE)
+BENCHMARK_KINDS = ("coco_shutterstock", "flickr30k_coco", "coco_gcc")
+DEFAULT_PROFILE = "paper"  # the better on demo and tiny (README, "Reproduce the paper")
+
+
+def profile_of(entry: DatasetEntry) -> str:
+    if entry.fidelity is not None:
+        return entry.fidelity
+    return "official" if entry.kind in BENCHMARK_KINDS else DEFAULT_PROFILE
+
+
+def resolve_fidelity(raw: dict[str, Any], profile: str) -> dict[str, Any]:
+    """Fill every null profile item of a raw params mapping with the profile's value."""
+    col = ("paper", "official").index(profile)
+    out = copy.deepcopy(raw)
+    for key, values in PROFILES.items():
+        section, item = key.split(".")
+        sec = out.setdefault(section, {})
+        if sec.get(item) is None:
+            sec[item] = values[col]
+    return out
 
     @model_validator(mode="after")
     def _heads_divide_d(self) -> ModelParams:
@@ -268,6 +353,7 @@ class Params(_Section):
     corpus_concepts: CorpusParams = Field(default_factory=CorpusParams)
     build_vocab: VocabParams = Field(default_factory=VocabParams)
     model: ModelParams = Field(default_factory=ModelParams)
+    fidelity: FidelityParams = Field(default_factory=FidelityParams)
     train_xe: TrainParams = Field(default_factory=lambda: TrainParams(steps=5000, lr=1e-4, max_len=30))
     train_s: TrainParams = Field(default_factory=lambda: TrainParams(steps=6000, lr=1e-4, max_len=40))
     train_m: TrainParams = Field(default_factory=lambda: TrainParams(steps=50, lr=1e-5, max_len=40))
@@ -363,6 +449,9 @@ def check_files(params: Params, dataset: str, source: str = "params") -> None:
     if view.detect_concepts.backend == "tf_oid":  # a local SavedModel (folder or archive); else a download
         errors += _missing_files(view.detect_concepts.options, ("model",), "detect_concepts.options")
     errors += _missing_extras(view)
+    vf = view.fidelity.vocab_filter
+    if vf and not Path(vf).expanduser().exists():
+        errors.append(f"fidelity.vocab_filter: file not found: {vf} (a word list, one word per line; see README)")
     path = view.detect_concepts.options.get("path")
     if view.detect_concepts.backend == "precomputed" and isinstance(path, str) and Path(path).is_absolute() \
             and not Path(path).exists():
@@ -432,12 +521,27 @@ def for_dataset(params: Params, dataset: str) -> Params:
     if dataset not in params.catalog:
         raise ParamsError(f"unknown dataset {dataset!r}; declared under 'catalog': {sorted(params.catalog)}")
     raw = params.model_dump(mode="json")
-    return Params.model_validate(_merged_raw(raw, dataset))
+    return Params.model_validate(resolve_fidelity(_merged_raw(raw, dataset), profile_of(params.catalog[dataset])))
+
+
+def with_profile(params: Params, dataset: str) -> Params:
+    """``params`` with every null profile item filled from ``dataset``'s profile (no-op when resolved)."""
+    raw = params.model_dump(mode="json")
+    return Params.model_validate(resolve_fidelity(raw, profile_of(params.catalog[dataset])))
 
 
 def dump(params: BaseModel | dict[str, Any]) -> str:
     data = params.model_dump(mode="json") if isinstance(params, BaseModel) else params
     return yaml.safe_dump(data, sort_keys=False)
+
+
+def pick(dumped: dict[str, Any], key: str, into: dict[str, Any]) -> None:
+    """Copy ``key`` (a section, or ``section.item``) of a dumped params mapping into ``into``, nested."""
+    section, _, item = key.partition(".")
+    if not item:
+        into[section] = dumped.get(section)
+        return
+    into.setdefault(section, {})[item] = (dumped.get(section) or {}).get(item)
 
 
 # value lists the DAG expands axes over; a Gather or Stage may name another list for an axis

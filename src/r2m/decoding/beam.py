@@ -73,3 +73,71 @@ def to_words(tokens: Tensor, itos: Sequence[str]) -> list[list[str]]:
             words.append(itos[t])
         out.append(words)
     return out
+
+
+@torch.no_grad()
+def beam_search_im2txt(model, v: Tensor, beam: int = 3, max_len: int = 20,
+                       banned: Sequence[int] = (PAD, START)) -> dict[str, Tensor]:
+    """The released code's decoder (TF im2txt ``caption_generator`` as its ``sentence_infer`` uses it).
+
+    Differences from :func:`beam_search`: ``max_len − 1`` steps (its ``max_caption_length − 1``);
+    each live caption proposes its ``beam`` best next words; those ending in <#end> go to a separate
+    pool of finished captions (the best ``beam`` kept) instead of holding a beam slot, so ``beam``
+    captions stay live until the last step; no length normalisation. The answer is the best
+    finished caption, or, when none finished, the best live one *without its last word* (im2txt
+    strips "the end word" from it as well). Same return format as :func:`beam_search`.
+    """
+    B, k = v.shape[0], beam
+    steps = max(max_len - 1, 1)
+    dev = v.device
+    state = tuple(s.repeat_interleave(k, 0) for s in model.decode_init(v))
+    prev = torch.full((B * k,), START, dtype=torch.long, device=dev)
+    scores = torch.full((B, k), float("-inf"), device=dev)
+    scores[:, 0] = 0.0
+    live = torch.zeros(B, k, steps, dtype=torch.long, device=dev)
+    fin = torch.zeros(B, k, steps, dtype=torch.long, device=dev)
+    fin_scores = torch.full((B, k), float("-inf"), device=dev)
+    fin_len = torch.zeros(B, k, dtype=torch.long, device=dev)
+    base = (torch.arange(B, device=dev) * k).unsqueeze(1)
+    for t in range(steps):
+        h, state, _, _ = model.decode_step(state, prev)
+        lp = torch.log_softmax(model.logits(h).float(), dim=-1)
+        if banned:
+            lp[:, list(banned)] = float("-inf")
+        V = lp.shape[-1]
+        wlp, widx = lp.view(B, k, V).topk(k, dim=-1)  # [B, k, k] per live caption
+        cand = (scores.unsqueeze(-1) + wlp).view(B, k * k)
+        words = widx.view(B, k * k)
+        src_all = torch.arange(k, device=dev).repeat_interleave(k).expand(B, -1)  # the caption extended
+        ends = words == END
+        # finished pool: old finished ∪ this step's <#end> candidates, best k
+        new_fin = live.gather(1, src_all.unsqueeze(-1).expand(-1, -1, steps)).clone()
+        new_fin[:, :, t] = END
+        pool_s = torch.cat((fin_scores, cand.masked_fill(~ends, float("-inf"))), 1)
+        pool_t = torch.cat((fin, new_fin), 1)
+        pool_l = torch.cat((fin_len, torch.full_like(words, t + 1)), 1)
+        fin_scores, pick = pool_s.topk(k, dim=-1)
+        fin = pool_t.gather(1, pick.unsqueeze(-1).expand(-1, -1, steps))
+        fin_len = pool_l.gather(1, pick)
+        # live captions: the best k candidates that did not end
+        scores, pick = cand.masked_fill(ends, float("-inf")).topk(k, dim=-1)
+        src = src_all.gather(1, pick)
+        tok = words.gather(1, pick)
+        state = tuple(s.index_select(0, (base + src).view(-1)) for s in state)
+        live = live.gather(1, src.unsqueeze(-1).expand(-1, -1, steps)).clone()
+        live[:, :, t] = tok
+        prev = tok.view(-1)
+    has_fin = torch.isfinite(fin_scores[:, 0])
+    # fallback: live captions with their last word stripped (length steps - 1, no <#end>)
+    cut = live.clone()
+    cut[:, :, steps - 1] = PAD
+    tokens = torch.where(has_fin.view(B, 1, 1), fin, cut)
+    out_scores = torch.where(has_fin.view(B, 1), fin_scores, scores)
+    lengths = torch.where(has_fin.view(B, 1), fin_len, torch.full_like(fin_len, steps - 1))
+    order = out_scores.argsort(dim=-1, descending=True)
+    return {"tokens": tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, steps)),
+            "scores": out_scores.gather(1, order), "lengths": lengths.gather(1, order)}
+
+
+# ``fidelity.decoding`` -> (search function, whether <UNK> is banned)
+DECODERS = {"paper": (beam_search, True), "official": (beam_search_im2txt, False)}

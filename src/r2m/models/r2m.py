@@ -9,7 +9,11 @@ Design decisions (where the paper leaves room; see also docs/ARCHITECTURE.md):
   given (the *data pipeline* shuffles them per example, seeded) → hidden state at the last valid
   concept → L2-normalised ``v``. An empty concept set gives ``v = 0`` (used at caption time for
   images with no detected concept). Dropout (``dropout``) on the concept embeddings (the official
-  code's keep-prob 0.8 on the encoder LSTM) and on the decoder memory before ``W_d``.
+  code's keep-prob 0.8 on the encoder LSTM) and, with ``dropout_scope="encoder_output"`` (ours),
+  on the decoder memory before ``W_d``; ``"encoder"`` is the official code (none in the decoder,
+  but input/output dropout around the LSTM cells of the memory ablations, its DropoutWrapper).
+* **Initialisation.** ``init="pytorch"``: PyTorch's defaults (embedding N(0, 1)); ``"official"``:
+  see :meth:`R2M.official_init`.
 * **FM (Eqs. 1–4).** ``x_t = [v; w_{t-1}]`` as 2 tokens; per head ``U_q, U_k, U_v ∈ R^{d×d_k}``
   (no bias), scaled dot-product softmax over the 2 tokens, ``x'_t ∈ R^{2×(H·d_k)}`` is flattened
   row-major (v-row then w-row) to ``2·H·d_k`` and a linear layer (with bias) gives ``f_t ∈ R^d``.
@@ -74,13 +78,17 @@ class R2MConfig:
     image_dim: int = 0  # 0: no image projection (text stages)
     image_proj: Literal["learned", "frozen_random"] = "learned"
     image_proj_seed: int = 0
+    init: Literal["pytorch", "official"] = "pytorch"
+    dropout_scope: Literal["encoder_output", "encoder"] = "encoder_output"
 
     def __post_init__(self) -> None:
         if self.d % self.heads:
             raise ValueError(f"R2MConfig: d={self.d} must be divisible by heads={self.heads}")
         for name, allowed in (("fm", ("attention", "linear")), ("decoder_memory", ("rm", "lstm")),
                               ("reconstructor_memory", ("rm", "lstm")),
-                              ("image_proj", ("learned", "frozen_random"))):
+                              ("image_proj", ("learned", "frozen_random")),
+                              ("init", ("pytorch", "official")),
+                              ("dropout_scope", ("encoder_output", "encoder"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"R2MConfig.{name}={getattr(self, name)!r}: choose from {allowed}")
 
@@ -203,20 +211,28 @@ class LSTMMemory(nn.Module):
         self.out_dim = slots * d
         self.ih = nn.Linear(input_dim, 4 * self.out_dim)
         self.hh = nn.Linear(self.out_dim, 4 * self.out_dim, bias=False)
+        # input/output dropout of the official code's DropoutWrapper (set by R2M for dropout_scope=encoder)
+        self.io_drop: nn.Module = nn.Identity()
+
+    def official_init(self) -> None:
+        """TF BasicLSTMCell: zero bias plus forget_bias 1 on the forget gate."""
+        with torch.no_grad():
+            self.ih.bias.zero_()
+            self.ih.bias[self.out_dim: 2 * self.out_dim].fill_(1.0)
 
     def init_state(self, batch: int, like: Tensor) -> tuple[Tensor, ...]:
         z = like.new_zeros(batch, self.out_dim)
         return (z, z)
 
     def precompute(self, x: Tensor) -> tuple[Tensor, ...]:
-        return (self.ih(x),)
+        return (self.ih(self.io_drop(x)),)
 
     def step(self, state: tuple[Tensor, ...], pre: tuple[Tensor, ...], need_weights: bool = False):
         h, c = state
         i, f, g, o = (pre[0] + self.hh(h)).chunk(4, dim=-1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
-        return (h, c), h, None
+        return (h, c), self.io_drop(h), None
 
 
 MEMORIES: dict[str, type[nn.Module]] = {"rm": RelationalMemory, "lstm": LSTMMemory}
@@ -241,6 +257,14 @@ class R2M(nn.Module):
         self.reconstructor = MEMORIES[cfg.reconstructor_memory](input_dim=md, **mem_args)
         self.rec_proj = nn.Identity() if md == d else nn.Linear(md, d)
         self.drop = nn.Dropout(cfg.dropout)
+        # dropout before W_d: ours (encoder_output); the official code has none there
+        self.out_drop: nn.Module = self.drop if cfg.dropout_scope == "encoder_output" else nn.Identity()
+        if cfg.dropout_scope == "encoder":
+            for mem in (self.decoder, self.reconstructor):
+                if isinstance(mem, LSTMMemory):
+                    mem.io_drop = nn.Dropout(cfg.dropout)
+        if cfg.init == "official":
+            self.official_init()
         if cfg.image_dim and cfg.image_proj == "learned":
             self.image_proj = nn.Linear(cfg.image_dim, d)
         elif cfg.image_dim:
@@ -249,6 +273,27 @@ class R2M(nn.Module):
             self.register_buffer("image_proj_weight", w, persistent=False)
 
     # ------------------------------------------------------------------ pieces
+    def official_init(self) -> None:
+        """The released code's initialisation: word embedding and output weights U(±0.08) (its
+        ``softmax_w`` is a transposed U(±0.08) embedding), output bias U(±sqrt(3/V)) (TF's
+        glorot default for a [V] variable), LSTMs with zero bias and forget-gate bias 1
+        (``BasicLSTMCell(forget_bias=1)``); the RM units keep sonnet's forget bias 1."""
+        with torch.no_grad():
+            nn.init.uniform_(self.embed.weight, -0.08, 0.08)
+            self.embed.weight[PAD].zero_()  # padding row stays 0 (nothing reads it)
+            nn.init.uniform_(self.out.weight, -0.08, 0.08)
+            lim = math.sqrt(3.0 / self.cfg.vocab_size)
+            nn.init.uniform_(self.out.bias, -lim, lim)
+            d = self.cfg.d
+            for name, p in self.encoder.named_parameters():
+                if name.startswith("bias"):
+                    p.zero_()
+                    if name.startswith("bias_ih"):
+                        p[d: 2 * d].fill_(1.0)  # gate order i, f, g, o
+            for mem in (self.decoder, self.reconstructor):
+                if isinstance(mem, LSTMMemory):
+                    mem.official_init()
+
     def param_count(self, include_image_proj: bool = True) -> int:
         return sum(p.numel() for n, p in self.named_parameters()
                    if p.requires_grad and (include_image_proj or not n.startswith("image_proj")))
@@ -275,7 +320,7 @@ class R2M(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Decoder memories [..., N·d] → logits [..., V] (Eq. 8)."""
-        return self.out(self.drop(hidden))
+        return self.out(self.out_drop(hidden))
 
     def run_memory(self, mem: nn.Module, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """Run a memory unit over inputs [B, T, ·] → outputs [B, T, N·d], weights [B, T, H, N, N+1]."""
@@ -292,12 +337,17 @@ class R2M(nn.Module):
         weights = torch.stack(atts, 1) if need_weights and atts and atts[0] is not None else None
         return torch.stack(outs, 1), weights
 
-    def reconstruct(self, dec_hidden: Tensor, lengths: Tensor) -> Tensor:
-        """Eq. 9 over decoder memories [B, T, N·d]; ṽ at step ``lengths-1`` → [B, d] (L2-normalised)."""
+    def reconstruct_raw(self, dec_hidden: Tensor, lengths: Tensor) -> Tensor:
+        """Eq. 9 over decoder memories [B, T, N·d]; ṽ at step ``lengths-1`` → [B, d], unnormalised
+        (the official losses use it as it is)."""
         rec, _ = self.run_memory(self.reconstructor, dec_hidden)
         B = rec.shape[0]
         idx = (lengths - 1).clamp(min=0).view(B, 1, 1).expand(B, 1, rec.shape[-1])
-        return F.normalize(self.rec_proj(rec.gather(1, idx).squeeze(1)), dim=-1)
+        return self.rec_proj(rec.gather(1, idx).squeeze(1))
+
+    def reconstruct(self, dec_hidden: Tensor, lengths: Tensor) -> Tensor:
+        """:meth:`reconstruct_raw`, L2-normalised like ``v``."""
+        return F.normalize(self.reconstruct_raw(dec_hidden, lengths), dim=-1)
 
     # ------------------------------------------------------------------ teacher forcing (L_XE, L_S)
     def forward(self, concepts: Tensor, concept_lens: Tensor, inputs: Tensor, lengths: Tensor,
@@ -310,8 +360,9 @@ class R2M(nn.Module):
         v = self.encode(concepts, concept_lens)
         f, fm_w = self.fusion(self.fusion.prepare(v), self.embed(inputs), need_weights)
         hidden, rm_w = self.run_memory(self.decoder, f, need_weights)
-        v_tilde = self.reconstruct(hidden, lengths) if reconstruct else None
-        return {"hidden": hidden, "v": v, "v_tilde": v_tilde, "fm": fm_w, "rm": rm_w}
+        raw = self.reconstruct_raw(hidden, lengths) if reconstruct else None
+        v_tilde = F.normalize(raw, dim=-1) if raw is not None else None
+        return {"hidden": hidden, "v": v, "v_tilde": v_tilde, "v_tilde_raw": raw, "fm": fm_w, "rm": rm_w}
 
     # ------------------------------------------------------------------ step-wise decoding
     def decode_init(self, v: Tensor) -> tuple[Tensor, ...]:
@@ -352,9 +403,9 @@ class R2M(nn.Module):
         T = tokens.shape[1]
         first_end = torch.where(is_end.any(1), is_end.float().argmax(1) + 1, torch.full_like(done, T, dtype=torch.long))
         hidden = torch.stack(hs, 1)
-        v_tilde = self.reconstruct(hidden, first_end) if reconstruct else None
+        raw = self.reconstruct_raw(hidden, first_end) if reconstruct else None
         return {"tokens": tokens, "lengths": first_end, "hidden": hidden, "logprobs": torch.stack(lps, 1),
-                "v_tilde": v_tilde}
+                "v_tilde": F.normalize(raw, dim=-1) if raw is not None else None, "v_tilde_raw": raw}
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self, **meta: Any) -> dict[str, Any]:

@@ -32,6 +32,11 @@ class StageContext:
     root: Path = Path(".")
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("r2m"))
 
+    def __post_init__(self) -> None:
+        # a stage always sees explicit ``fidelity`` items (for_dataset resolves them already)
+        if self.dataset is not None and self.dataset in self.params.catalog:
+            self.params = P.with_profile(self.params, self.dataset)
+
     # ------------------------------------------------------------------ paths
     @property
     def axes(self) -> dict[str, str]:
@@ -78,8 +83,8 @@ class StageContext:
             name = name.format(**self.axes)  # "{model}": the section named like the model
             if name == "catalog" and self.dataset:
                 data["dataset_entry"] = dumped["catalog"][self.dataset]
-            elif name in dumped:
-                data[name] = dumped[name]
+            elif name.partition(".")[0] in dumped:
+                P.pick(dumped, name, data)
         return data
 
     def save_params(self, folder: str | Path, filename: str = "params.yaml") -> Path:

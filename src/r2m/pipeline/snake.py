@@ -47,9 +47,11 @@ def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
     for name in stage.params:
         name = name.format(**{a: getattr(wildcards, a) for a in stage.axes})
         if name == "catalog" and dataset:
-            data[name] = dumped["catalog"][dataset]
+            # the profile name is not a dependency itself: the items it resolves to are (``fidelity``
+            # section), so switching a profile re-runs only the stages whose items change
+            data[name] = {k: v for k, v in dumped["catalog"][dataset].items() if k != "fidelity"}
         else:
-            data[name] = dumped.get(name)
+            P.pick(dumped, name, data)
     return json.dumps(data, sort_keys=True)
 
 

@@ -92,15 +92,28 @@ COMMON_SRC = ("src/r2m/params.py", "src/r2m/pipeline/context.py", "src/r2m/utils
 MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/text/vocab.py")
 
 
+# the ``fidelity`` items each stage reads (so switching one re-runs only the stages it changes)
+FIDELITY_CORPUS = ("fidelity.tokenizer", "fidelity.count_specials")
+FIDELITY_VOCAB = ("fidelity.vocab_counts", "fidelity.vocab_filter", "fidelity.singularise_targets",
+                  "fidelity.count_specials")
+FIDELITY_TRAIN = {
+    "train_xe": ("fidelity.init", "fidelity.dropout"),
+    "train_s": ("fidelity.init", "fidelity.dropout", "fidelity.rec_loss"),
+    "train_m": ("fidelity.init", "fidelity.dropout", "fidelity.rec_loss", "fidelity.rank_loss"),
+    "train_i": ("fidelity.init", "fidelity.dropout", "fidelity.rec_loss", "fidelity.rank_loss"),
+}
+FIDELITY_IMAGES = ("fidelity.image_concepts", "fidelity.decoding")
+
+
 def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
     deps: dict[str, str | Gather] = {"vocab": f"{D}/vocab"}
     if prev:
         deps["init"] = f"{M}/{prev}"
-    params: tuple[str, ...] = ("model", name, "catalog")
+    params: tuple[str, ...] = ("model", name, "catalog", *FIDELITY_TRAIN[name])
     src = COMMON_SRC + MODEL_SRC
     if uses_images:  # image stages also caption the val images to select the checkpoint by CIDEr
         deps.update(concepts=f"{D}/concepts", features=f"{D}/features", prepared=f"{D}/prepared")
-        params += ("caption", "concepts")
+        params += ("caption", "concepts", *FIDELITY_IMAGES)
         src += ("src/r2m/decoding",)
     else:
         deps["corpus"] = f"{D}/corpus"
@@ -325,7 +338,7 @@ STAGES: tuple[Stage, ...] = (
         axes=("dataset",),
         deps={"prepared": f"{D}/prepared"},
         outs={"corpus": Out(f"{D}/corpus", directory=True)},
-        params=("concepts", "corpus_concepts"),
+        params=("concepts", "corpus_concepts", *FIDELITY_CORPUS),
         src=COMMON_SRC + ("src/r2m/text", "data/dictionaries"),
     ),
     Stage(
@@ -335,7 +348,7 @@ STAGES: tuple[Stage, ...] = (
         axes=("dataset",),
         deps={"corpus": f"{D}/corpus"},
         outs={"vocab": Out(f"{D}/vocab", directory=True)},
-        params=("concepts", "build_vocab"),
+        params=("concepts", "build_vocab", *FIDELITY_VOCAB),
         src=COMMON_SRC + ("src/r2m/text", "data/dictionaries"),
     ),
     _train("train_xe", None, False, "stage 1: L_XE on the text corpus"),
@@ -358,7 +371,7 @@ STAGES: tuple[Stage, ...] = (
             "captions": Out(f"{R}/captions.json", cache=False),
             "attention": Out(f"{R}/attention.json", cache=False),
         },
-        params=("caption", "concepts"),
+        params=("caption", "concepts", *FIDELITY_IMAGES),
         src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py"),
     ),
     Stage(

@@ -112,7 +112,7 @@ def _markdown(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], 
     for r in rows:
         shown = ["" if r[0] == prev else r[0], *r[1:]]
         prev = r[0]
-        out.append("| " + " | ".join(shown) + " |")
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in shown) + " |")
     return "\n".join([*out, "", note, ""])
 
 
@@ -260,8 +260,8 @@ def retrieval_rows(sup: dict[tuple[str, str], dict[str, Any]], r2m: dict[str, di
                     res = sup[(ds, m)]
                     chance = res
                     rows.append([label, MODEL_LABELS.get(m, m), THIS_RUN, *_ret_cells(res),
-                                 f"{res['n_images']} images × {res['n_sentences']} sentences; P(s|I), "
-                                 f"sentence retrieval / P(s)"])
+                                 f"{res['n_images']} images × {res['n_sentences']} sentences; by P(sentence given image), "
+                                 f"sentence retrieval normalised by P(sentence)"])
         if ds in r2m_datasets:
             res = r2m[ds]
             chance = chance or res
@@ -274,7 +274,9 @@ def retrieval_rows(sup: dict[tuple[str, str], dict[str, Any]], r2m: dict[str, di
                          "expected for this test set"])
     for m in models:
         for ds_label, method, values, note in PUBLISHED_RETRIEVAL.get(m, []):
-            rows.append([ds_label, method, PUBLISHED, *[f"{v:g}" for v in values], note])
+            rows.append([ds_label, method, PUBLISHED,
+                         *[f"{v:g}" if "Med" in c else f"{v:.1f}" for c, v in zip(RET_COLUMNS, values, strict=True)],
+                         note])
     return rows
 
 

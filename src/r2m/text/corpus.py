@@ -67,6 +67,10 @@ class FilterConfig:
     min_tokens: int = 1
     max_tokens: int = 40
     require_concept: bool = True
+    count_specials: bool = False  # lengths count <S> and </S> (the official ">= 10 tokens")
+
+    def length(self, tokens: list[str]) -> int:
+        return len(tokens) + (2 if self.count_specials else 0)
 
 
 # a filter is (tokens, concepts, cfg) -> True when the sentence must be dropped; applied in name order
@@ -76,12 +80,12 @@ FILTERS: Registry[SentenceFilter] = Registry("sentence filter")
 
 @FILTERS.register("too_short")
 def _too_short(tokens: list[str], concepts: list[str], cfg: FilterConfig) -> bool:
-    return len(tokens) < cfg.min_tokens
+    return cfg.length(tokens) < cfg.min_tokens
 
 
 @FILTERS.register("too_long")
 def _too_long(tokens: list[str], concepts: list[str], cfg: FilterConfig) -> bool:
-    return len(tokens) > cfg.max_tokens
+    return cfg.length(tokens) > cfg.max_tokens
 
 
 @FILTERS.register("no_concept")

@@ -65,6 +65,15 @@ class Dictionary:
             word = class_word(key, self.singulariser)
         return word if word in self.words else None
 
+    @property
+    def word_rank(self) -> dict[str, int]:
+        """Concept word → line of its first class name in the ``.names`` file (for OpenImages the
+        file is in label-map id order, the order the official code's ``np.unique`` sorts by)."""
+        rank: dict[str, int] = {}
+        for i, lab in enumerate(self.labels):
+            rank.setdefault(self._label_map[lab.lower()], i)
+        return rank
+
     def sentence_concepts(self, tokens: Iterable[str]) -> list[str]:
         """Sorted set(singularised tokens) ∩ dictionary words."""
         words = self.words
@@ -89,20 +98,47 @@ def _ranked(pairs: Sequence[tuple[str, float]], max_per_image: int) -> list[tupl
     return ranked[:max_per_image]
 
 
+def _official(pairs: Sequence[tuple[str, float]], max_per_image: int, rank: dict[str, int],
+              at_test: bool) -> list[tuple[str, float]]:
+    best: dict[str, float] = {}
+    for concept, score in pairs:
+        best[concept] = max(score, best.get(concept, float("-inf")))
+    ordered = sorted(best.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+    if at_test:
+        ordered = ordered[::-1]
+    return ordered[-max_per_image:]
+
+
+CONCEPT_ORDERS = ("by_score", "official_train", "official_test")
+
+
 def image_concepts(
     df: Any,
     threshold: float = 0.3,
     max_per_image: int = 5,
     dictionary: Dictionary | None = None,
+    order: str = "by_score",
 ) -> dict[str, list[tuple[str, float]]]:
     """Concepts per image from a detections table (``image_id``, ``score`` and ``concept`` or ``label``).
 
     Rule: keep detections with ``score >= threshold`` whose concept is set; de-duplicate per concept
-    keeping its maximum score; order by descending score (ties: concept name) and keep the first
-    ``max_per_image``. (The official code keeps the *last* 5 after de-duplicating in detector
-    order; detector order is not stored here, so we keep the 5 most confident, a deterministic
-    choice.) Images without any concept left are absent from the result.
+    keeping its maximum score; then, by ``order``:
+
+    * ``by_score`` (ours): descending score (ties: concept name), the first ``max_per_image``;
+    * ``official_train``: the released code's training input — ``np.unique`` over the class ids
+      (ascending label-map id), then the *last* ``max_per_image``;
+    * ``official_test``: its test input — the same list reversed (``[::-1]``), then the last
+      ``max_per_image`` (so the lowest ids, in descending order: a different subset when an image
+      has more than ``max_per_image`` concepts).
+
+    The detections stage does not keep the detector's own output order; the official code does not
+    use it either (``np.unique`` sorts by class id), so the class id is taken as the concept's line
+    in the dictionary's ``.names`` file (:attr:`Dictionary.word_rank`). When two class names map to
+    one word it takes its first line (the official code could then feed the word twice).
+    Images without any concept left are absent from the result.
     """
+    if order not in CONCEPT_ORDERS:
+        raise ValueError(f"image concept order {order!r}: choose from {CONCEPT_ORDERS}")
     import pandas as pd
 
     if "concept" not in df.columns:
@@ -120,6 +156,11 @@ def image_concepts(
     grouped: dict[str, list[tuple[str, float]]] = {}
     for i, c, s in zip(ids, concepts, scores, strict=True):
         grouped.setdefault(i, []).append((c, float(s)))
+    if order == "by_score":
+        for image_id, pairs in grouped.items():
+            out[image_id] = _ranked(pairs, max_per_image)
+        return out
+    rank = (dictionary or load_dictionary()).word_rank
     for image_id, pairs in grouped.items():
-        out[image_id] = _ranked(pairs, max_per_image)
+        out[image_id] = _official(pairs, max_per_image, rank, order == "official_test")
     return out

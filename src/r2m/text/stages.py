@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 from r2m.pipeline.context import StageContext
 from r2m.text.corpus import FilterConfig, ReadStats, drop_reason, holdout_mask, read_lines
 from r2m.text.dictionary import Dictionary, load_dictionary
-from r2m.text.tokenize import tokenize
-from r2m.text.vocab import Vocab, unk_ratio
+from r2m.text.tokenize import TOKENIZERS
+from r2m.text.vocab import Vocab, read_word_list, unk_ratio
 from r2m.text.vocab import build_vocab as make_vocab
 from r2m.utils.io import atomic_path, write_json
 from r2m.utils.progress import progress
@@ -40,34 +40,49 @@ def _chunks(it: Iterator[Any], size: int) -> Iterator[list[Any]]:
 
 
 # --------------------------------------------------------------------------- corpus_concepts
+# split value of sentences kept only for the vocabulary counts (``fidelity.vocab_counts: all``)
+COUNT_ONLY = "count_only"
+
+
 def process_chunk(
     lines: list[tuple[int, str]], dictionary: Dictionary, cfg: FilterConfig, holdout: float, seed: int,
-    dropped: Counter[str],
+    dropped: Counter[str], tokenizer: str = "caption", keep_no_concept: bool = False,
+    passed: Counter[str] | None = None,
 ) -> dict[str, list[Any]]:
-    """Tokenise, find concepts, filter and split one chunk of ``(line_number, sentence)``."""
+    """Tokenise (``fidelity.tokenizer``), find concepts, filter and split one chunk of
+    ``(line_number, sentence)``. Tokens are stored as written (plurals included). With
+    ``keep_no_concept``, sentences dropped *only* for having no concept are kept with split
+    :data:`COUNT_ONLY` (the official vocabulary counts them; build_vocab never trains on them)."""
+    tokenize = TOKENIZERS[tokenizer]
     cols: dict[str, list[Any]] = {"tokens": [], "concepts": [], "line": []}
+    count_only: list[bool] = []
     for lineno, text in lines:
         tokens = tokenize(text)
         concepts = dictionary.sentence_concepts(tokens)
         reason = drop_reason(tokens, concepts, cfg)
+        length_ok = cfg.min_tokens <= cfg.length(tokens) <= cfg.max_tokens
+        if passed is not None and length_ok:
+            passed["length"] += 1  # passes the length filters, whatever its concepts
         if reason is not None:
             dropped[reason] += 1
-            continue
+            if not (keep_no_concept and reason == "no_concept" and length_ok):
+                continue
+        count_only.append(reason is not None)
         cols["tokens"].append(" ".join(tokens))
         cols["concepts"].append(" ".join(concepts))
         cols["line"].append(lineno)
     val = holdout_mask(np.asarray(cols["line"], dtype=np.int64), holdout, seed)
-    cols["split"] = np.where(val, "val", "train").tolist()
+    cols["split"] = [COUNT_ONLY if c else ("val" if h else "train") for c, h in zip(count_only, val, strict=True)]
     return cols
 
 
 def corpus_concepts(ctx: StageContext) -> None:
     src = ctx.deps["prepared"] / "corpus.txt"
     out = ctx.outs["corpus"]
-    p = ctx.params.corpus_concepts
-    cfg = FilterConfig(p.min_tokens, p.max_tokens, p.require_concept)
+    p, fid = ctx.params.corpus_concepts, ctx.params.fidelity
+    cfg = FilterConfig(p.min_tokens, p.max_tokens, p.require_concept, fid.count_specials)
     dictionary = load_dictionary(ctx.params.concepts.dictionary)
-    read, dropped, concept_counts = ReadStats(), Counter(), Counter()
+    read, dropped, concept_counts, passed = ReadStats(), Counter(), Counter(), Counter()
     n_split: Counter[str] = Counter()
     t0 = time.perf_counter()
     with atomic_path(out) as tmp:
@@ -75,17 +90,20 @@ def corpus_concepts(ctx: StageContext) -> None:
         with pq.ParquetWriter(tmp / "corpus.parquet", CORPUS_SCHEMA) as writer, \
                 progress(desc="corpus_concepts", unit="sent") as bar:
             for chunk in _chunks(read_lines(src, read), CHUNK):
-                cols = process_chunk(chunk, dictionary, cfg, p.holdout, p.seed, dropped)
+                cols = process_chunk(chunk, dictionary, cfg, p.holdout, p.seed, dropped, fid.tokenizer,
+                                     keep_no_concept=fid.vocab_counts == "all", passed=passed)
                 writer.write_table(pa.table(cols, schema=CORPUS_SCHEMA))
-                n_split.update(cols["split"])
+                n_split.update(x for x in cols["split"] if x != COUNT_ONLY)
                 for c in cols["concepts"]:
                     concept_counts.update(c.split())
                 bar.update(len(chunk))
         seconds = time.perf_counter() - t0
         n_in = read.lines - read.empty - read.bad_utf8
         stats = {
-            "source": str(src), "dictionary": dictionary.name, "read": read.as_dict(),
-            "sentences_in": n_in, "dropped": dict(dropped), "kept": sum(n_split.values()),
+            "source": str(src), "dictionary": dictionary.name, "tokenizer": fid.tokenizer,
+            "count_specials": fid.count_specials, "read": read.as_dict(),
+            "sentences_in": n_in, "dropped": dict(dropped), "length_ok": passed["length"],
+            "kept": sum(n_split.values()),
             "split": dict(n_split), "distinct_concepts": len(concept_counts),
             "top_concepts": dict(concept_counts.most_common(50)),
             "seconds": round(seconds, 3), "sentences_per_s": round(n_in / max(seconds, 1e-9), 1),
@@ -112,12 +130,31 @@ def count_words(corpus: Path, split: str | None = "train") -> tuple[Counter[str]
     return counts, n
 
 
-def encode_batch(batch: pa.RecordBatch, vocab: Vocab, max_unk: float, stats: Counter[str]) -> pa.Table:
+def singular_targets(tokens: list[str], dictionary: Dictionary) -> list[str]:
+    """Plural dictionary words replaced by their singular inside the sentence (the official
+    preprocessing's ``replace``: ``dogs`` → ``dog`` when ``dog`` is a dictionary word)."""
+    out = []
+    for t in tokens:
+        s = dictionary.singulariser.singular(t)
+        out.append(s if s != t and s in dictionary.words else t)
+    return out
+
+
+def encode_batch(batch: pa.RecordBatch, vocab: Vocab, max_unk: float, stats: Counter[str],
+                 dictionary: Dictionary | None = None, unk_extra: int = 0) -> pa.Table:
+    """Encode sentences; with ``dictionary``, plural dictionary words are singularised first;
+    ``unk_extra`` tokens (2 = <S>, </S>) count in the <UNK>-ratio denominator."""
     ids_col, cids_col, split_col = [], [], []
     for tokens, concepts, split in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
-        ids = vocab.encode(tokens.split())
+        words = tokens.split()
+        if dictionary is not None:
+            words = singular_targets(words, dictionary)
+        if split == COUNT_ONLY:  # counted for the vocabulary only
+            stats["count_only"] += 1
+            continue
+        ids = vocab.encode(words)
         stats[f"in_{split}"] += 1
-        if unk_ratio(ids, vocab.unk_id) > max_unk:
+        if unk_ratio(ids, vocab.unk_id, unk_extra) > max_unk:
             stats[f"dropped_unk_{split}"] += 1
             continue
         cids = [i for i in vocab.encode(concepts.split()) if i != vocab.unk_id]
@@ -135,12 +172,14 @@ def build_vocab(ctx: StageContext) -> None:
     if not corpus.exists():
         raise FileNotFoundError(f"missing input file: {corpus} (run `r2m corpus_concepts --dataset {ctx.dataset}`)")
     out = ctx.outs["vocab"]
-    p = ctx.params.build_vocab
+    p, fid = ctx.params.build_vocab, ctx.params.fidelity
     dictionary = load_dictionary(ctx.params.concepts.dictionary)
+    allowed = read_word_list(fid.vocab_filter) if fid.vocab_filter else None
     t0 = time.perf_counter()
-    counts, n_counted = count_words(corpus)
-    vocab = make_vocab(counts, p.min_count, dictionary.words)
-    n_frequent = sum(1 for c in counts.values() if c >= p.min_count)
+    # counted before any singularisation, as the official preprocessing does
+    counts, n_counted = count_words(corpus, None if fid.vocab_counts == "all" else "train")
+    vocab = make_vocab(counts, p.min_count, dictionary.words, allowed)
+    n_frequent = sum(1 for w, c in counts.items() if c >= p.min_count and (allowed is None or w in allowed))
     stats: Counter[str] = Counter()
     with atomic_path(out) as tmp:
         tmp.mkdir(parents=True)
@@ -149,12 +188,16 @@ def build_vocab(ctx: StageContext) -> None:
         with pq.ParquetWriter(tmp / "encoded.parquet", ENCODED_SCHEMA) as writer, \
                 progress(desc="build_vocab", unit="sent", total=pf.metadata.num_rows) as bar:
             for batch in pf.iter_batches(batch_size=CHUNK, columns=["tokens", "concepts", "split"]):
-                writer.write_table(encode_batch(batch, vocab, p.max_unk_ratio, stats))
+                writer.write_table(encode_batch(batch, vocab, p.max_unk_ratio, stats,
+                                                dictionary if fid.singularise_targets else None,
+                                                2 if fid.count_specials else 0))
                 bar.update(batch.num_rows)
         seconds = time.perf_counter() - t0
         n_in = int(pf.metadata.num_rows)
         summary = {
             "vocab_size": len(vocab), "min_count": p.min_count, "max_unk_ratio": p.max_unk_ratio,
+            "vocab_filter": fid.vocab_filter, "vocab_filter_words": len(allowed) if allowed is not None else None,
+            "vocab_counts": fid.vocab_counts, "singularise_targets": fid.singularise_targets,
             "dictionary": dictionary.name, "counted_sentences": n_counted, "distinct_words": len(counts),
             "frequent_words": n_frequent, "dictionary_words": len(dictionary.words),
             "dictionary_only_words": len(vocab) - 4 - n_frequent,

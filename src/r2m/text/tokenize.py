@@ -37,3 +37,44 @@ def tokenize(sentence: str) -> list[str]:
     for word in sentence.lower().translate(_SPACE_OUT).split():
         out.extend(_split_word(word))
     return out
+
+
+# --------------------------------------------------------------------------- official (UC-GAN) tokens
+_PUNCT_CHARS = ".?!,:;'\"`()[]{}"
+_OPEN_QUOTE = re.compile(r'^"')
+
+
+def _peel(word: str) -> list[str]:
+    """One whitespace word → leading punctuation, the word (clitic split), trailing punctuation."""
+    lead: list[str] = []
+    trail: list[str] = []
+    while word and word[0] in _PUNCT_CHARS and not word.startswith("'s"):
+        lead.append("``" if word[0] == '"' else word[0])
+        word = word[1:]
+    while word and word[-1] in _PUNCT_CHARS:
+        if word.endswith("..."):
+            trail.append("...")
+            word = word[:-3]
+            continue
+        trail.append("''" if word[-1] == '"' else word[-1])
+        word = word[:-1]
+    mid: list[str] = []
+    if word:
+        m = _CLITIC.match(word)
+        mid = [m.group(1), m.group(2)] if m and m.group(1) else [word]
+    return lead + mid + trail[::-1]
+
+
+def tokenize_keep_punct(sentence: str) -> list[str]:
+    """The official preprocessing's tokens (im2txt ``_process_caption``: NLTK ``word_tokenize`` of the
+    lower-cased sentence), approximated without NLTK: punctuation at the ends of words becomes its own
+    token and is *kept* (``"a dog, running."`` → ``['a', 'dog', ',', 'running', '.']``), clitics split
+    as PTB does, double quotes become `````` / ``''``; punctuation inside a word stays (``t-shirt``, ``3.5``)."""
+    out: list[str] = []
+    for word in sentence.lower().split():
+        out.extend(_peel(word))
+    return out
+
+
+# ``fidelity.tokenizer`` -> tokeniser
+TOKENIZERS = {"caption": tokenize, "official": tokenize_keep_punct}

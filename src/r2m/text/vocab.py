@@ -8,7 +8,7 @@ corpus plus every dictionary word (so concept ids are always in range); sentence
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,16 +77,39 @@ class Vocab:
         return cls(list(data["itos"]))
 
 
-def build_vocab(counts: Mapping[str, int], min_count: int, dictionary_words: Iterable[str] = ()) -> Vocab:
-    """Words with ``count >= min_count`` (most frequent first, ties alphabetical) ∪ dictionary words
+def build_vocab(counts: Mapping[str, int], min_count: int, dictionary_words: Iterable[str] = (),
+                allowed: Collection[str] | None = None) -> Vocab:
+    """Words with ``count >= min_count`` (most frequent first, ties alphabetical; with ``allowed``,
+    only those in it, e.g. the GloVe vocabulary as the official preprocessing) ∪ dictionary words
     (those not already in, alphabetical), after the specials."""
-    frequent = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
+    frequent = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS
+                       and (allowed is None or w in allowed)),
                       key=lambda w: (-counts[w], w))
     seen = set(frequent)
     extra = sorted(w for w in set(dictionary_words) if w not in seen and w not in SPECIALS)
     return Vocab(list(SPECIALS) + frequent + extra)
 
 
-def unk_ratio(ids: Sequence[int], unk_id: int = Vocab.unk_id) -> float:
-    """Fraction of ``<UNK>`` among the ids (0.0 for an empty sentence)."""
-    return sum(1 for i in ids if i == unk_id) / len(ids) if len(ids) else 0.0
+def unk_ratio(ids: Sequence[int], unk_id: int = Vocab.unk_id, extra: int = 0) -> float:
+    """Fraction of ``<UNK>`` among the ids (0.0 for an empty sentence); ``extra`` tokens (e.g. 2
+    for <S> and </S>, as the official filter counts them) add to the length."""
+    n = len(ids) + extra
+    return sum(1 for i in ids if i == unk_id) / n if n else 0.0
+
+
+def read_word_list(path: str | Path) -> frozenset[str]:
+    """A word-list file (one word per line; anything after the first whitespace ignored, so a GloVe
+    ``.txt`` vectors file works too); blank lines skipped. Clear error when it is missing."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"fidelity.vocab_filter: word list not found: {path} (one word per line, "
+                                f"e.g. the words of GloVe's glove.840B.300d.txt; see README)")
+    words = set()
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            w = line.split(" ", 1)[0].strip()
+            if w:
+                words.add(w)
+    if not words:
+        raise ValueError(f"fidelity.vocab_filter: {path} holds no words")
+    return frozenset(words)

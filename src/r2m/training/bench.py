@@ -48,12 +48,12 @@ def bench_train(device: str, variant: str, steps: int, warmup: int, batch: int, 
             if mode == "image":
                 v = model.encode(concepts, clens)
                 out = model.greedy(v, length, stop_early=False)
-                loss, _ = loss_i(model.project_image(feats), v, out["v_tilde"], 1.0)
+                loss, _ = loss_i(model.project_image(feats), v, out["v_tilde_raw"], 1.0)
             else:
                 out = model(concepts, clens, inputs, lengths, reconstruct=mode == "s")
                 h = out["hidden"].reshape(-1, out["hidden"].shape[-1])
                 xe = token_xe(model, h, targets.reshape(-1)) if fused else xe_loss(model.logits(h), targets.reshape(-1))
-                loss = loss_s(xe, out["v"], out["v_tilde"], 1.0)[0] if mode == "s" else xe
+                loss = loss_s(xe, out["v"], out["v_tilde_raw"], 1.0)[0] if mode == "s" else xe
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)

@@ -185,13 +185,25 @@ class TextStream:
 
 
 # --------------------------------------------------------------------------- images
-def image_concept_lists(detections: pa.Table | object, threshold: float, max_per_image: int) -> dict[str, list[str]]:
+def concept_order(fidelity_image_concepts: str, at: str) -> str:
+    """The :func:`r2m.text.dictionary.image_concepts` order for ``fidelity.image_concepts`` in
+    training (``at="train"``) or captioning (``at="test"``)."""
+    if fidelity_image_concepts == "by_score":
+        return "by_score"
+    if fidelity_image_concepts == "official":
+        return f"official_{at}"
+    raise ValueError(f"fidelity.image_concepts {fidelity_image_concepts!r}: choose by_score or official")
+
+
+def image_concept_lists(detections: pa.Table | object, threshold: float, max_per_image: int,
+                        order: str = "by_score", dictionary: str = "openimages") -> dict[str, list[str]]:
     """image_id → concept words by the project's one rule, :func:`r2m.text.dictionary.image_concepts`
-    (score ≥ threshold, de-duplicated, at most ``max_per_image``)."""
-    from r2m.text.dictionary import image_concepts
+    (score ≥ threshold, de-duplicated, at most ``max_per_image``, in ``order``)."""
+    from r2m.text.dictionary import image_concepts, load_dictionary
 
     df = detections.to_pandas() if isinstance(detections, pa.Table) else detections
-    return {str(k): [c for c, _ in v] for k, v in image_concepts(df, threshold, max_per_image).items()}
+    d = load_dictionary(dictionary) if (order != "by_score" or "concept" not in df.columns) else None
+    return {str(k): [c for c, _ in v] for k, v in image_concepts(df, threshold, max_per_image, d, order).items()}
 
 
 @dataclass
@@ -213,7 +225,8 @@ class ImageSet:
 
     def __init__(self, prepared: Path, concepts: Path, features: Path, itos: list[str], split: str,
                  threshold: float, max_per_image: int, require_concept: bool = True,
-                 feature_kind: str = "pooled") -> None:
+                 feature_kind: str = "pooled", order: str = "by_score", shuffle: bool = True,
+                 dictionary: str = "openimages") -> None:
         import h5py
 
         images = pq.read_table(Path(prepared) / "images.parquet", columns=["image_id", "split"]).to_pandas()
@@ -221,7 +234,8 @@ class ImageSet:
         det_path = Path(concepts) / "detections.parquet"
         if not det_path.exists():
             raise FileNotFoundError(f"missing detections: {det_path}")
-        per_image = image_concept_lists(pq.read_table(det_path), threshold, max_per_image)
+        per_image = image_concept_lists(pq.read_table(det_path), threshold, max_per_image, order, dictionary)
+        self.shuffle = shuffle
         index = pq.read_table(Path(features) / "index.parquet").to_pandas()
         row_of = dict(zip(index["image_id"].astype(str), index["row"].astype(np.int64), strict=True))
         stoi = {w: i for i, w in enumerate(itos)}
@@ -265,7 +279,8 @@ class ImageSet:
         while True:
             epoch, b = divmod(step, per_epoch)
             perm = np.random.default_rng([seed, epoch]).permutation(n)
-            yield self.batch(perm[b * bs: (b + 1) * bs], np.random.default_rng([seed, epoch, b]))
+            rng = np.random.default_rng([seed, epoch, b]) if self.shuffle else None
+            yield self.batch(perm[b * bs: (b + 1) * bs], rng)
             step += 1
 
     def ordered(self, batch_size: int, max_batches: int | None = None) -> Iterator[ImageBatch]:

@@ -20,7 +20,8 @@ from r2m.text.tokenize import tokenize
 
 
 def validation_set(prepared: Path, detections: Path, stoi: dict[str, int], threshold: float,
-                   max_per_image: int) -> tuple[list[str], list[list[int]], dict[str, list[str]]]:
+                   max_per_image: int, order: str = "by_score",
+                   dictionary: str = "openimages") -> tuple[list[str], list[list[int]], dict[str, list[str]]]:
     """Ids, concept ids and tokenised references of the ``val`` images that have references."""
     from r2m.training.data import image_concept_lists
 
@@ -29,7 +30,8 @@ def validation_set(prepared: Path, detections: Path, stoi: dict[str, int], thres
     refs = {iid: [" ".join(tokenize(c)) for c in caps]
             for iid, caps in load_references(prepared / "references.json").items() if iid in val_ids}
     ids = sorted(refs)
-    per_image = image_concept_lists(pq.read_table(detections / "detections.parquet"), threshold, max_per_image)
+    per_image = image_concept_lists(pq.read_table(detections / "detections.parquet"), threshold, max_per_image,
+                                    order, dictionary)
     concepts = [[stoi[w] for w in per_image.get(i, []) if w in stoi] for i in ids]
     return ids, concepts, refs
 
@@ -38,11 +40,13 @@ def cider_selector(ctx, device, itos: list[str]):
     from pycocoevalcap.cider.cider import Cider
 
     from r2m.decoding.stage import caption_ids
+    from r2m.training.data import concept_order
 
     stoi = {w: i for i, w in enumerate(itos)}
-    conc, cp = ctx.params.concepts, ctx.params.caption
+    conc, cp, fid = ctx.params.concepts, ctx.params.caption, ctx.params.fidelity
     ids, concepts, refs = validation_set(Path(ctx.deps["prepared"]), Path(ctx.deps["concepts"]), stoi,
-                                         conc.score_threshold, conc.max_per_image)
+                                         conc.score_threshold, conc.max_per_image,
+                                         concept_order(fid.image_concepts, "test"), conc.dictionary)
     if not ids:
         ctx.log.info("%s: no val images with references: keeping the last checkpoint", ctx.stage.name)
         return None
@@ -52,7 +56,7 @@ def cider_selector(ctx, device, itos: list[str]):
         was_training = model.training
         model.eval()
         try:
-            toks = caption_ids(model, concepts, cp.beam, cp.max_len, cp.batch_size, device)
+            toks = caption_ids(model, concepts, cp.beam, cp.max_len, cp.batch_size, device, decoding=fid.decoding)
         finally:
             model.train(was_training)
         res = {i: [" ".join(itos[t] for t in ts) or "<empty>"] for i, ts in zip(ids, toks, strict=True)}

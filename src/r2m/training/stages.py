@@ -40,7 +40,7 @@ from torch import Tensor
 
 from r2m.losses import linear_xe_loss, loss_i, loss_s, xe_loss
 from r2m.models.r2m import R2M, R2MConfig
-from r2m.training.data import ImageSet, TextBatch, TextStream, load_itos
+from r2m.training.data import ImageSet, TextBatch, TextStream, concept_order, load_itos
 from r2m.utils import resume as RS
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint
 from r2m.utils.io import atomic_path, file_digest, save_torch, write_json, write_text
@@ -69,25 +69,27 @@ class Objective:
 def token_xe(model: R2M, hidden: Tensor, targets: Tensor) -> Tensor:
     """L_XE over valid positions ([n, N·d], [n]); on CPU without materialising the logits."""
     if hidden.device.type == "cpu" and not torch.is_autocast_enabled():
-        return linear_xe_loss(model.drop(hidden), model.out.weight, model.out.bias, targets)
+        return linear_xe_loss(model.out_drop(hidden), model.out.weight, model.out.bias, targets)
     return xe_loss(model.logits(hidden), targets)
 
 
-def text_objective(model: R2M, batch: TextBatch, beta: float | None) -> tuple[Tensor, dict[str, Tensor]]:
-    """L_XE (``beta is None``) or L_S; logits only at valid positions."""
+def text_objective(model: R2M, batch: TextBatch, beta: float | None,
+                   rec: str = "sum_normalized") -> tuple[Tensor, dict[str, Tensor]]:
+    """L_XE (``beta is None``) or L_S (``rec``: the L_rec form); logits only at valid positions."""
     out = model(batch.concepts, batch.concept_lens, batch.inputs, batch.lengths, reconstruct=beta is not None)
     mask = batch.mask
     xe = token_xe(model, out["hidden"][mask], batch.targets[mask])
     if beta is None:
         return xe, {"xe": xe}
-    return loss_s(xe, out["v"], out["v_tilde"], beta)
+    return loss_s(xe, out["v"], out["v_tilde_raw"], beta, rec)
 
 
-def image_objective(model: R2M, batch, gamma: float, margin: float, max_len: int):
+def image_objective(model: R2M, batch, gamma: float, margin: float, max_len: int,
+                    rec: str = "sum_normalized", rank: str = "vsepp"):
     """L_M^I (γ = 0) or L_I on greedy free-running captions (gradients through hidden states)."""
     v = model.encode(batch.concepts, batch.concept_lens)
     g = model.greedy(v, max_len)
-    return loss_i(model.project_image(batch.feats), v, g["v_tilde"], gamma, margin)
+    return loss_i(model.project_image(batch.feats), v, g["v_tilde_raw"], gamma, margin, rec, rank)
 
 
 def _xe(ctx, model, batch, tp):
@@ -95,15 +97,17 @@ def _xe(ctx, model, batch, tp):
 
 
 def _s(ctx, model, batch, tp):
-    return text_objective(model, batch, ctx.entry.beta)
+    return text_objective(model, batch, ctx.entry.beta, ctx.params.fidelity.rec_loss)
 
 
 def _m(ctx, model, batch, tp):
-    return image_objective(model, batch, 0.0, tp.margin, tp.max_len)
+    f = ctx.params.fidelity
+    return image_objective(model, batch, 0.0, tp.margin, tp.max_len, f.rec_loss, f.rank_loss)
 
 
 def _i(ctx, model, batch, tp):
-    return image_objective(model, batch, ctx.entry.gamma, tp.margin, tp.max_len)
+    f = ctx.params.fidelity
+    return image_objective(model, batch, ctx.entry.gamma, tp.margin, tp.max_len, f.rec_loss, f.rank_loss)
 
 
 OBJECTIVES: dict[str, Objective] = {
@@ -116,8 +120,9 @@ OBJECTIVES: dict[str, Objective] = {
 
 # --------------------------------------------------------------------------- helpers
 def model_config(ctx, vocab_size: int, image_dim: int = 0) -> R2MConfig:
+    f = ctx.params.fidelity
     return R2MConfig.for_variant(ctx.variant or "r2m", vocab_size=vocab_size, image_dim=image_dim,
-                                 **ctx.params.model.model_dump())
+                                 init=f.init, dropout_scope=f.dropout, **ctx.params.model.model_dump())
 
 
 def fingerprint(ctx) -> str:
@@ -246,8 +251,11 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
         image_dim, new_batches = 0, stream.batches
     else:
         cp = ctx.params.concepts
+        official = ctx.params.fidelity.image_concepts == "official"  # unshuffled, official order
         kw = dict(prepared=ctx.deps["prepared"], concepts=ctx.deps["concepts"], features=ctx.deps["features"],
-                  itos=itos, threshold=cp.score_threshold, max_per_image=cp.max_per_image)
+                  itos=itos, threshold=cp.score_threshold, max_per_image=cp.max_per_image,
+                  order=concept_order(ctx.params.fidelity.image_concepts, "train"), shuffle=not official,
+                  dictionary=cp.dictionary)
         images = ImageSet(split="train", **kw)
         ctx.log.info("%s: %d training images with concepts and features", name, len(images))
         val_images = ImageSet(split="val", **kw)
