@@ -13,6 +13,7 @@ import sys
 # name -> ("module:function", help)
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "train": ("r2m.training.bench:main", "R2M training throughput (sentences/s, forward+backward)"),
+    "schedule": ("r2m.training.bench_schedule:main", "the paper's whole training schedule at paper sizes (per-stage s, sentences/s)"),
     "evaluate": ("r2m.evaluation.bench:main", "coco-caption evaluation time (5,000 images x 5 refs, no SPICE)"),
     "features": ("r2m.vision.bench:main", "feature extraction throughput per backend (images/s)"),
 }

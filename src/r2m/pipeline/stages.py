@@ -60,6 +60,22 @@ class FanOut:
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What one job of the stage holds, for Snakemake's scheduler (``--resources gpu=N``, the SLURM
+    executor's ``--gpus``/``--mem``). ``gpu`` stages use CUDA when present and run on CPU otherwise."""
+
+    gpu: int = 0
+    mem_mb: int = 4000
+
+    def snakemake(self) -> dict[str, int]:
+        """The rule's ``resources:`` (``gpu`` only where one is used, so CPU jobs ask for none)."""
+        return {"mem_mb": self.mem_mb, **({"gpu": self.gpu} if self.gpu else {})}
+
+
+GPU_JOB = Resources(gpu=1, mem_mb=16000)
+
+
+@dataclass(frozen=True)
 class Stage:
     name: str
     impl: str  # "module:function" run with a StageContext
@@ -70,6 +86,7 @@ class Stage:
     params: tuple[str, ...] = ()  # params.yaml sections the stage reads
     src: tuple[str, ...] = ()  # source files/folders the stage's code lives in
     fanout: FanOut | None = None
+    resources: Resources = Resources()
     sources: tuple[tuple[str, str], ...] = ()  # axis -> value list (DVC matrix) other than the default
 
     def source(self, axis: str) -> str:
@@ -131,6 +148,7 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
         },
         params=params,
         src=src,
+        resources=GPU_JOB,
     )
 
 
@@ -188,6 +206,7 @@ def _sup_stages() -> tuple[Stage, ...]:
             params=("train_sup", "{model}", "catalog", "caption"),
             src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation/inputs.py"),
             sources=SUP,
+            resources=GPU_JOB,
         ),
         Stage(
             "caption_sup",
@@ -200,6 +219,7 @@ def _sup_stages() -> tuple[Stage, ...]:
             params=("caption",),
             src=SUP_SRC + ("src/r2m/decoding",),
             sources=SUP,
+            resources=Resources(gpu=1, mem_mb=8000),
         ),
         Stage(
             "evaluate_sup",
@@ -319,6 +339,7 @@ STAGES: tuple[Stage, ...] = (
         },
         params=("concepts", "detect_concepts"),
         src=COMMON_SRC + ("src/r2m/vision", "src/r2m/text/dictionary.py", "data/dictionaries"),
+        resources=GPU_JOB,
     ),
     Stage(
         "extract_features",
@@ -330,6 +351,7 @@ STAGES: tuple[Stage, ...] = (
         params=("extract_features",),
         src=COMMON_SRC + ("src/r2m/vision",),
         fanout=FanOut(f"{D}/feature_shards"),
+        resources=GPU_JOB,
     ),
     Stage(
         "corpus_concepts",
@@ -373,6 +395,7 @@ STAGES: tuple[Stage, ...] = (
         },
         params=("caption", "concepts", *FIDELITY_IMAGES),
         src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py"),
+        resources=Resources(gpu=1, mem_mb=8000),
     ),
     Stage(
         "evaluate",
