@@ -250,6 +250,9 @@ def test_stage_writes_metrics_and_per_image(tmp_path, repo_root, no_spice):
         img["split"] = "val" if img["id"] == "3" else "test"
     _write(prepared / "references.json", data)
     _write(R / "captions.json", [{"image_id": k, "caption": v} for k, v in NLG_HYP.items()])
+    _write(R / "caption_info.json", {"counts": {"detections": 1, "empty": 1}, "images": [
+        {"image_id": "1", "concepts": ["model", "sentences", "dog"], "source": "detections"},  # 'sentences': plural
+        {"image_id": "2", "concepts": [], "source": "empty"}]})
     ctx = StageContext(stage=S.get("evaluate"), params=_params(repo_root), dataset="demo", variant="r2m",
                        ckpt="train_i", root=tmp_path)
     from r2m.evaluation.stage import run
@@ -257,7 +260,9 @@ def test_stage_writes_metrics_and_per_image(tmp_path, repo_root, no_spice):
     run(ctx)
     metrics = json.loads((R / "eval.json").read_text())
     assert set(metrics) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr", "SPICE", "n_images",
-                            "missing_images", "unreadable_images", "unreadable_image_ids"}
+                            "missing_images", "unreadable_images", "unreadable_image_ids",
+                            "concept_recall", "concept_any"}
+    assert metrics["concept_recall"] == pytest.approx(1 / 3) and metrics["concept_any"] == 1.0  # image 1 only
     assert metrics["n_images"] == 2 and metrics["unreadable_images"] == 0
     assert metrics["SPICE"] is None
     assert metrics["Bleu_1"] == pytest.approx(0.55)  # already tokenised-equal sentences: PTB keeps them
@@ -290,3 +295,17 @@ def test_bench_synthetic_is_seeded():
 
     a, b = synthetic(20, 5, seed=3), synthetic(20, 5, seed=3)
     assert a == b and len(a[0]) == 20 and all(len(v) == 5 for v in a[1].values())
+
+
+def test_concept_recall_counts_singular_forms_and_images_with_concepts():
+    from r2m.evaluation.concepts import concept_recall
+
+    caps = {"a": "two dogs play with a ball .", "b": "a man on a horse", "c": "a photo", "d": "x"}
+    concepts = {"a": ["dog", "ball", "cat"], "b": ["horse"], "c": ["tree"], "d": [], "e": ["cat"]}
+    out = concept_recall(caps, concepts)
+    assert out["concept_images"] == 3  # d has no concept, e no caption
+    assert out["concept_recall"] == pytest.approx((2 / 3 + 1 + 0) / 3)
+    assert out["concept_any"] == pytest.approx(2 / 3)
+    assert out["per_image"]["a"]["named"] == ["dog", "ball"]
+    assert out["per_concept"]["cat"] == [1, 0]
+    assert concept_recall({}, {})["concept_recall"] is None

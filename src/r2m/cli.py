@@ -18,7 +18,7 @@ from r2m.pipeline import stages as S
 # tools that are not DAG stages: name -> (module:function, help)
 TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
-    "bench": ("r2m.bench:main", "benchmarks: train, features, evaluate"),
+    "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts"),
     "datasets": ("r2m.datasets:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 

@@ -106,7 +106,8 @@ D = "data/{dataset}"
 M = "models/{dataset}/{variant}"
 R = "results/{dataset}/{variant}/{ckpt}"
 COMMON_SRC = ("src/r2m/params.py", "src/r2m/pipeline/context.py", "src/r2m/utils")
-MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/text/vocab.py")
+MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/text/vocab.py",
+             "src/r2m/decoding/settings.py")
 
 
 # the ``fidelity`` items each stage reads (so switching one re-runs only the stages it changes)
@@ -392,9 +393,10 @@ STAGES: tuple[Stage, ...] = (
         outs={
             "captions": Out(f"{R}/captions.json", cache=False),
             "attention": Out(f"{R}/attention.json", cache=False),
+            "info": Out(f"{R}/caption_info.json", cache=False),
         },
         params=("caption", "concepts", *FIDELITY_IMAGES),
-        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py"),
+        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py", "src/r2m/vision/features.py"),
         resources=Resources(gpu=1, mem_mb=8000),
     ),
     Stage(
@@ -402,14 +404,14 @@ STAGES: tuple[Stage, ...] = (
         impl="r2m.evaluation.stage:run",
         help="coco-caption metrics of the captions against the references",
         axes=("dataset", "variant", "ckpt"),
-        deps={"captions": f"{R}/captions.json", "prepared": f"{D}/prepared",
+        deps={"captions": f"{R}/captions.json", "info": f"{R}/caption_info.json", "prepared": f"{D}/prepared",
               "bad_images": "reports/{dataset}/bad_images.csv"},
         outs={
             "metrics": Out(f"{R}/eval.json", kind="metrics", cache=False),
             "per_image": Out(f"{R}/eval_per_image.json", cache=False),
         },
         params=("evaluate",),
-        src=COMMON_SRC + ("src/r2m/evaluation",),
+        src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/text"),
     ),
     *_sup_stages(),
     Stage(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.reports.published import COLUMNS
-from r2m.reports.tables import PUBLISHED, TABLES
+from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, TABLES
 from r2m.utils.io import read_json, write_text
 
 esc = html.escape
@@ -54,7 +54,8 @@ def read_table_csv(path: Path) -> list[dict[str, str]]:
 
 
 def table_html(rows: Sequence[Mapping[str, str]]) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in ("Dataset", "Method", "Source", *COLUMNS))
+    cols = [*COLUMNS, *(c for c in CONCEPT_COLUMNS if rows and c in rows[0])]
+    head = "".join(f"<th>{esc(h)}</th>" for h in ("Dataset", "Method", "Source", *cols))
     body, prev = [], None
     for r in rows:
         cls = ["published" if r.get("source") == PUBLISHED else "run"]
@@ -64,7 +65,7 @@ def table_html(rows: Sequence[Mapping[str, str]]) -> str:
         prev = r.get("dataset")
         cells = [f"<td>{esc(shown)}</td>", f"<td>{esc(r.get('method', ''))}</td>",
                  f"<td>{esc(r.get('source', ''))}</td>"]
-        cells += [f'<td class="num">{esc(r.get(c, "") or "")}</td>' for c in COLUMNS]
+        cells += [f'<td class="num">{esc(r.get(c, "") or "")}</td>' for c in cols]
         body.append(f'<tr class="{" ".join(cls)}">{"".join(cells)}</tr>')
     return f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
@@ -74,7 +75,7 @@ def tables_section(paths: Mapping[str, Path]) -> str:
              '<p class="caption">Scores &times; 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, '
              'S = SPICE). <i>Italic grey</i> rows are the paper\'s published numbers, <b>bold</b> rows '
              'this run. Empty cells: not reported in the paper, or not computed here (SPICE needs '
-             'Stanford CoreNLP jars that are not available offline).</p>']
+             'Stanford CoreNLP jars that are not available offline). ' + esc(CONCEPT_NOTE) + '</p>']
     for name, path in paths.items():
         spec = TABLES[name]
         parts.append(f'<h3 id="{name}">Table {spec.number}: {esc(spec.title)}</h3>')

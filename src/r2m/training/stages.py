@@ -392,10 +392,13 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
             val_images.close()
         dist.barrier()
         return {}
+    from r2m.decoding import settings
+
     with atomic_path(out_dir) as tmp:  # the model folder appears complete or not at all
         tmp.mkdir()
         torch.save(final, tmp / "model.pt")
         ctx.save_params(tmp)
+        settings.record(ctx, tmp, itos)  # inference.json: what `r2m caption IMAGES --model` needs
     _write_loss(Path(ctx.outs["loss"]), obj.columns, rows)
     train_rows = [r for r in rows if r[1] == "train"]
     val_rows = [r for r in rows if r[1] == "val"]
