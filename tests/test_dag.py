@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from r2m.pipeline import dag
+from r2m.pipeline import stages as S
 from r2m.pipeline.stages import STAGES, Gather
 
 BIN = Path(sys.executable).parent
@@ -81,11 +82,13 @@ def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):
     out = r.stdout + r.stderr
     assert "train_i" in out and "data/demo/prepared" in out
     print(f"snakemake -n: {elapsed:.2f} s")
-    r = run([*sm, "-n", "--cores", "1", "all", "--config", 'datasets=["tiny"]'], cwd=tmp_path)
+    r = run([*sm, "-n", "--cores", "1", "all", "--config", 'datasets=["tiny"]', 'baselines={"datasets": ["tiny"]}'],
+            cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
     for variant in ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm"):
         assert f"models/tiny/{variant}/train_i" in out
+    assert "models/tiny/mrnn/train_sup" in out and "results/tiny/r2m/train_i/retrieval.json" in out
     assert "data/demo" not in out
 
 
@@ -101,6 +104,27 @@ def test_snakemake_fans_feature_extraction_out_into_shard_jobs(repo_root, tmp_pa
     assert "--merge --parts-from data/tiny/feature_shards" in out
     r = run([*sm, "-n", "--cores", "1", "--config", 'shards={"train_xe": 2}'], cwd=tmp_path)
     assert r.returncode != 0 and "shards.train_xe: not a stage that can be sharded" in r.stdout + r.stderr
+
+
+def test_gpu_stages_declare_snakemake_resources(repo_root, tmp_path, monkeypatch):
+    """The rules Snakemake builds carry the registry's resources: gpu=1 (+ memory) on the stages
+    that use CUDA, no gpu on the others (so `--resources gpu=N` and SLURM's --gpus see them)."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
+
+    shutil.copy(repo_root / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    with SnakemakeApi(OutputSettings(quiet=True)) as api:
+        wf = api.workflow(resource_settings=ResourceSettings(cores=1), config_settings=ConfigSettings(),
+                          storage_settings=StorageSettings(), snakefile=repo_root / "Snakefile", workdir=tmp_path)
+        rules = {r.name: {k: v.value for k, v in r.resources.items() if k in ("gpu", "mem_mb")}
+                 for r in wf._workflow.rules}
+    gpu_stages = {"detect_concepts", "extract_features", "train_xe", "train_s", "train_m", "train_i", "caption",
+                  "train_sup", "caption_sup"}
+    for name in gpu_stages:
+        assert rules[name]["gpu"] == 1 and rules[name]["mem_mb"] >= 8000, name
+    for name in set(S.BY_NAME) - gpu_stages:
+        assert "gpu" not in rules[name] and rules[name]["mem_mb"] > 0, name
 
 
 def test_snakemake_rejects_invalid_config(repo_root):

@@ -90,8 +90,68 @@ def test_matches_pycocoevalcap_with_ptb_tokenizer(no_spice):
     assert res["11"] == ["two dogs playing in the snow"]
 
     metrics, per_image = coco.evaluate(PTB_RES, PTB_REFS, ["bleu", "meteor", "rouge", "cider"])
-    assert metrics == expected  # exact equality
-    assert per_image == expected_img
+    # METEOR/BLEU/ROUGE exactly; our vectorised CIDEr-D sums in another order (~1e-16)
+    assert metrics == pytest.approx(expected, abs=1e-12)
+    assert metrics["METEOR"] == expected["METEOR"] and metrics["Bleu_4"] == expected["Bleu_4"]
+    for k in expected_img:
+        assert per_image[k] == pytest.approx(expected_img[k], abs=1e-12)
+
+
+def _random_corpus(rng, n_images, vocab=12):
+    """Tokenised random captions from a small vocabulary (many shared n-grams), with edge cases:
+    one-word and empty hypotheses, different numbers of references per image."""
+    words = [f"w{k}" for k in range(vocab)]
+
+    def sent(lo, hi):
+        return " ".join(rng.choice(words) for _ in range(rng.randint(lo, hi)))
+
+    res = {str(i): [sent(1, 12)] for i in range(n_images)}
+    res["0"] = [""]
+    res["1"] = ["w1"]
+    gts = {str(i): [sent(1, 14) for _ in range(rng.randint(1, 5))] for i in range(n_images)}
+    gts["2"].append("w3")
+    return gts, res
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vectorised_cider_equals_pycocoevalcap_on_random_data(seed):
+    import random
+
+    from pycocoevalcap.cider.cider import Cider
+
+    from r2m.evaluation.cider import cider_d
+
+    gts, res = _random_corpus(random.Random(seed), 60 + 40 * seed, vocab=6 + 10 * seed)
+    want, want_each = Cider().compute_score(gts, res)
+    got, got_each = cider_d([res[k][0] for k in gts], [gts[k] for k in gts])
+    assert got == pytest.approx(float(want), abs=1e-9)
+    assert got_each == pytest.approx([float(x) for x in want_each], abs=1e-9)
+    assert max(got_each) > 0 and got != 0  # the case has overlaps, not all zeros
+
+
+@pytest.mark.parametrize("procs,threads", [(3, 1), (1, 3)])
+def test_meteor_split_over_processes_or_threads_equals_pycocoevalcap_on_random_data(procs, threads):
+    import random
+
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    from r2m.evaluation.meteor import MeteorPool
+
+    rng = random.Random(7)
+    words = "a man woman dog dogs runs running on the grass beach red car cars near a an with".split()
+    gts = {str(i): [" ".join(rng.choice(words) for _ in range(rng.randint(3, 10))) for _ in range(rng.randint(1, 4))]
+           for i in range(41)}
+    res = {k: [" ".join(rng.choice(words) for _ in range(rng.randint(1, 10)))] for k in gts}
+    res["3"] = ["a  man ||| on the grass"]  # the wrapper's own clean-up of the hypothesis
+    meteor = Meteor()
+    want, want_each = meteor.compute_score(gts, res)
+    del meteor
+    if threads > 1 and not __import__("r2m.evaluation.meteor", fromlist=["x"]).threads_available():
+        pytest.skip("no JDK (javac): the threaded METEOR helper cannot run here")
+    with MeteorPool(procs=procs, threads=threads) as pool:  # 3 shards of 13-14 segments / 3 threads
+        got, got_each = pool.compute([res[k][0] for k in gts], [gts[k] for k in gts])
+    assert got == want and got_each == want_each  # exact: the jar's own EVAL of the same statistics
+    assert len(set(got_each)) > 5
 
 
 def test_missing_spice_jars_one_warning_others_intact(no_spice):
@@ -190,6 +250,9 @@ def test_stage_writes_metrics_and_per_image(tmp_path, repo_root, no_spice):
         img["split"] = "val" if img["id"] == "3" else "test"
     _write(prepared / "references.json", data)
     _write(R / "captions.json", [{"image_id": k, "caption": v} for k, v in NLG_HYP.items()])
+    _write(R / "caption_info.json", {"counts": {"detections": 1, "empty": 1}, "images": [
+        {"image_id": "1", "concepts": ["model", "sentences", "dog"], "source": "detections"},  # 'sentences': plural
+        {"image_id": "2", "concepts": [], "source": "empty"}]})
     ctx = StageContext(stage=S.get("evaluate"), params=_params(repo_root), dataset="demo", variant="r2m",
                        ckpt="train_i", root=tmp_path)
     from r2m.evaluation.stage import run
@@ -197,7 +260,9 @@ def test_stage_writes_metrics_and_per_image(tmp_path, repo_root, no_spice):
     run(ctx)
     metrics = json.loads((R / "eval.json").read_text())
     assert set(metrics) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr", "SPICE", "n_images",
-                            "missing_images", "unreadable_images", "unreadable_image_ids"}
+                            "missing_images", "unreadable_images", "unreadable_image_ids",
+                            "concept_recall", "concept_any"}
+    assert metrics["concept_recall"] == pytest.approx(1 / 3) and metrics["concept_any"] == 1.0  # image 1 only
     assert metrics["n_images"] == 2 and metrics["unreadable_images"] == 0
     assert metrics["SPICE"] is None
     assert metrics["Bleu_1"] == pytest.approx(0.55)  # already tokenised-equal sentences: PTB keeps them
@@ -230,3 +295,17 @@ def test_bench_synthetic_is_seeded():
 
     a, b = synthetic(20, 5, seed=3), synthetic(20, 5, seed=3)
     assert a == b and len(a[0]) == 20 and all(len(v) == 5 for v in a[1].values())
+
+
+def test_concept_recall_counts_singular_forms_and_images_with_concepts():
+    from r2m.evaluation.concepts import concept_recall
+
+    caps = {"a": "two dogs play with a ball .", "b": "a man on a horse", "c": "a photo", "d": "x"}
+    concepts = {"a": ["dog", "ball", "cat"], "b": ["horse"], "c": ["tree"], "d": [], "e": ["cat"]}
+    out = concept_recall(caps, concepts)
+    assert out["concept_images"] == 3  # d has no concept, e no caption
+    assert out["concept_recall"] == pytest.approx((2 / 3 + 1 + 0) / 3)
+    assert out["concept_any"] == pytest.approx(2 / 3)
+    assert out["per_image"]["a"]["named"] == ["dog", "ball"]
+    assert out["per_concept"]["cat"] == [1, 0]
+    assert concept_recall({}, {})["concept_recall"] is None

@@ -37,6 +37,7 @@ def workdir(tmp_path_factory, request):
             shutil.copy2(src, dst)
     raw = yaml.safe_load((root / "params.yaml").read_text())
     raw["datasets"] = ["tiny"]
+    raw["baselines"]["datasets"] = ["tiny"]
     (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     return wd
 
@@ -103,3 +104,16 @@ def test_dvc_repro_runs_the_same_stages(snakemake_run):
     r = subprocess.run([str(BIN / "dvc"), "status", "build_vocab@tiny"], cwd=wd, env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0 and "changed" not in r.stdout, r.stdout
+
+
+def test_baselines_and_retrieval_tables(snakemake_run):
+    wd = snakemake_run
+    rows = list(csv.DictReader(open(wd / "reports/baselines.csv")))
+    run_rows = [r for r in rows if r["dataset"] == "tiny" and r["source"] == "this run"]
+    assert [r["method"] for r in run_rows] == ["m-RNN"] and run_rows[0]["C"] and run_rows[0]["PPL"]
+    assert any(r["method"] == "most frequent training caption" for r in rows)
+    ret = list(csv.DictReader(open(wd / "reports/retrieval.csv")))
+    methods = {(r["dataset"], r["method"]) for r in ret}
+    assert ("tiny", "m-RNN") in methods and ("tiny", "R2M (joint space)") in methods
+    assert json.loads((wd / "results/tiny/mrnn/train_sup/train_metrics.json").read_text())["test_perplexity"] > 1
+    assert "Supervised baselines" in (wd / "reports/index.html").read_text()

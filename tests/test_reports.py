@@ -61,7 +61,8 @@ def test_table1(tmp_path, repo_root):
     ctx = ctx_for("table1", make_params(repo_root), tmp_path)
     tables.table1(ctx)
     rows = read_csv(tmp_path / "reports/table1.csv")
-    assert list(rows[0]) == ["dataset", "method", "source", "B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S"]
+    assert list(rows[0]) == ["dataset", "method", "source", "B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S",
+                             "CR", "CR≥1"]
     tiny = [r for r in rows if r["dataset"] == "tiny"]
     assert len(tiny) == 1 and tiny[0]["source"] == "this run"  # no published rows for tiny
     ours = tiny[0]
@@ -73,7 +74,19 @@ def test_table1(tmp_path, repo_root):
     assert cs[0]["B-3"] == "11.2" and cs[1]["C"] == "29.0" and cs[1]["S"] == "9.1"
     md = (tmp_path / "reports/table1.md").read_text()
     assert "# Table 1" in md and "| MSCOCO↔Shutterstock | UC-GAN | published | 41.0 |" in md
-    assert "| tiny | R2M | this run | 40.3 | 25.0 | 12.3 | 6.5 | 13.0 | 31.3 | 29.0 |  |" in md
+    assert "| tiny | R2M | this run | 40.3 | 25.0 | 12.3 | 6.5 | 13.0 | 31.3 | 29.0 |  |  |  |" in md
+    assert "CR = concept recall" in md
+
+
+def test_table1_concept_recall_cells(tmp_path, repo_root):
+    write_evals(tmp_path)
+    p = tmp_path / "results/tiny/r2m/train_i/eval.json"
+    p.write_text(json.dumps({**json.loads(p.read_text()), "concept_recall": 0.4567, "concept_any": 0.75}))
+    tables.table1(ctx_for("table1", make_params(repo_root), tmp_path))
+    rows = read_csv(tmp_path / "reports/table1.csv")
+    ours = next(r for r in rows if r["dataset"] == "tiny")
+    assert (ours["CR"], ours["CR≥1"]) == ("45.7", "75.0")
+    assert all(r["CR"] == "" for r in rows if r["source"] == "published")
 
 
 def test_table1_published_sme_gan_blanks(tmp_path, repo_root):

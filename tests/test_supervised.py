@@ -200,3 +200,94 @@ def test_build_sup_model_reads_its_params_section():
     with pytest.raises(ValueError, match="pooled"):
         build_sup_model("mrnn", section, 30, {"grid": (2, 2, 7)})
     assert np.isfinite(m.param_count())
+
+
+# --------------------------------------------------------------------------- retrieval
+def _brute_ranks(scores, relevant):
+    """Loop version: sort candidates by score (ties: non-relevant first), position of the first relevant."""
+    ranks = []
+    for q in range(scores.shape[0]):
+        order = sorted(range(scores.shape[1]), key=lambda c: (-scores[q, c], bool(relevant[q, c])))
+        ranks.append(next(k + 1 for k, c in enumerate(order) if relevant[q, c]))
+    return np.array(ranks)
+
+
+def test_retrieval_ranks_and_recalls_match_a_brute_force_loop():
+    from r2m.supervised.retrieval import first_match_ranks, recall_metrics
+
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        scores = rng.integers(0, 4, size=(7, 12)).astype(float)  # small integers: many ties
+        relevant = np.zeros((7, 12), dtype=bool)
+        for q in range(7):
+            relevant[q, rng.choice(12, size=rng.integers(1, 4), replace=False)] = True
+        ranks = first_match_ranks(scores, relevant)
+        assert ranks.tolist() == _brute_ranks(scores, relevant).tolist()
+        m = recall_metrics(ranks)
+        for k in (1, 5, 10):
+            assert m[f"R@{k}"] == pytest.approx(100.0 * sum(r <= k for r in ranks) / 7)
+        assert m["Med r"] == float(np.median(ranks))
+    # ties count against the query: a relevant item tied with two others ranks third
+    assert first_match_ranks(np.array([[1.0, 1.0, 1.0]]), np.array([[True, False, False]])).tolist() == [3]
+
+
+def test_p_sentence_normalisation_changes_the_sentence_ranking():
+    from r2m.supervised.retrieval import retrieval_scores
+
+    # sentence 0 ("a generic caption") is likely under every image; sentence 1 is image 1's own, less
+    # likely in absolute terms but far more likely under image 1 than under image 0
+    logp = np.log(np.array([[0.50, 0.01],
+                            [0.40, 0.20]]))
+    sentence_image = np.array([0, 1])
+    raw = retrieval_scores(logp, sentence_image, normalise=False)
+    norm = retrieval_scores(logp, sentence_image)
+    # image 1 as query: unnormalised, the generic sentence 0 wins (rank of the truth = 2)
+    assert raw["sentence_retrieval"]["R@1"] == 50.0
+    # normalised by P(s) = mean over the images, sentence 1 (0.2 / 0.105) beats sentence 0 (0.4 / 0.45)
+    assert norm["sentence_retrieval"]["R@1"] == 100.0
+    # image retrieval ranks images by P(s | I) and is not normalised
+    assert raw["image_retrieval"] == norm["image_retrieval"]
+    # a prior estimated from other images changes it again: sentence 0 rare elsewhere
+    prior = np.log(np.array([[0.01, 0.5], [0.02, 0.5]]))
+    assert retrieval_scores(logp, sentence_image, prior)["sentence_retrieval"]["R@1"] == 50.0
+
+
+def test_chance_levels():
+    from r2m.supervised.retrieval import chance_metrics
+
+    c = chance_metrics(100, 1)
+    assert c["R@1"] == pytest.approx(1.0) and c["R@10"] == pytest.approx(10.0) and c["Med r"] == 50.0
+    c5 = chance_metrics(500, 5)
+    assert c5["R@10"] == pytest.approx(100 * (1 - math.comb(495, 10) / math.comb(500, 10)))
+
+
+def test_tables_list_every_configured_dataset_and_model():
+    from r2m.reports.baselines import baseline_rows, retrieval_rows
+
+    ev = {"Bleu_1": 0.5, "Bleu_2": 0.4, "Bleu_3": 0.3, "Bleu_4": 0.2, "METEOR": 0.1, "ROUGE_L": 0.3,
+          "CIDEr": 0.9, "SPICE": None}
+    skip = {"skipped": "no paired training captions"}
+    models = ["mrnn", "other"]
+    evals = {("demo", m): skip for m in models} | {("tiny_paired", m): ev for m in models}
+    train = {("tiny_paired", m): {"test_perplexity": 3.25, "steps": 10, "train_pairs": 5} for m in models}
+    mostfreq = {"demo": skip, "tiny_paired": {**ev, "CIDEr": 0.1, "caption": "a dog"}}
+    rows = baseline_rows(["demo", "tiny_paired"], models, evals, train, mostfreq)
+    demo = [r for r in rows if r[0] == "demo"]
+    assert len(demo) == 1 and demo[0][2] == "skipped" and "no paired" in demo[0][-1]
+    tiny = [r for r in rows if r[0] == "tiny_paired"]
+    assert [r[1] for r in tiny] == ["m-RNN", "other", "most frequent training caption"]
+    assert tiny[0][3:12] == ["50.0", "40.0", "30.0", "20.0", "10.0", "30.0", "90.0", "", "3.25"]
+    assert any(r[2] == "published" and r[1] == "m-RNN-beam" for r in rows)
+
+    res = {"sentence_retrieval": {"R@1": 10.0, "R@5": 20.0, "R@10": 30.0, "Med r": 12.0},
+           "image_retrieval": {"R@1": 5.0, "R@5": 15.0, "R@10": 25.0, "Med r": 20.5},
+           "chance": {"sentence_retrieval": {"R@1": 1.0, "R@5": 5.0, "R@10": 9.0, "Med r": 50.0},
+                      "image_retrieval": {"R@1": 1.0, "R@5": 5.0, "R@10": 10.0, "Med r": 50.0}},
+           "n_images": 100, "n_sentences": 500}
+    sup = {("demo", m): skip for m in models} | {("tiny_paired", m): res for m in models}
+    rows = retrieval_rows(sup, {"demo": res}, ["demo", "tiny_paired"], models, ["demo"])
+    by = [(r[0], r[1], r[2]) for r in rows if r[2] != "published"]
+    assert ("demo", "m-RNN, other", "skipped") in by and ("demo", "R2M (joint space)", "this run") in by
+    assert ("tiny_paired", "m-RNN", "this run") in by and ("tiny_paired", "other", "this run") in by
+    assert ("tiny_paired", "random ranking", "chance") in by
+    assert any(r[1] == "m-RNN-VggNet" and r[3] == "35.4" for r in rows)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from r2m.pipeline import stages as S
 # tools that are not DAG stages: name -> (module:function, help)
 TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
-    "bench": ("r2m.bench:main", "benchmarks: train, features, evaluate"),
+    "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts"),
     "datasets": ("r2m.datasets:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 
@@ -63,6 +64,10 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     module, func = _load(stage.impl)
+    if hasattr(module, "relaunch"):  # e.g. training's --nproc N: re-run under torchrun
+        rc = module.relaunch(stage.name, argv)
+        if rc is not None:
+            return int(rc)
     parser = _stage_parser(stage)
     if hasattr(module, "add_arguments"):
         module.add_arguments(parser)
@@ -101,7 +106,10 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
 
     shard = getattr(args, "shard", None)
     outs = ", ".join(str(p) for p in ctx.outs.values()) or stage.name
-    lock = StageLock(ctx.root, stage.name, axes, outs, extra=None if shard is None else f"shard{shard}")
+    extra = None if shard is None else f"shard{shard}"
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 holds the stage's lock, the others their own
+        extra = f"{extra or ''}rank{os.environ['RANK']}"
+    lock = StageLock(ctx.root, stage.name, axes, outs, extra=extra)
     try:
         with lock:  # one run per stage output: a second one is refused at once, naming the holder
             getattr(module, func)(ctx)

@@ -302,6 +302,9 @@ class CaptionParams(_Section):
     max_len: int = Field(20, ge=2)
     batch_size: int = Field(64, ge=1)
     split: Literal["test", "val"] = "test"
+    no_concepts: Literal["empty", "image", "top1"] = Field(
+        "empty", description="images without concepts: empty (v = 0, the paper) | image (v̂^I) | top1 (best "
+                             "concept below the threshold)")
 
 
 class EvaluateParams(_Section):

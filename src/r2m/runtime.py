@@ -1,7 +1,8 @@
 """Runtime settings that never live in tracked params: device, threads, data-loader workers.
 
 Set them with the environment (``R2M_DEVICE``, ``R2M_THREADS``, ``R2M_WORKERS``) or the
-matching ``--device/--threads/--workers`` flags of any stage command.
+matching ``--device/--threads/--workers`` flags of any stage command. ``R2M_BF16=1`` turns on bf16
+autocast in the training stages on CUDA (as their ``--bf16`` flag; ignored on CPU).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ class Runtime:
     device: str = "auto"
     threads: int = 0
     workers: int = 0
+    bf16: bool = False
 
     @classmethod
     def from_env(cls, device: str | None = None, threads: int | None = None, workers: int | None = None) -> Runtime:
@@ -22,13 +24,19 @@ class Runtime:
             device=device or os.environ.get("R2M_DEVICE", "auto"),
             threads=int(threads if threads is not None else os.environ.get("R2M_THREADS", 0)),
             workers=int(workers if workers is not None else os.environ.get("R2M_WORKERS", 0)),
+            bf16=os.environ.get("R2M_BF16", "0") == "1",
         )
 
     def torch_device(self):
         import torch
 
         if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            if not torch.cuda.is_available():
+                return torch.device("cpu")
+            n = torch.cuda.device_count()
+            if n > 1 and "WORLD_SIZE" not in os.environ:  # torchrun assigns GPUs itself
+                return torch.device("cuda", claim_gpu(n))
+            return torch.device("cuda")
         return torch.device(self.device)
 
     def apply(self) -> None:
@@ -37,3 +45,34 @@ class Runtime:
             import torch
 
             torch.set_num_threads(self.threads)
+
+
+# --------------------------------------------------------------------------- GPU sharing
+_CLAIMED: dict[str, object] = {}  # held open for the life of the process (the lock is the claim)
+
+
+def claim_gpu(count: int, lock_dir: str | None = None) -> int:
+    """The first of ``count`` GPUs no other r2m process on this machine holds, claimed with an
+    exclusive ``flock`` on ``<lock_dir>/r2m-gpu-<i>.lock`` until this process exits.
+
+    Lets ``snakemake --resources gpu=N`` run N GPU jobs at once on an N-GPU box, each on its own
+    GPU (Snakemake counts GPUs but does not assign them). When all are held (more jobs than
+    ``--resources gpu`` allows), GPU 0 is shared.
+    """
+    import fcntl
+    import tempfile
+
+    folder = lock_dir or os.environ.get("R2M_GPU_LOCK_DIR") or tempfile.gettempdir()
+    for i in range(count):
+        path = os.path.join(folder, f"r2m-gpu-{i}.lock")
+        if path in _CLAIMED:
+            return i
+        fh = open(path, "a+")  # noqa: SIM115 - kept open: closing would release the claim
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            continue
+        _CLAIMED[path] = fh
+        return i
+    return 0

@@ -4,6 +4,8 @@
 # `shell:` lazily, after the loop has moved on.
 # A stage with a `fanout` and `--config shards='{<stage>: N}'` (N > 1) also gets a `<stage>_shard`
 # rule: N parallel jobs (e.g. cluster jobs) whose results the stage's own job merges.
+# Every rule declares the registry's resources (gpu, mem_mb): `--resources gpu=N` caps concurrent
+# GPU jobs on one box; the SLURM executor requests `--gpus`/`--mem` from them.
 
 
 for _stage in S.STAGES:
@@ -29,6 +31,8 @@ for _stage in S.STAGES:
             cmd=lambda wc, _s=_stage, _k=_n: merge_command(R2M, _s, wc, R2M_PARAMS, _k),
             resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
         threads: 1
+        resources:
+            **_stage.resources.snakemake(),
         message:
             f"{_stage.name}: {_stage.help}"
         conda:
@@ -51,6 +55,8 @@ for _stage in S.STAGES:
                 cmd=lambda wc, _s=_stage, _k=_n: shard_command(R2M, _s, wc, R2M_PARAMS, _k),
                 resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
             threads: 1
+            resources:
+                **_stage.resources.snakemake(),
             message:
                 f"{_stage.name} (one shard of {_n}): {_stage.help}"
             conda:

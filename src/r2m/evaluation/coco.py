@@ -5,6 +5,12 @@ missing) after the same PTB tokenisation coco-caption applies (Stanford PTBToken
 punctuation tokens removed). Independent scorers run concurrently: METEOR and SPICE are Java
 subprocesses, BLEU/ROUGE/CIDEr pure Python.
 
+Two scorers are our own implementations of the same computation, tested equal to pycocoevalcap's
+(1e-6) on the nlg-eval case and on random corpora: METEOR (:mod:`r2m.evaluation.meteor`, the same
+jar, segments pipelined to one or more Java processes, the corpus score from the jar's own EVAL of
+all segment statistics) and CIDEr-D (:mod:`r2m.evaluation.cider`, vectorised, same document
+frequencies). BLEU, ROUGE-L, SPICE and the tokeniser are pycocoevalcap's.
+
 SPICE needs Stanford CoreNLP 3.6.0 jars that pycocoevalcap downloads on first use; offline they are
 absent, so SPICE is then reported as missing (``None``) with one warning, never as 0 and never by
 attempting a download.
@@ -127,9 +133,9 @@ def tokenize(gts: Gts, res: Res, method: str = "ptb") -> tuple[Gts, Res]:
 class ScorerSpec:
     """A scorer: the metrics it yields and how to compute them from tokenised captions.
 
-    ``start`` (optional) launches the scorer's external process before tokenisation so its JVM
-    start-up (METEOR: ~5 s loading paraphrase tables) overlaps the other work; ``compute`` then
-    receives the handle. ``java`` scorers wait on a subprocess and run in threads; the others are
+    ``start(workers)`` (optional) launches the scorer's external processes before tokenisation so
+    their JVM start-up (METEOR: ~5 s loading paraphrase tables) overlaps the other work;
+    ``compute`` then receives the handle, and closes it. ``java`` scorers wait on a subprocess and run in threads; the others are
     CPU-bound Python and run in a process pool in ``hybrid`` mode.
     """
 
@@ -137,7 +143,7 @@ class ScorerSpec:
     metrics: tuple[str, ...]
     compute: Callable[[Gts, Res, Any], Scored]
     unavailable: Callable[[], str | None] = lambda: None
-    start: Callable[[], Any] | None = None
+    start: Callable[[int], Any] | None = None
     java: bool = False
 
 
@@ -159,28 +165,46 @@ def _bleu(gts: Gts, res: Res, handle: Any = None) -> Scored:
     return {f"Bleu_{n + 1}": (float(score[n]), _floats(scores[n])) for n in range(4)}
 
 
-def _meteor_start() -> Any:
-    from pycocoevalcap.meteor.meteor import Meteor
+def meteor_procs(workers: int) -> tuple[int, int]:
+    """(Java processes, threads each) for METEOR on ``workers`` cores.
 
-    return Meteor()  # Popen only: the JVM loads while we tokenise
+    One JVM spends ~5-10 CPU-seconds loading the paraphrase table; scoring 5,000 segments costs
+    about as much again. With a JDK, one JVM loads the table once and scores on ``workers``
+    threads (:class:`r2m.evaluation.meteor.MeteorPool`); without one (a JRE only), one jar
+    process per two cores (more start-ups only pay where cores are idle).
+    """
+    from r2m.evaluation.meteor import threads_available
+
+    if threads_available():
+        return 1, max(1, min(workers, 16))
+    return max(1, min(workers // 2, 8)), 1
+
+
+def _meteor_start(workers: int = 1) -> Any:
+    from r2m.evaluation.meteor import MeteorPool
+
+    procs, threads = meteor_procs(workers)
+    return MeteorPool(procs, threads)  # Popen only: the JVMs load while we tokenise
 
 
 def _meteor(gts: Gts, res: Res, handle: Any = None) -> Scored:
-    scorer = handle if handle is not None else _meteor_start()
+    pool = handle if handle is not None else _meteor_start()
     try:
-        score, scores = scorer.compute_score(gts, res)
+        ids = list(gts)
+        score, scores = pool.compute([_one(res, i) for i in ids], [gts[i] for i in ids])
     finally:
-        _close_meteor(scorer)
-    return {"METEOR": (float(score), _floats(scores))}
+        _close_meteor(pool)
+    return {"METEOR": (score, scores)}
 
 
-def _close_meteor(scorer: Any) -> None:
-    proc = getattr(scorer, "meteor_p", None)
-    if proc is not None and proc.poll() is None:
-        with scorer.lock:
-            proc.stdin.close()
-            proc.kill()
-            proc.wait()
+def _close_meteor(handle: Any) -> None:
+    handle.close()
+
+
+def _one(res: Res, i: str) -> str:
+    if len(res[i]) != 1:
+        raise ValueError(f"image {i!r}: expected exactly one hypothesis, got {len(res[i])}")
+    return res[i][0]
 
 
 def _rouge(gts: Gts, res: Res, handle: Any = None) -> Scored:
@@ -191,10 +215,11 @@ def _rouge(gts: Gts, res: Res, handle: Any = None) -> Scored:
 
 
 def _cider(gts: Gts, res: Res, handle: Any = None) -> Scored:
-    from pycocoevalcap.cider.cider import Cider
+    from r2m.evaluation.cider import cider_d
 
-    score, scores = Cider().compute_score(gts, res)
-    return {"CIDEr": (float(score), _floats(scores))}
+    ids = list(gts)
+    score, scores = cider_d([_one(res, i) for i in ids], [gts[i] for i in ids])
+    return {"CIDEr": (score, scores)}
 
 
 def _spice(gts: Gts, res: Res, handle: Any = None) -> Scored:
@@ -242,7 +267,7 @@ def _score_all(names: Sequence[str], gts: Gts, res: Res, tokenizer: str, paralle
         raise ValueError(f"unknown parallel mode {parallel!r}; choose from {', '.join(PARALLEL_MODES)}")
     names = _by_cost(names)
     handles = {} if parallel == "serial" else {
-        n: SCORERS.get(n).start() for n in names if SCORERS.get(n).start is not None
+        n: SCORERS.get(n).start(workers) for n in names if SCORERS.get(n).start is not None
     }
     try:
         gts, res = tokenize(gts, res, tokenizer)

@@ -93,6 +93,21 @@ def unreadable_images(path: Path, ids: Any) -> list[str]:
         return sorted({r["image_id"] for r in csv.DictReader(fh) if r.get("image_id") in wanted})
 
 
+def concept_metrics(captions_path: str | Path, info_path: str | Path) -> dict[str, Any]:
+    """Concept recall of the captions against the concepts they were made from (``caption_info.json``)."""
+    from r2m.evaluation.concepts import concept_recall
+
+    captions = {str(r["image_id"]): str(r["caption"]) for r in json.loads(Path(captions_path).read_text())}
+    if not Path(info_path).exists():  # captions made elsewhere: their input concepts are unknown
+        log.warning("evaluate: %s is missing: no concept recall", info_path)
+        return {"concept_recall": None, "concept_any": None, "concept_images": 0}
+    info = json.loads(Path(info_path).read_text())
+    concepts = {str(r["image_id"]): list(r["concepts"]) for r in info.get("images", [])}
+    out = concept_recall(captions, concepts)
+    out["sources"] = info.get("counts", {})
+    return out
+
+
 def run(ctx) -> None:
     """DAG stage: score one variant/checkpoint's captions."""
     refs = ctx.deps["prepared"] / "references.json"
@@ -103,10 +118,15 @@ def run(ctx) -> None:
     if bad:
         ctx.log.warning("evaluate: %d of %d scored image(s) were unreadable (captioned from no concepts): %s",
                         len(bad), len(out["images"]), ", ".join(bad[:10]))
+    cr = concept_metrics(ctx.deps["captions"], ctx.deps["info"])
+    ctx.log.info("concept recall %s, captions naming >= 1 concept %s (%d images with concepts)",
+                 "n/a" if cr["concept_recall"] is None else f"{cr['concept_recall']:.3f}",
+                 "n/a" if cr["concept_any"] is None else f"{cr['concept_any']:.3f}", cr["concept_images"])
     extra = {"n_images": len(out["images"]), "missing_images": len(out["missing"]), "unreadable_images": len(bad),
              "unreadable_image_ids": bad}
-    write_json(ctx.outs["metrics"], {**out["metrics"], **extra})
-    write_json(ctx.outs["per_image"], {**out, **extra})
+    concepts = {"concept_recall": cr["concept_recall"], "concept_any": cr["concept_any"]}
+    write_json(ctx.outs["metrics"], {**out["metrics"], **concepts, **extra})
+    write_json(ctx.outs["per_image"], {**out, **concepts, **extra, "concepts": cr})
     ctx.save_params(ctx.outs["metrics"].parent, "eval.params.yaml")
 
 

@@ -13,7 +13,8 @@ Per time step t, with w_t the input word (<#start> at t = 0):
 * softmax over the vocabulary: ``P(w_{t+1} | w_{≤t}, I) = softmax(W_o·m(t) + b_o)``.
 
 Sizes 128/256/256/512 are the paper's Figure 2 (the seeds give 256 and 512). Dropout (``dropout``)
-on m(t) before the softmax layer is our addition for small data (0 disables it). The cost is the
+on m(t) before the softmax layer is our addition for small data (0 disables it), as is the
+per-channel standardisation of I with the training images' statistics (``standardise``). The cost is the
 average log-likelihood per word plus L2 (the training stage's ``weight_decay``).
 
 The image enters only through ``V_I·I`` (one bias, ``V_w``'s, serves the sum), and r(t) does not see
@@ -73,6 +74,7 @@ class MRNN(SupervisedCaptioner):
         self.V_I = nn.Linear(cfg.image_dim, cfg.multimodal, bias=False)
         self.out = nn.Linear(cfg.multimodal, cfg.vocab_size)
         self.drop = nn.Dropout(cfg.dropout)
+        self.init_feature_norm({"pooled": cfg.image_dim})
 
     @classmethod
     def from_params(cls, section: dict[str, Any], vocab_size: int, shapes: dict[str, tuple[int, ...]]) -> MRNN:
@@ -82,7 +84,7 @@ class MRNN(SupervisedCaptioner):
 
     # ------------------------------------------------------------------ layers
     def encode(self, feats: dict[str, Tensor]) -> Tensor:
-        return feats["pooled"].float()
+        return self.standardise({"pooled": feats["pooled"]})["pooled"]
 
     def words(self, tokens: Tensor) -> Tensor:
         """The two embedding layers: ids [...] → w [..., embed2]."""

@@ -376,6 +376,8 @@ class R2M(nn.Module):
         mem_state, h, rm_w = self.decoder.step(mem_state, _at(self.decoder.precompute(f), 0), need_weights)
         return h, (prep, *mem_state), (fm_w[:, 0] if fm_w is not None else None), rm_w
 
+    STOP_CHECK_EVERY = 8
+
     def greedy(self, v: Tensor, max_len: int, reconstruct: bool = True, stop_early: bool = True) -> dict[str, Tensor | None]:
         """Free-running greedy decoding from ``v`` with gradients through the hidden states (L_M, L_I).
 
@@ -388,7 +390,11 @@ class R2M(nn.Module):
         prev = torch.full((B,), START, dtype=torch.long, device=v.device)
         done = torch.zeros(B, dtype=torch.bool, device=v.device)
         hs, toks, lps = [], [], []
-        for _ in range(max_len):
+        # the early-stop test reads ``done`` on the host: on CPU every step; on an accelerator only
+        # every STOP_CHECK_EVERY steps, so the queue of kernels is not drained each step (steps
+        # after every caption ended only add <pad> columns: lengths, ṽ and the loss are unchanged)
+        check = 1 if v.device.type == "cpu" else self.STOP_CHECK_EVERY
+        for t in range(max_len):
             h, state, _, _ = self.decode_step(state, prev)
             lp = torch.log_softmax(self.logits(h).float(), dim=-1)
             tok_lp, tok = lp.max(dim=-1)
@@ -396,7 +402,7 @@ class R2M(nn.Module):
             hs.append(h), toks.append(tok), lps.append(tok_lp)
             done = done | (tok == END)
             prev = tok
-            if stop_early and bool(done.all()):
+            if stop_early and (t + 1) % check == 0 and bool(done.all()):
                 break
         tokens = torch.stack(toks, 1)
         is_end = tokens == END

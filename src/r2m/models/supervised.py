@@ -11,7 +11,9 @@ The interface (shapes: B batch, T steps, V vocabulary):
   ``grid`` [B, H, W, C]); ``from_params(section, vocab_size, shapes)`` builds it from its params
   section and the per-image shapes of those kinds.
 * ``encode(feats) -> v``: the image conditioning, one batch-first tensor (whatever the model needs:
-  a pooled vector, a flattened grid). Beam search repeats it per beam.
+  a pooled vector, a flattened grid). Beam search repeats it per beam. ``init_feature_norm`` /
+  ``standardise`` give per-channel standardisation with the training images' statistics (the
+  training stage fits them).
 * ``forward(v, inputs, lengths) -> {"logits": [B, T, V], "aux": {name: scalar}}``: teacher forcing
   with ``inputs`` = <#start> w_1 … (padded with <pad>); ``aux`` are extra loss terms (e.g. SAT's
   attention regulariser), added to the cross-entropy and logged as their own loss columns.
@@ -80,6 +82,31 @@ class SupervisedCaptioner(nn.Module):
 
     def param_count(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    # ------------------------------------------------------------------ image feature standardisation
+    def init_feature_norm(self, channels: dict[str, int]) -> None:
+        """Per-channel standardisation of each feature kind (buffers, saved with the weights; set
+        from the training images by :meth:`fit_feature_norm`, identity until then). Our addition:
+        CNN activations differ in scale by orders of magnitude between backends."""
+        for kind, c in channels.items():
+            self.register_buffer(f"norm_{kind}_mean", torch.zeros(c))
+            self.register_buffer(f"norm_{kind}_std", torch.ones(c))
+
+    def fit_feature_norm(self, stats: dict[str, tuple[Tensor, Tensor]]) -> None:
+        with torch.no_grad():
+            for kind, (mean, std) in stats.items():
+                if hasattr(self, f"norm_{kind}_mean"):
+                    getattr(self, f"norm_{kind}_mean").copy_(mean)
+                    getattr(self, f"norm_{kind}_std").copy_(std.clamp_min(1e-6))
+
+    def standardise(self, feats: dict[str, Tensor]) -> dict[str, Tensor]:
+        """``(x - mean) / std`` over the last (channel) axis of every kind with statistics."""
+        out = {}
+        for kind, x in feats.items():
+            if hasattr(self, f"norm_{kind}_mean"):
+                x = (x.float() - getattr(self, f"norm_{kind}_mean")) / getattr(self, f"norm_{kind}_std")
+            out[kind] = x
+        return out
 
     # ------------------------------------------------------------------ the interface
     def encode(self, feats: dict[str, Tensor]) -> Tensor:

@@ -60,6 +60,22 @@ class FanOut:
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What one job of the stage holds, for Snakemake's scheduler (``--resources gpu=N``, the SLURM
+    executor's ``--gpus``/``--mem``). ``gpu`` stages use CUDA when present and run on CPU otherwise."""
+
+    gpu: int = 0
+    mem_mb: int = 4000
+
+    def snakemake(self) -> dict[str, int]:
+        """The rule's ``resources:`` (``gpu`` only where one is used, so CPU jobs ask for none)."""
+        return {"mem_mb": self.mem_mb, **({"gpu": self.gpu} if self.gpu else {})}
+
+
+GPU_JOB = Resources(gpu=1, mem_mb=16000)
+
+
+@dataclass(frozen=True)
 class Stage:
     name: str
     impl: str  # "module:function" run with a StageContext
@@ -70,6 +86,7 @@ class Stage:
     params: tuple[str, ...] = ()  # params.yaml sections the stage reads
     src: tuple[str, ...] = ()  # source files/folders the stage's code lives in
     fanout: FanOut | None = None
+    resources: Resources = Resources()
     sources: tuple[tuple[str, str], ...] = ()  # axis -> value list (DVC matrix) other than the default
 
     def source(self, axis: str) -> str:
@@ -89,7 +106,8 @@ D = "data/{dataset}"
 M = "models/{dataset}/{variant}"
 R = "results/{dataset}/{variant}/{ckpt}"
 COMMON_SRC = ("src/r2m/params.py", "src/r2m/pipeline/context.py", "src/r2m/utils")
-MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/text/vocab.py")
+MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/text/vocab.py",
+             "src/r2m/decoding/settings.py")
 
 
 # the ``fidelity`` items each stage reads (so switching one re-runs only the stages it changes)
@@ -131,6 +149,7 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
         },
         params=params,
         src=src,
+        resources=GPU_JOB,
     )
 
 
@@ -169,6 +188,7 @@ def _sup_stages() -> tuple[Stage, ...]:
             params=("train_sup", "{model}", "catalog"),
             src=SUP_SRC,
             sources=SUP,
+            resources=GPU_JOB,
         ),
         Stage(
             "caption_sup",
@@ -181,6 +201,7 @@ def _sup_stages() -> tuple[Stage, ...]:
             params=("caption",),
             src=SUP_SRC + ("src/r2m/decoding",),
             sources=SUP,
+            resources=Resources(gpu=1, mem_mb=8000),
         ),
         Stage(
             "evaluate_sup",
@@ -195,6 +216,70 @@ def _sup_stages() -> tuple[Stage, ...]:
             params=("evaluate",),
             src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/supervised"),
             sources=SUP,
+        ),
+        Stage(
+            "mostfreq",
+            impl="r2m.supervised.caption:mostfreq",
+            help="supervised baselines' reference point: the most frequent training caption for every image",
+            axes=("dataset",),
+            deps={"sup_vocab": f"{D}/sup_vocab", "prepared": f"{D}/prepared"},
+            outs={"captions": Out("results/{dataset}/mostfreq/captions.json", cache=False),
+                  "metrics": Out("results/{dataset}/mostfreq/eval.json", kind="metrics", cache=False)},
+            params=("caption", "evaluate"),
+            src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/supervised"),
+            sources=SUP,
+        ),
+        Stage(
+            "retrieval_sup",
+            impl="r2m.supervised.retrieval:run_sup",
+            help="supervised baselines: image-sentence retrieval (R@K, Med r) by P(sentence | image)",
+            axes=("dataset", "model"),
+            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
+                  "prepared": f"{D}/prepared"},
+            outs={"retrieval": Out(f"{SR}/retrieval.json", kind="metrics", cache=False)},
+            params=("retrieval", "train_sup"),
+            src=SUP_SRC,
+            sources=SUP,
+        ),
+        Stage(
+            "retrieval_r2m",
+            impl="r2m.supervised.retrieval:run_r2m",
+            help="image-sentence retrieval (R@K, Med r) of R2M through its joint space",
+            axes=("dataset",),
+            deps={"model": "models/{dataset}/r2m/train_i", "vocab": f"{D}/vocab", "features": f"{D}/features",
+                  "prepared": f"{D}/prepared"},
+            outs={"retrieval": Out("results/{dataset}/r2m/train_i/retrieval.json", kind="metrics", cache=False)},
+            params=("retrieval", "concepts", "train_s"),
+            src=SUP_SRC,
+        ),
+        Stage(
+            "baselines",
+            impl="r2m.reports.baselines:baselines",
+            help="the supervised baselines' captioning table beside the seeds' published numbers",
+            axes=(),
+            deps={
+                "evals": Gather(f"{SR}/eval.json", over=("dataset", "model"), sources=SUP, dvc_path="results"),
+                "train": Gather(f"{SR}/train_metrics.json", over=("dataset", "model"), sources=SUP,
+                                dvc_path="results"),
+                "mostfreq": Gather("results/{dataset}/mostfreq/eval.json", over=("dataset",), sources=SUP,
+                                   dvc_path="results"),
+            },
+            outs={"csv": Out("reports/baselines.csv", cache=False), "md": Out("reports/baselines.md", cache=False)},
+            params=("baselines",),
+            src=COMMON_SRC + ("src/r2m/reports",),
+        ),
+        Stage(
+            "retrieval",
+            impl="r2m.reports.baselines:retrieval",
+            help="the image-sentence retrieval table: supervised baselines and R2M beside m-RNN's published rows",
+            axes=(),
+            deps={
+                "sup": Gather(f"{SR}/retrieval.json", over=("dataset", "model"), sources=SUP, dvc_path="results"),
+                "r2m": Gather("results/{dataset}/r2m/train_i/retrieval.json", over=("dataset",), dvc_path="results"),
+            },
+            outs={"csv": Out("reports/retrieval.csv", cache=False), "md": Out("reports/retrieval.md", cache=False)},
+            params=("datasets", "baselines"),
+            src=COMMON_SRC + ("src/r2m/reports",),
         ),
     )
 
@@ -221,6 +306,7 @@ STAGES: tuple[Stage, ...] = (
         },
         params=("concepts", "detect_concepts"),
         src=COMMON_SRC + ("src/r2m/vision", "src/r2m/text/dictionary.py", "data/dictionaries"),
+        resources=GPU_JOB,
     ),
     Stage(
         "extract_features",
@@ -232,6 +318,7 @@ STAGES: tuple[Stage, ...] = (
         params=("extract_features",),
         src=COMMON_SRC + ("src/r2m/vision",),
         fanout=FanOut(f"{D}/feature_shards"),
+        resources=GPU_JOB,
     ),
     Stage(
         "corpus_concepts",
@@ -272,23 +359,25 @@ STAGES: tuple[Stage, ...] = (
         outs={
             "captions": Out(f"{R}/captions.json", cache=False),
             "attention": Out(f"{R}/attention.json", cache=False),
+            "info": Out(f"{R}/caption_info.json", cache=False),
         },
         params=("caption", "concepts", *FIDELITY_IMAGES),
-        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py"),
+        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py", "src/r2m/vision/features.py"),
+        resources=Resources(gpu=1, mem_mb=8000),
     ),
     Stage(
         "evaluate",
         impl="r2m.evaluation.stage:run",
         help="coco-caption metrics of the captions against the references",
         axes=("dataset", "variant", "ckpt"),
-        deps={"captions": f"{R}/captions.json", "prepared": f"{D}/prepared",
+        deps={"captions": f"{R}/captions.json", "info": f"{R}/caption_info.json", "prepared": f"{D}/prepared",
               "bad_images": "reports/{dataset}/bad_images.csv"},
         outs={
             "metrics": Out(f"{R}/eval.json", kind="metrics", cache=False),
             "per_image": Out(f"{R}/eval_per_image.json", cache=False),
         },
         params=("evaluate",),
-        src=COMMON_SRC + ("src/r2m/evaluation",),
+        src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/text"),
     ),
     *_sup_stages(),
     Stage(
@@ -357,6 +446,8 @@ STAGES: tuple[Stage, ...] = (
             "table1": "reports/table1.csv",
             "table2": "reports/table2.csv",
             "table3": "reports/table3.csv",
+            "baselines": "reports/baselines.csv",
+            "retrieval": "reports/retrieval.csv",
             "figures": Gather("reports/figures/{dataset}", over=("dataset",), dvc_path="reports/figures"),
         },
         outs={"html": Out("reports/index.html", cache=False)},

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.reports.published import COLUMNS
-from r2m.reports.tables import PUBLISHED, TABLES
+from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, TABLES
 from r2m.utils.io import read_json, write_text
 
 esc = html.escape
@@ -54,7 +54,8 @@ def read_table_csv(path: Path) -> list[dict[str, str]]:
 
 
 def table_html(rows: Sequence[Mapping[str, str]]) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in ("Dataset", "Method", "Source", *COLUMNS))
+    cols = [*COLUMNS, *(c for c in CONCEPT_COLUMNS if rows and c in rows[0])]
+    head = "".join(f"<th>{esc(h)}</th>" for h in ("Dataset", "Method", "Source", *cols))
     body, prev = [], None
     for r in rows:
         cls = ["published" if r.get("source") == PUBLISHED else "run"]
@@ -64,7 +65,7 @@ def table_html(rows: Sequence[Mapping[str, str]]) -> str:
         prev = r.get("dataset")
         cells = [f"<td>{esc(shown)}</td>", f"<td>{esc(r.get('method', ''))}</td>",
                  f"<td>{esc(r.get('source', ''))}</td>"]
-        cells += [f'<td class="num">{esc(r.get(c, "") or "")}</td>' for c in COLUMNS]
+        cells += [f'<td class="num">{esc(r.get(c, "") or "")}</td>' for c in cols]
         body.append(f'<tr class="{" ".join(cls)}">{"".join(cells)}</tr>')
     return f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
@@ -74,7 +75,7 @@ def tables_section(paths: Mapping[str, Path]) -> str:
              '<p class="caption">Scores &times; 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, '
              'S = SPICE). <i>Italic grey</i> rows are the paper\'s published numbers, <b>bold</b> rows '
              'this run. Empty cells: not reported in the paper, or not computed here (SPICE needs '
-             'Stanford CoreNLP jars that are not available offline).</p>']
+             'Stanford CoreNLP jars that are not available offline). ' + esc(CONCEPT_NOTE) + '</p>']
     for name, path in paths.items():
         spec = TABLES[name]
         parts.append(f'<h3 id="{name}">Table {spec.number}: {esc(spec.title)}</h3>')
@@ -84,6 +85,56 @@ def tables_section(paths: Mapping[str, Path]) -> str:
         parts.append(table_html(read_table_csv(Path(path))))
         parts.append(f'<p class="caption">{esc(spec.note)} Source: <code>{esc(Path(path).name)}</code>.</p>')
     parts.append("</section>")
+    return "\n".join(parts)
+
+
+def csv_table_html(rows: Sequence[Mapping[str, str]], header: Sequence[str]) -> str:
+    """A generic CSV table (the baselines and retrieval tables): text columns left, numbers right;
+    published rows grey, skipped rows as notes."""
+    text = {"dataset", "method", "source", "note"}
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body, prev = [], None
+    for r in rows:
+        cls = ["published" if r.get("source") == PUBLISHED else "run"]
+        if r.get("dataset") != prev:
+            cls.append("first")
+        cells = []
+        for h in header:
+            v = r.get(h, "") or ""
+            if h == "dataset":
+                v = v if r.get("dataset") != prev else ""
+            cells.append(f'<td>{esc(v)}</td>' if h in text else f'<td class="num">{esc(v)}</td>')
+        prev = r.get("dataset")
+        body.append(f'<tr class="{" ".join(cls)}">{"".join(cells)}</tr>')
+    return f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+EXTRA_TABLES = {  # name -> (title, caption)
+    "baselines": ("Supervised baselines (captioning)",
+                  "Scores &times; 100 on each dataset's test split; PPL = per-word perplexity of the test references. "
+                  "The seeds' published rows name the paper's dataset. A dataset without paired training captions "
+                  "is one <i>skipped</i> line."),
+    "retrieval": ("Image&ndash;sentence retrieval",
+                  "Sent = sentence retrieval (image query), Img = image retrieval (sentence query); R@K in percent, "
+                  "Med r = median rank of the first ground truth. m-RNN ranks by P(sentence | image) (sentence "
+                  "retrieval normalised by P(sentence)); R2M by its joint space."),
+}
+
+
+def extra_tables_section(paths: Mapping[str, Path]) -> str:
+    parts = []
+    for name, path in paths.items():
+        title, caption = EXTRA_TABLES[name]
+        parts.append(f'<section id="{name}"><h2>{title}</h2>')
+        if not Path(path).exists():
+            parts.append(f'<p class="note">{esc(str(path))} is missing: run <code>r2m {name}</code>.</p></section>')
+            continue
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = reader.fieldnames or []
+        parts.append(csv_table_html(rows, header))
+        parts.append(f'<p class="caption">{caption} Source: <code>{esc(Path(path).name)}</code>.</p></section>')
     return "\n".join(parts)
 
 
@@ -136,11 +187,15 @@ def dataset_section(dataset: str, fig_dir: Path, page_dir: Path) -> str:
 
 
 # --------------------------------------------------------------------------- page
-def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Path]], page_path: Path) -> str:
+def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Path]], page_path: Path,
+                extra: Mapping[str, Path] | None = None) -> str:
     page_dir = page_path.parent
-    nav = ['<a href="#tables">Tables</a>'] + [f'<a href="#ds-{esc(d)}">{esc(d)}</a>' for d, _ in figure_dirs]
+    extra = extra or {}
+    nav = (['<a href="#tables">Tables</a>'] + [f'<a href="#{n}">{n.capitalize()}</a>' for n in extra]
+           + [f'<a href="#ds-{esc(d)}">{esc(d)}</a>' for d, _ in figure_dirs])
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    body = [tables_section(tables)] + [dataset_section(d, Path(p), page_dir) for d, p in figure_dirs]
+    body = ([tables_section(tables)] + ([extra_tables_section(extra)] if extra else [])
+            + [dataset_section(d, Path(p), page_dir) for d, p in figure_dirs])
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>R2M reproduction report</title><style>{CSS}</style></head>
@@ -159,5 +214,6 @@ def run(ctx) -> None:
     tables = {name: ctx.deps[name] for name in ("table1", "table2", "table3")}
     figs = [(keys["dataset"], Path(path)) for keys, path in ctx.gather("figures")]
     out = ctx.outs["html"]
-    write_text(out, render_page(tables, figs, Path(out)))
+    extra = {name: ctx.deps[name] for name in EXTRA_TABLES if name in ctx.deps}
+    write_text(out, render_page(tables, figs, Path(out), extra))
     ctx.log.info("report: wrote %s", out)

@@ -21,7 +21,14 @@ from r2m.utils.io import read_json, write_text
 
 PUBLISHED = "published"
 THIS_RUN = "this run"
-HEADER = ("dataset", "method", "source", *P.COLUMNS)
+# concept recall (r2m.evaluation.concepts), this run only: share of an image's input concepts that its
+# caption names, and share of captions naming at least one (× 100)
+CONCEPT_COLUMNS = ("CR", "CR≥1")
+CONCEPT_METRICS = dict(zip(CONCEPT_COLUMNS, ("concept_recall", "concept_any"), strict=True))
+CONCEPT_NOTE = ("CR = concept recall of this run: the share of an image's input concepts that its caption "
+                "names; CR≥1 = the share of captions naming at least one (images with ≥ 1 concept; no "
+                "references needed).")
+HEADER = ("dataset", "method", "source", *P.COLUMNS, *CONCEPT_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -68,8 +75,13 @@ def run_row(metrics: Mapping[str, Any]) -> list[str]:
             for c in P.COLUMNS]
 
 
+def concept_cells(metrics: Mapping[str, Any]) -> list[str]:
+    """Concept recall cells (× 100) of an ``eval.json``; empty when it has none."""
+    return [fmt(None if metrics.get(m) is None else 100.0 * float(metrics[m])) for m in CONCEPT_METRICS.values()]
+
+
 def published_row(values: P.Row) -> list[str]:
-    return [fmt(v) for v in values]
+    return [fmt(v) for v in values] + [""] * len(CONCEPT_COLUMNS)
 
 
 def read_eval(path: Path, what: str) -> dict[str, float | None]:
@@ -103,13 +115,13 @@ def build_rows(spec: TableSpec, datasets: Sequence[str], row_keys: Sequence[str]
         if spec.axis is None:  # Table 1: the published baselines and R2M, then ours
             for method, values in pub.items():
                 rows.append([label, method, PUBLISHED, *published_row(values)])
-            rows.append([label, "R2M", THIS_RUN, *run_row(evals[(ds, "r2m")])])
+            rows.append([label, "R2M", THIS_RUN, *run_row(evals[(ds, "r2m")]), *concept_cells(evals[(ds, "r2m")])])
             continue
         for key in [k for k in spec.order if k in row_keys]:
             method = spec.labels.get(key, key)
             if key in pub:
                 rows.append([label, method, PUBLISHED, *published_row(pub[key])])
-            rows.append([label, method, THIS_RUN, *run_row(evals[(ds, key)])])
+            rows.append([label, method, THIS_RUN, *run_row(evals[(ds, key)]), *concept_cells(evals[(ds, key)])])
     if spec.axis is None:  # Table 1 always shows the paper's targets, configured or not
         for ds, pub in spec.published.items():
             if ds not in datasets:
@@ -144,16 +156,16 @@ def to_markdown(spec: TableSpec, rows: Sequence[Sequence[str]], notes: Sequence[
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(c if c else "" for c in cells) + " |"
 
-    head = ["Dataset", "Method", "Source", *P.COLUMNS]
+    head = ["Dataset", "Method", "Source", *P.COLUMNS, *CONCEPT_COLUMNS]
     out = [f"# Table {spec.number}: {spec.title}", "",
-           line(head), "|" + "|".join(["---"] * 3 + ["---:"] * len(P.COLUMNS)) + "|"]
+           line(head), "|" + "|".join(["---"] * 3 + ["---:"] * (len(P.COLUMNS) + len(CONCEPT_COLUMNS))) + "|"]
     prev = None
     for r in rows:
         shown = ["" if r[0] == prev else r[0], *r[1:]]  # dataset label once per block
         prev = r[0]
         out.append(line(shown))
     out += ["", f"Scores × 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE); empty = not "
-            f"reported / not computed. {spec.note}", ""]
+            f"reported / not computed. {CONCEPT_NOTE} {spec.note}", ""]
     out += [f"Note: {n}" for n in notes] + ([""] if notes else [])
     return "\n".join(out)
 

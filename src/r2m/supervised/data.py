@@ -82,6 +82,21 @@ class Features:
         return {k: torch.from_numpy(np.asarray(self.h5[k][uniq.tolist()], dtype=np.float32)[inv])
                 for k in self.kinds}
 
+    def channel_stats(self, rows: np.ndarray, chunk: int = 1024) -> dict[str, tuple[Tensor, Tensor]]:
+        """Per-channel mean and std of each kind over the given rows (streamed in chunks)."""
+        rows = np.unique(rows)
+        out = {}
+        for k in self.kinds:
+            n, s1, s2 = 0, 0.0, 0.0
+            for a in range(0, len(rows), chunk):
+                x = np.asarray(self.h5[k][rows[a: a + chunk].tolist()], dtype=np.float64)
+                x = x.reshape(-1, x.shape[-1])
+                n, s1, s2 = n + len(x), s1 + x.sum(0), s2 + (x * x).sum(0)
+            mean = s1 / max(n, 1)
+            std = np.sqrt(np.maximum(s2 / max(n, 1) - mean * mean, 0.0))
+            out[k] = (torch.from_numpy(mean).float(), torch.from_numpy(std).float())
+        return out
+
     def close(self) -> None:
         self.h5.close()
 

@@ -6,7 +6,7 @@ schedule is ``train_sup`` (with ``train_sup.per_model.<model>`` merged), the mod
 params section. Resumable like the R²M stages: ``last.pt`` (model, optimizer, step, RNG, loss
 rows) is used when its fingerprint (the resolved params) matches; ``--fresh`` ignores it.
 
-Outputs: ``model.pt`` (the final weights; ``r2m.models.load_model``), ``params.yaml``, ``last.pt``,
+Outputs: ``model.pt`` (the final weights; ``r2m.models.load_model``), ``params.yaml``,
 ``loss.tsv`` (``step split loss xe …aux``; a ``val`` row every ``eval_every`` steps = the val pairs'
 per-word NLL) and ``train_metrics.json`` (``sentences_per_s``, ``val_perplexity``,
 ``test_perplexity``: exp of the per-word NLL over all held-out pairs, <#end> included).
@@ -26,7 +26,17 @@ from r2m.models import build_sup_model
 from r2m.supervised.data import Features, PairedSet
 from r2m.supervised.vocab import skip_reason
 from r2m.training.data import load_itos
-from r2m.training.stages import NonFiniteLoss, _rng_state, _set_rng_state, _write_loss, fingerprint
+from r2m.training.stages import (
+    CheckpointError,
+    NonFiniteLoss,
+    _rng_state,
+    _set_rng_state,
+    _write_loss,
+    fingerprint,
+    load_last,
+    resume_folder,
+)
+from r2m.utils import resume as RS
 from r2m.utils.io import save_torch, write_json, write_text
 from r2m.utils.progress import progress
 
@@ -90,19 +100,28 @@ def run(ctx) -> None:
     test = PairedSet(ctx.deps["sup_vocab"], feats, "test", tp.max_len)
     ctx.log.info("train_sup: %s on %d training pairs (%d val, %d test); %d pairs lack features", name,
                  len(train), len(val), len(test), train.n_missing + val.n_missing + test.n_missing)
-    model = build_sup_model(name, model_section(ctx), len(itos), feats.shapes).to(device)
+    model = build_sup_model(name, model_section(ctx), len(itos), feats.shapes)
+    model.fit_feature_norm(feats.channel_stats(train.rows))
+    model.to(device)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=tp.lr,
                            weight_decay=tp.weight_decay)
     columns = ("xe", *model.aux_losses)
 
     fp = fingerprint(ctx)
-    last_path = out_dir / "last.pt"
+    work = resume_folder(ctx)
+    last_path = work / "last.pt"
     step, rows, elapsed_prev, seen = 0, [], 0.0, 0
-    if last_path.exists() and not getattr(args, "fresh", False):
-        last = torch.load(last_path, map_location="cpu", weights_only=True)
-        if last.get("fingerprint") == fp:
-            model.load_state_dict(last["model"]["state_dict"])
-            opt.load_state_dict(last["optimizer"])
+    if getattr(args, "fresh", False):
+        RS.clear(work)
+    if last_path.exists():
+        last = load_last(last_path)
+        if last["fingerprint"] == fp:
+            try:
+                model.load_state_dict(last["model"]["state_dict"])
+                opt.load_state_dict(last["optimizer"])
+            except (RuntimeError, ValueError, KeyError) as err:
+                raise CheckpointError(f"{last_path}: does not fit the model ({str(err).splitlines()[0][:160]}); "
+                                      "delete it or rerun with --fresh") from None
             step, rows = int(last["step"]), list(last["rows"])
             elapsed_prev, seen = float(last.get("elapsed", 0.0)), int(last.get("seen", 0))
             _set_rng_state(last["rng"])
@@ -138,28 +157,36 @@ def run(ctx) -> None:
     model.train()
     batches = train.batches(tp.batch_size, tp.seed, step)
     bar = progress(total=tp.steps, initial=step, desc=f"train_sup {name}")
-    while step < tp.steps:
-        b = next(batches).to(device)
-        loss, comp = model.loss(model.encode(b.feats), b.inputs, b.targets, b.lengths)
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise NonFiniteLoss(f"train_sup ({name}): loss is {value} at step {step + 1}; "
-                                f"try a lower learning rate (params: train_sup.lr = {tp.lr})")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tp.clip)
-        opt.step()
-        step += 1
-        seen += len(b)
-        rows.append([step, "train", value, *(float(comp[c].detach()) if c in comp else None for c in columns)])
-        bar.update(1)
-        if step % tp.eval_every == 0 or step == tp.steps:
-            ev = evaluate()
-            if ev:
-                rows.append([step, "val", sum(ev.values()), *(ev.get(c) for c in columns)])
-                ctx.log.info("train_sup step %d: val %s", step, " ".join(f"{k}={v:.4f}" for k, v in ev.items()))
-        if step % tp.checkpoint_every == 0 or step == tp.steps:
-            save_last()
+    stop = RS.Preemption()  # SIGTERM/SIGINT: finish the step, save last.pt, stop
+    with stop:
+        while step < tp.steps:
+            b = next(batches).to(device)
+            loss, comp = model.loss(model.encode(b.feats), b.inputs, b.targets, b.lengths)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise NonFiniteLoss(f"train_sup ({name}): loss is {value} at step {step + 1}; "
+                                    f"try a lower learning rate (params: train_sup.lr = {tp.lr})")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tp.clip)
+            opt.step()
+            step += 1
+            seen += len(b)
+            rows.append([step, "train", value, *(float(comp[c].detach()) if c in comp else None for c in columns)])
+            bar.update(1)
+            if step % tp.eval_every == 0 or step == tp.steps:
+                ev = evaluate()
+                if ev:
+                    rows.append([step, "val", sum(ev.values()), *(ev.get(c) for c in columns)])
+                    ctx.log.info("train_sup step %d: val %s", step, " ".join(f"{k}={v:.4f}" for k, v in ev.items()))
+            if step % tp.checkpoint_every == 0 or step == tp.steps:
+                save_last()
+            RS.inject("train_sup", step)  # fault suite (R2M_FAULT), a no-op otherwise
+            if stop.requested:
+                if step % tp.checkpoint_every and step != tp.steps:
+                    save_last()
+                bar.close()
+                stop.check(f"step {step} of {tp.steps}", last_path)
     bar.close()
     elapsed = elapsed_prev + time.perf_counter() - t0
 
@@ -184,5 +211,6 @@ def run(ctx) -> None:
     metrics = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
     write_json(Path(ctx.outs["metrics"]), metrics)
     feats.close()
+    RS.clear(work)  # outputs complete: the resumable state is no longer needed
     ctx.log.info("train_sup: done, %d steps in %.1f s; perplexity val %s test %s", step, elapsed,
                  metrics["val_perplexity"], metrics["test_perplexity"])

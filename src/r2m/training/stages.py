@@ -40,6 +40,7 @@ from torch import Tensor
 
 from r2m.losses import linear_xe_loss, loss_i, loss_s, xe_loss
 from r2m.models.r2m import R2M, R2MConfig
+from r2m.training import distributed
 from r2m.training.data import ImageSet, TextBatch, TextStream, concept_order, load_itos
 from r2m.utils import resume as RS
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint
@@ -56,6 +57,14 @@ class NonFiniteLoss(RuntimeError):
 def add_arguments(parser) -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CUDA")
     parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
+    parser.add_argument("--nproc", type=int, default=1,
+                        help="data-parallel processes (torch DDP under torchrun; one per GPU); the global "
+                             "batch stays <stage>.batch_size")
+
+
+def relaunch(stage: str, argv: list[str]) -> int | None:
+    """``--nproc N`` (N > 1) outside torchrun: re-run this command under torchrun."""
+    return distributed.relaunch(stage, argv)
 
 
 # --------------------------------------------------------------------------- objectives
@@ -79,6 +88,8 @@ def text_objective(model: R2M, batch: TextBatch, beta: float | None,
     out = model(batch.concepts, batch.concept_lens, batch.inputs, batch.lengths, reconstruct=beta is not None)
     mask = batch.mask
     xe = token_xe(model, out["hidden"][mask], batch.targets[mask])
+    if distributed.current().enabled:  # DDP: this rank's share of the global token mean
+        xe = xe * distributed.current().token_mean_scale(mask.sum())
     if beta is None:
         return xe, {"xe": xe}
     return loss_s(xe, out["v"], out["v_tilde_raw"], beta, rec)
@@ -89,7 +100,10 @@ def image_objective(model: R2M, batch, gamma: float, margin: float, max_len: int
     """L_M^I (γ = 0) or L_I on greedy free-running captions (gradients through hidden states)."""
     v = model.encode(batch.concepts, batch.concept_lens)
     g = model.greedy(v, max_len)
-    return loss_i(model.project_image(batch.feats), v, g["v_tilde_raw"], gamma, margin, rec, rank)
+    img, v_tilde = model.project_image(batch.feats), g["v_tilde_raw"]
+    if model.training:  # DDP: in-batch negatives over the whole global batch
+        img, v, v_tilde = (distributed.gather_rows(x) for x in (img, v, v_tilde))
+    return loss_i(img, v, v_tilde, gamma, margin, rec, rank)
 
 
 def _xe(ctx, model, batch, tp):
@@ -231,7 +245,8 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     obj = OBJECTIVES[name]
     tp = getattr(ctx.params, name)
     args = getattr(ctx, "args", None)
-    device = ctx.runtime.torch_device()
+    device = distributed.device_for(ctx.runtime.torch_device())
+    dist = distributed.setup(device)
     out_dir = Path(ctx.outs["model"])
     work = resume_folder(ctx)
     torch.manual_seed(tp.seed)
@@ -266,6 +281,7 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     # model, optimiser, resume ----------------------------------------
     model = build_model(ctx, len(itos), image_dim).to(device)
     opt = make_adam(model, tp.lr)
+    step_fn = dist.wrap(model, lambda m, b: obj.compute(ctx, m, b, tp), device)
     fp = fingerprint(ctx)
     last_path = work / "last.pt"
     step, rows, best = 0, [], None
@@ -290,7 +306,7 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     ctx.log.info("%s: %s on %s, %d parameters, %d steps x %d", name, ctx.variant, device,
                  model.param_count(), tp.steps, tp.batch_size)
 
-    use_bf16 = bool(getattr(args, "bf16", False)) and device.type == "cuda"
+    use_bf16 = (bool(getattr(args, "bf16", False)) or getattr(ctx.runtime, "bf16", False)) and device.type == "cuda"
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
 
     def evaluate() -> dict[str, float]:
@@ -335,10 +351,12 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     stop = RS.Preemption()  # SIGTERM/SIGINT: finish the step, save last.pt, stop
     with stop:
         while step < tp.steps:
-            batch = next(batches).to(device)
+            batch = dist.shard(next(batches)).to(device)
             with autocast():
-                loss, comp = obj.compute(ctx, model, batch, tp)
-            loss_value = float(loss.detach())
+                loss, comp = step_fn(batch)
+            if dist.enabled:  # log the global batch's loss
+                comp = {k: dist.mean(v) for k, v in comp.items()}
+            loss_value = float(dist.mean(loss.detach()))
             if not math.isfinite(loss_value):
                 raise NonFiniteLoss(f"{name}: loss is {loss_value} at step {step + 1} "
                                     f"({', '.join(f'{k}={float(v.detach()):.4g}' for k, v in comp.items())}); "
@@ -348,16 +366,16 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), tp.clip)
             opt.step()
             step += 1
-            seen += len(batch)
+            seen += dist.global_rows(len(batch))
             rows.append([step, "train", loss_value, *(float(comp[c].detach()) if c in comp else None for c in obj.columns)])
             bar.update(1)
             if step % tp.eval_every == 0 or step == tp.steps:
                 eval_and_select()
-            if step % tp.checkpoint_every == 0 or step == tp.steps:
+            if (step % tp.checkpoint_every == 0 or step == tp.steps) and dist.is_main:
                 save_last()
             RS.inject(name, step)  # fault suite (R2M_FAULT), a no-op otherwise
             if stop.requested:
-                if step % tp.checkpoint_every and step != tp.steps:
+                if step % tp.checkpoint_every and step != tp.steps and dist.is_main:
                     save_last()
                 bar.close()
                 stop.check(f"step {step} of {tp.steps}", last_path)
@@ -368,10 +386,19 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     final = model.checkpoint(stage=name, step=step, variant=ctx.variant or "r2m", dataset=ctx.dataset or "")
     if best is not None:
         final = {**best["checkpoint"], "variant": ctx.variant or "r2m", "dataset": ctx.dataset or ""}
+    if not dist.is_main:  # DDP: rank 0 writes the outputs
+        if obj.data == "image":
+            images.close()
+            val_images.close()
+        dist.barrier()
+        return {}
+    from r2m.decoding import settings
+
     with atomic_path(out_dir) as tmp:  # the model folder appears complete or not at all
         tmp.mkdir()
         torch.save(final, tmp / "model.pt")
         ctx.save_params(tmp)
+        settings.record(ctx, tmp, itos)  # inference.json: what `r2m caption IMAGES --model` needs
     _write_loss(Path(ctx.outs["loss"]), obj.columns, rows)
     train_rows = [r for r in rows if r[1] == "train"]
     val_rows = [r for r in rows if r[1] == "val"]
@@ -392,4 +419,5 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
         val_images.close()
     RS.clear(work)  # outputs complete: the resumable state is no longer needed
     ctx.log.info("%s: done, %d steps in %.1f s", name, step, elapsed)
+    dist.barrier()
     return metrics

@@ -2,7 +2,10 @@
 factory ``(options, dictionary, device) -> Detector`` chosen by ``detect_concepts.backend``:
 
 ``offline`` (default, ``offline.py``)
-    union of ``classifier`` and ``faces``; runs offline with weights shipped in registry packages.
+    union of ``regions`` and ``faces``; runs offline with weights shipped in registry packages.
+``regions`` (``regions.py``)
+    several objects per photo: the ImageNet classifier on the whole image and a grid of crops,
+    merged per concept (best region's score and box, non-maximum suppression).
 ``classifier`` (``classifier.py``)
     MobileNetV2 ImageNet classifier mapped to dictionary concepts; top-k whole-image detections.
 ``faces`` (``faces.py``)
@@ -39,6 +42,7 @@ from r2m.vision.detectors import (  # noqa: F401  (register)
     offline,
     owl,
     precomputed,
+    regions,
     tf_oid,
 )
 from r2m.vision.detectors.base import (

@@ -1,6 +1,10 @@
 """Backend ``offline`` (the default): the union of image detectors (``parts``, default
-``classifier`` and ``faces``) over one pass of image decoding; runs offline with weights shipped in
-registry packages. Per-part options go under ``options.<part>`` (``options.classifier``, ...)."""
+``regions`` and ``faces``) over one pass of image decoding; runs offline with weights shipped in
+registry packages. Per-part options go under ``options.<part>`` (``options.regions``, ...).
+
+``parts: [classifier, faces]`` is the earlier default (one whole-image classification: one object
+per photo). On the 16 demo photos (``r2m bench concepts``) regions + faces give 10 images with a
+concept instead of 8, concept precision 0.35 instead of 0.33 and recall 0.14 instead of 0.09."""
 
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ class Union(ImageDetector):
 
 @DETECTORS.register("offline")
 def _offline(options, dictionary, device) -> Detector:
-    names = list(options.get("parts", ["classifier", "faces"]))
+    names = list(options.get("parts", ["regions", "faces"]))
     parts = []
     for name in names:
         part = DETECTORS.get(name)(dict(options.get(name, {})), dictionary, device)

@@ -1,0 +1,156 @@
+"""METEOR 1.5 as coco-caption runs it, with the segments spread over several Java threads or processes.
+
+pycocoevalcap's wrapper starts one ``meteor-1.5.jar - - -stdio -l en -norm`` process, sends one
+``SCORE ||| ref1 ||| … ||| hyp`` line per image and waits for its answer (the segment's sufficient
+statistics) before sending the next, then sends a single ``EVAL ||| stats1 ||| … ||| statsN`` line
+and reads N per-segment scores followed by the corpus score. METEOR's corpus score is computed by
+the jar from the *summed* statistics of all segments (not a mean of segment scores), so splitting
+the EVAL line would change it. Here:
+
+* the SCORE lines are split into contiguous shards, one per Java process; each shard is written
+  in one go by a writer thread while the answers are read back (pipelined: no round trip per
+  line, no pipe deadlock) — a segment's statistics depend on that segment alone;
+* or, with a JDK, one JVM runs our helper ``java/R2mMeteorThreads.java`` on the same jar: the
+  paraphrase table is loaded once and the segments are scored on several threads, each with a
+  scorer sharing the loaded resources (the jar's ``MeteorScorer(MeteorScorer)``);
+* the statistics, put back in the original order, go to one process in the same single EVAL line
+  pycocoevalcap sends, so per-segment scores and the corpus score are the jar's own, byte for
+  byte the ones the sequential wrapper gets.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+HELPER = Path(__file__).resolve().parent / "java" / "R2mMeteorThreads.java"
+
+
+def _jar_dir_and_cmd(threads: int = 1) -> tuple[Path, list[str]]:
+    from pycocoevalcap.meteor import meteor as m
+
+    jar_dir = Path(m.__file__).resolve().parent
+    if threads > 1:  # our helper, run from source by the JDK's launcher, on the same jar
+        return jar_dir, ["java", "-Xmx2G", "-cp", m.METEOR_JAR, str(HELPER), str(threads)]
+    return jar_dir, ["java", "-jar", "-Xmx2G", m.METEOR_JAR, "-", "-", "-stdio", "-l", "en", "-norm"]
+
+
+def threads_available() -> bool:
+    """The threaded helper needs a JDK (``java`` runs a ``.java`` file only with the compiler)."""
+    return shutil.which("javac") is not None
+
+
+def score_line(hypothesis: str, references: Sequence[str]) -> str:
+    """The SCORE line pycocoevalcap's ``Meteor._stat`` writes for one segment."""
+    hypothesis = hypothesis.replace("|||", "").replace("  ", " ")
+    return " ||| ".join(("SCORE", " ||| ".join(references), hypothesis))
+
+
+class MeteorPool:
+    """``procs`` METEOR Java processes, each scoring on ``threads`` threads; started at construction
+    (the JVMs load while we tokenise).
+
+    ``threads > 1`` runs our helper ``java/R2mMeteorThreads.java`` on the same jar: one JVM loads
+    the paraphrase table once and scores the segments on several threads (scorers sharing the
+    loaded resources through the jar's ``MeteorScorer(MeteorScorer)`` constructor), answering
+    SCORE and EVAL exactly as the jar's ``-stdio`` mode does. ``threads == 1``: the jar itself.
+    """
+
+    def __init__(self, procs: int = 1, threads: int = 1) -> None:
+        if procs < 1 or threads < 1:
+            raise ValueError(f"METEOR needs at least one process and thread, got {procs}, {threads}")
+        self.threads = threads
+        cwd, cmd = _jar_dir_and_cmd(threads)
+        self._logs: list[IO[bytes]] = []
+        self.procs: list[subprocess.Popen] = []
+        for _ in range(procs):
+            log = tempfile.TemporaryFile(prefix="r2m-meteor-")
+            self._logs.append(log)
+            self.procs.append(subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                               stderr=log))
+
+    def _exchange(self, k: int, lines: Sequence[str], answers: int | None = None) -> list[str]:
+        """Send ``lines`` to process ``k`` and read ``answers`` lines back (default: one per line)."""
+        proc = self.procs[k]
+        head = f"SCORES {len(lines)}\n" if self.threads > 1 and answers is None else ""
+        payload = (head + "".join(f"{ln}\n" for ln in lines)).encode()
+        failed: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                proc.stdin.write(payload)
+                proc.stdin.flush()
+            except OSError as exc:  # the process died; the reader reports it
+                failed.append(exc)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        out = []
+        for _ in range(len(lines) if answers is None else answers):
+            got = proc.stdout.readline()
+            if not got:
+                writer.join(timeout=1)
+                raise RuntimeError(f"METEOR process exited (code {proc.poll()}): {self._stderr(k)}")
+            out.append(got.decode().strip())
+        writer.join()
+        return out
+
+    def _stderr(self, k: int) -> str:
+        log = self._logs[k]
+        log.seek(0)
+        return log.read().decode(errors="replace")[-2000:].strip() or "(no message)"
+
+    def compute(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> tuple[float, list[float]]:
+        """Corpus METEOR and per-segment scores, as ``pycocoevalcap.meteor.Meteor.compute_score``."""
+        if len(hypotheses) != len(references):
+            raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} reference sets")
+        lines = [score_line(h, r) for h, r in zip(hypotheses, references, strict=True)]
+        n = len(self.procs)
+        bounds = [len(lines) * k // n for k in range(n + 1)]
+        shards: list[list[str] | None] = [None] * n
+        errors: list[BaseException] = []
+
+        def run(k: int) -> None:
+            try:
+                shards[k] = self._exchange(k, lines[bounds[k]:bounds[k + 1]])
+            except BaseException as exc:  # noqa: BLE001 - re-raised below in the caller's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(1, n)]
+        for t in threads:
+            t.start()
+        run(0)
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        stats = [s for shard in shards for s in shard or []]
+        if not stats:
+            raise ValueError("METEOR needs at least one segment")
+        # one EVAL line, answered by one line per segment and then the corpus score
+        answer = self._exchange(0, ["EVAL" + "".join(f" ||| {s}" for s in stats)], answers=len(stats) + 1)
+        return float(answer[-1]), [float(x) for x in answer[:-1]]
+
+    def close(self) -> None:
+        for proc, log in zip(self.procs, self._logs, strict=True):
+            if proc.poll() is None:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+                proc.kill()
+            proc.wait()
+            log.close()
+        self.procs = []
+        self._logs = []
+
+    def __enter__(self) -> MeteorPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

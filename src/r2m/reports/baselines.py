@@ -1,0 +1,198 @@
+"""The supervised baselines' tables: ``reports/baselines.csv|md`` (captioning metrics per dataset and
+model, the "most frequent training caption" reference point, and the seeds' published numbers with
+their dataset named) and ``reports/retrieval.csv|md`` (R@K, Med r for every supervised model and
+for R²M through its joint space, the chance level of this run's test set, and m-RNN's published
+rows). A dataset without paired training captions is one "skipped" line saying why.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from r2m.reports import published as P
+from r2m.reports.tables import PUBLISHED, THIS_RUN, fmt
+from r2m.utils.io import read_json, write_text
+
+SKIPPED = "skipped"
+REFERENCE = "reference point"
+CHANCE = "chance"
+MODEL_LABELS = {"mrnn": "m-RNN", "r2m": "R2M (joint space)", "mostfreq": "most frequent training caption"}
+
+BASE_COLUMNS = (*P.COLUMNS, "PPL")
+BASE_HEADER = ("dataset", "method", "source", *BASE_COLUMNS, "note")
+RET_COLUMNS = ("Sent R@1", "Sent R@5", "Sent R@10", "Sent Med r", "Img R@1", "Img R@5", "Img R@10", "Img Med r")
+RET_HEADER = ("dataset", "method", "source", *RET_COLUMNS, "note")
+
+# Published captioning numbers of the seeds (percent; PPL as printed), per model:
+# (dataset named as in the paper, method, values in BASE_COLUMNS order, where from)
+_ = None
+PUBLISHED_BASELINES: dict[str, list[tuple[str, str, tuple[float | None, ...], str]]] = {
+    "mrnn": [
+        ("MSCOCO (c5, test server)", "m-RNN-beam", (68.0, 50.6, 36.9, 27.2, 22.5, 49.9, 79.1, _, _),
+         "Mao et al., seed 003 (COCO test server, not the Karpathy test split)"),
+        ("Flickr8K", "m-RNN-AlexNet", (56.5, 38.6, 25.6, 17.0, _, _, _, _, 24.39),
+         "Mao et al., seed 001"),
+    ],
+}
+# Published retrieval numbers (m-RNN, seed 003; R@K in percent), RET_COLUMNS order
+PUBLISHED_RETRIEVAL: dict[str, list[tuple[str, str, tuple[float, ...], str]]] = {
+    "mrnn": [
+        ("Flickr30K (1000 test images)", "m-RNN-VggNet", (35.4, 63.8, 73.7, 3, 22.8, 50.7, 63.1, 5),
+         "Mao et al., seed 003"),
+        ("MSCOCO", "m-RNN-VggNet", (41.0, 73.0, 83.5, 2, 29.0, 42.2, 77.0, 3),
+         "Mao et al., seed 003 (image R@5 42.2 as printed)"),
+        ("Flickr30K (1000 test images)", "random ranking", (0.1, 0.6, 1.1, 631, 0.1, 0.5, 1.0, 500),
+         "Mao et al., seed 003"),
+    ],
+}
+
+
+def _label(ds: str) -> str:
+    return P.dataset_label(ds)
+
+
+def _num(v: Any, scale: float = 1.0, digits: int = 1) -> str:
+    if v is None or isinstance(v, str):
+        return ""
+    return f"{float(v) * scale:.{digits}f}"
+
+
+def _read(path: Path, what: str) -> dict[str, Any]:
+    if not path.exists():
+        raise FileNotFoundError(f"missing {path} ({what}); run the stage that makes it")
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data
+
+
+def _csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def _markdown(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], note: str) -> str:
+    head = [h.capitalize() if h in ("dataset", "method", "source", "note") else h for h in header]
+    out = [f"# {title}", "", "| " + " | ".join(head) + " |",
+           "|" + "|".join("---:" if h not in ("dataset", "method", "source", "note") else "---" for h in header) + "|"]
+    prev = None
+    for r in rows:
+        shown = ["" if r[0] == prev else r[0], *r[1:]]
+        prev = r[0]
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in shown) + " |")
+    return "\n".join([*out, "", note, ""])
+
+
+# --------------------------------------------------------------------------- baselines table
+def baseline_rows(datasets: Sequence[str], models: Sequence[str], evals: dict[tuple[str, str], dict[str, Any]],
+                  train: dict[tuple[str, str], dict[str, Any]], mostfreq: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """Rows per dataset (this run's models, the reference point, or one skipped line), then the
+    published rows of the configured models."""
+    n = len(BASE_COLUMNS)
+    rows: list[list[str]] = []
+    for ds in datasets:
+        label = _label(ds)
+        reason = mostfreq[ds].get(SKIPPED) or next((evals[(ds, m)][SKIPPED] for m in models
+                                                    if evals[(ds, m)].get(SKIPPED)), None)
+        if reason:
+            rows.append([label, ", ".join(MODEL_LABELS.get(m, m) for m in models), SKIPPED, *[""] * n, reason])
+            continue
+        for m in models:
+            ev, tm = evals[(ds, m)], train.get((ds, m), {})
+            cells = [fmt(None if ev.get(P.METRIC_OF[c]) is None else 100.0 * float(ev[P.METRIC_OF[c]]))
+                     for c in P.COLUMNS]
+            rows.append([label, MODEL_LABELS.get(m, m), THIS_RUN, *cells, _num(tm.get("test_perplexity"), digits=2),
+                         f"{tm.get('steps', '')} steps, {tm.get('train_pairs', '')} training pairs"])
+        mf = mostfreq[ds]
+        cells = [fmt(None if mf.get(P.METRIC_OF[c]) is None else 100.0 * float(mf[P.METRIC_OF[c]])) for c in P.COLUMNS]
+        rows.append([label, MODEL_LABELS["mostfreq"], REFERENCE, *cells, "", f"“{mf.get('caption', '')}” for every image"])
+    for m in models:
+        for ds_label, method, values, note in PUBLISHED_BASELINES.get(m, []):
+            rows.append([ds_label, method, PUBLISHED, *[fmt(v) if v is not None else "" for v in values], note])
+    return rows
+
+
+def baselines(ctx) -> None:
+    datasets = list(ctx.params.baselines.datasets)
+    models = list(ctx.params.baselines.models)
+    evals, train, mostfreq = {}, {}, {}
+    for keys, path in ctx.gather("evals"):
+        evals[(keys["dataset"], keys["model"])] = _read(Path(path), f"{keys['model']} on {keys['dataset']}")
+    for keys, path in ctx.gather("train"):
+        train[(keys["dataset"], keys["model"])] = _read(Path(path), f"{keys['model']} on {keys['dataset']}")
+    for keys, path in ctx.gather("mostfreq"):
+        mostfreq[keys["dataset"]] = _read(Path(path), f"most frequent caption on {keys['dataset']}")
+    rows = baseline_rows(datasets, models, evals, train, mostfreq)
+    write_text(ctx.outs["csv"], _csv(BASE_HEADER, rows))
+    write_text(ctx.outs["md"], _markdown(
+        "Supervised baselines (captioning)", BASE_HEADER, rows,
+        "Scores × 100 on each dataset's test split (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE; "
+        "empty = not computed / not published); PPL = per-word perplexity of the test references given "
+        "their image. Published rows name the paper's dataset; they are not this run's datasets."))
+    ctx.log.info("wrote %s (%d rows)", ctx.outs["csv"], len(rows))
+
+
+# --------------------------------------------------------------------------- retrieval table
+def _ret_cells(res: dict[str, Any]) -> list[str]:
+    s, i = res["sentence_retrieval"], res["image_retrieval"]
+    return [_num(s["R@1"]), _num(s["R@5"]), _num(s["R@10"]), _num(s["Med r"], digits=0 if float(s["Med r"]).is_integer() else 1),
+            _num(i["R@1"]), _num(i["R@5"]), _num(i["R@10"]), _num(i["Med r"], digits=0 if float(i["Med r"]).is_integer() else 1)]
+
+
+def retrieval_rows(sup: dict[tuple[str, str], dict[str, Any]], r2m: dict[str, dict[str, Any]],
+                   sup_datasets: Sequence[str], models: Sequence[str], r2m_datasets: Sequence[str]) -> list[list[str]]:
+    rows: list[list[str]] = []
+    for ds in dict.fromkeys([*sup_datasets, *r2m_datasets]):
+        label = _label(ds)
+        chance = None
+        if ds in sup_datasets:
+            reason = next((sup[(ds, m)][SKIPPED] for m in models if sup[(ds, m)].get(SKIPPED)), None)
+            if reason:
+                rows.append([label, ", ".join(MODEL_LABELS.get(m, m) for m in models), SKIPPED, *[""] * 8, reason])
+            else:
+                for m in models:
+                    res = sup[(ds, m)]
+                    chance = res
+                    rows.append([label, MODEL_LABELS.get(m, m), THIS_RUN, *_ret_cells(res),
+                                 f"{res['n_images']} images × {res['n_sentences']} sentences; by P(sentence given image), "
+                                 f"sentence retrieval normalised by P(sentence)"])
+        if ds in r2m_datasets:
+            res = r2m[ds]
+            chance = chance or res
+            rows.append([label, MODEL_LABELS["r2m"], THIS_RUN, *_ret_cells(res),
+                         f"{res['n_images']} images × {res['n_sentences']} sentences; v̂ · ṽ (unpaired training)"])
+        if chance is not None:
+            c = chance["chance"]
+            rows.append([label, "random ranking", CHANCE, *_ret_cells({"sentence_retrieval": c["sentence_retrieval"],
+                                                                        "image_retrieval": c["image_retrieval"]}),
+                         "expected for this test set"])
+    for m in models:
+        for ds_label, method, values, note in PUBLISHED_RETRIEVAL.get(m, []):
+            rows.append([ds_label, method, PUBLISHED,
+                         *[f"{v:g}" if "Med" in c else f"{v:.1f}" for c, v in zip(RET_COLUMNS, values, strict=True)],
+                         note])
+    return rows
+
+
+def retrieval(ctx) -> None:
+    sup, r2m = {}, {}
+    for keys, path in ctx.gather("sup"):
+        sup[(keys["dataset"], keys["model"])] = _read(Path(path), f"retrieval of {keys['model']} on {keys['dataset']}")
+    for keys, path in ctx.gather("r2m"):
+        r2m[keys["dataset"]] = _read(Path(path), f"R2M retrieval on {keys['dataset']}")
+    rows = retrieval_rows(sup, r2m, list(ctx.params.baselines.datasets), list(ctx.params.baselines.models),
+                          list(ctx.params.datasets))
+    write_text(ctx.outs["csv"], _csv(RET_HEADER, rows))
+    write_text(ctx.outs["md"], _markdown(
+        "Image-sentence retrieval", RET_HEADER, rows,
+        "Sent = sentence retrieval (image query, its 5 references relevant), Img = image retrieval "
+        "(sentence query). R@K in percent, Med r = median rank of the first ground truth; ties count "
+        "against the query. Published rows name the paper's dataset and test set size."))
+    ctx.log.info("wrote %s (%d rows)", ctx.outs["csv"], len(rows))

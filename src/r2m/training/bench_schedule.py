@@ -1,0 +1,191 @@
+"""``r2m bench schedule``: the paper's whole training schedule at paper sizes on synthetic data.
+
+Stages (official defaults, DESIGN.md §2): L_XE 5,000 steps and L_S 6,000 steps × 256 sentences
+(max length 30 / 40), L_M 50 and L_I 100 steps × 256 images with 40-step greedy decoding;
+vocabulary 18,679, d 512, H 2, d_k 256, 1,536-d image features. ``--scale`` runs that fraction
+of every stage's steps (at least one each; on CPU use a tiny fraction, e.g. 0.001). Prints
+per-stage seconds and sentences (images)/s, and the whole schedule's time extrapolated to
+``--scale 1``.
+
+Each step is the training loop's own objective (:func:`r2m.training.stages.text_objective` /
+``image_objective``), backward, global-norm clipping 10 and Adam. What the GPU path does, all
+guarded so CPU runs are the plain eager loop:
+
+* data already on the device: a pool of synthetic batches is made there once and cycled;
+* no host synchronisation inside the step: losses are summed on the device and checked for NaN/Inf
+  once per stage (``--check-every`` to check sooner); greedy decoding runs its 40 steps without
+  the early-stop test (as the training loop's GPU path, see ``R2M.greedy``);
+* ``--bf16``: bf16 autocast (CUDA only);
+* ``--compile``: ``torch.compile`` of the memory units' recurrent step (``auto``: on CUDA only;
+  ``reduce-overhead`` adds CUDA graphs).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from r2m.bench import parser
+from r2m.models.r2m import END, R2M, START, R2MConfig
+from r2m.training.data import ImageBatch, TextBatch
+from r2m.training.stages import image_objective, make_adam, text_objective
+
+PAPER_VOCAB = 18679
+IMAGE_DIM = 1536
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    name: str
+    kind: str  # text | image
+    steps: int
+    max_len: int
+    lr: float
+    beta: float | None = None  # L_S
+    gamma: float = 0.0  # L_I
+
+
+SCHEDULE = (
+    StagePlan("train_xe", "text", 5000, 30, 1e-4),
+    StagePlan("train_s", "text", 6000, 40, 1e-4, beta=1.0),
+    StagePlan("train_m", "image", 50, 40, 1e-5, gamma=0.0),
+    StagePlan("train_i", "image", 100, 40, 1e-5, gamma=1.0),
+)
+
+
+@dataclass(frozen=True)
+class _TP:  # the few schedule fields image_objective reads
+    margin: float
+    max_len: int
+
+
+def text_batches(n: int, batch: int, max_len: int, vocab: int, device: torch.device, seed: int) -> list[TextBatch]:
+    """Synthetic sentences of 10..max_len tokens (incl. <#end>), 1–5 concepts each, on ``device``."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        lengths = torch.randint(10, max_len + 1, (batch,), generator=g)
+        T = int(lengths.max())
+        targets = torch.randint(4, vocab, (batch, T), generator=g)
+        pos = torch.arange(T)[None, :]
+        targets[pos == (lengths - 1)[:, None]] = END
+        targets[pos >= lengths[:, None]] = 0
+        inputs = torch.cat([torch.full((batch, 1), START), targets[:, :-1]], 1)
+        clens = torch.randint(1, 6, (batch,), generator=g)
+        concepts = torch.randint(4, vocab, (batch, 5), generator=g) * (torch.arange(5)[None, :] < clens[:, None])
+        out.append(TextBatch(concepts, clens, inputs, targets, lengths).to(device))
+    return out
+
+
+def image_batches(n: int, batch: int, vocab: int, device: torch.device, seed: int) -> list[ImageBatch]:
+    g = torch.Generator().manual_seed(seed + 1)
+    out = []
+    for k in range(n):
+        clens = torch.randint(1, 6, (batch,), generator=g)
+        concepts = torch.randint(4, vocab, (batch, 5), generator=g) * (torch.arange(5)[None, :] < clens[:, None])
+        feats = torch.randn(batch, IMAGE_DIM, generator=g)
+        out.append(ImageBatch(concepts, clens, feats, [f"{k}-{i}" for i in range(batch)]).to(device))
+    return out
+
+
+def _compile(model: R2M, mode: str, device: torch.device) -> str:
+    if mode == "auto":
+        mode = "default" if device.type == "cuda" else "none"
+    if mode == "none":
+        return "none"
+    for mem in (model.decoder, model.reconstructor):
+        mem.step = torch.compile(mem.step, mode=mode, dynamic=False)
+    return mode
+
+
+def _step(model: R2M, opt: torch.optim.Optimizer, compute, batch, use_bf16: bool) -> torch.Tensor:
+    """One training step; returns the loss as a device tensor (no host synchronisation)."""
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+        loss, _ = compute(batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+    opt.step()
+    return loss.detach().float()
+
+
+def run_schedule(device: str = "cpu", scale: float = 0.001, batch: int = 256, vocab: int = PAPER_VOCAB,
+                 d: int = 512, heads: int = 2, d_k: int = 256, bf16: bool = False, compile_mode: str = "auto",
+                 pool: int = 4, check_every: int = 0, seed: int = 0, stages: tuple[str, ...] | None = None) -> dict:
+    torch.manual_seed(seed)
+    dev = torch.device(device)
+    model = R2M(R2MConfig.for_variant("r2m", vocab_size=vocab, d=d, heads=heads, d_k=d_k,
+                                      image_dim=IMAGE_DIM)).to(dev).train()
+    compiled = _compile(model, compile_mode, dev)
+    use_bf16 = bf16 and dev.type == "cuda"
+    results = []
+    for plan in SCHEDULE:
+        if stages and plan.name not in stages:
+            continue
+        steps = max(1, math.ceil(plan.steps * scale))
+        opt = make_adam(model, plan.lr)
+        if plan.kind == "text":
+            data = text_batches(pool, batch, plan.max_len, vocab, dev, seed)
+            compute = lambda b, p=plan: text_objective(model, b, p.beta)  # noqa: E731
+        else:
+            data = image_batches(pool, batch, vocab, dev, seed)
+            tp = _TP(margin=0.2, max_len=plan.max_len)
+            compute = lambda b, p=plan, tp=tp: image_objective(model, b, p.gamma, tp.margin, tp.max_len)  # noqa: E731
+        total = _step(model, opt, compute, data[0], use_bf16)  # warm-up (compilation, allocator); not timed
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for k in range(steps):
+            total = total + _step(model, opt, compute, data[(k + 1) % len(data)], use_bf16)
+            if check_every and (k + 1) % check_every == 0 and not torch.isfinite(total):
+                raise FloatingPointError(f"{plan.name}: non-finite loss by step {k + 1}")
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        mean_loss = float(total) / (steps + 1)  # the deferred check: one sync per stage
+        if not math.isfinite(mean_loss):
+            raise FloatingPointError(f"{plan.name}: non-finite loss in the stage")
+        results.append({"stage": plan.name, "kind": plan.kind, "steps": steps, "paper_steps": plan.steps,
+                        "seconds": dt, "per_s": steps * batch / dt, "mean_loss": mean_loss,
+                        "full_stage_seconds": dt / steps * plan.steps})
+    return {"device": str(dev), "dtype": "bf16" if use_bf16 else "fp32", "compile": compiled,
+            "threads": torch.get_num_threads(), "batch": batch, "vocab": vocab, "scale": scale,
+            "params": model.param_count(include_image_proj=False), "stages": results,
+            "seconds": sum(r["seconds"] for r in results),
+            "full_schedule_seconds": sum(r["full_stage_seconds"] for r in results)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("schedule", __doc__.splitlines()[0])
+    p.add_argument("--scale", type=float, default=None,
+                   help="fraction of every stage's steps (default 1 on CUDA, 0.001 on CPU)")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=PAPER_VOCAB)
+    p.add_argument("--d", type=int, default=512)
+    p.add_argument("--heads", type=int, default=2)
+    p.add_argument("--d-k", type=int, default=256)
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (CUDA only)")
+    p.add_argument("--compile", default="auto", choices=["auto", "none", "default", "reduce-overhead", "max-autotune"],
+                   help="torch.compile of the recurrent step (auto: CUDA only)")
+    p.add_argument("--check-every", type=int, default=0, help="NaN check every k steps (0: once per stage)")
+    p.add_argument("--stages", default="", help="comma-separated subset (default: all four)")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    devices = [a.device] if a.device != "auto" else ["cuda" if torch.cuda.is_available() else "cpu"]
+    for dev in devices:
+        scale = a.scale if a.scale is not None else (1.0 if dev.startswith("cuda") else 0.001)
+        r = run_schedule(dev, scale, a.batch, a.vocab, a.d, a.heads, a.d_k, a.bf16, a.compile,
+                         check_every=a.check_every, stages=tuple(s for s in a.stages.split(",") if s) or None)
+        print(f"schedule on {r['device']} ({r['dtype']}, compile={r['compile']}, {r['threads']} threads), "
+              f"vocab {r['vocab']}, batch {r['batch']}, {r['params'] / 1e6:.1f}M params, scale {r['scale']:g}:")
+        for s in r["stages"]:
+            unit = "sentences/s" if s["kind"] == "text" else "images/s"
+            print(f"  {s['stage']:<9} {s['steps']:>5}/{s['paper_steps']} steps {s['seconds']:8.1f} s "
+                  f"{s['per_s']:9.1f} {unit}  (full stage ~{s['full_stage_seconds']:.0f} s)")
+        print(f"  total {r['seconds']:.1f} s; whole paper schedule extrapolated: {r['full_schedule_seconds']:.0f} s "
+              f"({r['full_schedule_seconds'] / 60:.1f} min)", flush=True)
+    return 0
