@@ -319,7 +319,6 @@ def test_attention_hit_rate_against_boxes_by_hand() -> None:
 
 
 # --------------------------------------------------------------------------- the stages on a small tiny set
-@pytest.mark.slow
 def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
     """prepare → extract_features (grid) → sup_vocab → pretrain_sup → train_sup → inspect_sup for SAT
     and S-CNN-RNN on a few synthetic images: S-CNN-RNN's train_sup starts from its pretraining,
