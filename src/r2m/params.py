@@ -28,7 +28,7 @@ RECIPE_SOURCES = (_PKG / "datasets",)
 TRAIN_STAGES = ("train_xe", "train_s", "train_m", "train_i")
 # supervised seed baselines (image-caption pairs); each name is a model in r2m.models.SUP_MODELS
 # and has a params section of the same name below
-SUP_MODEL_NAMES = ("mrnn",)
+SUP_MODEL_NAMES = ("mrnn", "sat", "scnn")
 
 
 class ParamsError(ValueError):
@@ -263,6 +263,11 @@ class TrainSupParams(_Section):
     eval_every: int = Field(500, ge=1)
     checkpoint_every: int = Field(500, ge=1)
     seed: int = 0
+    select_by: Literal["last", "cider", "bleu4"] = Field(
+        "last", description="keep the final weights, or the checkpoint with the best val CIDEr / BLEU-4 "
+        "(checked every eval_every steps; Show, Attend and Tell early-stops on val BLEU)")
+    pretrain_steps: int = Field(0, ge=0, description="pretrain_sup steps for models with a pretraining "
+                                "phase (S-CNN-RNN); 0 = none")
     per_model: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -288,6 +293,28 @@ class MRNNParams(_Section):
     recurrent: int = Field(256, ge=1)
     multimodal: int = Field(512, ge=1)
     dropout: float = Field(0.25, ge=0, lt=1)
+
+
+class SATParams(_Section):
+    """Show, Attend and Tell sizes (Xu et al. 2015, soft attention; r2m.models.sat)."""
+
+    embed: int = Field(512, ge=1, description="word embedding m")
+    hidden: int = Field(1000, ge=1, description="LSTM size n")
+    att_dim: int = Field(0, ge=0, description="attention MLP size (0 = the annotation size D)")
+    dropout: float = Field(0.5, ge=0, lt=1)
+    dsr_lambda: float = Field(1.0, ge=0, description="λ of the doubly stochastic regulariser (Eq. 9)")
+    selector: bool = Field(True, description="the gating scalar β")
+    feature_norm: bool = Field(True, description="standardise each annotation vector (no parameters)")
+
+
+class SCNNParams(_Section):
+    """S-CNN-RNN sizes (Liu et al. 2017, the "Fix" variant on precomputed features; r2m.models.scnn)."""
+
+    num_concepts: int = Field(1000, ge=1, description="k: the most frequent training-caption words")
+    drop_stopwords: bool = Field(True, description="leave function words out of the concepts")
+    hidden: int = Field(512, ge=1, description="LSTM size (= word embedding)")
+    dropout: float = Field(0.5, ge=0, lt=1)
+    feature_norm: bool = Field(True, description="standardise the image feature (no parameters)")
 
 
 class RetrievalParams(_Section):
@@ -339,6 +366,8 @@ class Params(_Section):
     sup_vocab: SupVocabParams = Field(default_factory=SupVocabParams)
     train_sup: TrainSupParams = Field(default_factory=TrainSupParams)
     mrnn: MRNNParams = Field(default_factory=MRNNParams)
+    sat: SATParams = Field(default_factory=SATParams)
+    scnn: SCNNParams = Field(default_factory=SCNNParams)
     retrieval: RetrievalParams = Field(default_factory=RetrievalParams)
     evaluate: EvaluateParams = Field(default_factory=EvaluateParams)
     report: ReportParams = Field(default_factory=ReportParams)

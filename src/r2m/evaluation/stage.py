@@ -119,7 +119,10 @@ def run(ctx) -> None:
     if bad:
         ctx.log.warning("evaluate: %d of %d scored image(s) were unreadable (captioned from no concepts): %s",
                         len(bad), len(out["images"]), ", ".join(bad[:10]))
-    cr = concept_metrics(ctx.deps["captions"], ctx.deps.get("info"))
+    if "info" in ctx.deps:
+        cr = concept_metrics(ctx.deps["captions"], ctx.deps["info"])
+    else:  # stages without caption_info.json (the supervised baselines' evaluate_sup)
+        cr = {"concept_recall": None, "concept_any": None, "concept_images": 0}
     ctx.log.info("concept recall %s, captions naming >= 1 concept %s (%d images with concepts)",
                  "n/a" if cr["concept_recall"] is None else f"{cr['concept_recall']:.3f}",
                  "n/a" if cr["concept_any"] is None else f"{cr['concept_any']:.3f}", cr["concept_images"])

@@ -16,6 +16,8 @@ from typing import Any
 
 from r2m.models.mrnn import MRNN, MRNNConfig
 from r2m.models.r2m import R2M, VARIANTS, R2MConfig
+from r2m.models.sat import SAT, SATConfig
+from r2m.models.scnn import SCNN, SCNNConfig
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint
 from r2m.utils.registry import Registry
 
@@ -23,12 +25,12 @@ MODELS: Registry = Registry("model")
 MODELS.register("r2m")(R2M)
 
 SUP_MODELS: Registry = Registry("supervised model")
-for _cls in (MRNN,):
+for _cls in (MRNN, SAT, SCNN):
     SUP_MODELS.register(_cls.name)(_cls)
     MODELS.register(_cls.name)(_cls)
 
-__all__ = ["MODELS", "MRNN", "MRNNConfig", "R2M", "R2MConfig", "SUP_MODELS", "VARIANTS", "build_model",
-           "build_sup_model", "load_model"]
+__all__ = ["MODELS", "MRNN", "MRNNConfig", "R2M", "R2MConfig", "SAT", "SATConfig", "SCNN", "SCNNConfig", "SUP_MODELS",
+           "VARIANTS", "build_model", "build_sup_model", "load_model"]
 
 
 def build_sup_model(name: str, section: dict[str, Any], vocab_size: int, shapes: dict[str, tuple[int, ...]]):

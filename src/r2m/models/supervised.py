@@ -51,6 +51,7 @@ class SupervisedCaptioner(nn.Module):
     config_cls: ClassVar[type]
     feature_kinds: ClassVar[tuple[str, ...]] = ("pooled",)
     aux_losses: ClassVar[tuple[str, ...]] = ()  # names of forward()'s "aux" terms (loss.tsv columns)
+    phases: ClassVar[tuple[str, ...]] = ()  # training phases beyond the one of train_sup (S-CNN-RNN: "pretrain")
 
     cfg: Any
 
@@ -58,6 +59,24 @@ class SupervisedCaptioner(nn.Module):
     @classmethod
     def from_params(cls, section: dict[str, Any], vocab_size: int, shapes: dict[str, tuple[int, ...]]):
         raise NotImplementedError
+
+    @classmethod
+    def prepare_params(cls, section: dict[str, Any], captions: Any) -> dict[str, Any]:
+        """Hook: complete the params section from the paired captions (the ``sup_vocab`` table,
+        columns ``image_id``, ``split``, ``caption``) before building, e.g. S-CNN-RNN's concept words."""
+        return section
+
+    def bind_data(self, captions: Any) -> None:
+        """Hook: per-image training targets from the paired captions (S-CNN-RNN's labels s)."""
+
+    def batch_features(self, feats: dict[str, Tensor], image_ids: Any) -> dict[str, Tensor]:
+        """Hook: what a *training* batch gives :meth:`encode` (default: the image features)."""
+        return feats
+
+    def set_phase(self, phase: str) -> None:
+        """Hook: switch the training phase (one of :attr:`phases`, or "train" for train_sup)."""
+        if phase not in (*self.phases, "train"):
+            raise ValueError(f"{self.name}: no training phase {phase!r} (has {self.phases or 'none'})")
 
     @classmethod
     def from_config(cls, cfg: Any):

@@ -156,6 +156,8 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
 # supervised baselines (m-RNN, ...): datasets from `baselines.datasets`, models from `baselines.models`
 SB = "models/{dataset}/{model}/train_sup"
 SR = "results/{dataset}/{model}/train_sup"
+SP = "models/{dataset}/{model}/pretrain_sup"
+SPR = "results/{dataset}/{model}/pretrain_sup"
 SUP = (("dataset", "baselines.datasets"),)
 SUP_SRC = COMMON_SRC + ("src/r2m/supervised", "src/r2m/models", "src/r2m/text/vocab.py", "src/r2m/training")
 
@@ -174,19 +176,36 @@ def _sup_stages() -> tuple[Stage, ...]:
             sources=SUP,
         ),
         Stage(
+            "pretrain_sup",
+            impl="r2m.supervised.train:run_pretrain",
+            help="supervised baselines: a model's pretraining phase (S-CNN-RNN; others: a skip marker)",
+            axes=("dataset", "model"),
+            deps={"sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features"},
+            outs={
+                "model": Out(SP, directory=True, persist=True),
+                "loss": Out(f"{SPR}/loss.tsv", kind="plots", cache=False,
+                            plot=(("x", "step"), ("y", "loss"), ("title", "pretrain_sup loss"))),
+                "metrics": Out(f"{SPR}/train_metrics.json", kind="metrics", cache=False),
+            },
+            params=("train_sup", "{model}", "catalog"),
+            src=SUP_SRC,
+            sources=SUP,
+        ),
+        Stage(
             "train_sup",
             impl="r2m.supervised.train:run",
             help="supervised baselines: train one model on the image-caption pairs",
             axes=("dataset", "model"),
-            deps={"sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features"},
+            deps={"sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features", "pretrain": SP,
+                  "prepared": f"{D}/prepared"},
             outs={
                 "model": Out(SB, directory=True, persist=True),
                 "loss": Out(f"{SR}/loss.tsv", kind="plots", cache=False,
                             plot=(("x", "step"), ("y", "loss"), ("title", "train_sup loss"))),
                 "metrics": Out(f"{SR}/train_metrics.json", kind="metrics", cache=False),
             },
-            params=("train_sup", "{model}", "catalog"),
-            src=SUP_SRC,
+            params=("train_sup", "{model}", "catalog", "caption"),
+            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation/inputs.py"),
             sources=SUP,
             resources=GPU_JOB,
         ),
@@ -215,6 +234,18 @@ def _sup_stages() -> tuple[Stage, ...]:
             },
             params=("evaluate",),
             src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/supervised"),
+            sources=SUP,
+        ),
+        Stage(
+            "inspect_sup",
+            impl="r2m.supervised.inspect:run",
+            help="supervised baselines: SAT attention maps and hit rate, S-CNN-RNN concept head P/R/F1",
+            axes=("dataset", "model"),
+            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
+                  "prepared": f"{D}/prepared"},
+            outs={"inspect": Out(f"{SR}/inspect", directory=True, cache=False)},
+            params=("caption", "report"),
+            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation", "src/r2m/reports/attention_maps.py"),
             sources=SUP,
         ),
         Stage(
@@ -263,8 +294,11 @@ def _sup_stages() -> tuple[Stage, ...]:
                                 dvc_path="results"),
                 "mostfreq": Gather("results/{dataset}/mostfreq/eval.json", over=("dataset",), sources=SUP,
                                    dvc_path="results"),
+                "inspect": Gather(f"{SR}/inspect", over=("dataset", "model"), sources=SUP, dvc_path="results"),
             },
-            outs={"csv": Out("reports/baselines.csv", cache=False), "md": Out("reports/baselines.md", cache=False)},
+            outs={"csv": Out("reports/baselines.csv", cache=False), "md": Out("reports/baselines.md", cache=False),
+                  "multilabel": Out("reports/baselines_multilabel.csv", cache=False),
+                  "attention": Out("reports/figures/baselines", directory=True, cache=False)},
             params=("baselines",),
             src=COMMON_SRC + ("src/r2m/reports",),
         ),
@@ -447,6 +481,8 @@ STAGES: tuple[Stage, ...] = (
             "table2": "reports/table2.csv",
             "table3": "reports/table3.csv",
             "baselines": "reports/baselines.csv",
+            "baselines_multilabel": "reports/baselines_multilabel.csv",
+            "baselines_attention": "reports/figures/baselines",
             "retrieval": "reports/retrieval.csv",
             "figures": Gather("reports/figures/{dataset}", over=("dataset",), dvc_path="reports/figures"),
         },

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,9 @@ from r2m.utils.io import read_json, write_text
 SKIPPED = "skipped"
 REFERENCE = "reference point"
 CHANCE = "chance"
-MODEL_LABELS = {"mrnn": "m-RNN", "r2m": "R2M (joint space)", "mostfreq": "most frequent training caption"}
+MODEL_LABELS = {"mrnn": "m-RNN", "sat": "Show, Attend and Tell (soft attention)",
+                "scnn": "S-CNN-RNN (Fix: frozen CNN features)", "r2m": "R2M (joint space)",
+                "mostfreq": "most frequent training caption"}
 
 BASE_COLUMNS = (*P.COLUMNS, "PPL")
 BASE_HEADER = ("dataset", "method", "source", *BASE_COLUMNS, "note")
@@ -37,7 +40,30 @@ PUBLISHED_BASELINES: dict[str, list[tuple[str, str, tuple[float | None, ...], st
         ("Flickr8K", "m-RNN-AlexNet", (56.5, 38.6, 25.6, 17.0, _, _, _, _, 24.39),
          "Mao et al., seed 001"),
     ],
+    "sat": [  # Xu et al. 2015, Table 1 (BLEU without brevity penalty, METEOR)
+        ("Flickr8K", "Soft-Attention", (67.0, 44.8, 29.9, 19.5, 18.93, _, _, _, _), "Xu et al., seed 004"),
+        ("Flickr8K", "Hard-Attention", (67.0, 45.7, 31.4, 21.3, 20.30, _, _, _, _), "Xu et al., seed 004"),
+        ("Flickr30K", "Soft-Attention", (66.7, 43.4, 28.8, 19.1, 18.49, _, _, _, _), "Xu et al., seed 004"),
+        ("Flickr30K", "Hard-Attention", (66.9, 43.9, 29.6, 19.9, 18.46, _, _, _, _), "Xu et al., seed 004"),
+        ("MSCOCO", "Soft-Attention", (70.7, 49.2, 34.4, 24.3, 23.90, _, _, _, _), "Xu et al., seed 004"),
+        ("MSCOCO", "Hard-Attention", (71.8, 50.4, 35.7, 25.0, 23.04, _, _, _, _), "Xu et al., seed 004"),
+    ],
+    "scnn": [  # Liu et al. 2017, Tables 3 and 4 (fine-tuned CNN, not the Fix variant)
+        ("MSCOCO (c5, test server)", "S-CNN-RNN", (74.3, 57.8, 43.4, 32.3, 25.5, 54.0, 98.6, _, _),
+         "Liu et al., seed 002 (end-to-end fine-tuned Inception-v3)"),
+        ("MSCOCO (val split)", "S-CNN-RNN", (_, _, _, 34.0, 26.0, 55.0, 105.4, _, _),
+         "Liu et al., seed 002, Table 4"),
+    ],
 }
+# S-CNN-RNN's multi-label results (Liu et al. 2017, Table 2: COCO's 80 object classes; percent)
+ML_COLUMNS = ("C-P", "C-R", "C-F1", "O-P", "O-R", "O-F1")
+ML_HEADER = ("dataset", "method", "source", *ML_COLUMNS, "note")
+PUBLISHED_MULTILABEL = [
+    ("MSCOCO (80 object classes)", "S-CNN-RNN", (67.40, 59.83, 63.39, 76.63, 68.73, 72.47),
+     "Liu et al., seed 002, Table 2 (the model picks its own number of labels)"),
+    ("MSCOCO (80 object classes)", "CNN+logistic (top-3)", (59.30, 58.60, 58.90, 61.70, 65.00, 63.30),
+     "Liu et al., seed 002, Table 2"),
+]
 # Published retrieval numbers (m-RNN, seed 003; R@K in percent), RET_COLUMNS order
 PUBLISHED_RETRIEVAL: dict[str, list[tuple[str, str, tuple[float, ...], str]]] = {
     "mrnn": [
@@ -119,6 +145,62 @@ def baseline_rows(datasets: Sequence[str], models: Sequence[str], evals: dict[tu
     return rows
 
 
+def _inspections(ctx) -> dict[tuple[str, str], dict[str, Any]]:
+    out = {}
+    for keys, path in ctx.gather("inspect") if "inspect" in ctx.stage.deps else []:
+        f = Path(path) / "inspect.json"
+        out[(keys["dataset"], keys["model"])] = read_json(f) if f.exists() else {SKIPPED: f"{f} missing"}
+    return out
+
+
+def multilabel_rows(inspections: dict[tuple[str, str], dict[str, Any]]) -> list[list[str]]:
+    """S-CNN-RNN's concept head as a multi-label classifier (top-3) and the frequency baseline,
+    per dataset, then the paper's rows."""
+    rows = []
+    for (ds, m), ins in inspections.items():
+        if m != "scnn" or "multilabel" not in ins:
+            continue
+        note = f"top-{ins['top_k']} of {ins['concepts']} caption-word concepts, {ins['images']} test images"
+        for method, key in (("S-CNN-RNN concept head (Fix)", "multilabel"),
+                            ("frequency baseline (3 most frequent)", "frequency_baseline")):
+            rows.append([_label(ds), method, THIS_RUN, *[_num(ins[key][c], 100.0) for c in ML_COLUMNS], note])
+    for ds_label, method, values, note in PUBLISHED_MULTILABEL:
+        rows.append([ds_label, method, PUBLISHED, *[f"{v:.1f}" for v in values], note])
+    return rows
+
+
+def attention_notes(inspections: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    notes = []
+    for (ds, m), ins in inspections.items():
+        hits = ins.get("attention_hits") if m == "sat" else None
+        if isinstance(hits, dict) and "hit_rate" in hits:
+            notes.append(f"Show, Attend and Tell on {_label(ds)}: for {hits['events']} generated object words, "
+                         f"the most attended cell lies on the named object's ground-truth box "
+                         f"{100 * hits['hit_rate']:.1f}% of the time (chance {100 * hits['chance']:.1f}%); "
+                         f"attention mass on the box {100 * hits['attention_mass_in_box']:.1f}% "
+                         f"(box area {100 * hits['box_area_fraction']:.1f}%).")
+    return notes
+
+
+def copy_attention_figures(inspections: dict[tuple[str, str], dict[str, Any]], gathered, out_dir: Path) -> None:
+    """The SAT attention maps into ``reports/figures/baselines/`` (the report page shows them)."""
+    import shutil
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    index = []
+    for keys, path in gathered:
+        ins = inspections.get((keys["dataset"], keys["model"]), {})
+        for fig in ins.get("figures", []):
+            src = Path(path) / fig["file"]
+            if src.exists():
+                name = f"{keys['dataset']}_{keys['model']}_{fig['file']}"
+                shutil.copy2(src, out_dir / name)
+                index.append({"dataset": keys["dataset"], "model": keys["model"], "file": name,
+                              "caption": fig.get("caption", ""), "image_id": fig.get("image_id", "")})
+    (out_dir / "index.json").write_text(json.dumps({"figures": index, "notes": attention_notes(inspections)},
+                                                   indent=2))
+
+
 def baselines(ctx) -> None:
     datasets = list(ctx.params.baselines.datasets)
     models = list(ctx.params.baselines.models)
@@ -130,12 +212,29 @@ def baselines(ctx) -> None:
     for keys, path in ctx.gather("mostfreq"):
         mostfreq[keys["dataset"]] = _read(Path(path), f"most frequent caption on {keys['dataset']}")
     rows = baseline_rows(datasets, models, evals, train, mostfreq)
+    inspections = _inspections(ctx)
     write_text(ctx.outs["csv"], _csv(BASE_HEADER, rows))
-    write_text(ctx.outs["md"], _markdown(
+    md = _markdown(
         "Supervised baselines (captioning)", BASE_HEADER, rows,
         "Scores × 100 on each dataset's test split (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE; "
         "empty = not computed / not published); PPL = per-word perplexity of the test references given "
-        "their image. Published rows name the paper's dataset; they are not this run's datasets."))
+        "their image. Published rows name the paper's dataset; they are not this run's datasets. "
+        "S-CNN-RNN here is the paper's \"Fix\" variant (precomputed, frozen CNN features).")
+    ml = multilabel_rows(inspections)
+    if "multilabel" in ctx.outs:
+        write_text(ctx.outs["multilabel"], _csv(ML_HEADER, ml))
+        md += "\n" + _markdown(
+            "S-CNN-RNN concept head as a multi-label classifier", ML_HEADER, ml,
+            "Per-class (C-) and per-image (O-) precision / recall / F1 × 100 of the top-3 concepts, against "
+            "the concept words of each test image's references; the published rows are COCO's 80 object "
+            "classes, not caption words.")
+    notes = attention_notes(inspections)
+    if notes:
+        md += "\n## Show, Attend and Tell: attention against ground-truth boxes\n\n" + "\n".join(
+            f"- {n}" for n in notes) + "\n"
+    if "attention" in ctx.outs:
+        copy_attention_figures(inspections, ctx.gather("inspect"), Path(ctx.outs["attention"]))
+    write_text(ctx.outs["md"], md)
     ctx.log.info("wrote %s (%d rows)", ctx.outs["csv"], len(rows))
 
 

