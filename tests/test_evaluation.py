@@ -129,6 +129,20 @@ def test_vectorised_cider_equals_pycocoevalcap_on_random_data(seed):
     assert max(got_each) > 0 and got != 0  # the case has overlaps, not all zeros
 
 
+def test_vectorised_cider_with_no_shared_ngram_anywhere():
+    # regression: with no hypothesis n-gram in any reference numpy's bincount returned int64 and
+    # the in-place division failed (seen on a tiny baseline that emitted only unseen words)
+    from pycocoevalcap.cider.cider import Cider
+
+    from r2m.evaluation.cider import cider_d
+
+    gts = {"1": ["a dog on grass", "the dog runs"], "2": ["a red car", "cars near a wall"]}
+    res = {"1": ["zebra"], "2": ["zebra zebra"]}
+    want, want_each = Cider().compute_score(gts, res)
+    got, got_each = cider_d([res[k][0] for k in gts], [gts[k] for k in gts])
+    assert got == float(want) == 0.0 and got_each == [0.0, 0.0]
+
+
 @pytest.mark.parametrize("procs,threads", [(3, 1), (1, 3)])
 def test_meteor_split_over_processes_or_threads_equals_pycocoevalcap_on_random_data(procs, threads):
     import random

@@ -38,7 +38,7 @@ for _stage in S.STAGES:
         conda:
             "../envs/r2m.yaml"
         shell:
-            "{params.cmd} --no-log-file > {log} 2>&1"
+            "R2M_THREADS=${{R2M_THREADS:-{threads}}} {params.cmd} --no-log-file > {log} 2>&1"
 
     if _n > 1:
 
@@ -62,4 +62,4 @@ for _stage in S.STAGES:
             conda:
                 "../envs/r2m.yaml"
             shell:
-                "{params.cmd} --no-log-file > {log} 2>&1"
+                "R2M_THREADS=${{R2M_THREADS:-{threads}}} {params.cmd} --no-log-file > {log} 2>&1"

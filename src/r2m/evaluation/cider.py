@@ -78,7 +78,8 @@ def cider_d(hypotheses: Sequence[str], references: Sequence[Sequence[str]],
     def vectors(row, gid, tf, n_rows):
         val = tf * weight[gid]
         slot = row * N_ORDER + order[gid]
-        norm = np.sqrt(np.bincount(slot, weights=val * val, minlength=n_rows * N_ORDER)).reshape(n_rows, N_ORDER)
+        sq = np.bincount(slot, weights=val * val, minlength=n_rows * N_ORDER).astype(np.float64)  # empty input: int
+        norm = np.sqrt(sq).reshape(n_rows, N_ORDER)
         return val, norm
 
     r_val, r_norm = vectors(r_row, r_gid, r_tf, len(r_len))
@@ -94,7 +95,7 @@ def cider_d(hypotheses: Sequence[str], references: Sequence[Sequence[str]],
     contrib = np.minimum(h_val_sorted[pos[hit]], r_val[hit]) * r_val[hit]
     n_ref_rows = len(r_len)
     sim = np.bincount(r_row[hit] * N_ORDER + order[r_gid[hit]], weights=contrib,
-                      minlength=n_ref_rows * N_ORDER).reshape(n_ref_rows, N_ORDER)
+                      minlength=n_ref_rows * N_ORDER).astype(np.float64).reshape(n_ref_rows, N_ORDER)
     denom = h_norm[ref_img] * r_norm
     nz = denom != 0
     sim[nz] /= denom[nz]
