@@ -19,8 +19,7 @@ import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
-from r2m.models.r2m import END, START
-from r2m.training.data import pad_lists
+from r2m.training.data import pad_lists, teacher_forcing  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -37,26 +36,6 @@ class CaptionBatch:
 
     def __len__(self) -> int:
         return len(self.image_ids)
-
-
-def teacher_forcing(ids: pa.Array | Sequence[Sequence[int]], max_len: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Caption ids → (inputs, targets, lengths): targets are ``ids + [<#end>]`` cut to ``max_len``
-    (a cut caption has no <#end>), inputs the targets shifted right behind <#start>."""
-    arr = ids if isinstance(ids, (pa.Array, pa.ChunkedArray)) else pa.array(list(ids), pa.list_(pa.int64()))
-    words, n = pad_lists(arr)
-    lengths = np.minimum(n + 1, max_len)
-    T = int(lengths.max(initial=1))
-    targets = np.zeros((len(n), T), dtype=np.int64)
-    w = min(words.shape[1], T)
-    targets[:, :w] = words[:, :w]
-    rows = np.nonzero(n < max_len)[0]
-    targets[rows, n[rows]] = END
-    targets[np.arange(T)[None, :] >= lengths[:, None]] = 0
-    inputs = np.zeros_like(targets)
-    inputs[:, 0] = START
-    inputs[:, 1:] = targets[:, :-1]
-    inputs[np.arange(T)[None, :] >= lengths[:, None]] = 0
-    return torch.from_numpy(inputs), torch.from_numpy(targets), torch.from_numpy(lengths.astype(np.int64))
 
 
 class Features:

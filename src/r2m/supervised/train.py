@@ -27,13 +27,11 @@ from r2m.supervised.data import Features, PairedSet
 from r2m.supervised.vocab import skip_reason
 from r2m.training.data import load_itos
 from r2m.training.stages import (
-    CheckpointError,
     NonFiniteLoss,
     _rng_state,
-    _set_rng_state,
     _write_loss,
     fingerprint,
-    load_last,
+    restore_last,
     resume_folder,
 )
 from r2m.utils import resume as RS
@@ -156,25 +154,12 @@ def _train(ctx, phase: str) -> None:
     work = resume_folder(ctx)
     last_path = work / "last.pt"
     step, rows, elapsed_prev, seen = 0, [], 0.0, 0
-    if getattr(args, "fresh", False):
-        RS.clear(work)
-    if last_path.exists():
-        last = load_last(last_path)
-        if last["fingerprint"] == fp:
-            try:
-                model.load_state_dict(last["model"]["state_dict"])
-                opt.load_state_dict(last["optimizer"])
-            except (RuntimeError, ValueError, KeyError) as err:
-                raise CheckpointError(f"{last_path}: does not fit the model ({str(err).splitlines()[0][:160]}); "
-                                      "delete it or rerun with --fresh") from None
-            step, rows = int(last["step"]), list(last["rows"])
-            elapsed_prev, seen = float(last.get("elapsed", 0.0)), int(last.get("seen", 0))
-            _set_rng_state(last["rng"])
-            if last.get("best"):
-                best = (float(last["best"]["score"]), int(last["best"]["step"]), last["best"]["state_dict"])
-            ctx.log.info("train_sup: resuming from %s at step %d", last_path, step)
-        else:
-            ctx.log.info("train_sup: %s is from other params; starting over", last_path)
+    last = restore_last(ctx, "train_sup", work, fp, model, opt, fresh=getattr(args, "fresh", False))
+    if last is not None:
+        step, rows = int(last["step"]), list(last["rows"])
+        elapsed_prev, seen = float(last.get("elapsed", 0.0)), int(last.get("seen", 0))
+        if last.get("best"):
+            best = (float(last["best"]["score"]), int(last["best"]["step"]), last["best"]["state_dict"])
     ctx.log.info("train_sup: %s on %s, %d parameters, %d steps x %d", name, device, model.param_count(),
                  tp.steps, tp.batch_size)
 

@@ -8,7 +8,7 @@ and resuming at step s skips the first s batches without reading them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,25 +83,32 @@ class TextBatch:
         return self.inputs.shape[0]
 
 
-def make_text_batch(ids: pa.Array, concept_ids: pa.Array, max_len: int, rng: np.random.Generator) -> TextBatch:
-    """Sentences → teacher-forcing tensors. Targets are ``ids + [<#end>]`` cut to ``max_len`` (a cut
-    sentence has no <#end>); inputs are the targets shifted right behind <#start>."""
-    words, n = pad_lists(ids)
+def teacher_forcing(ids: pa.Array | Sequence[Sequence[int]], max_len: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Caption ids → (inputs, targets, lengths): targets are ``ids + [<#end>]`` cut to ``max_len``
+    (a cut caption has no <#end>), inputs the targets shifted right behind <#start>."""
+    arr = ids if isinstance(ids, (pa.Array, pa.ChunkedArray)) else pa.array(list(ids), pa.list_(pa.int64()))
+    words, n = pad_lists(arr)
     lengths = np.minimum(n + 1, max_len)
     T = int(lengths.max(initial=1))
     targets = np.zeros((len(n), T), dtype=np.int64)
     w = min(words.shape[1], T)
     targets[:, :w] = words[:, :w]
-    end_rows = np.nonzero(n < max_len)[0]
-    targets[end_rows, n[end_rows]] = END
+    rows = np.nonzero(n < max_len)[0]
+    targets[rows, n[rows]] = END
+    targets[np.arange(T)[None, :] >= lengths[:, None]] = 0
     inputs = np.zeros_like(targets)
     inputs[:, 0] = START
     inputs[:, 1:] = targets[:, :-1]
     inputs[np.arange(T)[None, :] >= lengths[:, None]] = 0
+    return torch.from_numpy(inputs), torch.from_numpy(targets), torch.from_numpy(lengths.astype(np.int64))
+
+
+def make_text_batch(ids: pa.Array, concept_ids: pa.Array, max_len: int, rng: np.random.Generator) -> TextBatch:
+    """Sentences → teacher-forcing tensors (:func:`teacher_forcing`) with their shuffled concepts."""
+    inputs, targets, lengths = teacher_forcing(ids, max_len)
     concepts, clens = pad_lists(concept_ids)
     concepts = shuffle_concepts(concepts, clens, rng)
-    t = torch.from_numpy
-    return TextBatch(t(concepts), t(clens), t(inputs), t(targets), t(lengths.astype(np.int64)))
+    return TextBatch(torch.from_numpy(concepts), torch.from_numpy(clens), inputs, targets, lengths)
 
 
 # --------------------------------------------------------------------------- text stream

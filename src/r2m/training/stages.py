@@ -211,6 +211,30 @@ def _rng_state() -> dict[str, Any]:
     return s
 
 
+def restore_last(ctx, name: str, work: Path, fp: str, model, opt, fresh: bool = False) -> dict[str, Any] | None:
+    """The resume state ``work/last.pt`` loaded into ``model``/``opt`` (and the RNGs) when it was
+    written with the same fingerprint, else ``None``; ``fresh`` deletes it first. A state that does
+    not fit the model is a one-line :class:`CheckpointError` naming the file."""
+    last_path = work / "last.pt"
+    if fresh:
+        RS.clear(work)
+    if not last_path.exists():
+        return None
+    last = load_last(last_path)
+    if last["fingerprint"] != fp:
+        ctx.log.info("%s: %s is from other params/init; starting over", name, last_path)
+        return None
+    try:
+        model.load_state_dict(last["model"]["state_dict"])
+        opt.load_state_dict(last["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as err:
+        raise CheckpointError(f"{last_path}: does not fit the model ({str(err).splitlines()[0][:160]}); "
+                              "delete it or rerun with --fresh") from None
+    _set_rng_state(last["rng"])
+    ctx.log.info("%s: resuming from %s at step %d", name, last_path, int(last["step"]))
+    return last
+
+
 def _set_rng_state(s: dict[str, Any]) -> None:
     torch.set_rng_state(s["cpu"])
     if "cuda" in s and torch.cuda.is_available():
@@ -286,23 +310,10 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     last_path = work / "last.pt"
     step, rows, best = 0, [], None
     elapsed_prev, seen_prev = 0.0, 0
-    if getattr(args, "fresh", False):
-        RS.clear(work)
-    if last_path.exists():
-        last = load_last(last_path)
-        if last["fingerprint"] == fp:
-            try:
-                model.load_state_dict(last["model"]["state_dict"])
-                opt.load_state_dict(last["optimizer"])
-            except (RuntimeError, ValueError, KeyError) as err:
-                raise CheckpointError(f"{last_path}: does not fit the model ({str(err).splitlines()[0][:160]}); "
-                                      "delete it or rerun with --fresh") from None
-            step, rows, best = int(last["step"]), list(last["rows"]), last.get("best")
-            elapsed_prev, seen_prev = float(last.get("elapsed", 0.0)), int(last.get("seen", 0))
-            _set_rng_state(last["rng"])
-            ctx.log.info("%s: resuming from %s at step %d", name, last_path, step)
-        else:
-            ctx.log.info("%s: %s is from other params/init; starting over", name, last_path)
+    last = restore_last(ctx, name, work, fp, model, opt, fresh=getattr(args, "fresh", False))
+    if last is not None:
+        step, rows, best = int(last["step"]), list(last["rows"]), last.get("best")
+        elapsed_prev, seen_prev = float(last.get("elapsed", 0.0)), int(last.get("seen", 0))
     ctx.log.info("%s: %s on %s, %d parameters, %d steps x %d", name, ctx.variant, device,
                  model.param_count(), tp.steps, tp.batch_size)
 
