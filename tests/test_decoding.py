@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from r2m.decoding.beam import beam_search, to_words
-from r2m.models.r2m import END, PAD, R2M, START, R2MConfig
+from r2m.models.r2m import R2M, R2MConfig
+from r2m.text.vocab import END, PAD, START
 
 torch.set_num_threads(1)
 

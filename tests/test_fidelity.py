@@ -19,12 +19,12 @@ import torch.nn.functional as F
 from r2m import params as P
 from r2m.decoding.beam import beam_search, beam_search_im2txt
 from r2m.losses import rank_loss_official, ranking, reconstruction, triplet_hardest
-from r2m.models.r2m import END, PAD, R2M, START, UNK, R2MConfig
+from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.corpus import FilterConfig, drop_reason
 from r2m.text.dictionary import image_concepts, load_dictionary
 from r2m.text.stages import encode_batch, singular_targets
 from r2m.text.tokenize import tokenize, tokenize_keep_punct
-from r2m.text.vocab import build_vocab, read_word_list, unk_ratio
+from r2m.text.vocab import END, PAD, START, UNK, build_vocab, read_word_list, unk_ratio
 
 torch.set_num_threads(1)
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from r2m.models import MODELS, build_model, load_model
-from r2m.models.r2m import END, R2M, START, VARIANTS, FusionMemory, R2MConfig, RelationalMemory
+from r2m.models.r2m import R2M, VARIANTS, FusionMemory, R2MConfig, RelationalMemory
 from r2m.params import VARIANT_NAMES
+from r2m.text.vocab import END, START
 
 torch.set_num_threads(1)
 

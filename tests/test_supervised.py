@@ -11,9 +11,9 @@ import torch
 
 from r2m.models import SUP_MODELS, build_sup_model, load_model
 from r2m.models.mrnn import MRNN, MRNNConfig, scaled_tanh
-from r2m.models.r2m import END, PAD, START
 from r2m.supervised.data import teacher_forcing
 from r2m.supervised.vocab import build, skip_reason
+from r2m.text.vocab import END, PAD, START
 
 
 def small_mrnn(vocab: int = 12, image_dim: int = 6, **kw) -> MRNN:

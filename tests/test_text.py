@@ -23,7 +23,7 @@ from r2m.text.corpus import (
 from r2m.text.dictionary import image_concepts, load_dictionary
 from r2m.text.singular import Singulariser
 from r2m.text.tokenize import tokenize
-from r2m.text.vocab import END, PAD, SPECIALS, START, UNK, Vocab, build_vocab, unk_ratio
+from r2m.text.vocab import END_WORD, PAD_WORD, SPECIALS, START_WORD, UNK_WORD, Vocab, build_vocab, unk_ratio
 
 
 # --------------------------------------------------------------------------- tokenise
@@ -148,8 +148,8 @@ def test_holdout_split_deterministic_and_fraction():
 def test_vocab_build_encode_decode(tmp_path):
     counts = {"a": 10, "dog": 5, "runs": 2, "rare": 1}
     v = build_vocab(counts, min_count=2, dictionary_words={"dog", "zebra"})
-    assert v.itos[:4] == list(SPECIALS) and v.stoi[PAD] == 0 and v.stoi[START] == 1
-    assert v.stoi[END] == 2 and v.stoi[UNK] == 3
+    assert v.itos[:4] == list(SPECIALS) and v.stoi[PAD_WORD] == 0 and v.stoi[START_WORD] == 1
+    assert v.stoi[END_WORD] == 2 and v.stoi[UNK_WORD] == 3
     assert v.itos[4:] == ["a", "dog", "runs", "zebra"]  # frequent by count, then dictionary-only
     assert "rare" not in v
     ids = v.encode(["a", "rare", "dog"])

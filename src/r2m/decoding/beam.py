@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from r2m.models.r2m import END, PAD, START
+from r2m.text.vocab import END, PAD, START
 
 
 @torch.no_grad()

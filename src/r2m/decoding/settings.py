@@ -68,7 +68,7 @@ def load(model_dir: Path, ckpt: dict[str, Any], root: Path = Path(".")) -> dict[
     if f.exists():
         return json.loads(f.read_text(encoding="utf-8"))
     from r2m import params as P
-    from r2m.training.data import load_itos
+    from r2m.text.vocab import load_itos
 
     dataset = ckpt.get("dataset")
     data_dir = root / "data" / str(dataset)

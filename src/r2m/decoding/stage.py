@@ -36,8 +36,8 @@ import torch
 
 from r2m.decoding.beam import DECODERS
 from r2m.models import load_model
-from r2m.models.r2m import END, PAD, START, UNK
-from r2m.training.data import concept_order, image_concept_lists, load_itos, pad_lists
+from r2m.text.dictionary import concept_order, image_concept_lists
+from r2m.text.vocab import END, PAD, START, UNK, load_itos, pad_lists
 from r2m.utils.io import write_json
 from r2m.utils.progress import progress
 
@@ -119,7 +119,7 @@ def concept_inputs(ids: list[str], det: Any, threshold: float, max_per_image: in
                    ) -> tuple[list[list[str]], list[str]]:
     """Concept words per image and their source: ``detections``, ``top1`` (``mode == "top1"``: the
     best detection below the threshold with a vocabulary word), ``image`` (``mode == "image"``: to be
-    decoded from v̂^I) or ``empty``. ``order``: :func:`r2m.training.data.concept_order`."""
+    decoded from v̂^I) or ``empty``. ``order``: :func:`r2m.text.dictionary.concept_order`."""
     if mode not in NO_CONCEPTS:
         raise ValueError(f"caption.no_concepts: {mode!r} is not one of {', '.join(NO_CONCEPTS)}")
     per_image = image_concept_lists(det, threshold, max_per_image, order, dictionary)

@@ -104,7 +104,7 @@ class Captioner:
             encode_all,
             image_vectors,
         )
-        from r2m.training.data import concept_order
+        from r2m.text.dictionary import concept_order
         from r2m.vision.detectors import detect_images
 
         s = self.settings

@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from r2m.models.r2m import PAD
 from r2m.models.supervised import SupervisedCaptioner, token_logprobs, valid_mask
+from r2m.text.vocab import PAD
 
 
 @dataclass

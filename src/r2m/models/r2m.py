@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-PAD, START, END, UNK = 0, 1, 2, 3
+from r2m.text.vocab import END, PAD, START, UNK  # noqa: F401 (the shared token ids)
 
 # Table 2 ablations: variant name -> config switches (names match r2m.params.VARIANT_NAMES)
 VARIANTS: dict[str, dict[str, str]] = {

@@ -49,8 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from r2m.models.r2m import PAD, START
 from r2m.models.supervised import SupervisedCaptioner, valid_mask
+from r2m.text.vocab import PAD, START
 
 
 @dataclass

@@ -40,9 +40,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from r2m.models.r2m import PAD
 from r2m.models.supervised import SupervisedCaptioner
 from r2m.text.tokenize import tokenize
+from r2m.text.vocab import PAD
 
 STOPWORDS = frozenset(
     "a an the and or of in on at to with near by for from is are there this that it its his her their "

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from r2m.models.r2m import PAD
+from r2m.text.vocab import PAD
 
 
 def valid_mask(lengths: Tensor, T: int) -> Tensor:

@@ -14,10 +14,9 @@ import torch
 
 from r2m.decoding.beam import beam_search
 from r2m.models import load_model
-from r2m.models.r2m import END, PAD, START, UNK
 from r2m.supervised.data import Features
 from r2m.supervised.vocab import skip_reason
-from r2m.training.data import load_itos
+from r2m.text.vocab import END, PAD, START, UNK, load_itos
 from r2m.utils.io import write_json
 from r2m.utils.progress import progress
 

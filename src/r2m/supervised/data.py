@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
-from r2m.training.data import pad_lists, teacher_forcing  # noqa: F401 (re-exported)
+from r2m.training.data import teacher_forcing
 
 
 @dataclass

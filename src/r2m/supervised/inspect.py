@@ -157,7 +157,7 @@ def run(ctx) -> None:
     from r2m.models import load_model
     from r2m.supervised.data import Features
     from r2m.supervised.vocab import skip_reason
-    from r2m.training.data import load_itos
+    from r2m.text.vocab import load_itos
 
     out_dir = Path(ctx.outs["inspect"])
     out_dir.mkdir(parents=True, exist_ok=True)

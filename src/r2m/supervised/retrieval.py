@@ -198,8 +198,7 @@ def run_r2m(ctx) -> None:
     from r2m.supervised.data import Features, teacher_forcing
     from r2m.text.dictionary import load_dictionary
     from r2m.text.tokenize import tokenize
-    from r2m.text.vocab import Vocab
-    from r2m.training.data import pad_lists
+    from r2m.text.vocab import Vocab, pad_lists
 
     rp = ctx.params.retrieval
     out = Path(ctx.outs["retrieval"])

@@ -25,7 +25,7 @@ import torch
 from r2m.models import build_sup_model
 from r2m.supervised.data import Features, PairedSet
 from r2m.supervised.vocab import skip_reason
-from r2m.training.data import load_itos
+from r2m.text.vocab import load_itos
 from r2m.training.stages import (
     NonFiniteLoss,
     _rng_state,

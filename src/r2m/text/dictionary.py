@@ -164,3 +164,25 @@ def image_concepts(
     for image_id, pairs in grouped.items():
         out[image_id] = _official(pairs, max_per_image, rank, order == "official_test")
     return out
+
+
+def concept_order(fidelity_image_concepts: str, at: str) -> str:
+    """The :func:`image_concepts` order for ``fidelity.image_concepts`` in training (``at="train"``)
+    or captioning (``at="test"``)."""
+    if fidelity_image_concepts == "by_score":
+        return "by_score"
+    if fidelity_image_concepts == "official":
+        return f"official_{at}"
+    raise ValueError(f"fidelity.image_concepts {fidelity_image_concepts!r}: choose by_score or official")
+
+
+def image_concept_lists(detections: Any, threshold: float, max_per_image: int,
+                        order: str = "by_score", dictionary: str = "openimages") -> dict[str, list[str]]:
+    """image_id → concept words by the project's one rule, :func:`image_concepts` (score ≥
+    threshold, de-duplicated, at most ``max_per_image``, in ``order``); ``detections`` is a
+    ``detections.parquet`` table (pyarrow) or data frame."""
+    import pyarrow as pa
+
+    df = detections.to_pandas() if isinstance(detections, pa.Table) else detections
+    d = load_dictionary(dictionary) if (order != "by_score" or "concept" not in df.columns) else None
+    return {str(k): [c for c, _ in v] for k, v in image_concepts(df, threshold, max_per_image, d, order).items()}

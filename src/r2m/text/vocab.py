@@ -1,4 +1,9 @@
-"""The caption vocabulary: specials first (``<pad>`` = 0, ``<#start>``, ``<#end>``, ``<UNK>``), then words.
+"""The caption vocabulary and the token ids every model shares: specials first (``<pad>`` = 0,
+``<#start>`` = 1, ``<#end>`` = 2, ``<UNK>`` = 3), then words.
+
+This module sits below every model, decoder and trainer: the ids (:data:`PAD`, :data:`START`,
+:data:`END`, :data:`UNK`), reading a vocabulary folder (:func:`load_itos`) and padding id lists
+(:func:`pad_lists`) live here so no caption model has to import another one for them.
 
 UC-GAN / R2M convention: the vocabulary is the words seen at least ``min_count`` times in the
 corpus plus every dictionary word (so concept ids are always in range); sentences with more than
@@ -11,11 +16,19 @@ import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from r2m.utils.io import write_json
 
-PAD, START, END, UNK = "<pad>", "<#start>", "<#end>", "<UNK>"
-SPECIALS = (PAD, START, END, UNK)
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+# the token ids (positions of the specials in every vocabulary, R²M's and the baselines')
+PAD, START, END, UNK = 0, 1, 2, 3
+# the special words, in id order
+PAD_WORD, START_WORD, END_WORD, UNK_WORD = "<pad>", "<#start>", "<#end>", "<UNK>"
+SPECIALS = (PAD_WORD, START_WORD, END_WORD, UNK_WORD)
 
 
 @dataclass
@@ -31,7 +44,7 @@ class Vocab:
             raise ValueError("vocab has duplicate words")
 
     # ids of the specials
-    pad_id, start_id, end_id, unk_id = 0, 1, 2, 3
+    pad_id, start_id, end_id, unk_id = PAD, START, END, UNK
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -53,7 +66,7 @@ class Vocab:
                 break
             if i in (self.pad_id, self.start_id):
                 continue
-            words.append(self.itos[i] if 0 <= i < len(self.itos) else UNK)
+            words.append(self.itos[i] if 0 <= i < len(self.itos) else UNK_WORD)
         return " ".join(words)
 
     @property
@@ -113,3 +126,36 @@ def read_word_list(path: str | Path) -> frozenset[str]:
     if not words:
         raise ValueError(f"fidelity.vocab_filter: {path} holds no words")
     return frozenset(words)
+
+
+def load_itos(vocab_dir: str | Path) -> list[str]:
+    """The id → word list of ``vocab/vocab.json`` (a vocabulary folder or the file itself)."""
+    path = Path(vocab_dir)
+    path = path / "vocab.json" if path.is_dir() else path
+    if not path.exists():
+        raise FileNotFoundError(f"missing vocabulary: {path}")
+    itos = list(Vocab.load(path).itos)
+    if len(itos) < 4 or itos[0] != PAD_WORD:
+        raise ValueError(f"{path}: 'itos' must start with <pad>, <#start>, <#end>, <UNK>")
+    return itos
+
+
+def pad_lists(arr: pa.Array | pa.ChunkedArray, width: int | None = None,
+              shift: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A list<int> array → (padded [n, W] int64 with 0s placed from column ``shift``, true lengths [n])."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    lens = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = pc.list_flatten(arr).to_numpy(zero_copy_only=False).astype(np.int64)
+    n = len(lens)
+    W = int(lens.max(initial=0)) + shift if width is None else width
+    out = np.zeros((n, max(W, 0)), dtype=np.int64)
+    rows = np.repeat(np.arange(n), lens)
+    pos = np.arange(len(values)) - np.repeat(np.cumsum(lens) - lens, lens) + shift
+    keep = pos < W
+    out[rows[keep], pos[keep]] = values[keep]
+    return out, lens

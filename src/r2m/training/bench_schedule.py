@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from r2m.bench import parser
-from r2m.models.r2m import END, R2M, START, R2MConfig
+from r2m.models.r2m import R2M, R2MConfig
+from r2m.text.vocab import END, START
 from r2m.training.data import ImageBatch, TextBatch
 from r2m.training.stages import image_objective, make_adam, text_objective
 

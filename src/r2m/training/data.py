@@ -19,39 +19,8 @@ import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
-from r2m.models.r2m import END, START
-
-
-# --------------------------------------------------------------------------- vocabulary
-def load_itos(vocab_dir: str | Path) -> list[str]:
-    """The id → word list of ``vocab/vocab.json``."""
-    from r2m.text.vocab import Vocab
-
-    path = Path(vocab_dir)
-    path = path / "vocab.json" if path.is_dir() else path
-    if not path.exists():
-        raise FileNotFoundError(f"missing vocabulary: {path}")
-    itos = list(Vocab.load(path).itos)
-    if len(itos) < 4 or itos[0] != "<pad>":
-        raise ValueError(f"{path}: 'itos' must start with <pad>, <#start>, <#end>, <UNK>")
-    return itos
-
-
-# --------------------------------------------------------------------------- padding helpers
-def pad_lists(arr: pa.Array | pa.ChunkedArray, width: int | None = None, shift: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A list<int> array → (padded [n, W] int64 with 0s placed from column ``shift``, true lengths [n])."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    lens = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    values = pc.list_flatten(arr).to_numpy(zero_copy_only=False).astype(np.int64)
-    n = len(lens)
-    W = int(lens.max(initial=0)) + shift if width is None else width
-    out = np.zeros((n, max(W, 0)), dtype=np.int64)
-    rows = np.repeat(np.arange(n), lens)
-    pos = np.arange(len(values)) - np.repeat(np.cumsum(lens) - lens, lens) + shift
-    keep = pos < W
-    out[rows[keep], pos[keep]] = values[keep]
-    return out, lens
+from r2m.text.dictionary import image_concept_lists
+from r2m.text.vocab import END, START, pad_lists
 
 
 def shuffle_concepts(concepts: np.ndarray, lens: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -192,27 +161,6 @@ class TextStream:
 
 
 # --------------------------------------------------------------------------- images
-def concept_order(fidelity_image_concepts: str, at: str) -> str:
-    """The :func:`r2m.text.dictionary.image_concepts` order for ``fidelity.image_concepts`` in
-    training (``at="train"``) or captioning (``at="test"``)."""
-    if fidelity_image_concepts == "by_score":
-        return "by_score"
-    if fidelity_image_concepts == "official":
-        return f"official_{at}"
-    raise ValueError(f"fidelity.image_concepts {fidelity_image_concepts!r}: choose by_score or official")
-
-
-def image_concept_lists(detections: pa.Table | object, threshold: float, max_per_image: int,
-                        order: str = "by_score", dictionary: str = "openimages") -> dict[str, list[str]]:
-    """image_id → concept words by the project's one rule, :func:`r2m.text.dictionary.image_concepts`
-    (score ≥ threshold, de-duplicated, at most ``max_per_image``, in ``order``)."""
-    from r2m.text.dictionary import image_concepts, load_dictionary
-
-    df = detections.to_pandas() if isinstance(detections, pa.Table) else detections
-    d = load_dictionary(dictionary) if (order != "by_score" or "concept" not in df.columns) else None
-    return {str(k): [c for c, _ in v] for k, v in image_concepts(df, threshold, max_per_image, d, order).items()}
-
-
 @dataclass
 class ImageBatch:
     concepts: Tensor

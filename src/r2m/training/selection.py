@@ -23,7 +23,7 @@ def validation_set(prepared: Path, detections: Path, stoi: dict[str, int], thres
                    max_per_image: int, order: str = "by_score",
                    dictionary: str = "openimages") -> tuple[list[str], list[list[int]], dict[str, list[str]]]:
     """Ids, concept ids and tokenised references of the ``val`` images that have references."""
-    from r2m.training.data import image_concept_lists
+    from r2m.text.dictionary import image_concept_lists
 
     images = pq.read_table(prepared / "images.parquet", columns=["image_id", "split"]).to_pandas()
     val_ids = {str(i) for i in images.loc[images["split"] == "val", "image_id"]}
@@ -40,7 +40,7 @@ def cider_selector(ctx, device, itos: list[str]):
     from pycocoevalcap.cider.cider import Cider
 
     from r2m.decoding.stage import caption_ids
-    from r2m.training.data import concept_order
+    from r2m.text.dictionary import concept_order
 
     stoi = {w: i for i, w in enumerate(itos)}
     conc, cp, fid = ctx.params.concepts, ctx.params.caption, ctx.params.fidelity

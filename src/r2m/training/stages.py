@@ -40,8 +40,10 @@ from torch import Tensor
 
 from r2m.losses import linear_xe_loss, loss_i, loss_s, xe_loss
 from r2m.models.r2m import R2M, R2MConfig
+from r2m.text.dictionary import concept_order
+from r2m.text.vocab import load_itos
 from r2m.training import distributed
-from r2m.training.data import ImageSet, TextBatch, TextStream, concept_order, load_itos
+from r2m.training.data import ImageSet, TextBatch, TextStream
 from r2m.utils import resume as RS
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint
 from r2m.utils.io import atomic_path, file_digest, save_torch, write_json, write_text
