@@ -1,4 +1,5 @@
-"""Feature extraction: every backend's shapes, determinism, resumable/sharded runs, the stage."""
+"""Feature extraction: every backend's shapes, determinism, resumable/sharded runs, the stage, the
+registry (one file per backend, unknown names refused by params validation)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
+from r2m.vision import extractors as X
+from r2m.vision import feature_store as FS
 from r2m.vision import features as F
 
 torch.set_num_threads(1)
@@ -43,8 +46,8 @@ def test_random_cnn_deterministic_and_bad_listed(images, tmp_path):
     m1 = _run(images, tmp_path / "a", shard_size=2)
     _run(images, tmp_path / "b", shard_size=5)
     assert m1["n_images"] == 4 and m1["n_bad"] == 1 and m1["kinds"] == {"pooled": [128]}
-    a, idx = F.load_features(tmp_path / "a")
-    b, _ = F.load_features(tmp_path / "b")
+    a, idx = FS.load_features(tmp_path / "a")
+    b, _ = FS.load_features(tmp_path / "b")
     assert a.dtype == np.float16 and a.shape == (4, 128)
     assert np.array_equal(a, b) and np.abs(a).sum() > 0
     assert list(idx["image_id"]) == ["chelsea", "coffee", "astronaut", "gray"] and list(idx["row"]) == [0, 1, 2, 3]
@@ -75,7 +78,7 @@ def test_resume_after_crash_and_up_to_date(images, tmp_path, monkeypatch):
     _run(images, tmp_path / "f", shard_size=2)  # up to date: nothing recomputed
     assert calls == [0, 2, 2, 4]
     _run(images, tmp_path / "f", options={"dim": 16}, shard_size=2)  # options changed: recomputed
-    assert F.load_features(tmp_path / "f")[0].shape == (4, 16)
+    assert FS.load_features(tmp_path / "f")[0].shape == (4, 16)
 
 
 def test_parallel_shards_then_merge(images, tmp_path):
@@ -87,7 +90,7 @@ def test_parallel_shards_then_merge(images, tmp_path):
     assert _run(images, out, shard_size=2, shard=(0, 2)) is None
     meta = _run(images, out, shard_size=2, merge_only=True)
     assert meta["n_images"] == ref["n_images"]
-    assert np.array_equal(F.load_features(out)[0], F.load_features(tmp_path / "ref")[0])
+    assert np.array_equal(FS.load_features(out)[0], FS.load_features(tmp_path / "ref")[0])
 
 
 def test_shard_jobs_in_own_folders_then_merge(images, tmp_path):
@@ -99,7 +102,7 @@ def test_shard_jobs_in_own_folders_then_merge(images, tmp_path):
     assert not (tmp_path / "out" / "features.h5").exists()
     meta = _run(images, tmp_path / "out", shard_size=2, merge_only=True, parts_from=root)
     assert meta["n_images"] > 0
-    assert np.array_equal(F.load_features(tmp_path / "out")[0], F.load_features(tmp_path / "ref")[0])
+    assert np.array_equal(FS.load_features(tmp_path / "out")[0], FS.load_features(tmp_path / "ref")[0])
     # a shard folder made with other options is refused, not mixed in
     _run(images, tmp_path / "other", shard_size=3, shard=(0, 1), parts_dir=root / "9")
     with pytest.raises(ValueError, match="other inputs or options"):
@@ -118,13 +121,13 @@ def test_shard_flags():
 
 
 def test_inception_v3_fid_offline(images):
-    ex = F.build_extractor("inception_v3_fid")
-    arrays, good, bad = F.extract_arrays(ex, images[:2], batch_size=2)
+    ex = X.build_extractor("inception_v3_fid")
+    arrays, good, bad = X.extract_arrays(ex, images[:2], batch_size=2)
     assert arrays["pooled"].shape == (2, 2048) and good == [0, 1] and not bad
     assert np.isfinite(arrays["pooled"].astype(np.float32)).all() and arrays["pooled"].std() > 0.01
     # the grid (Mixed_7c, for attention models) averages to the same pooled feature
-    ex2 = F.build_extractor("inception_v3_fid", {"kinds": ["pooled", "grid"]})
-    arrays2, _, _ = F.extract_arrays(ex2, images[:2], batch_size=2)
+    ex2 = X.build_extractor("inception_v3_fid", {"kinds": ["pooled", "grid"]})
+    arrays2, _, _ = X.extract_arrays(ex2, images[:2], batch_size=2)
     assert arrays2["grid"].shape == (2, 8, 8, 2048)
     assert np.array_equal(arrays2["pooled"], arrays["pooled"])
     np.testing.assert_allclose(arrays2["grid"].astype(np.float32).mean((1, 2)), arrays["pooled"].astype(np.float32),
@@ -138,14 +141,14 @@ def test_inception_v3_fid_offline(images):
 def test_vgg16_and_inception_v4_random_init(images):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        vgg = F.build_extractor("vgg16", {"random_init": True})
-        arrays, good, _ = F.extract_arrays(vgg, images[:1], batch_size=1)
+        vgg = X.build_extractor("vgg16", {"random_init": True})
+        arrays, good, _ = X.extract_arrays(vgg, images[:1], batch_size=1)
         assert arrays["pooled"].shape == (1, 4096) and arrays["grid"].shape == (1, 14, 14, 512)
-        v4 = F.build_extractor("inception_v4", {"random_init": True, "kinds": ["pooled", "grid"]})
-        arrays, _, _ = F.extract_arrays(v4, images[:1], batch_size=1)
+        v4 = X.build_extractor("inception_v4", {"random_init": True, "kinds": ["pooled", "grid"]})
+        arrays, _, _ = X.extract_arrays(v4, images[:1], batch_size=1)
         assert arrays["pooled"].shape == (1, 1536) and arrays["grid"].shape == (1, 8, 8, 1536)
     with pytest.raises(ValueError, match="kinds"):
-        F.build_extractor("vgg16", {"random_init": True, "kinds": ["fc8"]})
+        X.build_extractor("vgg16", {"random_init": True, "kinds": ["fc8"]})
 
 
 def test_stage_writes_features(images, tmp_path, repo_root):
@@ -161,17 +164,17 @@ def test_stage_writes_features(images, tmp_path, repo_root):
     F.run(ctx)
     out = ctx.outs["features"]
     assert {p.name for p in out.iterdir()} >= {"features.h5", "index.parquet", "meta.json", "params.yaml"}
-    arr, idx = F.load_features(out)
+    arr, idx = FS.load_features(out)
     assert arr.shape[0] == len(idx) == 4
 
 
 def test_tf1_bilinear_resize_is_the_legacy_formula():
     row = np.array([[[0.0], [10.0], [20.0], [30.0]]], dtype=np.float32)  # H 1, W 4, C 1
-    assert F.tf1_resize_bilinear(row, 1, 2)[0, :, 0].tolist() == [0.0, 20.0]  # samples x = 0, 2
-    np.testing.assert_allclose(F.tf1_resize_bilinear(row, 1, 3)[0, :, 0], [0.0, 40 / 3, 80 / 3], rtol=1e-6)
-    up = F.tf1_resize_bilinear(row[:, :2], 1, 4)[0, :, 0]  # x = 0, .5, 1, 1.5 (last pixel repeated)
+    assert X.tf1_resize_bilinear(row, 1, 2)[0, :, 0].tolist() == [0.0, 20.0]  # samples x = 0, 2
+    np.testing.assert_allclose(X.tf1_resize_bilinear(row, 1, 3)[0, :, 0], [0.0, 40 / 3, 80 / 3], rtol=1e-6)
+    up = X.tf1_resize_bilinear(row[:, :2], 1, 4)[0, :, 0]  # x = 0, .5, 1, 1.5 (last pixel repeated)
     assert up.tolist() == [0.0, 5.0, 10.0, 10.0]
-    col = F.tf1_resize_bilinear(np.transpose(row, (1, 0, 2)), 3, 1)[:, 0, 0]
+    col = X.tf1_resize_bilinear(np.transpose(row, (1, 0, 2)), 3, 1)[:, 0, 0]
     np.testing.assert_allclose(col, [0.0, 40 / 3, 80 / 3], rtol=1e-6)
 
 
@@ -179,17 +182,17 @@ def test_tf1_bilinear_resize_matches_tensorflow():
     tf = pytest.importorskip("tensorflow", reason="optional extra 'tf' not installed (pip install -e '.[tf]')")
     a = np.random.default_rng(0).uniform(0, 1, (37, 53, 3)).astype(np.float32)
     ref = tf.compat.v1.image.resize_images(a, [29, 61]).numpy()
-    np.testing.assert_allclose(F.tf1_resize_bilinear(a, 29, 61), ref, atol=1e-5)
+    np.testing.assert_allclose(X.tf1_resize_bilinear(a, 29, 61), ref, atol=1e-5)
 
 
 def test_official_crop_is_346_then_23_to_minus_24():
     rows = (np.repeat(np.arange(346)[:, None], 346, axis=1) % 256).astype(np.uint8)  # pixel value = row index
     img = Image.fromarray(np.stack([rows, rows.T, rows], -1))
-    x = F.OfficialResizeCrop()(img)  # 346 -> 346 is the identity, then rows/cols 23..321
+    x = X.OfficialResizeCrop()(img)  # 346 -> 346 is the identity, then rows/cols 23..321
     assert x.shape == (3, 299, 299) and x.dtype == torch.float32
     assert x[0, 0, 0] == 23 and x[0, 298, 0] == 321 % 256 and x[1, 0, 0] == 23 and x[1, 0, 298] == 321 % 256
     with pytest.raises(ValueError, match="crop"):
-        F.OfficialResizeCrop(299, 346)
+        X.OfficialResizeCrop(299, 346)
 
 
 def test_inception_v4_official_path_local_weights(images, tmp_path):
@@ -205,22 +208,55 @@ def test_inception_v4_official_path_local_weights(images, tmp_path):
             torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
     path = tmp_path / "inception_v4.safetensors"
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(path))
-    ex = F.build_extractor("inception_v4", {"weights": str(path), "sha256": W.sha256_file(path)})
-    assert isinstance(ex.prepare, F.OfficialResizeCrop) and ex.size == (299, 299)
+    ex = X.build_extractor("inception_v4", {"weights": str(path), "sha256": W.sha256_file(path)})
+    assert isinstance(ex.prepare, X.OfficialResizeCrop) and ex.size == (299, 299)
     seen = []
     ex.model.net.features.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
-    arrays, good, _ = F.extract_arrays(ex, images[:1], batch_size=1)
+    arrays, good, _ = X.extract_arrays(ex, images[:1], batch_size=1)
     # the authors' preprocessing written out: resize 346 (TF1 bilinear), crop [23:-24], x/255*2-1
     img = np.asarray(Image.open(images[0]).convert("RGB"), dtype=np.float32) / 255.0
-    x = torch.from_numpy(F.tf1_resize_bilinear(img, 346, 346)[23:-24, 23:-24] * 2 - 1).permute(2, 0, 1)[None]
+    x = torch.from_numpy(X.tf1_resize_bilinear(img, 346, 346)[23:-24, 23:-24] * 2 - 1).permute(2, 0, 1)[None]
     assert torch.allclose(seen[0], x, atol=1e-5)  # exactly what the network was fed
     with torch.inference_mode():
         ref = net.forward_features(x).mean(dim=(2, 3))
     assert ref.std() > 0.1
     np.testing.assert_allclose(arrays["pooled"][0].astype(np.float32), ref[0].numpy(), rtol=1e-2, atol=1e-2)
     with pytest.raises(W.ChecksumError):
-        F.build_extractor("inception_v4", {"weights": str(path), "sha256": "0" * 64})
+        X.build_extractor("inception_v4", {"weights": str(path), "sha256": "0" * 64})
     with pytest.raises(ValueError, match="unknown option"):
-        F.build_extractor("inception_v4", {"weight": str(path)})
+        X.build_extractor("inception_v4", {"weight": str(path)})
     with pytest.raises(ValueError, match="preprocess"):
-        F.build_extractor("inception_v4", {"random_init": True, "preprocess": "tf"})
+        X.build_extractor("inception_v4", {"random_init": True, "preprocess": "tf"})
+
+
+def test_every_backend_has_its_own_file():
+    """``vision/extractors/<name>.py`` holds exactly the backend ``<name>``; the source scan params
+    validation uses (no torch import) finds the same names as the imported registry."""
+    from pathlib import Path
+
+    from r2m import params as P
+    from r2m.utils.registry import declared_names
+
+    folder = Path(X.__file__).parent
+    assert X.FEATURES.names() == ["inception_v3_fid", "inception_v4", "random_cnn", "vgg16"]
+    for name in X.FEATURES:
+        factory = X.FEATURES.get(name)
+        assert factory.__module__ == f"r2m.vision.extractors.{name}", name
+        assert declared_names([folder / f"{name}.py"], "FEATURES") == [name]
+    assert declared_names(list(P.FEATURE_SOURCES), "FEATURES") == X.FEATURES.names()
+    with pytest.raises(KeyError, match="unknown feature backend 'nope'; known: inception_v3_fid"):
+        X.build_extractor("nope")
+
+
+def test_unknown_backend_is_a_one_line_params_error(repo_root):
+    import yaml
+
+    from r2m import params as P
+
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["extract_features"]["backend"] = "resnet_nope"
+    with pytest.raises(P.ParamsError) as err:
+        P.validate(raw)
+    msg = str(err.value)
+    assert "\n" not in msg and "extract_features.backend" in msg
+    assert "unknown feature backend 'resnet_nope'; known: inception_v3_fid, inception_v4, random_cnn, vgg16" in msg

@@ -23,7 +23,7 @@ VARIANT_NAMES = ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm")
 _PKG = Path(__file__).resolve().parent
 # where backends register themselves (read from the source, so validating params never imports torch)
 DETECTOR_SOURCES = (_PKG / "vision" / "detectors",)
-FEATURE_SOURCES = (_PKG / "vision" / "features.py", _PKG / "vision" / "features")
+FEATURE_SOURCES = (_PKG / "vision" / "extractors",)
 RECIPE_SOURCES = (_PKG / "datasets",)
 TRAIN_STAGES = ("train_xe", "train_s", "train_m", "train_i")
 # supervised seed baselines (image-caption pairs); each name is a model in r2m.models.SUP_MODELS

