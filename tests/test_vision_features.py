@@ -230,19 +230,21 @@ def test_inception_v4_official_path_local_weights(images, tmp_path):
 
 
 def test_every_backend_has_its_own_file():
-    """``vision/extractors/<name>.py`` holds exactly the backend ``<name>``; the source scan params
-    validation uses (no torch import) finds the same names as the imported registry."""
+    """``vision/extractors/<name>.py`` holds exactly the backend ``<name>`` (every other file there is a
+    helper that registers none); the source scan params validation uses (no torch import) finds the
+    same names as the imported registry."""
     from pathlib import Path
 
     from r2m import params as P
     from r2m.utils.registry import declared_names
 
     folder = Path(X.__file__).parent
-    assert X.FEATURES.names() == ["inception_v3_fid", "inception_v4", "random_cnn", "vgg16"]
+    helpers = {"__init__", "base", "compute", "tf1"}
+    assert {"inception_v3_fid", "inception_v4", "random_cnn", "vgg16"} <= set(X.FEATURES)
     for name in X.FEATURES:
-        factory = X.FEATURES.get(name)
-        assert factory.__module__ == f"r2m.vision.extractors.{name}", name
-        assert declared_names([folder / f"{name}.py"], "FEATURES") == [name]
+        assert X.FEATURES.get(name).__module__ == f"r2m.vision.extractors.{name}", name
+    for f in sorted(folder.glob("*.py")):
+        assert declared_names([f], "FEATURES") == ([] if f.stem in helpers else [f.stem]), f.name
     assert declared_names(list(P.FEATURE_SOURCES), "FEATURES") == X.FEATURES.names()
     with pytest.raises(KeyError, match="unknown feature backend 'nope'; known: inception_v3_fid"):
         X.build_extractor("nope")
@@ -259,4 +261,4 @@ def test_unknown_backend_is_a_one_line_params_error(repo_root):
         P.validate(raw)
     msg = str(err.value)
     assert "\n" not in msg and "extract_features.backend" in msg
-    assert "unknown feature backend 'resnet_nope'; known: inception_v3_fid, inception_v4, random_cnn, vgg16" in msg
+    assert f"unknown feature backend 'resnet_nope'; known: {', '.join(X.FEATURES.names())}" in msg
