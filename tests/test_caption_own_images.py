@@ -14,8 +14,8 @@ import pytest
 import torch
 from PIL import Image
 
-from r2m.decoding.stage import concept_inputs, encode_all, image_vectors, source_counts
-from r2m.decoding.standalone import expand
+from r2m.caption_cli import expand
+from r2m.decoding.captioner import concept_inputs, encode_all, image_vectors, source_counts
 
 torch.set_num_threads(1)
 STOI = {w: i for i, w in enumerate(["<pad>", "<#start>", "<#end>", "<UNK>", "cat", "dog", "cup", "a"])}
@@ -59,7 +59,7 @@ def test_image_mode_uses_projected_feature_only_for_image_stages():
     m = _model()
     feats = {"b": np.ones(6, np.float32), "c": np.full(6, -1.0, np.float32)}
     rows = {1: "b", 2: "c"}
-    vecs = image_vectors(m, {"stage": "train_i"}, rows, None, logging.getLogger("t"), feats)
+    vecs = image_vectors(m, {"stage": "train_i"}, rows, lambda ids: feats, logging.getLogger("t"))
     assert set(vecs) == {1, 2}
     v = encode_all(m, [[STOI["cat"]], [], []], 2, "cpu", vecs)
     assert torch.allclose(v[1], m.project_image(torch.ones(1, 6))[0])
@@ -67,7 +67,7 @@ def test_image_mode_uses_projected_feature_only_for_image_stages():
     empty = encode_all(m, [[STOI["cat"]], [], []], 2, "cpu")
     assert float(empty[1].abs().sum()) == 0.0  # v = 0 for an empty concept set
     # a text-stage checkpoint has no trained projection: nothing replaced (falls back to v = 0)
-    assert image_vectors(m, {"stage": "train_s"}, rows, None, logging.getLogger("t"), feats) == {}
+    assert image_vectors(m, {"stage": "train_s"}, rows, lambda ids: feats, logging.getLogger("t")) == {}
 
 
 def test_expand_files_folders_globs(tmp_path):

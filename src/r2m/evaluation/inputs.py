@@ -1,7 +1,8 @@
 """Reading and validating the two evaluation inputs.
 
 - results: COCO results JSON, a list of ``{"image_id", "caption"}`` (one caption per image);
-- references: COCO caption-annotation JSON, ``{"images": [...], "annotations": [{"image_id", "caption"}]}``.
+- references: COCO caption-annotation JSON, ``{"images": [...], "annotations": [{"image_id", "caption"}]}``
+  (read by :mod:`r2m.utils.coco`).
 
 Image ids are strings everywhere in r2m; integer ids in user files are accepted and normalised to
 their decimal string. Every error names the file and the record index.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from r2m.utils import coco
 from r2m.utils.io import read_json
 
 
@@ -21,21 +23,7 @@ class EvalInputError(ValueError):
 
 def normalise_id(value: Any, where: str) -> str:
     """An image id as r2m's canonical string (ints become their decimal string)."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise EvalInputError(f"{where}: image_id must be a string or an integer, got {value!r}")
-    text = str(value)
-    if not text.strip():
-        raise EvalInputError(f"{where}: empty image_id")
-    return text
-
-
-def _caption(record: dict[str, Any], where: str) -> str:
-    if "caption" not in record:
-        raise EvalInputError(f"{where}: missing key 'caption'")
-    cap = record["caption"]
-    if not isinstance(cap, str):
-        raise EvalInputError(f"{where}: caption must be a string, got {type(cap).__name__}")
-    return cap
+    return coco.normalise_id(value, where, EvalInputError)
 
 
 def parse_results(data: Any, source: str = "<results>") -> dict[str, str]:
@@ -53,7 +41,7 @@ def parse_results(data: Any, source: str = "<results>") -> dict[str, str]:
         if "image_id" not in rec:
             raise EvalInputError(f"{where}: missing key 'image_id'")
         image_id = normalise_id(rec["image_id"], where)
-        caption = _caption(rec, where)
+        caption = coco.caption_of(rec, where, EvalInputError)
         if image_id in out:
             raise EvalInputError(
                 f"{where}: duplicate result for image_id {image_id!r} (first at record {first_seen[image_id]}); "
@@ -65,28 +53,9 @@ def parse_results(data: Any, source: str = "<results>") -> dict[str, str]:
 
 
 def parse_references(data: Any, source: str = "<references>") -> dict[str, list[str]]:
-    """COCO caption annotations -> ``{image_id: [caption, ...]}`` (in file order)."""
-    if not isinstance(data, dict) or not isinstance(data.get("annotations"), list):
-        raise EvalInputError(
-            f"{source}: references must be COCO caption annotations "
-            '({"images": [...], "annotations": [{"image_id", "caption"}, ...]})'
-        )
-    images = data.get("images", [])
-    if not isinstance(images, list):
-        raise EvalInputError(f"{source}: 'images' must be a list")
-    out: dict[str, list[str]] = {}
-    for i, img in enumerate(images):
-        if not isinstance(img, dict) or "id" not in img:
-            raise EvalInputError(f"{source}: images[{i}]: expected an object with key 'id'")
-        out.setdefault(normalise_id(img["id"], f"{source}: images[{i}]"), [])
-    for i, ann in enumerate(data["annotations"]):
-        where = f"{source}: annotations[{i}]"
-        if not isinstance(ann, dict):
-            raise EvalInputError(f"{where}: expected an object {{image_id, caption}}, got {type(ann).__name__}")
-        if "image_id" not in ann:
-            raise EvalInputError(f"{where}: missing key 'image_id'")
-        out.setdefault(normalise_id(ann["image_id"], where), []).append(_caption(ann, where))
-    return out
+    """COCO caption annotations -> ``{image_id: [caption, ...]}`` (in file order;
+    :mod:`r2m.utils.coco`)."""
+    return coco.parse_coco_captions(data, source, EvalInputError).per_image()
 
 
 def match(

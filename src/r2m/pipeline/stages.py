@@ -380,7 +380,7 @@ STAGES: tuple[Stage, ...] = (
     _train("train_i", "train_m", True, "stage 4: L_I = L_M^I + gamma * L_rec^I on unpaired images"),
     Stage(
         "caption",
-        impl="r2m.decoding.stage:run",
+        impl="r2m.caption_cli:run",  # the stage is r2m.decoding.stage.run; caption_cli adds `r2m caption IMAGES`
         help="beam-search captions for the evaluation images (COCO results JSON)",
         axes=("dataset", "variant", "ckpt"),
         deps={

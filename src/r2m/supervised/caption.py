@@ -1,6 +1,6 @@
 """``caption_sup`` and ``evaluate_sup``: captions of a supervised model for the ``caption.split``
-images (the same batched beam search as R²M, :func:`r2m.decoding.beam.beam_search`, with the
-``caption`` params), scored like R²M's by the coco-caption scorers. A skipped dataset gets
+images (the same batched beam search as R²M, :func:`r2m.decoding.captioner.best_tokens` with
+``paper`` decoding and the ``caption`` params), scored like R²M's by the coco-caption scorers. A skipped dataset gets
 ``captions.json`` = ``[]`` and ``eval.json`` = ``{"skipped": reason}``.
 """
 
@@ -12,15 +12,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from r2m.decoding.beam import beam_search
-from r2m.models import load_model
+from r2m.decoding.captioner import best_tokens, load_checkpoint_model, words_of
 from r2m.supervised.data import Features
 from r2m.supervised.vocab import skip_reason
-from r2m.text.vocab import END, PAD, START, UNK, load_itos
 from r2m.utils.io import write_json
 from r2m.utils.progress import progress
-
-BANNED = (PAD, START, UNK)
 
 
 @torch.no_grad()
@@ -31,10 +27,7 @@ def caption_images(model, feats: Features, image_ids: list[str], beam: int, max_
     for s in progress(range(0, len(image_ids), batch_size), desc="caption_sup"):
         rows = np.array([feats.row_of[i] for i in image_ids[s: s + batch_size]], dtype=np.int64)
         f = {k: v.to(device) for k, v in feats.get(rows).items()}
-        res = beam_search(model, model.encode(f), beam=beam, max_len=max_len, banned=BANNED)
-        for row, n in zip(res["tokens"][:, 0].tolist(), res["lengths"][:, 0].tolist(), strict=True):
-            row = row[: int(n)]
-            out.append(row[:-1] if row and row[-1] == END else row)
+        out += best_tokens(model, model.encode(f), beam, max_len, "paper")
     return out
 
 
@@ -46,11 +39,7 @@ def run(ctx) -> None:
         return
     cp = ctx.params.caption
     device = ctx.runtime.torch_device()
-    model, _ = load_model(ctx.deps["model"])
-    model.to(device).eval()
-    itos = load_itos(ctx.deps["sup_vocab"])
-    if len(itos) != model.cfg.vocab_size:
-        raise ValueError(f"{ctx.deps['sup_vocab']}: vocabulary has {len(itos)} words, the model {model.cfg.vocab_size}")
+    model, _, itos = load_checkpoint_model(ctx.deps["model"], device, ctx.deps["sup_vocab"])
     images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
     feats = Features(ctx.deps["features"], model.feature_kinds)
     ids = [str(i) for i in images.loc[images["split"] == cp.split, "image_id"]]
@@ -61,7 +50,7 @@ def run(ctx) -> None:
                         len(missing), cp.split)
     best = caption_images(model, feats, ids, cp.beam, cp.max_len, cp.batch_size, device)
     feats.close()
-    results = [{"image_id": i, "caption": " ".join(itos[t] for t in toks)} for i, toks in zip(ids, best, strict=True)]
+    results = [{"image_id": i, "caption": words_of(toks, itos)} for i, toks in zip(ids, best, strict=True)]
     write_json(ctx.outs["captions"], results)
     ctx.save_params(Path(ctx.outs["captions"]).parent, "captions.params.yaml")
     ctx.log.info("caption_sup: %d captions for %s (%s), e.g. %r", len(results), cp.split, ctx.model,

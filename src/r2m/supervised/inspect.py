@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
+from r2m.text.vocab import END
 from r2m.utils.io import write_json
 from r2m.utils.registry import Registry
 
@@ -86,7 +87,7 @@ def inspect_sat(ctx, model, feats, itos: list[str], out_dir: Path, device) -> di
         chunk = ids[s: s + cp.batch_size]
         rows = np.array([feats.row_of[i] for i in chunk], dtype=np.int64)
         a = model.encode({k: v.to(device) for k, v in feats.get(rows).items()})
-        seqs = [t + [2] for t in toks[s: s + len(chunk)]]  # with <#end>: its attention is shown too
+        seqs = [t + [END] for t in toks[s: s + len(chunk)]]  # with <#end>: its attention is shown too
         T = max(len(q) for q in seqs)
         tok = torch.zeros(len(chunk), T, dtype=torch.long, device=device)
         for r, q in enumerate(seqs):
@@ -154,10 +155,9 @@ def inspect_scnn(ctx, model, feats, itos: list[str], out_dir: Path, device) -> d
 
 
 def run(ctx) -> None:
-    from r2m.models import load_model
+    from r2m.decoding.captioner import load_checkpoint_model
     from r2m.supervised.data import Features
     from r2m.supervised.vocab import skip_reason
-    from r2m.text.vocab import load_itos
 
     out_dir = Path(ctx.outs["inspect"])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -166,9 +166,7 @@ def run(ctx) -> None:
         result = {"model": ctx.model, "skipped": reason or f"nothing to inspect for {ctx.model}"}
     else:
         device = ctx.runtime.torch_device()
-        model, _ = load_model(ctx.deps["model"])
-        model.to(device).eval()
-        itos = load_itos(ctx.deps["sup_vocab"])
+        model, _, itos = load_checkpoint_model(ctx.deps["model"], device, ctx.deps["sup_vocab"])
         feats = Features(ctx.deps["features"], model.feature_kinds)
         try:
             result = INSPECTORS.get(ctx.model)(ctx, model, feats, itos, out_dir, device)

@@ -123,7 +123,7 @@ def split_pairs(sup_vocab: Path, split: str, row_of: dict[str, int]) -> tuple[li
 
 def run_sup(ctx) -> None:
     """DAG stage ``retrieval_sup``: one supervised model on ``retrieval.split``."""
-    from r2m.models import load_model
+    from r2m.decoding.captioner import load_checkpoint_model
     from r2m.supervised.data import Features, teacher_forcing
     from r2m.supervised.vocab import skip_reason
 
@@ -135,8 +135,7 @@ def run_sup(ctx) -> None:
         return
     rp = ctx.params.retrieval
     device = ctx.runtime.torch_device()
-    model, _ = load_model(ctx.deps["model"])
-    model.to(device).eval()
+    model, _, _ = load_checkpoint_model(ctx.deps["model"], device)
     feats = Features(ctx.deps["features"], model.feature_kinds)
     images, t = split_pairs(Path(ctx.deps["sup_vocab"]), rp.split, feats.row_of)
     if not images:
@@ -192,27 +191,24 @@ def r2m_similarity(model, image_feats: torch.Tensor, concepts: torch.Tensor, con
 
 def run_r2m(ctx) -> None:
     """DAG stage ``retrieval_r2m``: R²M (final checkpoint) through its joint space."""
-    import json
-
-    from r2m.models import load_model
+    from r2m.decoding.captioner import load_checkpoint_model
     from r2m.supervised.data import Features, teacher_forcing
     from r2m.text.dictionary import load_dictionary
     from r2m.text.tokenize import tokenize
     from r2m.text.vocab import Vocab, pad_lists
+    from r2m.utils.coco import read_coco_captions
 
     rp = ctx.params.retrieval
     out = Path(ctx.outs["retrieval"])
     device = ctx.runtime.torch_device()
-    model, _ = load_model(ctx.deps["model"])
-    model.to(device).eval()
+    model, _, _ = load_checkpoint_model(ctx.deps["model"], device)
     if not model.cfg.image_dim:
         raise ValueError(f"{ctx.deps['model']}: this R2M checkpoint has no image projection (image_dim 0)")
     vocab = Vocab.load(Path(ctx.deps["vocab"]) / "vocab.json")
-    refs = json.loads((Path(ctx.deps["prepared"]) / "references.json").read_text())
-    split_of = {str(i["id"]): i.get("split", "test") for i in refs["images"]}
+    refs = read_coco_captions(Path(ctx.deps["prepared"]) / "references.json")
+    split_of = refs.split_of("test")
     feats = Features(ctx.deps["features"], ("pooled",))
-    pairs = [(str(a["image_id"]), a["caption"]) for a in refs["annotations"]
-             if split_of.get(str(a["image_id"])) == rp.split and str(a["image_id"]) in feats.row_of]
+    pairs = [(i, c) for i, c in refs.annotations if split_of.get(i) == rp.split and i in feats.row_of]
     if not pairs:
         raise ValueError(f"{Path(ctx.deps['prepared']) / 'references.json'}: no {rp.split} references with features")
     images = list(dict.fromkeys(i for i, _ in pairs))

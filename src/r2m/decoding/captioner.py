@@ -1,0 +1,328 @@
+"""The captioning library: from a checkpoint and an image's concepts to a caption and its attention.
+
+One place for what the DAG's ``caption`` stage (:mod:`r2m.decoding.stage`), ``r2m caption IMAGES``
+(:class:`Captioner`, driven by :mod:`r2m.caption_cli`), R²M's checkpoint selection
+(:mod:`r2m.training.selection`) and the supervised baselines' decoding (:mod:`r2m.supervised.caption`)
+share:
+
+* :func:`load_checkpoint_model` — a model (R²M or a baseline) + its vocabulary, checked to fit;
+* :func:`concept_inputs` — image → concept words by the fidelity order, with the ``no_concepts``
+  fallbacks (:data:`NO_CONCEPTS`), and :func:`image_vectors` (v̂^I for ``no_concepts: image``);
+* :func:`encode_all` — concept lists → v; :func:`caption_vectors` / :func:`caption_ids` — best
+  beam per row (:data:`r2m.decoding.beam.DECODERS` by ``fidelity.decoding``); :func:`best_tokens`
+  — one batch through a search, cut at <#end>;
+* :func:`attention_record` — FM/RM weights of one generated caption.
+
+Nothing here writes stage outputs; this module imports nothing above ``decoding``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from r2m.decoding.beam import DECODERS
+from r2m.text.dictionary import concept_order, image_concept_lists
+from r2m.text.vocab import END, PAD, START, UNK, load_itos, pad_lists
+from r2m.utils.progress import progress
+
+BANNED = (PAD, START, UNK)
+ALLOWED_UNK = (PAD, START)
+NO_CONCEPTS = ("empty", "image", "top1")
+IMAGE_STAGES = ("train_m", "train_i")
+SOURCES = ("detections", "top1", "image", "empty")
+log = logging.getLogger("r2m")
+
+# image id -> pooled feature vector, for the ids asked (missing ids are simply absent)
+FeatureSource = Callable[[list[str]], dict[str, np.ndarray]]
+
+
+# ---------------------------------------------------------------------------- model + vocabulary
+def check_vocab(model, itos: Sequence[str], where: str | Path, what: str = "vocabulary") -> None:
+    """A vocabulary must have exactly the model's number of words."""
+    if len(itos) != model.cfg.vocab_size:
+        raise ValueError(f"{where}: {what} has {len(itos)} words, the model {model.cfg.vocab_size}")
+
+
+def load_checkpoint_model(model_dir: str | Path, device: Any, vocab: str | Path | Sequence[str] | None = None,
+                          where: str | Path | None = None, what: str = "vocabulary",
+                          ) -> tuple[Any, dict[str, Any], list[str] | None]:
+    """``(model, checkpoint dict, itos)``: the model of ``model_dir`` (R²M or a baseline) on
+    ``device`` in eval mode, with its vocabulary (a vocabulary folder, or the word list itself;
+    ``None``: no vocabulary) checked to fit; errors name ``where`` (default: the vocabulary folder)."""
+    from r2m.models import load_model
+
+    model, ckpt = load_model(model_dir)
+    model.to(device).eval()
+    if vocab is None:
+        return model, ckpt, None
+    itos = load_itos(vocab) if isinstance(vocab, (str, Path)) else list(vocab)
+    check_vocab(model, itos, where if where is not None else vocab, what)
+    return model, ckpt, itos
+
+
+# ---------------------------------------------------------------------------- concepts
+def concept_inputs(ids: list[str], det: Any, threshold: float, max_per_image: int, stoi: dict[str, int],
+                   mode: str, order: str = "by_score", dictionary: str = "openimages",
+                   ) -> tuple[list[list[str]], list[str]]:
+    """Concept words per image and their source: ``detections``, ``top1`` (``mode == "top1"``: the
+    best detection below the threshold with a vocabulary word), ``image`` (``mode == "image"``: to be
+    decoded from v̂^I) or ``empty``. ``order``: :func:`r2m.text.dictionary.concept_order`."""
+    if mode not in NO_CONCEPTS:
+        raise ValueError(f"caption.no_concepts: {mode!r} is not one of {', '.join(NO_CONCEPTS)}")
+    per_image = image_concept_lists(det, threshold, max_per_image, order, dictionary)
+    words = [[w for w in per_image.get(i, []) if w in stoi] for i in ids]
+    source = ["detections" if w else "empty" for w in words]
+    if mode == "top1" and not all(words):
+        below = image_concept_lists(det, 0.0, 10**6)
+        for n, i in enumerate(ids):
+            if not words[n]:
+                best = next((w for w in below.get(i, []) if w in stoi), None)
+                if best is not None:
+                    words[n], source[n] = [best], "top1"
+    elif mode == "image":
+        source = ["image" if s == "empty" else s for s in source]
+    return words, source
+
+
+def order_at_test(fidelity_image_concepts: str | None) -> str:
+    """The concept order at test time for ``fidelity.image_concepts`` (``None``: by score)."""
+    return concept_order(fidelity_image_concepts or "by_score", "test")
+
+
+def image_vectors(model, ckpt: dict[str, Any], rows: dict[int, str], features: FeatureSource,
+                  log: Any = log) -> dict[int, torch.Tensor]:
+    """v̂^I for the given rows (row -> image id) from pooled features (``features(ids)`` is asked
+    only when they are needed); {} with a warning when the checkpoint has no trained image
+    projection or an image has no features."""
+    if not rows:
+        return {}
+    if not model.cfg.image_dim or ckpt.get("stage") not in IMAGE_STAGES:
+        log.warning("caption: no_concepts=image needs a checkpoint of %s (this one is %s); %d image(s) "
+                    "are captioned from v = 0", "/".join(IMAGE_STAGES), ckpt.get("stage"), len(rows))
+        return {}
+    feats = features(list(rows.values()))
+    missing = [i for i in rows.values() if i not in feats]
+    if missing:
+        log.warning("caption: %d image(s) without pooled features are captioned from v = 0, e.g. %s",
+                    len(missing), missing[:3])
+    device = next(model.parameters()).device
+    todo = [(r, i) for r, i in rows.items() if i in feats]
+    if not todo:
+        return {}
+    x = torch.from_numpy(np.stack([np.asarray(feats[i], dtype=np.float32) for _, i in todo])).to(device)
+    with torch.no_grad():
+        v = model.project_image(x)
+    return {r: v[n] for n, (r, _) in enumerate(todo)}
+
+
+def features_from_folder(folder: str | Path) -> FeatureSource:
+    """A :data:`FeatureSource` reading a ``features`` stage folder's pooled vectors."""
+
+    def read(ids: list[str]) -> dict[str, np.ndarray]:
+        from r2m.vision.features import load_features
+
+        arr, index = load_features(folder, "pooled")
+        where = dict(zip(index["image_id"].astype(str), index["row"], strict=True))
+        return {i: arr[where[i]] for i in ids if i in where}
+
+    return read
+
+
+def resolve_sources(source: list[str], vecs: dict[int, torch.Tensor]) -> list[str]:
+    """``image`` rows without a v̂^I become ``empty``."""
+    return [("image" if n in vecs else "empty") if s == "image" else s for n, s in enumerate(source)]
+
+
+def source_counts(source: list[str]) -> dict[str, int]:
+    return {k: source.count(k) for k in SOURCES}
+
+
+# ---------------------------------------------------------------------------- encode + decode
+def encode_all(model, concept_ids: list[list[int]], batch_size: int, device,
+               image_vectors: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    """v [N, d] for every concept list (``v = 0`` for an empty one); rows named in
+    ``image_vectors`` take that vector (an image's v̂^I) instead."""
+    vs = []
+    for s in range(0, len(concept_ids), batch_size):
+        concepts, lens = pad_lists(pa.array(concept_ids[s: s + batch_size], type=pa.list_(pa.int64())))
+        with torch.no_grad():
+            vs.append(model.encode(torch.from_numpy(concepts).to(device), torch.from_numpy(lens).to(device)))
+    d = model.cfg.d
+    v = torch.cat(vs) if vs else torch.zeros(0, d, device=device)
+    for row, vec in (image_vectors or {}).items():
+        v[row] = vec.to(v.device, v.dtype)
+    return v
+
+
+def searcher(decoding: str = "paper") -> tuple[Callable[..., dict[str, torch.Tensor]], tuple[int, ...]]:
+    """The search function of ``fidelity.decoding`` and the token ids it never generates."""
+    if decoding not in DECODERS:
+        raise ValueError(f"fidelity.decoding {decoding!r}: choose from {sorted(DECODERS)}")
+    search, ban_unk = DECODERS[decoding]
+    return search, BANNED if ban_unk else ALLOWED_UNK
+
+
+def best_tokens(model, encoded: Any, beam: int, max_len: int, decoding: str = "paper") -> list[list[int]]:
+    """Best beam per row of one encoded batch: token ids up to (not including) <#end>."""
+    search, banned = searcher(decoding)
+    with torch.no_grad():
+        res = search(model, encoded, beam=beam, max_len=max_len, banned=banned)
+    out = []
+    for row, n in zip(res["tokens"][:, 0].tolist(), res["lengths"][:, 0].tolist(), strict=True):
+        row = row[: int(n)]
+        out.append(row[:-1] if row and row[-1] == END else row)
+    return out
+
+
+def caption_vectors(model, v: torch.Tensor, beam: int, max_len: int, batch_size: int,
+                    desc: str | None = None, decoding: str = "paper") -> list[list[int]]:
+    """Best beam per concept vector: token ids up to (not including) <#end>. Batched.
+    ``decoding``: ``fidelity.decoding`` (see :data:`r2m.decoding.beam.DECODERS`)."""
+    searcher(decoding)  # an unknown name fails before any work
+    out: list[list[int]] = []
+    steps = range(0, len(v), batch_size)
+    for s in progress(steps, desc=desc) if desc else steps:
+        out += best_tokens(model, v[s: s + batch_size], beam, max_len, decoding)
+    return out
+
+
+def caption_ids(model, concept_ids: list[list[int]], beam: int, max_len: int, batch_size: int, device,
+                desc: str | None = None, decoding: str = "paper") -> list[list[int]]:
+    """Best beam per concept list: token ids up to (not including) <#end>. Batched.
+    ``decoding``: ``fidelity.decoding`` (see :data:`r2m.decoding.beam.DECODERS`)."""
+    v = encode_all(model, concept_ids, batch_size, device)
+    return caption_vectors(model, v, beam, max_len, batch_size, desc, decoding)
+
+
+def words_of(tokens: list[int], itos: Sequence[str]) -> str:
+    """A caption's token ids (without <#end>) as its text."""
+    return " ".join(itos[t] for t in tokens)
+
+
+def attention_record(model, itos: list[str], concept_ids: list[int], tokens: list[int], device,
+                     v: torch.Tensor | None = None) -> dict[str, Any]:
+    """FM/RM weights of the decoder re-run teacher-forced on one generated caption (ids incl. <#end>),
+    from the concepts' ``v`` (or the given ``v`` [d], e.g. an image's v̂^I)."""
+    inputs = torch.tensor([[START] + tokens[:-1]], device=device)
+    c = torch.tensor([concept_ids], dtype=torch.long, device=device).view(1, -1)
+    with torch.no_grad():
+        if v is None:
+            v = model.encode(c, torch.tensor([len(concept_ids)], device=device))
+        f, fm = model.fusion(model.fusion.prepare(v.view(1, -1).to(device)), model.embed(inputs), True)
+        _, rm = model.run_memory(model.decoder, f, True)
+    steps = []
+    for t, tok in enumerate(tokens):
+        steps.append({
+            "t": t,
+            "input": itos[int(inputs[0, t])],
+            "output": itos[tok],
+            "fm": fm[0, t].tolist() if fm is not None else None,
+            "rm": rm[0, t].tolist() if rm is not None else None,
+        })
+    return {"steps": steps}
+
+
+# ---------------------------------------------------------------------------- images -> captions
+@dataclass
+class Captioned:
+    """The captions of a list of images, with what each was decoded from."""
+
+    ids: list[str]
+    words: list[list[str]]  # concept words per image
+    source: list[str]  # where they came from (:data:`SOURCES`)
+    concept_ids: list[list[int]]
+    v: torch.Tensor  # [N, d] the vectors decoded from
+    tokens: list[list[int]]  # best caption per image, without <#end>
+
+
+def caption_detections(model, ckpt: dict[str, Any], itos: list[str], ids: list[str], det: Any, *,
+                       threshold: float, max_per_image: int, dictionary: str, no_concepts: str,
+                       image_concepts: str | None, decoding: str | None, beam: int, max_len: int,
+                       batch_size: int, device, features: FeatureSource, log: Any = log,
+                       desc: str | None = None) -> Captioned:
+    """Caption images from their detections: concept inputs (with the ``no_concepts`` fallback),
+    v (or v̂^I), beam search. ``image_concepts``/``decoding``: the ``fidelity`` items."""
+    stoi = {w: i for i, w in enumerate(itos)}
+    words, source = concept_inputs(ids, det, threshold, max_per_image, stoi, no_concepts,
+                                   order_at_test(image_concepts), dictionary)
+    vecs = image_vectors(model, ckpt, {n: i for n, i in enumerate(ids) if source[n] == "image"}, features, log)
+    source = resolve_sources(source, vecs)
+    chunks = [[stoi[w] for w in ws] for ws in words]
+    v = encode_all(model, chunks, batch_size, device, vecs)
+    best = caption_vectors(model, v, beam, max_len, batch_size, desc=desc, decoding=decoding or "paper")
+    return Captioned(ids, words, source, chunks, v, best)
+
+
+class Captioner:
+    """A checkpoint with its recorded settings (:mod:`r2m.decoding.settings`), ready to caption
+    image files: detection, (for ``no_concepts: image``) features, beam search — batched."""
+
+    def __init__(self, model_dir: str | Path, device: Any = "cpu", root: Path = Path("."), hint: str = ""):
+        from r2m.decoding import settings
+        from r2m.models import load_model
+
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "model.pt").exists():
+            raise FileNotFoundError(f"no checkpoint: {self.model_dir / 'model.pt'} is missing{hint}")
+        self.model, self.ckpt = load_model(self.model_dir)
+        self.device = device
+        self.model.to(device).eval()
+        self.settings = settings.load(self.model_dir, self.ckpt, root)
+        self.itos: list[str] = self.settings["itos"]
+        check_vocab(self.model, self.itos, self.model_dir, "recorded vocabulary")
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+
+    def caption(self, paths: list[Path], batch_size: int | None = None, beam: int | None = None,
+                max_len: int | None = None, no_concepts: str | None = None,
+                attention: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """Captions (in input order) of the readable images, and the bad ones ``{path, reason}``."""
+        import pandas as pd
+
+        from r2m.vision.detectors import detect_images
+
+        s = self.settings
+        det_p, cap, conc = s["detect_concepts"], s["caption"], s["concepts"]
+        batch_size = batch_size or int(det_p.get("batch_size", 8))
+        beam, max_len = beam or int(cap["beam"]), max_len or int(cap["max_len"])
+        ids = [str(p) for p in paths]
+        det = detect_images(paths, det_p["backend"], det_p.get("options") or {}, image_ids=ids,
+                            dictionary=conc["dictionary"], batch_size=batch_size,
+                            min_side=int(det_p.get("min_side", 1)), device=self.device)
+        bad = {i: reason for i, _, reason in det.attrs["bad_images"]}
+        good = [i for i in ids if i not in bad]
+        fid = s.get("fidelity") or {}
+        res = caption_detections(
+            self.model, self.ckpt, self.itos, good, det, threshold=float(conc["score_threshold"]),
+            max_per_image=int(conc["max_per_image"]), dictionary=conc["dictionary"],
+            no_concepts=no_concepts or cap.get("no_concepts", "empty"), image_concepts=fid.get("image_concepts"),
+            decoding=fid.get("decoding"), beam=beam, max_len=max_len, batch_size=batch_size, device=self.device,
+            features=lambda files: self._features(files, batch_size) if self.model.cfg.image_dim else {})
+        scores = det.groupby(["image_id", "concept"])["score"].max() if len(det) else pd.Series(dtype=float)
+        out = []
+        for n, (i, toks) in enumerate(zip(good, res.tokens, strict=True)):
+            rec: dict[str, Any] = {
+                "path": i, "caption": words_of(toks, self.itos), "source": res.source[n],
+                "concepts": [{"concept": w, "score": round(float(scores[(i, w)]), 4) if (i, w) in scores else None}
+                             for w in res.words[n]],
+            }
+            if attention:
+                rec["attention"] = attention_record(self.model, self.itos, res.concept_ids[n], [*toks, END][:max_len],
+                                                    self.device, res.v[n])["steps"]
+            out.append(rec)
+        return out, [{"path": i, "reason": bad[i]} for i in ids if i in bad]
+
+    def _features(self, files: list[str], batch_size: int) -> dict[str, Any]:
+        from r2m.vision.features import build_extractor, extract_arrays
+
+        fp = self.settings["extract_features"]
+        ex = build_extractor(fp["backend"], fp.get("options") or {})
+        arrays, good, _ = extract_arrays(ex, files, batch_size, self.device, show=False)
+        return {files[g]: arrays["pooled"][n] for n, g in enumerate(good)}
