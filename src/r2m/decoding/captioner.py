@@ -127,7 +127,7 @@ def features_from_folder(folder: str | Path) -> FeatureSource:
     """A :data:`FeatureSource` reading a ``features`` stage folder's pooled vectors."""
 
     def read(ids: list[str]) -> dict[str, np.ndarray]:
-        from r2m.vision.features import load_features
+        from r2m.vision.feature_store import load_features
 
         arr, index = load_features(folder, "pooled")
         where = dict(zip(index["image_id"].astype(str), index["row"], strict=True))
@@ -320,7 +320,7 @@ class Captioner:
         return out, [{"path": i, "reason": bad[i]} for i in ids if i in bad]
 
     def _features(self, files: list[str], batch_size: int) -> dict[str, Any]:
-        from r2m.vision.features import build_extractor, extract_arrays
+        from r2m.vision.extractors import build_extractor, extract_arrays
 
         fp = self.settings["extract_features"]
         ex = build_extractor(fp["backend"], fp.get("options") or {})

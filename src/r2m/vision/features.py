@@ -31,13 +31,8 @@ from typing import Any
 from r2m.utils import resume as RS
 from r2m.vision import feature_store as FS
 from r2m.vision.extractors import Extractor, build_extractor, extract_arrays
-from r2m.vision.feature_store import load_features
 from r2m.vision.images import read_image_index
 
-# ``build_extractor``, ``extract_arrays`` and ``load_features`` are re-exported for the callers that
-# import them from here (captioning)
-__all__ = ["add_arguments", "build_extractor", "compute_shard", "extract_arrays", "extract_dataset",
-           "load_features", "run"]
 log = logging.getLogger("r2m")
 
 
