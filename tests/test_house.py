@@ -33,9 +33,11 @@ ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 # ---------------------------------------------------------------------------------------------
 # conflict markers
 
-# git's markers: "<<<<<<< ours", "||||||| base" (diff3), "=======" alone, ">>>>>>> theirs".
-# Exactly seven characters, so a Markdown/RST underline of '=' (any other length) is not one.
-MARKER = re.compile(r"^(?:(?:<{7}|\|{7}|>{7})(?: |$)|={7}$)")
+# git's markers: "<<<<<<< ours", "||||||| base" (diff3), "=======" alone, ">>>>>>> theirs", each
+# exactly seven characters. "=======" alone is also a Markdown/RST underline of a 7-character title,
+# so it counts only in a file that has one of the other markers.
+MARKER = re.compile(r"^(?:<{7}|\|{7}|>{7})(?: |$)")
+SEPARATOR = "=" * 7
 
 
 def tracked_files(root: Path = ROOT) -> list[Path]:
@@ -68,8 +70,10 @@ def conflict_markers(files: Iterable[Path], root: Path = ROOT) -> list[str]:
         text = text_of(path)
         if text is None:
             continue
-        for n, line in enumerate(text.splitlines(), 1):
-            if MARKER.match(line.rstrip("\r")):
+        lines = [line.rstrip("\r") for line in text.splitlines()]
+        strong = [bool(MARKER.match(line)) for line in lines]
+        for n, line in enumerate(lines, 1):
+            if strong[n - 1] or (line == SEPARATOR and any(strong)):
                 hits.append(f"{path.relative_to(root)}:{n}: {line.rstrip()[:60]}")
     return hits
 
@@ -257,12 +261,12 @@ def layer_of(mod: str) -> int | None:
     return None if best is None else best[1]
 
 
-def upward_imports(edges: Iterable[Edge], files: dict[str, Path]) -> list[str]:
+def upward_imports(edges: Iterable[Edge], files: dict[str, Path], pkg: Path = PKG) -> list[str]:
     out = []
     for e in edges:
         a, b = layer_of(e.src), layer_of(e.dst)
         if a is not None and b is not None and b > a:
-            where = files[e.src].relative_to(PKG.parent.parent)
+            where = files[e.src].relative_to(pkg.parent.parent)
             out.append(f"{where}:{e.line}: {e.src} (layer {a}) imports {e.dst} (layer {b})")
     return sorted(out)
 
@@ -296,12 +300,12 @@ FORBIDDEN: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def forbidden_imports(edges: Iterable[Edge], files: dict[str, Path]) -> list[str]:
+def forbidden_imports(edges: Iterable[Edge], files: dict[str, Path], pkg: Path = PKG) -> list[str]:
     out = []
     for e in edges:
         for src, dst, why in FORBIDDEN:
             if (e.src == src or e.src.startswith(src + ".")) and e.dst == dst:
-                where = files[e.src].relative_to(PKG.parent.parent)
+                where = files[e.src].relative_to(pkg.parent.parent)
                 out.append(f"{where}:{e.line}: {e.src} imports {e.dst} ({why})")
     return sorted(out)
 
@@ -380,3 +384,54 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# the checkers themselves, on planted faults
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    pkg = root / "src" / "r2m"
+    for rel, text in files.items():
+        f = pkg / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return pkg
+
+
+def test_checker_finds_planted_cycles_and_upward_imports(tmp_path):
+    pkg = _package(tmp_path, {
+        "__init__.py": "",
+        "utils/__init__.py": "",
+        "utils/io.py": "def f():\n    from r2m.training import loop  # lazy, still an arrow\n",
+        "training/__init__.py": "from . import loop\n",
+        "training/loop.py": "from ..utils.io import f\n",
+        "decoding/__init__.py": "",
+        "decoding/stage.py": "from r2m.decoding import standalone\n",
+        "decoding/standalone.py": "import r2m.decoding.stage as s\n",
+    })
+    files, edges = import_graph(pkg)
+    cycles = [" → ".join(c) for c in import_cycles(edges)]
+    assert "r2m.decoding.stage → r2m.decoding.standalone → r2m.decoding.stage" in cycles
+    assert "r2m.training.loop → r2m.utils.io → r2m.training.loop" in cycles
+    up = upward_imports(edges, files, pkg)
+    assert len(up) == 1 and "r2m.utils.io (layer 0) imports r2m.training.loop (layer 5)" in up[0]
+
+
+def test_checker_finds_planted_markers(tmp_path):
+    f = tmp_path / "notes.md"
+    f.write_text("Title\n=======\n\nLonger title\n============\nok\n<<<<<<< HEAD\na\n=======\nb\n>>>>>>> other\n")
+    hits = conflict_markers([f], tmp_path)
+    assert hits == ["notes.md:2: =======", "notes.md:7: <<<<<<< HEAD", "notes.md:9: =======",
+                    "notes.md:11: >>>>>>> other"]
+    g = tmp_path / "title.rst"  # a 7-character title's underline, no other marker: a real line
+    g.write_text("Heading\n=======\n\n<<<<<<<< eight is not a marker\n")
+    assert conflict_markers([g], tmp_path) == []
+
+
+def test_checker_finds_planted_map_gaps(tmp_path):
+    pkg = _package(tmp_path, {"__init__.py": "", "a.py": "", "b/__init__.py": "", "b/c.py": ""})
+    doc = tmp_path / "ARCH.md"
+    doc.write_text(f"`src/r2m/x.py` outside\n{MAP_BEGIN}\n- `src/r2m/` pkg\n- `src/r2m/a.py` a\n"
+                   f"- `src/r2m/b/` b\n- `src/r2m/gone.py` was here\n{MAP_END}\n")
+    assert map_problems(doc, pkg) == (["src/r2m/b/c.py"], ["src/r2m/gone.py"])
