@@ -2,7 +2,9 @@
 
 * No committed merge-conflict markers in any tracked text file.
 * No import cycle inside ``src/r2m`` and no import from a lower layer up into a higher one
-  (:data:`LAYERS`). Every ``import`` / ``from … import`` statement counts, at module level or inside a
+  (:data:`LAYERS`). *Entry modules* — the modules the stage registry, ``r2m``'s tools and
+  ``r2m bench`` name as implementations — sit above every layer: they may import any library
+  module, and no library module may import one (:func:`entry_modules`). Every ``import`` / ``from … import`` statement counts, at module level or inside a
   function (a lazy import is still an arrow); ``from pkg import name`` is an arrow to ``pkg.name``
   when that is a module, else to ``pkg``. Modules named by strings (``"r2m.x:main"`` in the stage
   registry or ``r2m bench``) are not imports and do not count.
@@ -261,12 +263,35 @@ def layer_of(mod: str) -> int | None:
     return None if best is None else best[1]
 
 
-def upward_imports(edges: Iterable[Edge], files: dict[str, Path], pkg: Path = PKG) -> list[str]:
+def entry_modules() -> frozenset[str]:
+    """The modules named as ``"module:function"`` implementations by the stage registry
+    (:data:`r2m.pipeline.stages.STAGES`), ``r2m``'s tools (:data:`r2m.cli.TOOLS`) and ``r2m bench``
+    (:data:`r2m.bench.BENCHMARKS`): the command layer, above every library layer."""
+    sys.path.insert(0, str(PKG.parent))
+    try:
+        from r2m import bench, cli
+        from r2m.pipeline import stages
+    finally:
+        sys.path.pop(0)
+    specs = [s.impl for s in stages.STAGES] + [v[0] for v in cli.TOOLS.values()] + \
+        [v[0] for v in bench.BENCHMARKS.values()]
+    return frozenset(spec.split(":")[0] for spec in specs)
+
+
+def upward_imports(edges: Iterable[Edge], files: dict[str, Path], pkg: Path = PKG,
+                   entries: frozenset[str] = frozenset()) -> list[str]:
+    """Arrows from a library module up into a higher layer, or into an entry module (``entries``);
+    an entry module's own imports are not limited by the layers."""
     out = []
     for e in edges:
+        where = files[e.src].relative_to(pkg.parent.parent)
+        if e.src in entries:
+            continue
+        if e.dst in entries:
+            out.append(f"{where}:{e.line}: library module {e.src} imports the entry module {e.dst}")
+            continue
         a, b = layer_of(e.src), layer_of(e.dst)
         if a is not None and b is not None and b > a:
-            where = files[e.src].relative_to(pkg.parent.parent)
             out.append(f"{where}:{e.line}: {e.src} (layer {a}) imports {e.dst} (layer {b})")
     return sorted(out)
 
@@ -285,7 +310,7 @@ def test_no_import_cycles():
 
 def test_no_imports_up_the_layers():
     files, edges = import_graph()
-    up = upward_imports(edges, files)
+    up = upward_imports(edges, files, entries=entry_modules())
     order = "  →  ".join(", ".join(layer) for layer in LAYERS)
     assert not up, f"imports from a lower layer up into a higher one (layers, lowest first: {order}):\n  " + \
         "\n  ".join(up)
@@ -375,7 +400,7 @@ def main() -> int:
     files, edges = import_graph()
     for c in import_cycles(edges):
         print("import cycle: " + " → ".join(c))
-    for line in upward_imports(edges, files):
+    for line in upward_imports(edges, files, entries=entry_modules()):
         print("upward import: " + line)
     for line in forbidden_imports(edges, files):
         print("forbidden import: " + line)
@@ -416,6 +441,12 @@ def test_checker_finds_planted_cycles_and_upward_imports(tmp_path):
     assert "r2m.training.loop → r2m.utils.io → r2m.training.loop" in cycles
     up = upward_imports(edges, files, pkg)
     assert len(up) == 1 and "r2m.utils.io (layer 0) imports r2m.training.loop (layer 5)" in up[0]
+    # an entry module may import upwards; a library module may not import an entry module
+    up = upward_imports(edges, files, pkg, entries=frozenset({"r2m.utils.io", "r2m.decoding.stage"}))
+    assert up == ["src/r2m/decoding/standalone.py:1: library module r2m.decoding.standalone imports "
+                  "the entry module r2m.decoding.stage",
+                  "src/r2m/training/loop.py:1: library module r2m.training.loop imports the entry module "
+                  "r2m.utils.io"]
 
 
 def test_checker_finds_planted_markers(tmp_path):
