@@ -1,0 +1,468 @@
+"""House rules as tests: what a refactor must not break in the shape of the code base.
+
+* No committed merge-conflict markers in any tracked text file.
+* No import cycle inside ``src/r2m`` and no import from a lower layer up into a higher one
+  (:data:`LAYERS`). *Entry modules* — the modules the stage registry, ``r2m``'s tools and
+  ``r2m bench`` name as implementations — sit above every layer: they may import any library
+  module, and no library module may import one (:func:`entry_modules`). Every ``import`` / ``from … import`` statement counts, at module level or inside a
+  function (a lazy import is still an arrow); ``from pkg import name`` is an arrow to ``pkg.name``
+  when that is a module, else to ``pkg``. Modules named by strings (``"r2m.x:main"`` in the stage
+  registry or ``r2m bench``) are not imports and do not count.
+* ``docs/ARCHITECTURE.md``'s module map names every package and module file under ``src/r2m`` and
+  names nothing that does not exist.
+
+Run ``python tests/test_house.py`` to print what the module map lacks (and what it names that is
+gone), the import cycles and the upward imports, without pytest.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "src" / "r2m"
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+
+# ---------------------------------------------------------------------------------------------
+# conflict markers
+
+# git's markers: "<<<<<<< ours", "||||||| base" (diff3), "=======" alone, ">>>>>>> theirs", each
+# exactly seven characters. "=======" alone is also a Markdown/RST underline of a 7-character title,
+# so it counts only in a file that has one of the other markers.
+MARKER = re.compile(r"^(?:<{7}|\|{7}|>{7})(?: |$)")
+SEPARATOR = "=" * 7
+
+
+def tracked_files(root: Path = ROOT) -> list[Path]:
+    """The files git tracks under ``root`` (skips the test when ``root`` is not a git checkout)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        pytest.skip(f"not a git checkout ({err})")
+    return [root / p for p in out.decode().split("\0") if p]
+
+
+def text_of(path: Path) -> str | None:
+    """The file's text, or None for a missing, binary (NUL byte) or non-UTF-8 file."""
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    if b"\0" in data[:8192]:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def conflict_markers(files: Iterable[Path], root: Path = ROOT) -> list[str]:
+    """``file:line: marker line`` for every conflict-marker line in the given files."""
+    hits = []
+    for path in files:
+        text = text_of(path)
+        if text is None:
+            continue
+        lines = [line.rstrip("\r") for line in text.splitlines()]
+        strong = [bool(MARKER.match(line)) for line in lines]
+        for n, line in enumerate(lines, 1):
+            if strong[n - 1] or (line == SEPARATOR and any(strong)):
+                hits.append(f"{path.relative_to(root)}:{n}: {line.rstrip()[:60]}")
+    return hits
+
+
+def test_no_conflict_markers_in_tracked_files():
+    hits = conflict_markers(tracked_files())
+    assert not hits, "merge-conflict markers committed (resolve them):\n  " + "\n  ".join(hits)
+
+
+# ---------------------------------------------------------------------------------------------
+# the import graph
+
+# lowest first; a module may import from its own layer or below. A package's subpackages and
+# modules share its layer; top-level modules are named one by one. Every package and top-level
+# module under src/r2m must be placed (test_every_module_has_a_layer).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("r2m", "r2m.runtime", "r2m.utils"),
+    ("r2m.params",),  # the params schema and profiles
+    ("r2m.text",),
+    ("r2m.models", "r2m.losses"),
+    ("r2m.vision", "r2m.datasets", "r2m.evaluation"),
+    ("r2m.decoding", "r2m.training", "r2m.supervised"),
+    ("r2m.reports",),
+    ("r2m.pipeline", "r2m.cli", "r2m.bench"),
+)
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: str  # importing module
+    dst: str  # imported module
+    line: int
+
+
+def module_files(pkg: Path = PKG) -> dict[str, Path]:
+    """Dotted module name -> file for every ``.py`` under ``pkg`` (a package is its ``__init__``)."""
+    base = pkg.parent
+    mods = {}
+    for f in sorted(pkg.rglob("*.py")):
+        parts = list(f.relative_to(base).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = f
+    return mods
+
+
+def _resolve(name: str, modules: set[str]) -> str | None:
+    """The longest prefix of ``name`` that is one of ``modules``."""
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        cand = ".".join(parts[:k])
+        if cand in modules:
+            return cand
+    return None
+
+
+def imports_of(mod: str, path: Path, modules: set[str]) -> list[Edge]:
+    """The arrows from ``mod`` to modules in ``modules`` (every import statement, at any depth)."""
+    is_pkg = path.name == "__init__.py"
+    package = mod if is_pkg else mod.rpartition(".")[0]
+    edges = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                up = node.level - 1
+                if up > len(parts) - 1:
+                    continue  # beyond the top package: not ours
+                base = ".".join(parts[: len(parts) - up])
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                targets.append(sub if sub in modules else base)
+        for t in targets:
+            dst = _resolve(t, modules)
+            if dst is not None and dst != mod:
+                edges.append(Edge(mod, dst, node.lineno))
+    return edges
+
+
+def import_graph(pkg: Path = PKG) -> tuple[dict[str, Path], list[Edge]]:
+    files = module_files(pkg)
+    names = set(files)
+    edges = {e for mod, f in files.items() for e in imports_of(mod, f, names)}  # one per (line, target)
+    return files, sorted(edges, key=lambda e: (e.src, e.line, e.dst))
+
+
+def _sccs(nodes: Iterable[str], succ: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(nodes):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(succ.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(succ.get(w, ())))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    out.append(sorted(comp))
+    return out
+
+
+def _shortest_cycle(start: str, succ: dict[str, set[str]], within: set[str]) -> list[str]:
+    """The shortest path start -> … -> start inside ``within`` (breadth first)."""
+    prev: dict[str, str] = {}
+    queue = deque([start])
+    seen = {start}
+    while queue:
+        v = queue.popleft()
+        for w in sorted(succ.get(v, ())):
+            if w not in within:
+                continue
+            if w == start:
+                path = [v]
+                while path[-1] != start:
+                    path.append(prev[path[-1]])
+                return [*reversed(path), start]
+            if w not in seen:
+                seen.add(w)
+                prev[w] = v
+                queue.append(w)
+    return []
+
+
+def import_cycles(edges: Iterable[Edge]) -> list[list[str]]:
+    """One shortest cycle through each module of every strongly connected component with more than
+    one module, each as ``[a, b, …, a]`` starting at its smallest name, without repeats."""
+    succ: dict[str, set[str]] = {}
+    for e in edges:
+        succ.setdefault(e.src, set()).add(e.dst)
+    cycles: dict[tuple[str, ...], list[str]] = {}
+    for comp in _sccs(set(succ) | {d for s in succ.values() for d in s}, succ):
+        if len(comp) < 2:
+            continue
+        members = set(comp)
+        for start in comp:
+            cyc = _shortest_cycle(start, succ, members)[:-1]
+            k = cyc.index(min(cyc))
+            cyc = cyc[k:] + cyc[:k]
+            cycles.setdefault(tuple(cyc), [*cyc, cyc[0]])
+    return sorted(cycles.values())
+
+
+def layer_of(mod: str) -> int | None:
+    """The layer of a module: that of its longest prefix named in :data:`LAYERS`."""
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for k, layer in enumerate(LAYERS):
+        for name in layer:
+            if (mod == name or mod.startswith(name + ".")) and (best is None or len(name) > best[0]):
+                best = (len(name), k)
+    return None if best is None else best[1]
+
+
+def entry_modules() -> frozenset[str]:
+    """The modules named as ``"module:function"`` implementations by the stage registry
+    (:data:`r2m.pipeline.stages.STAGES`), ``r2m``'s tools (:data:`r2m.cli.TOOLS`) and ``r2m bench``
+    (:data:`r2m.bench.BENCHMARKS`): the command layer, above every library layer."""
+    sys.path.insert(0, str(PKG.parent))
+    try:
+        from r2m import bench, cli
+        from r2m.pipeline import stages
+    finally:
+        sys.path.pop(0)
+    specs = [s.impl for s in stages.STAGES] + [v[0] for v in cli.TOOLS.values()] + \
+        [v[0] for v in bench.BENCHMARKS.values()]
+    return frozenset(spec.split(":")[0] for spec in specs)
+
+
+def upward_imports(edges: Iterable[Edge], files: dict[str, Path], pkg: Path = PKG,
+                   entries: frozenset[str] = frozenset()) -> list[str]:
+    """Arrows from a library module up into a higher layer, or into an entry module (``entries``);
+    an entry module's own imports are not limited by the layers."""
+    out = []
+    for e in edges:
+        where = files[e.src].relative_to(pkg.parent.parent)
+        if e.src in entries:
+            continue
+        if e.dst in entries:
+            out.append(f"{where}:{e.line}: library module {e.src} imports the entry module {e.dst}")
+            continue
+        a, b = layer_of(e.src), layer_of(e.dst)
+        if a is not None and b is not None and b > a:
+            out.append(f"{where}:{e.line}: {e.src} (layer {a}) imports {e.dst} (layer {b})")
+    return sorted(out)
+
+
+def test_every_module_has_a_layer():
+    files = module_files()
+    missing = sorted(m for m in files if layer_of(m) is None)
+    assert not missing, f"place these modules in tests/test_house.py LAYERS: {missing}"
+
+
+def test_no_import_cycles():
+    _, edges = import_graph()
+    cycles = import_cycles(edges)
+    assert not cycles, "import cycles inside src/r2m:\n  " + "\n  ".join(" → ".join(c) for c in cycles)
+
+
+def test_no_imports_up_the_layers():
+    files, edges = import_graph()
+    up = upward_imports(edges, files, entries=entry_modules())
+    order = "  →  ".join(", ".join(layer) for layer in LAYERS)
+    assert not up, f"imports from a lower layer up into a higher one (layers, lowest first: {order}):\n  " + \
+        "\n  ".join(up)
+
+
+# arrows the layers allow but the design does not (issue 21): (importer prefix, imported module,
+# why). A library module must not reach into another package's stage module for its helpers.
+FORBIDDEN: tuple[tuple[str, str, str], ...] = (
+    ("r2m.training", "r2m.decoding.stage", "captioning helpers live in a decoding library module"),
+    ("r2m.training", "r2m.decoding.standalone", "captioning helpers live in a decoding library module"),
+    ("r2m.supervised", "r2m.training.stages", "the shared loop lives in a training library module"),
+)
+
+
+def forbidden_imports(edges: Iterable[Edge], files: dict[str, Path], pkg: Path = PKG) -> list[str]:
+    out = []
+    for e in edges:
+        for src, dst, why in FORBIDDEN:
+            if (e.src == src or e.src.startswith(src + ".")) and e.dst == dst:
+                where = files[e.src].relative_to(pkg.parent.parent)
+                out.append(f"{where}:{e.line}: {e.src} imports {e.dst} ({why})")
+    return sorted(out)
+
+
+def test_no_forbidden_imports():
+    files, edges = import_graph()
+    bad = forbidden_imports(edges, files)
+    assert not bad, "imports the design rules out:\n  " + "\n  ".join(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/ARCHITECTURE.md's module map
+
+MAP_BEGIN = "<!-- module-map:begin -->"
+MAP_END = "<!-- module-map:end -->"
+MAP_PATH = re.compile(r"`(src/r2m(?:/[\w.]+)*/?)`")
+
+
+def module_map(doc: Path = ARCHITECTURE) -> list[str]:
+    """The ``src/r2m/…`` paths named between the module-map markers (folders keep no trailing /)."""
+    text = doc.read_text(encoding="utf-8")
+    assert text.count(MAP_BEGIN) == 1 and text.count(MAP_END) == 1, \
+        f"{doc.name}: one module-map section delimited by {MAP_BEGIN} … {MAP_END}"
+    section = text.split(MAP_BEGIN, 1)[1].split(MAP_END, 1)[0]
+    return [p.rstrip("/") for p in MAP_PATH.findall(section)]
+
+
+def tree_paths(pkg: Path = PKG) -> list[str]:
+    """Every package folder and module file under ``src/r2m`` (``__init__.py`` is its package)."""
+    base = pkg.parent.parent
+    out = {pkg.relative_to(base).as_posix()}
+    for f in pkg.rglob("*.py"):
+        if "__pycache__" in f.parts:
+            continue
+        out.add(f.parent.relative_to(base).as_posix())
+        if f.name != "__init__.py":
+            out.add(f.relative_to(base).as_posix())
+    return sorted(out)
+
+
+def map_problems(doc: Path = ARCHITECTURE, pkg: Path = PKG) -> tuple[list[str], list[str]]:
+    """(paths under src/r2m the map does not name, paths the map names that do not exist)."""
+    named = set(module_map(doc))
+    base = pkg.parent.parent
+    missing = [p for p in tree_paths(pkg) if p not in named]
+    stale = sorted(p for p in named if not (base / p).exists())
+    return missing, stale
+
+
+def test_module_map_names_every_module():
+    missing, _ = map_problems()
+    assert not missing, (f"{ARCHITECTURE.name}'s module map does not name (add one line each): "
+                         f"{missing}; `python tests/test_house.py` lists them")
+
+
+def test_module_map_names_only_existing_paths():
+    _, stale = map_problems()
+    assert not stale, f"{ARCHITECTURE.name}'s module map names paths that do not exist: {stale}"
+
+
+def main() -> int:
+    missing, stale = map_problems()
+    for p in missing:
+        print(f"module map lacks: {p}")
+    for p in stale:
+        print(f"module map names a missing path: {p}")
+    files, edges = import_graph()
+    for c in import_cycles(edges):
+        print("import cycle: " + " → ".join(c))
+    for line in upward_imports(edges, files, entries=entry_modules()):
+        print("upward import: " + line)
+    for line in forbidden_imports(edges, files):
+        print("forbidden import: " + line)
+    return 1 if missing or stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# the checkers themselves, on planted faults
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    pkg = root / "src" / "r2m"
+    for rel, text in files.items():
+        f = pkg / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return pkg
+
+
+def test_checker_finds_planted_cycles_and_upward_imports(tmp_path):
+    pkg = _package(tmp_path, {
+        "__init__.py": "",
+        "utils/__init__.py": "",
+        "utils/io.py": "def f():\n    from r2m.training import loop  # lazy, still an arrow\n",
+        "training/__init__.py": "from . import loop\n",
+        "training/loop.py": "from ..utils.io import f\n",
+        "decoding/__init__.py": "",
+        "decoding/stage.py": "from r2m.decoding import standalone\n",
+        "decoding/standalone.py": "import r2m.decoding.stage as s\n",
+    })
+    files, edges = import_graph(pkg)
+    cycles = [" → ".join(c) for c in import_cycles(edges)]
+    assert "r2m.decoding.stage → r2m.decoding.standalone → r2m.decoding.stage" in cycles
+    assert "r2m.training.loop → r2m.utils.io → r2m.training.loop" in cycles
+    up = upward_imports(edges, files, pkg)
+    assert len(up) == 1 and "r2m.utils.io (layer 0) imports r2m.training.loop (layer 5)" in up[0]
+    # an entry module may import upwards; a library module may not import an entry module
+    up = upward_imports(edges, files, pkg, entries=frozenset({"r2m.utils.io", "r2m.decoding.stage"}))
+    assert up == ["src/r2m/decoding/standalone.py:1: library module r2m.decoding.standalone imports "
+                  "the entry module r2m.decoding.stage",
+                  "src/r2m/training/loop.py:1: library module r2m.training.loop imports the entry module "
+                  "r2m.utils.io"]
+
+
+def test_checker_finds_planted_markers(tmp_path):
+    f = tmp_path / "notes.md"
+    f.write_text("Title\n=======\n\nLonger title\n============\nok\n<<<<<<< HEAD\na\n=======\nb\n>>>>>>> other\n")
+    hits = conflict_markers([f], tmp_path)
+    assert hits == ["notes.md:2: =======", "notes.md:7: <<<<<<< HEAD", "notes.md:9: =======",
+                    "notes.md:11: >>>>>>> other"]
+    g = tmp_path / "title.rst"  # a 7-character title's underline, no other marker: a real line
+    g.write_text("Heading\n=======\n\n<<<<<<<< eight is not a marker\n")
+    assert conflict_markers([g], tmp_path) == []
+
+
+def test_checker_finds_planted_map_gaps(tmp_path):
+    pkg = _package(tmp_path, {"__init__.py": "", "a.py": "", "b/__init__.py": "", "b/c.py": ""})
+    doc = tmp_path / "ARCH.md"
+    doc.write_text(f"`src/r2m/x.py` outside\n{MAP_BEGIN}\n- `src/r2m/` pkg\n- `src/r2m/a.py` a\n"
+                   f"- `src/r2m/b/` b\n- `src/r2m/gone.py` was here\n{MAP_END}\n")
+    assert map_problems(doc, pkg) == (["src/r2m/b/c.py"], ["src/r2m/gone.py"])
