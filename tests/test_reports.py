@@ -14,7 +14,7 @@ from r2m import params as P
 from r2m.params import TRAIN_STAGES, VARIANT_NAMES
 from r2m.pipeline import stages as S
 from r2m.pipeline.context import StageContext
-from r2m.reports import figures, html, tables
+from r2m.reports import figures, html, plots, tables
 
 DATASETS = ["tiny", "coco_shutterstock"]
 
@@ -214,8 +214,8 @@ def test_figures_without_optional_inputs(tmp_path, repo_root):
 
 def test_attention_matrices():
     steps = [{"fm": [[[0.7, 0.3], [0.4, 0.6]], [[0.9, 0.1], [0.5, 0.5]]], "rm": [[[0.25, 0.75]], [[1.0, 0.0]]]}]
-    assert figures.fm_matrix(steps) == [[pytest.approx(0.625)], [pytest.approx(0.375)]]
-    assert figures.rm_matrices(steps) == [[[0.25], [0.75]], [[1.0], [0.0]]]
+    assert plots.fm_matrix(steps) == [[pytest.approx(0.625)], [pytest.approx(0.375)]]
+    assert plots.rm_matrices(steps) == [[[0.25], [0.75]], [[1.0], [0.0]]]
 
 
 def test_html_page(tmp_path, repo_root):

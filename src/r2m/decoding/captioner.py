@@ -182,6 +182,20 @@ def best_tokens(model, encoded: Any, beam: int, max_len: int, decoding: str = "p
     return out
 
 
+@torch.no_grad()
+def caption_features(model, feats: Any, image_ids: Sequence[str], beam: int, max_len: int, batch_size: int,
+                     device: Any, desc: str = "caption_sup") -> list[list[int]]:
+    """A supervised captioner's best beam per image (``paper`` decoding): token ids up to (not
+    including) <#end>, batched. ``feats`` gives feature rows by image id (``row_of``) and the
+    per-kind tensors of some rows (``get``), as :class:`r2m.supervised.data.Features`."""
+    out: list[list[int]] = []
+    for s in progress(range(0, len(image_ids), batch_size), desc=desc):
+        rows = np.array([feats.row_of[i] for i in image_ids[s: s + batch_size]], dtype=np.int64)
+        f = {k: v.to(device) for k, v in feats.get(rows).items()}
+        out += best_tokens(model, model.encode(f), beam, max_len, "paper")
+    return out
+
+
 def caption_vectors(model, v: torch.Tensor, beam: int, max_len: int, batch_size: int,
                     desc: str | None = None, decoding: str = "paper") -> list[list[int]]:
     """Best beam per concept vector: token ids up to (not including) <#end>. Batched.

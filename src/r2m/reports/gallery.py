@@ -1,5 +1,5 @@
 """The static HTML gallery of ``r2m caption IMAGES --html OUT``: each image with its concepts and
-scores, its caption and the FM/RM attention plot (:func:`r2m.reports.figures.attention_figure`)."""
+scores, its caption and the FM/RM attention plot (:func:`r2m.reports.plots.attention_figure`)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import Any
 
 
 def attention_png(rec: dict[str, Any], cfg: Any, path: Path) -> bool:
-    from r2m.reports.figures import _save, attention_figure
+    from r2m.reports.plots import attention_figure, save_figure
 
     steps = rec.get("attention") or []
     if not steps or not (all(s.get("fm") for s in steps) or all(s.get("rm") for s in steps)):
         return False
     keys = [f"M{k}" for k in range(cfg.memory_slots)] + ["f"]
-    _save(attention_figure({"image_id": Path(rec["path"]).name, "caption": rec["caption"], "steps": steps},
+    save_figure(attention_figure({"image_id": Path(rec["path"]).name, "caption": rec["caption"], "steps": steps},
                            ["v", "w_prev"], keys), path)
     return True
 

@@ -8,27 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
-import torch
 
-from r2m.decoding.captioner import best_tokens, load_checkpoint_model, words_of
+from r2m.decoding.captioner import caption_features, load_checkpoint_model, words_of
 from r2m.supervised.data import Features
 from r2m.supervised.vocab import skip_reason
 from r2m.utils.io import write_json
-from r2m.utils.progress import progress
-
-
-@torch.no_grad()
-def caption_images(model, feats: Features, image_ids: list[str], beam: int, max_len: int, batch_size: int,
-                   device) -> list[list[int]]:
-    """Best beam per image: token ids up to (not including) <#end>. Batched."""
-    out: list[list[int]] = []
-    for s in progress(range(0, len(image_ids), batch_size), desc="caption_sup"):
-        rows = np.array([feats.row_of[i] for i in image_ids[s: s + batch_size]], dtype=np.int64)
-        f = {k: v.to(device) for k, v in feats.get(rows).items()}
-        out += best_tokens(model, model.encode(f), beam, max_len, "paper")
-    return out
 
 
 def run(ctx) -> None:
@@ -48,7 +33,7 @@ def run(ctx) -> None:
     if missing:
         ctx.log.warning("caption_sup: %d %s images have no features (unreadable?) and get no caption",
                         len(missing), cp.split)
-    best = caption_images(model, feats, ids, cp.beam, cp.max_len, cp.batch_size, device)
+    best = caption_features(model, feats, ids, cp.beam, cp.max_len, cp.batch_size, device, desc="caption_sup")
     feats.close()
     results = [{"image_id": i, "caption": words_of(toks, itos)} for i, toks in zip(ids, best, strict=True)]
     write_json(ctx.outs["captions"], results)

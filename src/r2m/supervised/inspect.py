@@ -67,15 +67,15 @@ def inspect_sat(ctx, model, feats, itos: list[str], out_dir: Path, device) -> di
     from PIL import Image
 
     from r2m.datasets.base import resolve_image_path
+    from r2m.decoding.captioner import caption_features
     from r2m.evaluation.attention_hits import attention_hit_rate
     from r2m.reports.attention_maps import attention_maps_figure
-    from r2m.supervised.caption import caption_images
     from r2m.text.singular import Singulariser
 
     prepared = Path(ctx.deps["prepared"])
     cp = ctx.params.caption
     ids = [i for i in _split_ids(prepared, cp.split) if i in feats.row_of]
-    toks = caption_images(model, feats, ids, cp.beam, cp.max_len, cp.batch_size, device)
+    toks = caption_features(model, feats, ids, cp.beam, cp.max_len, cp.batch_size, device)
     paths = pq.read_table(prepared / "images.parquet", columns=["image_id", "path"]).to_pandas()
     path_of = dict(zip(paths["image_id"].astype(str), paths["path"], strict=True))
     grid_hw = tuple(feats.shapes["grid"][:2])

@@ -34,7 +34,7 @@ def val_selector(ctx, feats, itos: list[str], metric: str, device) -> Callable |
     """``select(model, step) -> score`` (higher is better), or None when there is nothing to select by."""
     if metric not in METRICS:
         raise ValueError(f"train_sup.select_by {metric!r}: choose last or one of {METRICS}")
-    from r2m.supervised.caption import caption_images
+    from r2m.decoding.captioner import caption_features
 
     prepared = Path(ctx.deps["prepared"])
     images = pq.read_table(prepared / "images.parquet", columns=["image_id", "split"]).to_pandas()
@@ -53,7 +53,7 @@ def val_selector(ctx, feats, itos: list[str], metric: str, device) -> Callable |
         was = model.training
         model.eval()
         try:
-            toks = caption_images(model, feats, ids, cp.beam, cp.max_len, cp.batch_size, device)
+            toks = caption_features(model, feats, ids, cp.beam, cp.max_len, cp.batch_size, device)
         finally:
             model.train(was)
         res = {i: [" ".join(itos[t] for t in ts) or "<empty>"] for i, ts in zip(ids, toks, strict=True)}
