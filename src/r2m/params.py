@@ -9,10 +9,9 @@ Each supervised baseline brings its own section: the pydantic class named in its
 ``@SUP_MODELS.register(name, label=..., params=XParams)`` (read from the source with ``ast``, so
 validating params never imports torch; see :func:`r2m.utils.declared.sup_model_specs`).
 
-Only the schema lives here. What the pipeline checks beyond it (referenced files, optional
-extras, recipe checks, the DAG's axis values) is :mod:`r2m.pipeline.validate` and
-:mod:`r2m.pipeline.axes`. Runtime settings (device, threads, workers) are deliberately *not*
-here: they come from the command line or the environment (see :mod:`r2m.runtime`).
+Only the schema lives here: file / extra / recipe checks are :mod:`r2m.pipeline.validate`, the
+DAG's axis values :mod:`r2m.pipeline.axes`. Runtime settings (device, threads, workers) are *not*
+params: they come from the command line or the environment (see :mod:`r2m.runtime`).
 """
 
 from __future__ import annotations
@@ -23,15 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from r2m.utils.declared import SupModelSpec, sup_model_specs
 
@@ -389,6 +380,8 @@ class _ParamsBase(_Section):
 
 def _params_model(specs: tuple[SupModelSpec, ...]) -> type[_ParamsBase]:
     """The full schema: :class:`_ParamsBase` plus one section per registered supervised baseline."""
+    from pydantic import create_model
+
     fields: dict[str, Any] = {s.name: (s.params, Field(default_factory=s.params)) for s in specs}
     return create_model("Params", __base__=_ParamsBase, __module__=__name__, **fields)
 
