@@ -152,3 +152,107 @@ def test_stage_failure_is_one_clear_message_with_traceback_in_log(repo_root, tmp
     log = (tmp_path / "logs/prepare/mine.log").read_text()
     assert "Traceback" in log and "empty_dir" in log
     assert not (tmp_path / "data/mine/prepared").exists()  # nothing half-written
+
+
+# --------------------------------------------------------------------------- dvc repro can finish
+def _lookup(params: dict, key: str):
+    for part in key.split("."):
+        params = params[part]
+    return params
+
+
+def _dvc_instances(doc: dict, params: dict) -> list[tuple[str, list[str], list[str]]]:
+    """(name, deps, outs) of every stage instance of a dvc.yaml, its matrices expanded with ``params``."""
+    import itertools
+
+    def outs_of(entry):
+        return [next(iter(o)) if isinstance(o, dict) else o
+                for kind in ("outs", "metrics", "plots") for o in entry.get(kind, [])]
+
+    out = []
+    for name, entry in doc["stages"].items():
+        matrix = entry.get("matrix", {})
+        values = {a: (_lookup(params, v[2:-1]) if isinstance(v, str) else v) for a, v in matrix.items()}
+        for combo in itertools.product(*values.values()):
+            item = dict(zip(values, combo, strict=True))
+
+            def sub(text, item=item):
+                return re.sub(r"\$\{item\.(\w+)\}", lambda m: str(item[m.group(1)]), text)
+
+            key = "-".join(str(v) for v in combo)
+            out.append((f"{name}@{key}" if matrix else name, [sub(d) for d in entry.get("deps", [])],
+                        [sub(o) for o in outs_of(entry)]))
+    return out
+
+
+def _tracked(repo_root: Path) -> set[str]:
+    r = run(["git", "ls-files"], cwd=repo_root)
+    assert r.returncode == 0, r.stderr
+    files = set(r.stdout.split())
+    return files | {str(Path(f).parent) for f in files} | {str(p) for f in files for p in Path(f).parents}
+
+
+def _unproduced(doc: dict, params: dict, tracked: set[str]) -> list[str]:
+    instances = _dvc_instances(doc, params)
+    outs = [(name, o) for name, _, os_ in instances for o in os_]
+    missing = []
+    for name, deps, _ in instances:
+        for dep in deps:
+            made = any(o == dep or dep.startswith(o + "/") or o.startswith(dep + "/")  # a Gather's parent folder
+                       for other, o in outs if other != name)
+            if not made and dep not in tracked:
+                missing.append(f"{name}: {dep}")
+    return missing
+
+
+def test_every_dvc_dependency_is_produced_or_in_git(repo_root):
+    """With the default params, every stage instance's dependencies are produced by another stage
+    instance or tracked in git, so `dvc repro` can finish (the supervised stages run over
+    baselines.datasets: their data stages run over the derived all_datasets)."""
+    doc = yaml.safe_load((repo_root / "dvc.yaml").read_text())
+    params = yaml.safe_load((repo_root / "params.yaml").read_text())
+    tracked = _tracked(repo_root)
+    assert _unproduced(doc, params, tracked) == []
+    names = {n for n, _, _ in _dvc_instances(doc, params)}
+    assert {"prepare@tiny_paired", "extract_features@tiny_paired", "train_sup@tiny_paired-sat"} <= names
+    # the check can fail: without the derived list, nothing prepares tiny_paired
+    stale = {**params, "all_datasets": params["datasets"]}
+    assert "sup_vocab@tiny_paired: data/tiny_paired/prepared" in _unproduced(doc, stale, tracked)
+
+
+def test_all_datasets_is_derived_and_checked(repo_root, tmp_path):
+    from r2m import params as P
+    from r2m.pipeline.axes import all_datasets, stale_all_datasets
+
+    p = P.load(repo_root / "params.yaml")
+    assert p.all_datasets == all_datasets(p) == ["demo", "tiny_paired"]
+    assert stale_all_datasets(p) is None
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["datasets"] = ["tiny"]
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    msg = stale_all_datasets(P.load(f))
+    assert msg and "[tiny, demo, tiny_paired]" in msg
+    assert dag.main(["--check", "--file", str(repo_root / "dvc.yaml"), "--params", str(f)]) == 1
+    assert dag.main(["--check", "--file", str(repo_root / "dvc.yaml"), "--params", str(repo_root / "params.yaml")]) == 0
+    raw["all_datasets"] = ["nope"]
+    with pytest.raises(P.ParamsError, match="nope"):
+        P.validate(raw)
+
+
+def test_snakemake_config_recomputes_all_datasets(repo_root):
+    from r2m import params as P
+    from r2m.pipeline.snake import with_derived
+
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["datasets"] = ["tiny"]
+    assert with_derived(raw, P.validate(raw))["all_datasets"] == ["tiny", "demo", "tiny_paired"]
+    del raw["all_datasets"]
+    assert "all_datasets" not in with_derived(raw, P.validate(raw))
+
+
+def test_dvc_lists_the_data_stages_of_every_needed_dataset(repo_root):
+    r = run([str(BIN / "dvc"), "stage", "list"], cwd=repo_root)
+    assert r.returncode == 0, r.stderr
+    names = {line.split()[0] for line in r.stdout.splitlines() if line.strip()}
+    assert {"prepare@demo", "prepare@tiny_paired", "extract_features@tiny_paired"} <= names

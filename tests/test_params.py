@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from r2m import params as P
+from r2m.pipeline import validate as V
 
 
 @pytest.fixture
@@ -89,7 +90,7 @@ def test_backend_extra_missing_is_one_line_before_running(raw, monkeypatch):
         bad = copy.deepcopy(raw)
         bad["detect_concepts"] = {**bad.get("detect_concepts", {}), "backend": backend, "options": {}}
         with pytest.raises(P.ParamsError) as err:
-            P.validate(bad)
+            V.validate(bad)
         msg = str(err.value)
         assert "\n" not in msg and f"'{extra}'" in msg and f"pip install -e '.[{extra}]'" in msg
 
@@ -98,4 +99,17 @@ def test_tf_oid_local_model_must_exist(raw, tmp_path):
     bad = copy.deepcopy(raw)
     bad["detect_concepts"] = {"backend": "tf_oid", "options": {"model": str(tmp_path / "missing_saved_model")}}
     with pytest.raises(P.ParamsError, match=r"detect_concepts\.options\.model: file not found"):
-        P.validate(bad)
+        V.validate(bad)
+
+
+def test_schema_alone_never_checks_files_the_pipeline_does(raw, tmp_path):
+    bad = copy.deepcopy(raw)
+    bad["fidelity"]["vocab_filter"] = str(tmp_path / "missing_words.txt")
+    assert P.validate(bad).fidelity.vocab_filter  # the schema: a string is a string
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(bad))
+    with pytest.raises(P.ParamsError) as err:
+        V.load(f)
+    msg = str(err.value)
+    assert msg.startswith(f"invalid parameters in {f} (dataset demo): fidelity.vocab_filter: file not found")
+    assert "\n" not in msg

@@ -19,7 +19,7 @@ from r2m.pipeline import stages as S
 TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
     "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts"),
-    "datasets": ("r2m.datasets:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
+    "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 
 
@@ -48,6 +48,7 @@ def _stage_parser(stage: S.Stage) -> argparse.ArgumentParser:
 
 def run_stage(stage: S.Stage, argv: list[str]) -> int:
     from r2m import params as P
+    from r2m.pipeline import validate as V
     from r2m.pipeline.context import StageContext, setup_logging
     from r2m.runtime import Runtime
 
@@ -79,10 +80,10 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
             return int(module.standalone(args) or 0)
         parser.error(f"missing --{' --'.join(missing)}")
     try:
-        params = P.load(args.params)
+        params = V.load(args.params)
         if "dataset" in stage.axes:
             if args.dataset in params.catalog and args.dataset not in params.datasets:
-                P.check_files(params, args.dataset, args.params)  # the selected ones are checked by load
+                V.check_files(params, args.dataset, args.params)  # the selected ones are checked by load
             params = P.for_dataset(params, args.dataset)
     except P.ParamsError as err:
         print(f"r2m {stage.name}: {err}", file=sys.stderr)

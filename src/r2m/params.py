@@ -1,12 +1,17 @@
-"""Typed, validated pipeline parameters (``params.yaml``).
+"""Typed, validated pipeline parameters (``params.yaml``): the schema and the fidelity profiles.
 
 One section per stage plus ``datasets`` (which datasets the DAG builds), ``variants`` (which R2M
 variants are trained) and ``catalog`` (the dataset recipes). A catalog entry may carry
 ``overrides``: a nested mapping deep-merged over the stage sections for that dataset only, so
 ``demo`` and ``tiny`` can train for fewer steps without touching the paper defaults.
 
-Runtime settings (device, threads, workers) are deliberately *not* here: they come from the
-command line or the environment (see :mod:`r2m.runtime`).
+Each supervised baseline brings its own section: the pydantic class named in its model file's
+``@SUP_MODELS.register(name, label=..., params=XParams)`` (read from the source with ``ast``, so
+validating params never imports torch; see :func:`r2m.utils.declared.sup_model_specs`).
+
+Only the schema lives here: file / extra / recipe checks are :mod:`r2m.pipeline.validate`, the
+DAG's axis values :mod:`r2m.pipeline.axes`. Runtime settings (device, threads, workers) are *not*
+params: they come from the command line or the environment (see :mod:`r2m.runtime`).
 """
 
 from __future__ import annotations
@@ -19,16 +24,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from r2m.utils.declared import SupModelSpec, sup_model_specs
+
 VARIANT_NAMES = ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm")
 _PKG = Path(__file__).resolve().parent
 # where backends register themselves (read from the source, so validating params never imports torch)
 DETECTOR_SOURCES = (_PKG / "vision" / "detectors",)
 FEATURE_SOURCES = (_PKG / "vision" / "extractors",)
 RECIPE_SOURCES = (_PKG / "datasets",)
+SUP_MODEL_SOURCES = (_PKG / "models",)
 TRAIN_STAGES = ("train_xe", "train_s", "train_m", "train_i")
-# supervised seed baselines (image-caption pairs); each name is a model in r2m.models.SUP_MODELS
-# and has a params section of the same name below
-SUP_MODEL_NAMES = ("mrnn", "sat", "scnn")
 
 
 class ParamsError(ValueError):
@@ -46,6 +51,12 @@ def _known(value: str, names: list[str], what: str) -> str:
     if names and value not in names:
         raise ValueError(f"unknown {what} {value!r}; known: {', '.join(names)}")
     return value
+
+
+# supervised seed baselines (image-caption pairs): each is a model in r2m.models.SUP_MODELS with a
+# params section of its own name; names and labels come from the model files' registrations
+SUP_MODEL_NAMES: tuple[str, ...] = tuple(s.name for s in sup_model_specs(SUP_MODEL_SOURCES))
+SUP_MODEL_LABELS: dict[str, str] = {s.name: s.label for s in sup_model_specs(SUP_MODEL_SOURCES)}
 
 
 class _Section(BaseModel):
@@ -207,12 +218,6 @@ def resolve_fidelity(raw: dict[str, Any], profile: str) -> dict[str, Any]:
             sec[item] = values[col]
     return out
 
-    @model_validator(mode="after")
-    def _heads_divide_d(self) -> ModelParams:
-        if self.d % self.heads:
-            raise ValueError(f"d={self.d} must be divisible by heads={self.heads} (each head's value size is d/heads)")
-        return self
-
 
 class TrainParams(_Section):
     steps: int = Field(ge=1)
@@ -285,38 +290,6 @@ class TrainSupParams(_Section):
         return TrainSupParams(**{**data, **self.per_model.get(name, {})})
 
 
-class MRNNParams(_Section):
-    """m-RNN sizes (Mao et al. 2015): two word embeddings, a ReLU recurrent layer, a multimodal layer."""
-
-    embed1: int = Field(128, ge=1)
-    embed2: int = Field(256, ge=1)
-    recurrent: int = Field(256, ge=1)
-    multimodal: int = Field(512, ge=1)
-    dropout: float = Field(0.25, ge=0, lt=1)
-
-
-class SATParams(_Section):
-    """Show, Attend and Tell sizes (Xu et al. 2015, soft attention; r2m.models.sat)."""
-
-    embed: int = Field(512, ge=1, description="word embedding m")
-    hidden: int = Field(1000, ge=1, description="LSTM size n")
-    att_dim: int = Field(0, ge=0, description="attention MLP size (0 = the annotation size D)")
-    dropout: float = Field(0.5, ge=0, lt=1)
-    dsr_lambda: float = Field(1.0, ge=0, description="λ of the doubly stochastic regulariser (Eq. 9)")
-    selector: bool = Field(True, description="the gating scalar β")
-    feature_norm: bool = Field(True, description="standardise each annotation vector (no parameters)")
-
-
-class SCNNParams(_Section):
-    """S-CNN-RNN sizes (Liu et al. 2017, the "Fix" variant on precomputed features; r2m.models.scnn)."""
-
-    num_concepts: int = Field(1000, ge=1, description="k: the most frequent training-caption words")
-    drop_stopwords: bool = Field(True, description="leave function words out of the concepts")
-    hidden: int = Field(512, ge=1, description="LSTM size (= word embedding)")
-    dropout: float = Field(0.5, ge=0, lt=1)
-    feature_norm: bool = Field(True, description="standardise the image feature (no parameters)")
-
-
 class RetrievalParams(_Section):
     split: Literal["test", "val"] = "test"
     image_block: int = Field(32, ge=1, description="images scored against all sentences per pass")
@@ -345,8 +318,13 @@ class ReportParams(_Section):
     attention_image: str | None = None
 
 
-class Params(_Section):
+class _ParamsBase(_Section):
+    """Every section but the supervised baselines' own (added from their registrations: :data:`Params`)."""
+
     datasets: list[str] = Field(default_factory=lambda: ["demo"], min_length=1)
+    all_datasets: list[str] | None = Field(
+        None, description="derived, for DVC's matrix of the data stages: datasets + baselines.datasets "
+        "(`r2m dag --check` says when it is stale; Snakemake recomputes it)")
     variants: list[str] = Field(default_factory=lambda: list(VARIANT_NAMES), min_length=1)
     catalog: dict[str, DatasetEntry]
     concepts: ConceptsParams = Field(default_factory=ConceptsParams)
@@ -365,9 +343,6 @@ class Params(_Section):
     baselines: BaselinesParams = Field(default_factory=BaselinesParams)
     sup_vocab: SupVocabParams = Field(default_factory=SupVocabParams)
     train_sup: TrainSupParams = Field(default_factory=TrainSupParams)
-    mrnn: MRNNParams = Field(default_factory=MRNNParams)
-    sat: SATParams = Field(default_factory=SATParams)
-    scnn: SCNNParams = Field(default_factory=SCNNParams)
     retrieval: RetrievalParams = Field(default_factory=RetrievalParams)
     evaluate: EvaluateParams = Field(default_factory=EvaluateParams)
     report: ReportParams = Field(default_factory=ReportParams)
@@ -383,14 +358,16 @@ class Params(_Section):
         return v
 
     @model_validator(mode="after")
-    def _datasets_in_catalog(self) -> Params:
+    def _datasets_in_catalog(self) -> _ParamsBase:
         missing = [d for d in self.datasets if d not in self.catalog]
-        missing += [d for d in self.baselines.datasets if d not in self.catalog and d not in missing]
+        for d in [*self.baselines.datasets, *(self.all_datasets or [])]:
+            if d not in self.catalog and d not in missing:
+                missing.append(d)
         if missing:
             raise ValueError(
                 f"datasets {missing} are not declared under 'catalog' (known: {sorted(self.catalog)})"
             )
-        sections = set(type(self).model_fields) - {"datasets", "variants", "catalog", "baselines"}
+        sections = set(type(self).model_fields) - {"datasets", "all_datasets", "variants", "catalog", "baselines"}
         for name, entry in self.catalog.items():
             for section in entry.overrides:
                 if section not in sections:
@@ -401,6 +378,17 @@ class Params(_Section):
         return self
 
 
+def _params_model(specs: tuple[SupModelSpec, ...]) -> type[_ParamsBase]:
+    """The full schema: :class:`_ParamsBase` plus one section per registered supervised baseline."""
+    from pydantic import create_model
+
+    fields: dict[str, Any] = {s.name: (s.params, Field(default_factory=s.params)) for s in specs}
+    return create_model("Params", __base__=_ParamsBase, __module__=__name__, **fields)
+
+
+Params = _params_model(sup_model_specs(SUP_MODEL_SOURCES))
+
+
 def _format_error(err: ValidationError, source: str) -> str:
     """One line: ``invalid parameters in SOURCE: key: message; key: message``."""
     parts = []
@@ -408,70 +396,6 @@ def _format_error(err: ValidationError, source: str) -> str:
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
         parts.append(f"{key}: {e['msg'].removeprefix('Value error, ')}")
     return f"invalid parameters in {source}: " + "; ".join(parts)
-
-
-# options naming files the user must provide (resolved against the working directory)
-_DETECT_FILE_OPTIONS = ("weights", "checkpoint", "classes", "mapping", "mid_names")
-# backends that need an optional extra: (stage, backend) -> (module, extra, how to install)
-_BACKEND_EXTRAS = {
-    ("detect_concepts", "tf_oid"): ("tensorflow", "tf", "pip install -e '.[tf]' (or make setup-tf)"),
-    ("detect_concepts", "owl"): ("transformers", "owl", "pip install -e '.[owl]' (or make setup-owl)"),
-}
-
-
-def _missing_extras(params: Params) -> list[str]:
-    """One line per chosen backend whose optional dependency is not installed (found without importing it)."""
-    import importlib.util
-
-    out = []
-    for (stage, backend), (module, extra, how) in _BACKEND_EXTRAS.items():
-        if getattr(params, stage).backend == backend and importlib.util.find_spec(module) is None:
-            out.append(f"{stage}.backend: {backend!r} needs the optional extra '{extra}' ({module} is not "
-                       f"installed); install it with: {how}")
-    return out
-
-
-def _missing_files(options: dict[str, Any], keys: tuple[str, ...], prefix: str) -> list[str]:
-    out = []
-    for k in keys:
-        v = options.get(k)
-        if isinstance(v, str) and v and not Path(v).expanduser().exists():
-            out.append(f"{prefix}.{k}: file not found: {v}")
-    for k, v in options.items():  # nested backend options (e.g. offline's classifier: {...})
-        if isinstance(v, dict):
-            out += _missing_files(v, keys, f"{prefix}.{k}")
-    return out
-
-
-def check_files(params: Params, dataset: str, source: str = "params") -> None:
-    """Referenced files of one dataset (recipe inputs, weights, class lists, an absolute
-    precomputed-detections path) exist; raise :class:`ParamsError` naming the key otherwise."""
-    view = for_dataset(params, dataset)
-    errors = _missing_files(view.detect_concepts.options, _DETECT_FILE_OPTIONS, "detect_concepts.options")
-    errors += _missing_files(view.extract_features.options, ("weights",), "extract_features.options")
-    if view.detect_concepts.backend == "tf_oid":  # a local SavedModel (folder or archive); else a download
-        errors += _missing_files(view.detect_concepts.options, ("model",), "detect_concepts.options")
-    errors += _missing_extras(view)
-    vf = view.fidelity.vocab_filter
-    if vf and not Path(vf).expanduser().exists():
-        errors.append(f"fidelity.vocab_filter: file not found: {vf} (a word list, one word per line; see README)")
-    path = view.detect_concepts.options.get("path")
-    if view.detect_concepts.backend == "precomputed" and isinstance(path, str) and Path(path).is_absolute() \
-            and not Path(path).exists():
-        errors.append(f"detect_concepts.options.path: file not found: {path}")
-    entry = params.catalog[dataset]
-    if entry.kind in _names(RECIPE_SOURCES, "RECIPE_CHECKS"):  # import recipes only when one has a check
-        from r2m.datasets import load_recipes
-        from r2m.datasets.base import RECIPE_CHECKS
-
-        load_recipes()
-        try:
-            RECIPE_CHECKS.get(entry.kind)(entry)
-        except (OSError, ValueError) as err:
-            errors.append(f"catalog.{dataset}: {err}")
-    if errors:
-        where = f"{source} (dataset {dataset})"
-        raise ParamsError(f"invalid parameters in {where}: " + "; ".join(errors))
 
 
 def validate(raw: dict[str, Any], source: str = "params") -> Params:
@@ -488,8 +412,6 @@ def validate(raw: dict[str, Any], source: str = "params") -> Params:
             Params.model_validate(_merged_raw(raw, name))
         except ValidationError as err:
             raise ParamsError(_format_error(err, f"{source} (catalog.{name}.overrides)")) from None
-    for name in params.datasets:
-        check_files(params, name, source)
     return params
 
 
@@ -536,28 +458,3 @@ def with_profile(params: Params, dataset: str) -> Params:
 def dump(params: BaseModel | dict[str, Any]) -> str:
     data = params.model_dump(mode="json") if isinstance(params, BaseModel) else params
     return yaml.safe_dump(data, sort_keys=False)
-
-
-def pick(dumped: dict[str, Any], key: str, into: dict[str, Any]) -> None:
-    """Copy ``key`` (a section, or ``section.item``) of a dumped params mapping into ``into``, nested."""
-    section, _, item = key.partition(".")
-    if not item:
-        into[section] = dumped.get(section)
-        return
-    into.setdefault(section, {})[item] = (dumped.get(section) or {}).get(item)
-
-
-# value lists the DAG expands axes over; a Gather or Stage may name another list for an axis
-# (e.g. the baselines' datasets: ``("dataset", "baselines.datasets")``)
-AXIS_SOURCES = {"dataset": "datasets", "variant": "variants", "ckpt": "ckpts", "model": "baselines.models"}
-
-
-def axis_values(params: Params) -> dict[str, list[str]]:
-    """Every value list an axis can be expanded over, keyed by its params name."""
-    return {
-        "datasets": list(params.datasets),
-        "variants": list(params.variants),
-        "ckpts": list(TRAIN_STAGES),
-        "baselines.models": list(params.baselines.models),
-        "baselines.datasets": list(params.baselines.datasets),
-    }

@@ -8,6 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from r2m import params as P  # noqa: E402
+from r2m.pipeline import validate as V  # noqa: E402
 from r2m.pipeline import stages as S  # noqa: E402
 from r2m.pipeline.snake import (  # noqa: E402
     expand_gather,
@@ -21,17 +22,18 @@ from r2m.pipeline.snake import (  # noqa: E402
     snake_template,
     split_config,
     wildcard_constraints_for,
+    with_derived,
     write_merged_params,
 )
 
 _params_cfg, _runtime_cfg = split_config(config)
 try:
-    PARAMS = P.validate(_params_cfg, "config (params.yaml + --config)")
+    PARAMS = V.validate(_params_cfg, "config (params.yaml + --config)")
     SHARDS = shard_counts(_runtime_cfg)
 except (P.ParamsError, ValueError) as err:
     raise WorkflowError(str(err))
 
-R2M_PARAMS = write_merged_params(_params_cfg, ".snakemake/r2m/params.yaml")
+R2M_PARAMS = write_merged_params(with_derived(_params_cfg, PARAMS), ".snakemake/r2m/params.yaml")
 # the r2m beside the Python running Snakemake (works without activating .venv), else PATH's
 _r2m_here = Path(sys.executable).parent / "r2m"
 R2M = _runtime_cfg.get("r2m_command", str(_r2m_here) if _r2m_here.exists() else "r2m")

@@ -21,7 +21,7 @@ from r2m.utils.registry import Registry
 RecipeFn = Callable[[DatasetEntry, Path, logging.Logger], dict[str, Any]]
 RECIPES: Registry[RecipeFn] = Registry("dataset kind")
 # optional up-front checks of a recipe's options (referenced files), run when params are validated
-# (``r2m.params.check_files``): ``fn(entry)`` raising OSError/ValueError naming the key
+# (``r2m.pipeline.validate.check_files``): ``fn(entry)`` raising OSError/ValueError naming the key
 RECIPE_CHECKS: Registry[Callable[[DatasetEntry], None]] = Registry("dataset check")
 SPLITS = ("train", "val", "test")
 TRAIN_REFERENCES = "train_references.json"  # optional: paired captions of the train images

@@ -1,5 +1,7 @@
 """``r2m datasets check``: does a prepared dataset's text preprocessing match the paper's?
 
+(The command itself, which finds the stage outputs, is :mod:`r2m.pipeline.datasets_cmd`.)
+
 Prints, from the ``corpus_concepts`` and ``build_vocab`` outputs (their ``stats.json``), the sentence
 count after each filter and the vocabulary size beside the size the paper reports for the benchmark
 (R²M §4: 18,679 / 11,335 / 10,652 words *including* <#start>, <#end> and <UNK>; our vocabulary also
@@ -65,17 +67,3 @@ def report(dataset: str, kind: str, corpus_dir: Path, vocab_dir: Path) -> list[s
     if kind not in PAPER_VOCAB:
         out.append("(not a paper benchmark: no published figures to compare with)")
     return out
-
-
-def check(dataset: str, params_path: str = "params.yaml") -> int:
-    from r2m import params as P
-    from r2m.pipeline.stages import STAGES
-
-    p = P.load(params_path)
-    if dataset not in p.catalog:
-        raise P.ParamsError(f"unknown dataset {dataset!r}; declared under 'catalog': {sorted(p.catalog)}")
-    outs = {s.name: s.outs for s in STAGES}
-    corpus = Path(outs["corpus_concepts"]["corpus"].path.format(dataset=dataset))
-    vocab = Path(outs["build_vocab"]["vocab"].path.format(dataset=dataset))
-    print("\n".join(report(dataset, p.catalog[dataset].kind, corpus, vocab)))
-    return 0

@@ -5,29 +5,30 @@ A checkpoint (``model.pt``) is a plain dict ``{"model": name, "config": {...}, "
 ``from_config(dict)`` and ``from_checkpoint(ckpt, **overrides)``; baselines register here and
 reuse :func:`build_model` / :func:`load_model`.
 
-Supervised captioners (the seed baselines) also register in :data:`SUP_MODELS` (interface:
-:mod:`r2m.models.supervised`); their names are ``params.SUP_MODEL_NAMES``.
+Supervised captioners (the seed baselines) register in :data:`SUP_MODELS` (interface:
+:mod:`r2m.models.supervised`) with ``@SUP_MODELS.register(name, label=..., params=XParams)`` in
+their own file; every module of this package is imported here, so a new baseline is one model file
+(plus its ``params.yaml`` section): :mod:`r2m.params` reads its name, label and params class from
+the same decorator.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from pathlib import Path
 from typing import Any
 
 from r2m.models.mrnn import MRNN, MRNNConfig
 from r2m.models.r2m import R2M, VARIANTS, R2MConfig
+from r2m.models.registry import MODELS, SUP_MODELS
 from r2m.models.sat import SAT, SATConfig
 from r2m.models.scnn import SCNN, SCNNConfig
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint
-from r2m.utils.registry import Registry
 
-MODELS: Registry = Registry("model")
 MODELS.register("r2m")(R2M)
-
-SUP_MODELS: Registry = Registry("supervised model")
-for _cls in (MRNN, SAT, SCNN):
-    SUP_MODELS.register(_cls.name)(_cls)
-    MODELS.register(_cls.name)(_cls)
+for _mod in pkgutil.iter_modules(__path__):  # the baselines register themselves on import
+    importlib.import_module(f"{__name__}.{_mod.name}")
 
 __all__ = ["MODELS", "MRNN", "MRNNConfig", "R2M", "R2MConfig", "SAT", "SATConfig", "SCNN", "SCNNConfig", "SUP_MODELS",
            "VARIANTS", "build_model", "build_sup_model", "load_model"]

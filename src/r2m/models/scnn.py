@@ -38,8 +38,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, Field
 from torch import Tensor, nn
 
+from r2m.models.registry import SUP_MODELS
 from r2m.models.supervised import SupervisedCaptioner
 from r2m.text.tokenize import tokenize
 from r2m.text.vocab import PAD
@@ -98,8 +100,19 @@ class SCNNConfig:
         return len(self.concepts)
 
 
+# the params section `scnn` (pydantic / typing names only: r2m.params reads it from this source)
+class SCNNParams(BaseModel):
+    """S-CNN-RNN sizes (Liu et al. 2017, the "Fix" variant on precomputed features; r2m.models.scnn)."""
+
+    num_concepts: int = Field(1000, ge=1, description="k: the most frequent training-caption words")
+    drop_stopwords: bool = Field(True, description="leave function words out of the concepts")
+    hidden: int = Field(512, ge=1, description="LSTM size (= word embedding)")
+    dropout: float = Field(0.5, ge=0, lt=1)
+    feature_norm: bool = Field(True, description="standardise the image feature (no parameters)")
+
+
+@SUP_MODELS.register("scnn", label="S-CNN-RNN (Fix: frozen CNN features)", params=SCNNParams)
 class SCNN(SupervisedCaptioner):
-    name = "scnn"
     config_cls = SCNNConfig
     feature_kinds = ("pooled",)
     aux_losses = ("l_u",)

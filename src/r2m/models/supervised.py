@@ -2,8 +2,9 @@
 provides, so one training loop, one beam search and one retrieval scorer serve them all.
 
 A model is one file with a small dataclass config (``vocab_size`` plus its sizes and the image
-feature sizes it needs) and a subclass of :class:`SupervisedCaptioner` registered in
-``r2m.models.SUP_MODELS`` (and ``params.SUP_MODEL_NAMES`` + a params section of the same name).
+feature sizes it needs), a pydantic params class (its ``params.yaml`` section) and a subclass of
+:class:`SupervisedCaptioner` registered with ``@SUP_MODELS.register(name, label=..., params=XParams)``
+(:mod:`r2m.models.registry`; :mod:`r2m.params` reads the same line for names, labels and sections).
 
 The interface (shapes: B batch, T steps, V vocabulary):
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m import params as P
+from r2m.pipeline.axes import axis_values, pick
 from r2m.pipeline.stages import Gather, Stage
 from r2m.runtime import Runtime
 from r2m.utils.io import write_text
@@ -59,7 +60,7 @@ class StageContext:
 
         g = self.stage.deps[name]
         assert isinstance(g, Gather)
-        values = P.axis_values(self.params)
+        values = axis_values(self.params)
         fixed = dict(g.fixed)
         out = []
         for combo in itertools.product(*(values[g.source(a)] for a in g.over)):
@@ -84,7 +85,7 @@ class StageContext:
             if name == "catalog" and self.dataset:
                 data["dataset_entry"] = dumped["catalog"][self.dataset]
             elif name.partition(".")[0] in dumped:
-                P.pick(dumped, name, data)
+                pick(dumped, name, data)
         return data
 
     def save_params(self, folder: str | Path, filename: str = "params.yaml") -> Path:

@@ -3,6 +3,11 @@
 Stages over axes become DVC ``matrix`` stages whose values are read from ``params.yaml``
 (``${datasets}``, ``${variants}``), so ``dvc exp run -S 'datasets=["tiny"]'`` selects datasets
 without regenerating the file. Gather dependencies become their parent-directory ``dvc_path``.
+
+A stage whose outputs a stage over another dataset list needs (``prepare`` and ``extract_features``
+for the supervised stages over ``baselines.datasets``) runs over ``${all_datasets}``: the union,
+which DVC cannot compute, so params.yaml holds it (derived; ``r2m dag --check`` fails when it is
+stale, Snakemake recomputes it). Snakemake builds whatever a target needs by itself.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import yaml
 
 from r2m.params import TRAIN_STAGES
+from r2m.pipeline.axes import ALL_DATASETS, AXIS_SOURCES
 from r2m.pipeline.stages import STAGES, Gather, Stage
 
 HEADER = (
@@ -24,8 +30,32 @@ HEADER = (
 )
 
 
+def _produces(stage: Stage, path: str) -> bool:
+    return any(out.path == path for out in stage.outs.values())
+
+
+def _needed_by_other_datasets(stages: tuple[Stage, ...] = STAGES) -> set[str]:
+    """Stages over the default dataset list whose outputs (transitively) feed a stage over another."""
+    default = AXIS_SOURCES["dataset"]
+    needed: set[str] = set()
+    frontier = [s for s in stages if "dataset" in s.axes and s.source("dataset") != default]
+    while frontier:
+        stage = frontier.pop()
+        for dep in stage.deps.values():
+            if isinstance(dep, Gather):
+                continue
+            for s in stages:
+                if s.name not in needed and "dataset" in s.axes and s.source("dataset") == default \
+                        and _produces(s, dep):
+                    needed.add(s.name)
+                    frontier.append(s)
+    return needed
+
+
 def _matrix_values(stage: Stage, axis: str) -> str | list[str]:
     source = stage.source(axis)
+    if axis == "dataset" and stage.name in _needed_by_other_datasets():
+        source = ALL_DATASETS
     return list(TRAIN_STAGES) if source == "ckpts" else f"${{{source}}}"
 
 
@@ -84,6 +114,16 @@ def render() -> str:
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=120)
 
 
+def _stale_params(path: Path) -> str | None:
+    """The message of :func:`r2m.pipeline.axes.stale_all_datasets` for a params file (None if absent)."""
+    if not path.exists():
+        return None
+    from r2m import params as P
+    from r2m.pipeline.axes import stale_all_datasets
+
+    return stale_all_datasets(P.load(path))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="r2m dag", description=__doc__)
     g = p.add_mutually_exclusive_group(required=True)
@@ -91,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--check", action="store_true", help="exit 1 when dvc.yaml differs from the registry")
     g.add_argument("--print", action="store_true", help="print the generated dvc.yaml")
     p.add_argument("--file", default="dvc.yaml")
+    p.add_argument("--params", default="params.yaml", help="--check: its derived all_datasets too (if present)")
     args = p.parse_args(argv)
     text = render()
     path = Path(args.file)
@@ -103,10 +144,13 @@ def main(argv: list[str] | None = None) -> int:
         write_text(path, text)
         print(f"wrote {path} ({len(STAGES)} stages)")
         return 0
+    stale = _stale_params(Path(args.params))
+    if stale:
+        print(f"{args.params}: {stale}", file=sys.stderr)
     current = path.read_text() if path.exists() else ""
     if current == text:
         print(f"{path} matches the stage registry")
-        return 0
+        return 1 if stale else 0
     diff = difflib.unified_diff(current.splitlines(True), text.splitlines(True), str(path), "registry")
     sys.stdout.writelines(diff)
     print(f"\n{path} has drifted from the stage registry: run `r2m dag --write`", file=sys.stderr)

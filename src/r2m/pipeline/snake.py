@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from r2m import params as P
+from r2m.pipeline.axes import ALL_DATASETS, all_datasets, axis_values, pick
 from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage
 
 
@@ -20,7 +21,7 @@ def snake_template(path: str) -> str:
 
 
 def gather_paths(g: Gather, params: P.Params, bound: dict[str, str]) -> list[str]:
-    values = P.axis_values(params)
+    values = axis_values(params)
     fixed = dict(g.fixed)
     out = []
     for combo in itertools.product(*(values[g.source(a)] for a in g.over)):
@@ -51,7 +52,7 @@ def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
             # section), so switching a profile re-runs only the stages whose items change
             data[name] = {k: v for k, v in dumped["catalog"][dataset].items() if k != "fidelity"}
         else:
-            P.pick(dumped, name, data)
+            pick(dumped, name, data)
     return json.dumps(data, sort_keys=True)
 
 
@@ -72,6 +73,14 @@ def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     params = {k: v for k, v in config.items() if k not in RUNTIME_KEYS}
     runtime = {k: config[k] for k in RUNTIME_KEYS if k in config}
     return params, runtime
+
+
+def with_derived(raw: dict[str, Any], params: P.Params) -> dict[str, Any]:
+    """The config with its derived ``all_datasets`` recomputed (``--config datasets=…`` changes it;
+    Snakemake needs no list of its own, but the r2m commands read the merged file)."""
+    if ALL_DATASETS not in raw:
+        return raw
+    return {**raw, ALL_DATASETS: all_datasets(params)}
 
 
 def shard_counts(runtime: dict[str, Any]) -> dict[str, int]:

@@ -6,9 +6,10 @@ generated from it (:mod:`r2m.pipeline.dag`). Every stage is run as ``r2m <stage>
 Paths are templates over the stage's *axes*: ``{dataset}``, ``{variant}`` (an R2M variant, see
 :data:`r2m.params.VARIANT_NAMES`), ``{ckpt}`` (a training stage whose checkpoint is used) and
 ``{model}`` (a supervised baseline, :data:`r2m.params.SUP_MODEL_NAMES`). An axis takes its values
-from the params list named in :data:`r2m.params.AXIS_SOURCES` unless the stage (or a Gather) names
-another in ``sources`` (the supervised stages: ``dataset`` from ``baselines.datasets``). A params
-section name may be a template too (``"{model}"``: the model's own section).
+from the params list named in :data:`r2m.pipeline.axes.AXIS_SOURCES` unless the stage (or a Gather)
+names another in ``sources`` (the supervised stages, :mod:`r2m.pipeline.sup_stages`: ``dataset``
+from ``baselines.datasets``). A params section name may be a template too (``"{model}"``: the
+model's own section).
 A :class:`Gather` dependency collects one path per combination of some axes (for the tables);
 Snakemake expands it over the configured values, DVC depends on a parent directory instead.
 
@@ -17,95 +18,21 @@ This module must stay cheap to import (no torch, no pandas): Snakemake imports i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from r2m.params import TRAIN_STAGES
+from r2m.pipeline.spec import (  # noqa: F401  (re-exported: the registry's types)
+    COMMON_SRC,
+    GPU_JOB,
+    D,
+    FanOut,
+    Gather,
+    M,
+    Out,
+    R,
+    Resources,
+    Stage,
+)
+from r2m.pipeline.sup_stages import sup_stages
 
-from r2m.params import AXIS_SOURCES, TRAIN_STAGES
-
-Axis = Literal["dataset", "variant", "ckpt", "model"]
-
-
-@dataclass(frozen=True)
-class Gather:
-    """One dependency per combination of ``over`` axes (values from the config; ``fixed`` pins some)."""
-
-    pattern: str
-    over: tuple[Axis, ...]
-    fixed: tuple[tuple[str, str], ...] = ()
-    dvc_path: str = ""
-    sources: tuple[tuple[str, str], ...] = ()  # axis -> value list other than the default (AXIS_SOURCES)
-
-    def source(self, axis: str) -> str:
-        return dict(self.sources).get(axis, AXIS_SOURCES[axis])
-
-
-@dataclass(frozen=True)
-class Out:
-    path: str
-    kind: Literal["out", "metrics", "plots"] = "out"
-    directory: bool = False
-    cache: bool = True
-    persist: bool = False
-    plot: tuple[tuple[str, str], ...] = ()  # DVC plot options, e.g. (("x", "step"), ("y", "loss"))
-
-
-@dataclass(frozen=True)
-class FanOut:
-    """Snakemake only: the stage can run as N parallel shard jobs (``--config shards='{name: N}'``)
-    writing into ``folder/<shard>/``, the stage's own job then merging them. DVC runs one job."""
-
-    folder: str
-    shard_args: str = "--shard {shard} --num-shards {n} --parts-dir {folder}/{shard}"
-    merge_args: str = "--merge --parts-from {folder}"
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What one job of the stage holds, for Snakemake's scheduler (``--resources gpu=N``, the SLURM
-    executor's ``--gpus``/``--mem``). ``gpu`` stages use CUDA when present and run on CPU otherwise."""
-
-    gpu: int = 0
-    mem_mb: int = 4000
-
-    def snakemake(self) -> dict[str, int]:
-        """The rule's ``resources:`` (``gpu`` only where one is used, so CPU jobs ask for none)."""
-        return {"mem_mb": self.mem_mb, **({"gpu": self.gpu} if self.gpu else {})}
-
-
-GPU_JOB = Resources(gpu=1, mem_mb=16000)
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    impl: str  # "module:function" run with a StageContext
-    help: str
-    axes: tuple[Axis, ...]
-    deps: dict[str, str | Gather] = field(default_factory=dict)
-    outs: dict[str, Out] = field(default_factory=dict)
-    params: tuple[str, ...] = ()  # params.yaml sections the stage reads
-    src: tuple[str, ...] = ()  # source files/folders the stage's code lives in
-    fanout: FanOut | None = None
-    resources: Resources = Resources()
-    sources: tuple[tuple[str, str], ...] = ()  # axis -> value list (DVC matrix) other than the default
-
-    def source(self, axis: str) -> str:
-        return dict(self.sources).get(axis, AXIS_SOURCES[axis])
-
-    @property
-    def log(self) -> str:
-        key = "-".join(f"{{{a}}}" for a in self.axes) or "all"
-        return f"logs/{self.name}/{key}.log"
-
-    def command_args(self, fmt: str) -> str:
-        """``--dataset X --variant Y`` with values formatted by ``fmt`` (e.g. ``{wildcards.%s}``)."""
-        return " ".join(f"--{a} {fmt % a}" for a in self.axes)
-
-
-D = "data/{dataset}"
-M = "models/{dataset}/{variant}"
-R = "results/{dataset}/{variant}/{ckpt}"
-COMMON_SRC = ("src/r2m/params.py", "src/r2m/pipeline/context.py", "src/r2m/utils")
 MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/text/vocab.py",
              "src/r2m/decoding/settings.py")
 
@@ -150,171 +77,6 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
         params=params,
         src=src,
         resources=GPU_JOB,
-    )
-
-
-# supervised baselines (m-RNN, ...): datasets from `baselines.datasets`, models from `baselines.models`
-SB = "models/{dataset}/{model}/train_sup"
-SR = "results/{dataset}/{model}/train_sup"
-SP = "models/{dataset}/{model}/pretrain_sup"
-SPR = "results/{dataset}/{model}/pretrain_sup"
-SUP = (("dataset", "baselines.datasets"),)
-SUP_SRC = COMMON_SRC + ("src/r2m/supervised", "src/r2m/models", "src/r2m/text/vocab.py", "src/r2m/training")
-
-
-def _sup_stages() -> tuple[Stage, ...]:
-    return (
-        Stage(
-            "sup_vocab",
-            impl="r2m.supervised.vocab:run",
-            help="supervised baselines: vocabulary of the paired training captions and the encoded pairs",
-            axes=("dataset",),
-            deps={"prepared": f"{D}/prepared"},
-            outs={"sup_vocab": Out(f"{D}/sup_vocab", directory=True)},
-            params=("sup_vocab", "catalog"),
-            src=COMMON_SRC + ("src/r2m/supervised", "src/r2m/text"),
-            sources=SUP,
-        ),
-        Stage(
-            "pretrain_sup",
-            impl="r2m.supervised.train:run_pretrain",
-            help="supervised baselines: a model's pretraining phase (S-CNN-RNN; others: a skip marker)",
-            axes=("dataset", "model"),
-            deps={"sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features"},
-            outs={
-                "model": Out(SP, directory=True, persist=True),
-                "loss": Out(f"{SPR}/loss.tsv", kind="plots", cache=False,
-                            plot=(("x", "step"), ("y", "loss"), ("title", "pretrain_sup loss"))),
-                "metrics": Out(f"{SPR}/train_metrics.json", kind="metrics", cache=False),
-            },
-            params=("train_sup", "{model}", "catalog"),
-            src=SUP_SRC,
-            sources=SUP,
-        ),
-        Stage(
-            "train_sup",
-            impl="r2m.supervised.train:run",
-            help="supervised baselines: train one model on the image-caption pairs",
-            axes=("dataset", "model"),
-            deps={"sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features", "pretrain": SP,
-                  "prepared": f"{D}/prepared"},
-            outs={
-                "model": Out(SB, directory=True, persist=True),
-                "loss": Out(f"{SR}/loss.tsv", kind="plots", cache=False,
-                            plot=(("x", "step"), ("y", "loss"), ("title", "train_sup loss"))),
-                "metrics": Out(f"{SR}/train_metrics.json", kind="metrics", cache=False),
-            },
-            params=("train_sup", "{model}", "catalog", "caption"),
-            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation/inputs.py"),
-            sources=SUP,
-            resources=GPU_JOB,
-        ),
-        Stage(
-            "caption_sup",
-            impl="r2m.supervised.caption:run",
-            help="supervised baselines: beam-search captions for the evaluation images",
-            axes=("dataset", "model"),
-            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
-                  "prepared": f"{D}/prepared"},
-            outs={"captions": Out(f"{SR}/captions.json", cache=False)},
-            params=("caption",),
-            src=SUP_SRC + ("src/r2m/decoding",),
-            sources=SUP,
-            resources=Resources(gpu=1, mem_mb=8000),
-        ),
-        Stage(
-            "evaluate_sup",
-            impl="r2m.supervised.caption:evaluate",
-            help="supervised baselines: coco-caption metrics of the captions",
-            axes=("dataset", "model"),
-            deps={"captions": f"{SR}/captions.json", "prepared": f"{D}/prepared", "sup_vocab": f"{D}/sup_vocab"},
-            outs={
-                "metrics": Out(f"{SR}/eval.json", kind="metrics", cache=False),
-                "per_image": Out(f"{SR}/eval_per_image.json", cache=False),
-            },
-            params=("evaluate",),
-            src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/supervised"),
-            sources=SUP,
-        ),
-        Stage(
-            "inspect_sup",
-            impl="r2m.supervised.inspect:run",
-            help="supervised baselines: SAT attention maps and hit rate, S-CNN-RNN concept head P/R/F1",
-            axes=("dataset", "model"),
-            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
-                  "prepared": f"{D}/prepared"},
-            outs={"inspect": Out(f"{SR}/inspect", directory=True, cache=False)},
-            params=("caption", "report"),
-            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation", "src/r2m/reports/attention_maps.py"),
-            sources=SUP,
-        ),
-        Stage(
-            "mostfreq",
-            impl="r2m.supervised.caption:mostfreq",
-            help="supervised baselines' reference point: the most frequent training caption for every image",
-            axes=("dataset",),
-            deps={"sup_vocab": f"{D}/sup_vocab", "prepared": f"{D}/prepared"},
-            outs={"captions": Out("results/{dataset}/mostfreq/captions.json", cache=False),
-                  "metrics": Out("results/{dataset}/mostfreq/eval.json", kind="metrics", cache=False)},
-            params=("caption", "evaluate"),
-            src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/supervised"),
-            sources=SUP,
-        ),
-        Stage(
-            "retrieval_sup",
-            impl="r2m.supervised.retrieval:run_sup",
-            help="supervised baselines: image-sentence retrieval (R@K, Med r) by P(sentence | image)",
-            axes=("dataset", "model"),
-            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
-                  "prepared": f"{D}/prepared"},
-            outs={"retrieval": Out(f"{SR}/retrieval.json", kind="metrics", cache=False)},
-            params=("retrieval", "train_sup"),
-            src=SUP_SRC,
-            sources=SUP,
-        ),
-        Stage(
-            "retrieval_r2m",
-            impl="r2m.supervised.retrieval:run_r2m",
-            help="image-sentence retrieval (R@K, Med r) of R2M through its joint space",
-            axes=("dataset",),
-            deps={"model": "models/{dataset}/r2m/train_i", "vocab": f"{D}/vocab", "features": f"{D}/features",
-                  "prepared": f"{D}/prepared"},
-            outs={"retrieval": Out("results/{dataset}/r2m/train_i/retrieval.json", kind="metrics", cache=False)},
-            params=("retrieval", "concepts", "train_s"),
-            src=SUP_SRC,
-        ),
-        Stage(
-            "baselines",
-            impl="r2m.reports.baselines:baselines",
-            help="the supervised baselines' captioning table beside the seeds' published numbers",
-            axes=(),
-            deps={
-                "evals": Gather(f"{SR}/eval.json", over=("dataset", "model"), sources=SUP, dvc_path="results"),
-                "train": Gather(f"{SR}/train_metrics.json", over=("dataset", "model"), sources=SUP,
-                                dvc_path="results"),
-                "mostfreq": Gather("results/{dataset}/mostfreq/eval.json", over=("dataset",), sources=SUP,
-                                   dvc_path="results"),
-                "inspect": Gather(f"{SR}/inspect", over=("dataset", "model"), sources=SUP, dvc_path="results"),
-            },
-            outs={"csv": Out("reports/baselines.csv", cache=False), "md": Out("reports/baselines.md", cache=False),
-                  "multilabel": Out("reports/baselines_multilabel.csv", cache=False),
-                  "attention": Out("reports/figures/baselines", directory=True, cache=False)},
-            params=("baselines",),
-            src=COMMON_SRC + ("src/r2m/reports",),
-        ),
-        Stage(
-            "retrieval",
-            impl="r2m.reports.baselines:retrieval",
-            help="the image-sentence retrieval table: supervised baselines and R2M beside m-RNN's published rows",
-            axes=(),
-            deps={
-                "sup": Gather(f"{SR}/retrieval.json", over=("dataset", "model"), sources=SUP, dvc_path="results"),
-                "r2m": Gather("results/{dataset}/r2m/train_i/retrieval.json", over=("dataset",), dvc_path="results"),
-            },
-            outs={"csv": Out("reports/retrieval.csv", cache=False), "md": Out("reports/retrieval.md", cache=False)},
-            params=("datasets", "baselines"),
-            src=COMMON_SRC + ("src/r2m/reports",),
-        ),
     )
 
 
@@ -413,7 +175,7 @@ STAGES: tuple[Stage, ...] = (
         params=("evaluate",),
         src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/text"),
     ),
-    *_sup_stages(),
+    *sup_stages(),
     Stage(
         "table1",
         impl="r2m.reports.tables:table1",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from r2m.params import SUP_MODEL_LABELS
 from r2m.reports import published as P
 from r2m.reports.tables import PUBLISHED, THIS_RUN, fmt
 from r2m.utils.io import read_json, write_text
@@ -21,9 +22,9 @@ from r2m.utils.io import read_json, write_text
 SKIPPED = "skipped"
 REFERENCE = "reference point"
 CHANCE = "chance"
-MODEL_LABELS = {"mrnn": "m-RNN", "sat": "Show, Attend and Tell (soft attention)",
-                "scnn": "S-CNN-RNN (Fix: frozen CNN features)", "r2m": "R2M (joint space)",
-                "mostfreq": "most frequent training caption"}
+# row labels: each baseline's from its registration (``label=`` in its model file), plus R2M's and
+# the reference point's
+MODEL_LABELS = {**SUP_MODEL_LABELS, "r2m": "R2M (joint space)", "mostfreq": "most frequent training caption"}
 
 BASE_COLUMNS = (*P.COLUMNS, "PPL")
 BASE_HEADER = ("dataset", "method", "source", *BASE_COLUMNS, "note")

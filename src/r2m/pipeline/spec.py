@@ -1,0 +1,98 @@
+"""The building blocks of the stage registry: :class:`Stage`, its outputs, :class:`Gather`
+dependencies, fan-out and resources, and the path prefixes and source lists stages share.
+
+Cheap to import (no torch, no pandas): Snakemake imports it on every run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from r2m.pipeline.axes import AXIS_SOURCES
+
+Axis = Literal["dataset", "variant", "ckpt", "model"]
+
+
+@dataclass(frozen=True)
+class Gather:
+    """One dependency per combination of ``over`` axes (values from the config; ``fixed`` pins some)."""
+
+    pattern: str
+    over: tuple[Axis, ...]
+    fixed: tuple[tuple[str, str], ...] = ()
+    dvc_path: str = ""
+    sources: tuple[tuple[str, str], ...] = ()  # axis -> value list other than the default (AXIS_SOURCES)
+
+    def source(self, axis: str) -> str:
+        return dict(self.sources).get(axis, AXIS_SOURCES[axis])
+
+
+@dataclass(frozen=True)
+class Out:
+    path: str
+    kind: Literal["out", "metrics", "plots"] = "out"
+    directory: bool = False
+    cache: bool = True
+    persist: bool = False
+    plot: tuple[tuple[str, str], ...] = ()  # DVC plot options, e.g. (("x", "step"), ("y", "loss"))
+
+
+@dataclass(frozen=True)
+class FanOut:
+    """Snakemake only: the stage can run as N parallel shard jobs (``--config shards='{name: N}'``)
+    writing into ``folder/<shard>/``, the stage's own job then merging them. DVC runs one job."""
+
+    folder: str
+    shard_args: str = "--shard {shard} --num-shards {n} --parts-dir {folder}/{shard}"
+    merge_args: str = "--merge --parts-from {folder}"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one job of the stage holds, for Snakemake's scheduler (``--resources gpu=N``, the SLURM
+    executor's ``--gpus``/``--mem``). ``gpu`` stages use CUDA when present and run on CPU otherwise."""
+
+    gpu: int = 0
+    mem_mb: int = 4000
+
+    def snakemake(self) -> dict[str, int]:
+        """The rule's ``resources:`` (``gpu`` only where one is used, so CPU jobs ask for none)."""
+        return {"mem_mb": self.mem_mb, **({"gpu": self.gpu} if self.gpu else {})}
+
+
+GPU_JOB = Resources(gpu=1, mem_mb=16000)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    impl: str  # "module:function" run with a StageContext
+    help: str
+    axes: tuple[Axis, ...]
+    deps: dict[str, str | Gather] = field(default_factory=dict)
+    outs: dict[str, Out] = field(default_factory=dict)
+    params: tuple[str, ...] = ()  # params.yaml sections the stage reads
+    src: tuple[str, ...] = ()  # source files/folders the stage's code lives in
+    fanout: FanOut | None = None
+    resources: Resources = Resources()
+    sources: tuple[tuple[str, str], ...] = ()  # axis -> value list (DVC matrix) other than the default
+
+    def source(self, axis: str) -> str:
+        return dict(self.sources).get(axis, AXIS_SOURCES[axis])
+
+    @property
+    def log(self) -> str:
+        key = "-".join(f"{{{a}}}" for a in self.axes) or "all"
+        return f"logs/{self.name}/{key}.log"
+
+    def command_args(self, fmt: str) -> str:
+        """``--dataset X --variant Y`` with values formatted by ``fmt`` (e.g. ``{wildcards.%s}``)."""
+        return " ".join(f"--{a} {fmt % a}" for a in self.axes)
+
+
+D = "data/{dataset}"
+M = "models/{dataset}/{variant}"
+R = "results/{dataset}/{variant}/{ckpt}"
+COMMON_SRC = ("src/r2m/params.py", "src/r2m/pipeline/context.py", "src/r2m/pipeline/axes.py",
+              "src/r2m/pipeline/validate.py", "src/r2m/utils")

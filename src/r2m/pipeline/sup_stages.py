@@ -1,0 +1,174 @@
+"""The supervised baselines' stages (m-RNN, Show-Attend-Tell, S-CNN-RNN, ...) and the retrieval
+and baselines tables, part of :data:`r2m.pipeline.stages.STAGES`.
+
+Their ``dataset`` axis runs over ``baselines.datasets``, the ``model`` axis over
+``baselines.models``; each model reads its own params section (``"{model}"``).
+"""
+
+from __future__ import annotations
+
+from r2m.pipeline.spec import COMMON_SRC, GPU_JOB, D, Gather, Out, Resources, Stage
+
+# supervised baselines (m-RNN, ...): datasets from `baselines.datasets`, models from `baselines.models`
+SB = "models/{dataset}/{model}/train_sup"
+SR = "results/{dataset}/{model}/train_sup"
+SP = "models/{dataset}/{model}/pretrain_sup"
+SPR = "results/{dataset}/{model}/pretrain_sup"
+SUP = (("dataset", "baselines.datasets"),)
+SUP_SRC = COMMON_SRC + ("src/r2m/supervised", "src/r2m/models", "src/r2m/text/vocab.py", "src/r2m/training")
+
+
+def sup_stages() -> tuple[Stage, ...]:
+    return (
+        Stage(
+            "sup_vocab",
+            impl="r2m.supervised.vocab:run",
+            help="supervised baselines: vocabulary of the paired training captions and the encoded pairs",
+            axes=("dataset",),
+            deps={"prepared": f"{D}/prepared"},
+            outs={"sup_vocab": Out(f"{D}/sup_vocab", directory=True)},
+            params=("sup_vocab", "catalog"),
+            src=COMMON_SRC + ("src/r2m/supervised", "src/r2m/text"),
+            sources=SUP,
+        ),
+        Stage(
+            "pretrain_sup",
+            impl="r2m.supervised.train:run_pretrain",
+            help="supervised baselines: a model's pretraining phase (S-CNN-RNN; others: a skip marker)",
+            axes=("dataset", "model"),
+            deps={"sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features"},
+            outs={
+                "model": Out(SP, directory=True, persist=True),
+                "loss": Out(f"{SPR}/loss.tsv", kind="plots", cache=False,
+                            plot=(("x", "step"), ("y", "loss"), ("title", "pretrain_sup loss"))),
+                "metrics": Out(f"{SPR}/train_metrics.json", kind="metrics", cache=False),
+            },
+            params=("train_sup", "{model}", "catalog"),
+            src=SUP_SRC,
+            sources=SUP,
+        ),
+        Stage(
+            "train_sup",
+            impl="r2m.supervised.train:run",
+            help="supervised baselines: train one model on the image-caption pairs",
+            axes=("dataset", "model"),
+            deps={"sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features", "pretrain": SP,
+                  "prepared": f"{D}/prepared"},
+            outs={
+                "model": Out(SB, directory=True, persist=True),
+                "loss": Out(f"{SR}/loss.tsv", kind="plots", cache=False,
+                            plot=(("x", "step"), ("y", "loss"), ("title", "train_sup loss"))),
+                "metrics": Out(f"{SR}/train_metrics.json", kind="metrics", cache=False),
+            },
+            params=("train_sup", "{model}", "catalog", "caption"),
+            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation/inputs.py"),
+            sources=SUP,
+            resources=GPU_JOB,
+        ),
+        Stage(
+            "caption_sup",
+            impl="r2m.supervised.caption:run",
+            help="supervised baselines: beam-search captions for the evaluation images",
+            axes=("dataset", "model"),
+            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
+                  "prepared": f"{D}/prepared"},
+            outs={"captions": Out(f"{SR}/captions.json", cache=False)},
+            params=("caption",),
+            src=SUP_SRC + ("src/r2m/decoding",),
+            sources=SUP,
+            resources=Resources(gpu=1, mem_mb=8000),
+        ),
+        Stage(
+            "evaluate_sup",
+            impl="r2m.supervised.caption:evaluate",
+            help="supervised baselines: coco-caption metrics of the captions",
+            axes=("dataset", "model"),
+            deps={"captions": f"{SR}/captions.json", "prepared": f"{D}/prepared", "sup_vocab": f"{D}/sup_vocab"},
+            outs={
+                "metrics": Out(f"{SR}/eval.json", kind="metrics", cache=False),
+                "per_image": Out(f"{SR}/eval_per_image.json", cache=False),
+            },
+            params=("evaluate",),
+            src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/supervised"),
+            sources=SUP,
+        ),
+        Stage(
+            "inspect_sup",
+            impl="r2m.supervised.inspect:run",
+            help="supervised baselines: SAT attention maps and hit rate, S-CNN-RNN concept head P/R/F1",
+            axes=("dataset", "model"),
+            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
+                  "prepared": f"{D}/prepared"},
+            outs={"inspect": Out(f"{SR}/inspect", directory=True, cache=False)},
+            params=("caption", "report"),
+            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation", "src/r2m/reports/attention_maps.py"),
+            sources=SUP,
+        ),
+        Stage(
+            "mostfreq",
+            impl="r2m.supervised.caption:mostfreq",
+            help="supervised baselines' reference point: the most frequent training caption for every image",
+            axes=("dataset",),
+            deps={"sup_vocab": f"{D}/sup_vocab", "prepared": f"{D}/prepared"},
+            outs={"captions": Out("results/{dataset}/mostfreq/captions.json", cache=False),
+                  "metrics": Out("results/{dataset}/mostfreq/eval.json", kind="metrics", cache=False)},
+            params=("caption", "evaluate"),
+            src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/supervised"),
+            sources=SUP,
+        ),
+        Stage(
+            "retrieval_sup",
+            impl="r2m.supervised.retrieval:run_sup",
+            help="supervised baselines: image-sentence retrieval (R@K, Med r) by P(sentence | image)",
+            axes=("dataset", "model"),
+            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
+                  "prepared": f"{D}/prepared"},
+            outs={"retrieval": Out(f"{SR}/retrieval.json", kind="metrics", cache=False)},
+            params=("retrieval", "train_sup"),
+            src=SUP_SRC,
+            sources=SUP,
+        ),
+        Stage(
+            "retrieval_r2m",
+            impl="r2m.supervised.retrieval:run_r2m",
+            help="image-sentence retrieval (R@K, Med r) of R2M through its joint space",
+            axes=("dataset",),
+            deps={"model": "models/{dataset}/r2m/train_i", "vocab": f"{D}/vocab", "features": f"{D}/features",
+                  "prepared": f"{D}/prepared"},
+            outs={"retrieval": Out("results/{dataset}/r2m/train_i/retrieval.json", kind="metrics", cache=False)},
+            params=("retrieval", "concepts", "train_s"),
+            src=SUP_SRC,
+        ),
+        Stage(
+            "baselines",
+            impl="r2m.reports.baselines:baselines",
+            help="the supervised baselines' captioning table beside the seeds' published numbers",
+            axes=(),
+            deps={
+                "evals": Gather(f"{SR}/eval.json", over=("dataset", "model"), sources=SUP, dvc_path="results"),
+                "train": Gather(f"{SR}/train_metrics.json", over=("dataset", "model"), sources=SUP,
+                                dvc_path="results"),
+                "mostfreq": Gather("results/{dataset}/mostfreq/eval.json", over=("dataset",), sources=SUP,
+                                   dvc_path="results"),
+                "inspect": Gather(f"{SR}/inspect", over=("dataset", "model"), sources=SUP, dvc_path="results"),
+            },
+            outs={"csv": Out("reports/baselines.csv", cache=False), "md": Out("reports/baselines.md", cache=False),
+                  "multilabel": Out("reports/baselines_multilabel.csv", cache=False),
+                  "attention": Out("reports/figures/baselines", directory=True, cache=False)},
+            params=("baselines",),
+            src=COMMON_SRC + ("src/r2m/reports",),
+        ),
+        Stage(
+            "retrieval",
+            impl="r2m.reports.baselines:retrieval",
+            help="the image-sentence retrieval table: supervised baselines and R2M beside m-RNN's published rows",
+            axes=(),
+            deps={
+                "sup": Gather(f"{SR}/retrieval.json", over=("dataset", "model"), sources=SUP, dvc_path="results"),
+                "r2m": Gather("results/{dataset}/r2m/train_i/retrieval.json", over=("dataset",), dvc_path="results"),
+            },
+            outs={"csv": Out("reports/retrieval.csv", cache=False), "md": Out("reports/retrieval.md", cache=False)},
+            params=("datasets", "baselines"),
+            src=COMMON_SRC + ("src/r2m/reports",),
+        ),
+    )

@@ -1,0 +1,102 @@
+"""What the pipeline checks beyond the params schema, before any stage runs.
+
+:func:`check_files`: the files a dataset's params reference exist (weights, class lists, word
+lists, an absolute precomputed-detections path), the chosen backends' optional extras are
+installed, and the recipe's own check passes (:data:`r2m.datasets.base.RECIPE_CHECKS`).
+:func:`load` / :func:`validate` are :func:`r2m.params.load` / :func:`r2m.params.validate` plus
+these checks for every selected dataset: what ``r2m <stage>`` and the Snakefile call.
+Each failure is one line naming the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from r2m import params as P
+from r2m.utils.registry import declared_names
+
+# options naming files the user must provide (resolved against the working directory)
+_DETECT_FILE_OPTIONS = ("weights", "checkpoint", "classes", "mapping", "mid_names")
+# backends that need an optional extra: (stage, backend) -> (module, extra, how to install)
+_BACKEND_EXTRAS = {
+    ("detect_concepts", "tf_oid"): ("tensorflow", "tf", "pip install -e '.[tf]' (or make setup-tf)"),
+    ("detect_concepts", "owl"): ("transformers", "owl", "pip install -e '.[owl]' (or make setup-owl)"),
+}
+
+
+def _missing_extras(params: P.Params) -> list[str]:
+    """One line per chosen backend whose optional dependency is not installed (found without importing it)."""
+    import importlib.util
+
+    out = []
+    for (stage, backend), (module, extra, how) in _BACKEND_EXTRAS.items():
+        if getattr(params, stage).backend == backend and importlib.util.find_spec(module) is None:
+            out.append(f"{stage}.backend: {backend!r} needs the optional extra '{extra}' ({module} is not "
+                       f"installed); install it with: {how}")
+    return out
+
+
+def _missing_files(options: dict[str, Any], keys: tuple[str, ...], prefix: str) -> list[str]:
+    out = []
+    for k in keys:
+        v = options.get(k)
+        if isinstance(v, str) and v and not Path(v).expanduser().exists():
+            out.append(f"{prefix}.{k}: file not found: {v}")
+    for k, v in options.items():  # nested backend options (e.g. offline's classifier: {...})
+        if isinstance(v, dict):
+            out += _missing_files(v, keys, f"{prefix}.{k}")
+    return out
+
+
+def _recipe_check(params: P.Params, dataset: str) -> list[str]:
+    entry = params.catalog[dataset]
+    if entry.kind not in declared_names(list(P.RECIPE_SOURCES), "RECIPE_CHECKS"):  # import recipes only if checked
+        return []
+    from r2m.datasets import load_recipes
+    from r2m.datasets.base import RECIPE_CHECKS
+
+    load_recipes()
+    try:
+        RECIPE_CHECKS.get(entry.kind)(entry)
+    except (OSError, ValueError) as err:
+        return [f"catalog.{dataset}: {err}"]
+    return []
+
+
+def check_files(params: P.Params, dataset: str, source: str = "params") -> None:
+    """Referenced files of one dataset (recipe inputs, weights, class lists, an absolute
+    precomputed-detections path) exist; raise :class:`r2m.params.ParamsError` naming the key otherwise."""
+    view = P.for_dataset(params, dataset)
+    errors = _missing_files(view.detect_concepts.options, _DETECT_FILE_OPTIONS, "detect_concepts.options")
+    errors += _missing_files(view.extract_features.options, ("weights",), "extract_features.options")
+    if view.detect_concepts.backend == "tf_oid":  # a local SavedModel (folder or archive); else a download
+        errors += _missing_files(view.detect_concepts.options, ("model",), "detect_concepts.options")
+    errors += _missing_extras(view)
+    vf = view.fidelity.vocab_filter
+    if vf and not Path(vf).expanduser().exists():
+        errors.append(f"fidelity.vocab_filter: file not found: {vf} (a word list, one word per line; see README)")
+    path = view.detect_concepts.options.get("path")
+    if view.detect_concepts.backend == "precomputed" and isinstance(path, str) and Path(path).is_absolute() \
+            and not Path(path).exists():
+        errors.append(f"detect_concepts.options.path: file not found: {path}")
+    errors += _recipe_check(params, dataset)
+    if errors:
+        where = f"{source} (dataset {dataset})"
+        raise P.ParamsError(f"invalid parameters in {where}: " + "; ".join(errors))
+
+
+def validate(raw: dict[str, Any], source: str = "params") -> P.Params:
+    """The schema (:func:`r2m.params.validate`), then :func:`check_files` for every selected dataset."""
+    params = P.validate(raw, source)
+    for name in params.datasets:
+        check_files(params, name, source)
+    return params
+
+
+def load(path: str | Path = "params.yaml") -> P.Params:
+    """:func:`r2m.params.load`, then :func:`check_files` for every selected dataset."""
+    params = P.load(path)
+    for name in params.datasets:
+        check_files(params, name, str(path))
+    return params

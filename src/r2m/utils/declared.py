@@ -1,0 +1,98 @@
+"""Registrations read from the source, without importing it.
+
+Validating params must never import torch (Snakemake imports :mod:`r2m.params` on every run), yet
+the supervised baselines' names, report labels and params sections live in their model files. A
+model file declares them on its class::
+
+    class FooParams(BaseModel):          # pydantic / typing names only
+        hidden: int = Field(256, ge=1)
+
+    @SUP_MODELS.register("foo", label="Foo et al. 2020", params=FooParams)
+    class Foo(SupervisedCaptioner): ...
+
+and :func:`sup_model_specs` finds them with :mod:`ast`, executing only the params class's source
+with pydantic/typing names in scope.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# names a baseline's params class may use (its source is executed with only these in scope)
+SPEC_NAMESPACE: dict[str, Any] = {"BaseModel": BaseModel, "ConfigDict": ConfigDict, "Field": Field,
+                                  "Literal": Literal, "Any": Any, "field_validator": field_validator,
+                                  "model_validator": model_validator}
+
+
+class DeclarationError(ValueError):
+    """A registration that cannot be read from the source (names the file and line)."""
+
+
+@dataclass(frozen=True)
+class SupModelSpec:
+    """A supervised baseline as its model file declares it: name, report label, params section."""
+
+    name: str
+    label: str
+    params: type[BaseModel]
+    file: Path
+
+
+def _register_call(node: ast.ClassDef, registry: str) -> ast.Call | None:
+    for dec in node.decorator_list:
+        if (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr == "register"
+                and isinstance(dec.func.value, ast.Name) and dec.func.value.id == registry):
+            return dec
+    return None
+
+
+def params_class(file: Path, text: str, tree: ast.Module, name: str) -> type[BaseModel]:
+    """Execute the source of class ``name`` of ``file`` with only :data:`SPEC_NAMESPACE` in scope;
+    the result forbids unknown keys and validates assignments (as every params section)."""
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    if node is None:
+        raise DeclarationError(f"{file}: params class {name!r} (named in the registration) is not defined there")
+    scope = dict(SPEC_NAMESPACE)
+    try:
+        exec(compile(ast.get_source_segment(text, node) or "", str(file), "exec"), scope)  # noqa: S102
+    except NameError as err:
+        raise DeclarationError(f"{file}: {name} may use only {sorted(SPEC_NAMESPACE)} ({err})") from None
+    cls = scope[name]
+    return type(name, (cls,), {"model_config": ConfigDict(extra="forbid", validate_assignment=True),
+                               "__module__": "r2m.params", "__doc__": cls.__doc__})
+
+
+def _files(sources: tuple[Path, ...]) -> list[Path]:
+    return [f for src in sources for f in (sorted(src.glob("*.py")) if src.is_dir() else [src]) if f.is_file()]
+
+
+@functools.cache
+def sup_model_specs(sources: tuple[Path, ...], registry: str = "SUP_MODELS") -> tuple[SupModelSpec, ...]:
+    """Every ``@<registry>.register("name", label="...", params=XParams)`` class in ``sources``
+    (files or package folders), sorted by name; nothing is imported."""
+    specs: dict[str, SupModelSpec] = {}
+    for file in _files(sources):
+        text = file.read_text(encoding="utf-8")
+        tree = ast.parse(text, str(file))
+        for node in tree.body:
+            call = _register_call(node, registry) if isinstance(node, ast.ClassDef) else None
+            if call is None:
+                continue
+            kw = {k.arg: k.value for k in call.keywords}
+            try:
+                name = ast.literal_eval(call.args[0])
+                label = ast.literal_eval(kw["label"])
+                params_name = kw["params"].id  # type: ignore[attr-defined]
+            except (IndexError, KeyError, AttributeError, ValueError) as err:
+                raise DeclarationError(f"{file}:{node.lineno}: write @{registry}.register(\"name\", label=\"...\", "
+                                       f"params=ParamsClass) with literal values ({err!r})") from None
+            if name in specs:
+                raise DeclarationError(f"{registry}: {name!r} registered twice ({specs[name].file}, {file})")
+            specs[name] = SupModelSpec(name, label, params_class(file, text, tree, params_name), file)
+    return tuple(specs[n] for n in sorted(specs))
