@@ -34,7 +34,7 @@ from r2m.pipeline.spec import (  # noqa: F401  (re-exported: the registry's type
 from r2m.pipeline.sup_stages import sup_stages
 
 MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/text/vocab.py",
-             "src/r2m/decoding/settings.py")
+             "src/r2m/text/dictionary.py", "src/r2m/decoding/settings.py")
 
 
 # the ``fidelity`` items each stage reads (so switching one re-runs only the stages it changes)
@@ -158,7 +158,8 @@ STAGES: tuple[Stage, ...] = (
             "info": Out(f"{R}/caption_info.json", cache=False),
         },
         params=("caption", "concepts", *FIDELITY_IMAGES),
-        src=COMMON_SRC + ("src/r2m/decoding", "src/r2m/models", "src/r2m/training/data.py", "src/r2m/vision/feature_store.py"),
+        src=COMMON_SRC + ("src/r2m/caption_cli.py", "src/r2m/decoding", "src/r2m/models", "src/r2m/text/vocab.py",
+                          "src/r2m/text/dictionary.py", "src/r2m/vision/feature_store.py"),
         resources=Resources(gpu=1, mem_mb=8000),
     ),
     Stage(
