@@ -20,7 +20,6 @@ Image paths in ``images.parquet`` are under ``raw_dir`` (repository-root relativ
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -34,7 +33,8 @@ from typing import Any
 from r2m.datasets.base import RECIPES, option, references_json, write_prepared
 from r2m.params import DatasetEntry
 from r2m.text.corpus import CorpusError, read_lines
-from r2m.utils.io import file_digest
+from r2m.utils.coco import read_coco_captions
+from r2m.utils.io import file_digest, read_json
 from r2m.utils.registry import Registry
 
 Fetcher = Callable[[str, Path, logging.Logger], None]
@@ -219,14 +219,6 @@ def ensure_sources(keys: list[str], raw: Path, fetcher: Fetcher | None, log: log
 KARPATHY_SPLITS = {"train": "train", "restval": "train", "val": "val", "test": "test"}
 
 
-def _load_json(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
-
-
 def convert_karpathy(split_file: Path, image_root: Path) -> tuple[Any, dict[str, Any]]:
     """Karpathy split JSON -> (images DataFrame, COCO references JSON for val/test images).
 
@@ -241,7 +233,7 @@ def convert_karpathy_pairs(split_file: Path, image_root: Path) -> tuple[Any, dic
     ``train`` + ``restval`` images and their sentences (the supervised baselines' training set)."""
     import pandas as pd
 
-    data = _load_json(split_file)
+    data = read_json(split_file)
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise ValueError(f"{split_file}: expected a Karpathy split file with an 'images' list")
     rows, ref_images, captions = [], [], {}
@@ -275,14 +267,8 @@ def convert_karpathy_pairs(split_file: Path, image_root: Path) -> tuple[Any, dic
 
 
 def coco_caption_lines(path: Path) -> Iterator[str]:
-    """Captions of a COCO caption-annotation file, in file order."""
-    data = _load_json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("annotations"), list):
-        raise ValueError(f"{path}: expected COCO caption JSON with an 'annotations' list")
-    for i, ann in enumerate(data["annotations"]):
-        cap = ann.get("caption") if isinstance(ann, dict) else None
-        if not isinstance(cap, str):
-            raise ValueError(f"{path}: annotations[{i}] has no 'caption' string")
+    """Captions of a COCO caption-annotation file, in file order (blank ones skipped)."""
+    for _, cap in read_coco_captions(path).annotations:
         if cap.strip():
             yield " ".join(cap.split())
 

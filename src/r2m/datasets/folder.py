@@ -22,7 +22,6 @@ the entry gives the folder (relative to the repository root, or absolute).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 from r2m.datasets.base import RECIPE_CHECKS, RECIPES, option, references_json, write_prepared
 from r2m.params import DatasetEntry
 from r2m.text.corpus import read_lines
+from r2m.utils.coco import read_coco_captions
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"})
 
@@ -54,28 +54,18 @@ def _path_option(entry: DatasetEntry, key: str, required: bool, want_dir: bool =
 
 
 def load_references(path: Path) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
-    """``(images, captions)`` from a COCO caption JSON; errors name the file and record."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
-            or not isinstance(data.get("annotations"), list):
-        raise ValueError(f"{path}: expected COCO caption JSON with 'images' and 'annotations' lists")
+    """``(images, captions)`` from a COCO caption JSON (every image record needs a ``file_name``);
+    errors name the file and record."""
+    coco = read_coco_captions(path)
     images = []
-    for i, img in enumerate(data["images"]):
-        if not isinstance(img, dict) or "id" not in img or not img.get("file_name"):
+    for i, img in enumerate(coco.images):
+        if not img.get("file_name"):
             raise ValueError(f"{path}: images[{i}] needs 'id' and 'file_name'")
-        images.append({"id": str(img["id"]), "file_name": str(img["file_name"])})
-    known = {img["id"] for img in images}
+        images.append({"id": img["id"], "file_name": str(img["file_name"])})
+    coco.require_listed(str(path))
     captions: dict[str, list[str]] = {}
-    for i, ann in enumerate(data["annotations"]):
-        if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
-            raise ValueError(f"{path}: annotations[{i}] needs 'image_id' and a 'caption' string")
-        image_id = str(ann["image_id"])
-        if image_id not in known:
-            raise ValueError(f"{path}: annotations[{i}]: image_id {image_id!r} is not in 'images'")
-        captions.setdefault(image_id, []).append(ann["caption"].strip())
+    for image_id, cap in coco.annotations:
+        captions.setdefault(image_id, []).append(cap.strip())
     return images, captions
 
 

@@ -24,32 +24,19 @@ import pyarrow.parquet as pq
 from r2m.datasets.base import TRAIN_REFERENCES
 from r2m.text.tokenize import tokenize
 from r2m.text.vocab import SPECIALS, Vocab, build_vocab
+from r2m.utils.coco import read_coco_captions
 from r2m.utils.io import atomic_path, read_json, write_json
 
 NO_PAIRS = "no paired training captions (prepared/{file} is absent): supervised baselines skipped"
 
 
 def _captions(path: Path, splits: set[str]) -> list[tuple[str, str, str]]:
-    """``(image_id, split, caption)`` from a COCO caption JSON; errors name the file and record."""
-    data = read_json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
-            or not isinstance(data.get("annotations"), list):
-        raise ValueError(f"{path}: expected COCO caption JSON with 'images' and 'annotations' lists")
-    split_of = {}
-    for i, img in enumerate(data["images"]):
-        if not isinstance(img, dict) or "id" not in img:
-            raise ValueError(f"{path}: images[{i}] needs an 'id'")
-        split_of[str(img["id"])] = str(img.get("split", "train"))
-    out = []
-    for i, ann in enumerate(data["annotations"]):
-        if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
-            raise ValueError(f"{path}: annotations[{i}] needs 'image_id' and a 'caption' string")
-        image_id = str(ann["image_id"])
-        if image_id not in split_of:
-            raise ValueError(f"{path}: annotations[{i}]: image_id {image_id!r} is not in 'images'")
-        if split_of[image_id] in splits:
-            out.append((image_id, split_of[image_id], ann["caption"].strip()))
-    return out
+    """``(image_id, split, caption)`` from a COCO caption JSON (an image record without ``split`` is
+    ``train``); errors name the file and record."""
+    coco = read_coco_captions(path)
+    coco.require_listed(str(path))
+    split_of = {i: str(s) for i, s in coco.split_of("train").items()}
+    return [(i, split_of[i], cap.strip()) for i, cap in coco.annotations if split_of[i] in splits]
 
 
 def skip_reason(sup_vocab_dir: str | Path) -> str | None:

@@ -50,6 +50,13 @@ class CocoCaptions:
             out.setdefault(image_id, []).append(cap)
         return out
 
+    def require_listed(self, source: str, error: type[Exception] = ValueError) -> None:
+        """Every annotation's image is one of the image records (else an error naming the record)."""
+        listed = {img["id"] for img in self.images}
+        for i, (image_id, _) in enumerate(self.annotations):
+            if image_id not in listed:
+                raise error(f"{source}: annotations[{i}]: image_id {image_id!r} is not in 'images'")
+
     def split_of(self, default: str | None = None) -> dict[str, str | None]:
         """``{image_id: split}`` of the image records (``default`` when a record has none)."""
         return {img["id"]: img.get("split", default) for img in self.images}

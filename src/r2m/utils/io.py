@@ -51,7 +51,7 @@ def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
 def read_json(path: str | Path) -> Any:
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"missing input file: {path}") from None
     except json.JSONDecodeError as err:
