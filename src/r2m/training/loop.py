@@ -192,7 +192,6 @@ class Loop:
     dist: distributed.Dist = field(default_factory=distributed.Dist)
     autocast: Callable[[], Any] = contextlib.nullcontext
     desc: str = ""
-    snapshot: Callable[[Any], dict[str, Tensor]] | None = None
 
 
 @dataclass
@@ -238,7 +237,6 @@ def _restored_best(b: dict[str, Any] | None) -> Best | None:
 def fit(spec: Loop) -> Result:
     """Train ``spec.model`` for ``spec.schedule.steps`` steps (resuming when it can); see the module."""
     model, opt, obj, tp, dist = spec.model, spec.optimizer, spec.objective, spec.schedule, spec.dist
-    snapshot = spec.snapshot or state_snapshot
     step_fn = dist.wrap(model, obj.loss, spec.device)
     last_path = spec.work / "last.pt"
     step, rows, best, selections = 0, [], None, []
@@ -272,7 +270,7 @@ def fit(spec: Loop) -> Result:
             score = float(spec.select(model, step))
             selections.append((step, score))
             if best is None or score > best.score:
-                best = Best(score, step, snapshot(model))
+                best = Best(score, step, state_snapshot(model))
             spec.log.info("%s step %d: selection score %.4f (best %.4f @ %d)", spec.name, step, score,
                           best.score, best.step)
 

@@ -190,8 +190,7 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
         schedule=tp, batches=data.train, val_batches=data.val, device=device, work=L.resume_folder(ctx),
         fingerprint=L.fingerprint(ctx), log=ctx.log, lr_param=f"{name}.lr = {tp.lr}",
         fresh=getattr(args, "fresh", False), select=select, dist=dist,
-        autocast=(lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext,
-        snapshot=lambda m: {k: v.detach().cpu() for k, v in m.state_dict().items()})
+        autocast=(lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext)
     ctx.log.info("%s: %s on %s, %d parameters, %d steps x %d", name, ctx.variant, device,
                  model.param_count(), tp.steps, tp.batch_size)
     res = L.fit(spec)
