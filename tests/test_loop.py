@@ -112,7 +112,7 @@ def test_selection_keeps_the_best_scoring_weights_not_the_last(tmp_path: Path) -
 
 def test_resume_after_preemption_is_bit_identical(tmp_path: Path, monkeypatch) -> None:
     def select(model, step):
-        return float(-model.lin.weight.abs().sum())
+        return float(-model.lin.weight.detach().abs().sum())
 
     full_spec = spec(tmp_path / "full", select=select)
     full = L.fit(full_spec)

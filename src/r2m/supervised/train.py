@@ -147,7 +147,7 @@ def _train(ctx, phase: str) -> None:
         val_batches=lambda: itertools.islice(val.ordered(tp.batch_size), 20), device=device,
         work=L.resume_folder(ctx), fingerprint=L.fingerprint(ctx), log=ctx.log,
         lr_param=f"train_sup.lr = {tp.lr}", fresh=getattr(args, "fresh", False), select=selector,
-        desc=f"train_sup {name}")
+        desc=f"train_sup ({name})")
     ctx.log.info("train_sup: %s on %s, %d parameters, %d steps x %d", name, device, model.param_count(),
                  tp.steps, tp.batch_size)
     res = L.fit(spec)

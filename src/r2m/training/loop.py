@@ -173,7 +173,8 @@ class LoopObjective:
 class Loop:
     """Everything :func:`fit` needs. ``batches(start_step)`` yields the training batches from that
     step on, ``val_batches()`` the (bounded) validation batches; ``name`` is the fault-injection
-    point and the log prefix, ``lr_param`` names the learning rate in the non-finite-loss message."""
+    point and the log prefix, ``desc`` (default ``name``) labels the progress bar and the
+    non-finite-loss message, ``lr_param`` names the learning rate there."""
 
     name: str
     model: Any
@@ -290,7 +291,7 @@ def fit(spec: Loop) -> Result:
             comp = {k: dist.mean(v) for k, v in comp.items()}
         value = float(dist.mean(loss.detach()))
         if not math.isfinite(value):  # the one place a (deferred) non-finite check goes
-            raise NonFiniteLoss(f"{spec.name}: loss is {value} at step {step + 1} "
+            raise NonFiniteLoss(f"{spec.desc or spec.name}: loss is {value} at step {step + 1} "
                                 f"({', '.join(f'{k}={float(v.detach()):.4g}' for k, v in comp.items())}); "
                                 f"try a lower learning rate (params: {spec.lr_param})")
         opt.zero_grad(set_to_none=True)
