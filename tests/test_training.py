@@ -203,7 +203,12 @@ def test_checkpoint_selection_hook(syn: Path) -> None:
     scores = iter([0.1, 0.9, 0.3])
     m = train(ctx_for(syn, "train_xe", make_params(train_xe={"steps": 30})), select=lambda model, step: next(scores))
     assert m["selected_step"] == 20 and m["selected_score"] == 0.9
-    assert torch.load(syn / "models/syn/r2m/train_xe/model.pt", weights_only=True)["step"] == 20
+    kept = torch.load(syn / "models/syn/r2m/train_xe/model.pt", weights_only=True)
+    assert kept["step"] == 20
+    # the kept weights are step 20's (a run of 20 steps), not the last step's
+    train(ctx_for(syn, "train_xe", make_params(train_xe={"steps": 20})))
+    at20 = torch.load(syn / "models/syn/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(kept["state_dict"][k], v) for k, v in at20.items())
 
 
 def test_image_stage_selects_checkpoint_by_val_cider(syn: Path) -> None:

@@ -8,6 +8,7 @@ never stopped would have drawn.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor
 
 from r2m.training.data import teacher_forcing
+from r2m.training.loop import epoch_batch
 
 
 @dataclass
@@ -105,18 +107,11 @@ class PairedSet:
                             [self.image_ids[i] for i in idx])
 
     def batches(self, batch_size: int, seed: int, start_step: int = 0) -> Iterator[CaptionBatch]:
-        """Endless shuffled batches (per-epoch permutations from ``(seed, epoch)``)."""
-        n = len(self)
-        if n == 0:
+        """Endless shuffled batches (:func:`r2m.training.loop.epoch_batch`)."""
+        if len(self) == 0:
             raise ValueError(f"no {self.split} image-caption pairs with features")
-        bs = min(batch_size, n)
-        per_epoch = n // bs
-        step = start_step
-        while True:
-            epoch, b = divmod(step, per_epoch)
-            perm = np.random.default_rng([seed, epoch]).permutation(n)
-            yield self.batch(perm[b * bs: (b + 1) * bs])
-            step += 1
+        for step in itertools.count(start_step):
+            yield self.batch(epoch_batch(len(self), batch_size, seed, step)[0])
 
     def ordered(self, batch_size: int) -> Iterator[CaptionBatch]:
         for s in range(0, len(self), batch_size):

@@ -1,4 +1,5 @@
-"""``train_sup``: one training loop for every supervised captioner (``--model``).
+"""``train_sup`` / ``pretrain_sup``: every supervised captioner (``--model``), trained in the shared loop
+(:mod:`r2m.training.loop`).
 
 Objective: the average negative log-likelihood per word of the training captions given their
 image (+ the model's aux terms), L2 through Adam's ``weight_decay``, global-norm clipping. The
@@ -15,8 +16,8 @@ A dataset without paired captions gets ``skipped.json`` and metrics ``{"skipped"
 
 from __future__ import annotations
 
+import itertools
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +27,9 @@ from r2m.models import build_sup_model
 from r2m.supervised.data import Features, PairedSet
 from r2m.supervised.vocab import skip_reason
 from r2m.text.vocab import load_itos
-from r2m.training.stages import (
-    NonFiniteLoss,
-    _rng_state,
-    _write_loss,
-    fingerprint,
-    restore_last,
-    resume_folder,
-)
+from r2m.training import loop as L
 from r2m.utils import resume as RS
 from r2m.utils.io import save_torch, write_json, write_text
-from r2m.utils.progress import progress
 
 
 def add_arguments(parser) -> None:
@@ -145,118 +138,51 @@ def _train(ctx, phase: str) -> None:
         from r2m.supervised.select import val_selector
 
         selector = val_selector(ctx, feats, itos, tp.select_by, device)
-    best: tuple[float, int, dict] | None = None
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=tp.lr,
                            weight_decay=tp.weight_decay)
     columns = ("xe", *model.aux_losses)
-
-    fp = fingerprint(ctx)
-    work = resume_folder(ctx)
-    last_path = work / "last.pt"
-    step, rows, elapsed_prev, seen = 0, [], 0.0, 0
-    last = restore_last(ctx, "train_sup", work, fp, model, opt, fresh=getattr(args, "fresh", False))
-    if last is not None:
-        step, rows = int(last["step"]), list(last["rows"])
-        elapsed_prev, seen = float(last.get("elapsed", 0.0)), int(last.get("seen", 0))
-        if last.get("best"):
-            best = (float(last["best"]["score"]), int(last["best"]["step"]), last["best"]["state_dict"])
+    spec = L.Loop(
+        name="train_sup", model=model, optimizer=opt, objective=caption_objective(columns), schedule=tp,
+        batches=lambda start: train.batches(tp.batch_size, tp.seed, start),
+        val_batches=lambda: itertools.islice(val.ordered(tp.batch_size), 20), device=device,
+        work=L.resume_folder(ctx), fingerprint=L.fingerprint(ctx), log=ctx.log,
+        lr_param=f"train_sup.lr = {tp.lr}", fresh=getattr(args, "fresh", False), select=selector,
+        desc=f"train_sup ({name})")
     ctx.log.info("train_sup: %s on %s, %d parameters, %d steps x %d", name, device, model.param_count(),
                  tp.steps, tp.batch_size)
+    res = L.fit(spec)
 
-    def evaluate() -> dict[str, float]:
-        model.eval()
-        tot: dict[str, float] = {}
-        n = 0
-        with torch.no_grad():
-            for k, b in enumerate(val.ordered(tp.batch_size)):
-                if k >= 20:
-                    break
-                b = b.to(device)
-                _, comp = model.loss(model.encode(model.batch_features(b.feats, b.image_ids)), b.inputs, b.targets, b.lengths)
-                for key, v in comp.items():
-                    tot[key] = tot.get(key, 0.0) + float(v) * len(b)
-                n += len(b)
-        model.train()
-        return {k: v / n for k, v in tot.items()} if n else {}
-
-    t0 = time.perf_counter()
-
-    def save_last() -> None:
-        save_torch(last_path, {"model": model.checkpoint(), "optimizer": opt.state_dict(), "step": step,
-                               "rows": rows, "rng": _rng_state(), "fingerprint": fp,
-                               "elapsed": elapsed_prev + (time.perf_counter() - t0), "seen": seen,
-                               "best": ({"score": best[0], "step": best[1], "state_dict": best[2]} if best else None)})
-
-    selections: list[dict[str, float]] = []
-    model.train()
-    batches = train.batches(tp.batch_size, tp.seed, step)
-    bar = progress(total=tp.steps, initial=step, desc=f"train_sup {name}")
-    stop = RS.Preemption()  # SIGTERM/SIGINT: finish the step, save last.pt, stop
-    with stop:
-        while step < tp.steps:
-            b = next(batches).to(device)
-            loss, comp = model.loss(model.encode(model.batch_features(b.feats, b.image_ids)), b.inputs, b.targets, b.lengths)
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                raise NonFiniteLoss(f"train_sup ({name}): loss is {value} at step {step + 1}; "
-                                    f"try a lower learning rate (params: train_sup.lr = {tp.lr})")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tp.clip)
-            opt.step()
-            step += 1
-            seen += len(b)
-            rows.append([step, "train", value, *(float(comp[c].detach()) if c in comp else None for c in columns)])
-            bar.update(1)
-            if step % tp.eval_every == 0 or step == tp.steps:
-                ev = evaluate()
-                if ev:
-                    rows.append([step, "val", sum(ev.values()), *(ev.get(c) for c in columns)])
-                    ctx.log.info("train_sup step %d: val %s", step, " ".join(f"{k}={v:.4f}" for k, v in ev.items()))
-                if selector is not None:
-                    score = selector(model, step)
-                    selections.append({"step": step, tp.select_by: score})
-                    ctx.log.info("train_sup step %d: val %s %.4f", step, tp.select_by, score)
-                    if best is None or score > best[0]:
-                        best = (score, step, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
-            if step % tp.checkpoint_every == 0 or step == tp.steps:
-                save_last()
-            RS.inject("train_sup", step)  # fault suite (R2M_FAULT), a no-op otherwise
-            if stop.requested:
-                if step % tp.checkpoint_every and step != tp.steps:
-                    save_last()
-                bar.close()
-                stop.check(f"step {step} of {tp.steps}", last_path)
-    bar.close()
-    elapsed = elapsed_prev + time.perf_counter() - t0
-
-    selected = step
-    if best is not None:  # the checkpoint with the best val metric
-        model.load_state_dict(best[2])
-        selected = best[1]
-        ctx.log.info("train_sup: keeping step %d (val %s %.4f)", selected, tp.select_by, best[0])
+    selected = res.keep_best(model)  # the checkpoint with the best val metric (or the last)
+    if res.best is not None:
+        ctx.log.info("train_sup: keeping step %d (val %s %.4f)", selected, tp.select_by, res.best.score)
     save_torch(out_dir / "model.pt", model.checkpoint(stage=ctx.stage.name, step=selected, dataset=ctx.dataset or ""))
     ctx.save_params(out_dir)
-    _write_loss(Path(ctx.outs["loss"]), columns, rows)
-    train_rows = [r for r in rows if r[1] == "train"]
-    val_rows = [r for r in rows if r[1] == "val"]
+    L.write_loss(Path(ctx.outs["loss"]), columns, res.rows)
     bs = max(tp.batch_size, 64)
+    selections = [{"step": k, tp.select_by: score} for k, score in res.selections]
     metrics = {
-        "model": name, "stage": ctx.stage.name, "steps": step, "selected_step": selected,
-        "select_by": tp.select_by, "selection": selections or None,
-        "train_loss": train_rows[-1][2] if train_rows else None,
-        "train_loss_last10": sum(r[2] for r in train_rows[-10:]) / len(train_rows[-10:]) if train_rows else None,
-        "val_loss": val_rows[-1][2] if val_rows else None,
+        "model": name, "stage": ctx.stage.name, "steps": res.step, "selected_step": selected,
+        "select_by": tp.select_by, "selection": selections or None, **L.loss_summary(res.rows),
         "train_perplexity": perplexity(model, train, bs, device) if len(train) <= 50000 else None,
         "val_perplexity": perplexity(model, val, bs, device),
         "test_perplexity": perplexity(model, test, bs, device),
-        "sentences_per_s": seen / elapsed if elapsed > 0 else None,
-        "wall_s": elapsed, "device": str(device), "parameters": model.param_count(),
+        "sentences_per_s": res.seen / res.elapsed if res.elapsed > 0 else None,
+        "wall_s": res.elapsed, "device": str(device), "parameters": model.param_count(),
         "train_pairs": len(train), "vocab_size": len(itos),
     }
-    metrics = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+    metrics = L.finite_or_none(metrics)
     write_json(Path(ctx.outs["metrics"]), metrics)
     feats.close()
-    RS.clear(work)  # outputs complete: the resumable state is no longer needed
-    ctx.log.info("train_sup: done, %d steps in %.1f s; perplexity val %s test %s", step, elapsed,
+    RS.clear(spec.work)  # outputs complete: the resumable state is no longer needed
+    ctx.log.info("train_sup: done, %d steps in %.1f s; perplexity val %s test %s", res.step, res.elapsed,
                  metrics["val_perplexity"], metrics["test_perplexity"])
+
+
+def caption_objective(columns: tuple[str, ...]) -> L.LoopObjective:
+    """The supervised objective for the loop: the model's own ``loss`` (per-word NLL + its aux
+    terms) on the encoded batch features; a val row's loss is the sum of its components."""
+
+    def loss(model, b):
+        return model.loss(model.encode(model.batch_features(b.feats, b.image_ids)), b.inputs, b.targets, b.lengths)
+
+    return L.LoopObjective(columns, loss, lambda m, b: loss(m, b)[1], lambda ev: sum(ev.values()))

@@ -7,7 +7,7 @@ of every stage's steps (at least one each; on CPU use a tiny fraction, e.g. 0.00
 per-stage seconds and sentences (images)/s, and the whole schedule's time extrapolated to
 ``--scale 1``.
 
-Each step is the training loop's own objective (:func:`r2m.training.stages.text_objective` /
+Each step is the training loop's own objective (:func:`r2m.training.objectives.text_objective` /
 ``image_objective``), backward, global-norm clipping 10 and Adam. What the GPU path does, all
 guarded so CPU runs are the plain eager loop:
 
@@ -32,7 +32,8 @@ from r2m.bench import parser
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import END, START
 from r2m.training.data import ImageBatch, TextBatch
-from r2m.training.stages import image_objective, make_adam, text_objective
+from r2m.training.objectives import image_objective, text_objective
+from r2m.training.stages import make_adam
 
 PAPER_VOCAB = 18679
 IMAGE_DIM = 1536

@@ -8,6 +8,7 @@ and resuming at step s skips the first s batches without reading them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from torch import Tensor
 
 from r2m.text.dictionary import image_concept_lists
 from r2m.text.vocab import END, START, pad_lists
+from r2m.training.loop import epoch_batch
 
 
 def shuffle_concepts(concepts: np.ndarray, lens: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -224,19 +226,13 @@ class ImageSet:
                           [self.image_ids[i] for i in idx])
 
     def batches(self, batch_size: int, seed: int, start_step: int = 0) -> Iterator[ImageBatch]:
-        """Endless shuffled batches (per-epoch permutations from ``(seed, epoch)``)."""
-        n = len(self)
-        if n == 0:
+        """Endless shuffled batches (:func:`r2m.training.loop.epoch_batch`); concepts shuffled from
+        ``(seed, epoch, batch)`` unless the set is unshuffled."""
+        if len(self) == 0:
             raise ValueError("no training images with features and at least one concept")
-        bs = min(batch_size, n)
-        per_epoch = n // bs
-        step = start_step
-        while True:
-            epoch, b = divmod(step, per_epoch)
-            perm = np.random.default_rng([seed, epoch]).permutation(n)
-            rng = np.random.default_rng([seed, epoch, b]) if self.shuffle else None
-            yield self.batch(perm[b * bs: (b + 1) * bs], rng)
-            step += 1
+        for step in itertools.count(start_step):
+            idx, epoch, b = epoch_batch(len(self), batch_size, seed, step)
+            yield self.batch(idx, np.random.default_rng([seed, epoch, b]) if self.shuffle else None)
 
     def ordered(self, batch_size: int, max_batches: int | None = None) -> Iterator[ImageBatch]:
         for k, s in enumerate(range(0, len(self), batch_size)):

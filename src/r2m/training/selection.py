@@ -1,6 +1,6 @@
 """Checkpoint selection by validation CIDEr (the paper selects its checkpoints this way).
 
-``cider_selector(ctx, model_device)`` returns a :data:`r2m.training.stages.Selector` that captions
+``cider_selector(ctx, model_device)`` returns a :data:`r2m.training.loop.Selector` that captions
 the dataset's ``val`` images (beam search with the ``caption`` params, concepts as at test time)
 and scores them with CIDEr-D against their references. CIDEr runs on coco-caption's scorer with the
 project tokeniser (no Java), so it is cheap enough to call at every ``eval_every`` step; the

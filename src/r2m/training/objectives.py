@@ -1,0 +1,91 @@
+"""The R²M training objectives, one per stage (:data:`OBJECTIVES`: stage name → :class:`Objective`).
+
+``train_xe``: L_XE on the text corpus; ``train_s``: L_S = L_XE + β·L_rec; ``train_m``: L_M^I (the
+ranking loss, γ = 0); ``train_i``: L_I = L_M^I + γ·L_rec on greedy free-running captions of the
+images' concepts. β/γ come from the dataset's catalog entry, the L_rec / ranking forms from
+``fidelity.rec_loss`` / ``fidelity.rank_loss``. Each ``compute(ctx, model, batch, tp)`` returns
+``(loss, components)``; under DDP the text loss is rescaled to the global token mean and the image
+loss sees the whole global batch (:mod:`r2m.training.distributed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from r2m.losses import linear_xe_loss, loss_i, loss_s, xe_loss
+from r2m.models.r2m import R2M
+from r2m.training import distributed
+from r2m.training.data import TextBatch
+
+
+@dataclass(frozen=True)
+class Objective:
+    data: str  # "text" | "image"
+    columns: tuple[str, ...]
+    compute: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def token_xe(model: R2M, hidden: Tensor, targets: Tensor) -> Tensor:
+    """L_XE over valid positions ([n, N·d], [n]); on CPU without materialising the logits."""
+    if hidden.device.type == "cpu" and not torch.is_autocast_enabled():
+        return linear_xe_loss(model.out_drop(hidden), model.out.weight, model.out.bias, targets)
+    return xe_loss(model.logits(hidden), targets)
+
+
+def text_objective(model: R2M, batch: TextBatch, beta: float | None,
+                   rec: str = "sum_normalized") -> tuple[Tensor, dict[str, Tensor]]:
+    """L_XE (``beta is None``) or L_S (``rec``: the L_rec form); logits only at valid positions."""
+    out = model(batch.concepts, batch.concept_lens, batch.inputs, batch.lengths, reconstruct=beta is not None)
+    mask = batch.mask
+    xe = token_xe(model, out["hidden"][mask], batch.targets[mask])
+    if distributed.current().enabled:  # DDP: this rank's share of the global token mean
+        xe = xe * distributed.current().token_mean_scale(mask.sum())
+    if beta is None:
+        return xe, {"xe": xe}
+    return loss_s(xe, out["v"], out["v_tilde_raw"], beta, rec)
+
+
+def image_objective(model: R2M, batch, gamma: float, margin: float, max_len: int,
+                    rec: str = "sum_normalized", rank: str = "vsepp"):
+    """L_M^I (γ = 0) or L_I on greedy free-running captions (gradients through hidden states)."""
+    v = model.encode(batch.concepts, batch.concept_lens)
+    g = model.greedy(v, max_len)
+    img, v_tilde = model.project_image(batch.feats), g["v_tilde_raw"]
+    if model.training:  # DDP: in-batch negatives over the whole global batch
+        img, v, v_tilde = (distributed.gather_rows(x) for x in (img, v, v_tilde))
+    return loss_i(img, v, v_tilde, gamma, margin, rec, rank)
+
+
+def _xe(ctx, model, batch, tp):
+    return text_objective(model, batch, None)
+
+
+def _s(ctx, model, batch, tp):
+    return text_objective(model, batch, ctx.entry.beta, ctx.params.fidelity.rec_loss)
+
+
+def _m(ctx, model, batch, tp):
+    f = ctx.params.fidelity
+    return image_objective(model, batch, 0.0, tp.margin, tp.max_len, f.rec_loss, f.rank_loss)
+
+
+def _i(ctx, model, batch, tp):
+    f = ctx.params.fidelity
+    return image_objective(model, batch, ctx.entry.gamma, tp.margin, tp.max_len, f.rec_loss, f.rank_loss)
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "train_xe": Objective("text", ("xe",), _xe),
+    "train_s": Objective("text", ("xe", "rec"), _s),
+    "train_m": Objective("image", ("rank", "rec"), _m),
+    "train_i": Objective("image", ("rank", "rec"), _i),
+}
+
+
+def val_gamma(ctx, stage: str) -> float:
+    """γ in a validation row's ``loss = rank + γ·rec`` of an image stage (0 but for ``train_i``)."""
+    return ctx.entry.gamma if stage == "train_i" else 0
