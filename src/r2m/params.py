@@ -12,6 +12,9 @@ validating params never imports torch; see :func:`r2m.utils.declared.sup_model_s
 Only the schema lives here: file / extra / recipe checks are :mod:`r2m.pipeline.validate`, the
 DAG's axis values :mod:`r2m.pipeline.axes`. Runtime settings (device, threads, workers) are *not*
 params: they come from the command line or the environment (see :mod:`r2m.runtime`).
+
+(Over 450 lines on purpose: it is one pydantic class per params section and the profile table,
+nothing else; splitting the one schema users read would scatter its contract.)
 """
 
 from __future__ import annotations
