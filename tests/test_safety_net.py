@@ -66,11 +66,14 @@ def test_r2m_selection_keeps_the_best_scoring_weights_not_the_last(syn: Path) ->
     assert not _same(ck["state_dict"], seen[40])
 
 
-@ALIASED_BEST
-def test_r2m_image_stage_cider_selection_keeps_the_argmax(syn: Path, monkeypatch) -> None:
-    """The DAG's CIDEr selector on train_m: the kept step is the one whose recorded score is highest."""
+@pytest.fixture(scope="module")
+def cider_selected(tmp_path_factory) -> tuple[Path, dict[int, tuple[float, dict[str, torch.Tensor]]]]:
+    """train_m through the DAG's run() with its CIDEr selector, every score and the weights it saw recorded."""
     from r2m.training import selection
 
+    torch.set_num_threads(1)
+    syn = tmp_path_factory.mktemp("cider")
+    make_synthetic(syn)
     val = ["img16", "img17", "img18", "img19"]
     refs = {"images": [{"id": i} for i in val],
             "annotations": [{"id": k, "image_id": i, "caption": "A dog runs near the cat."} for k, i in enumerate(val)]}
@@ -89,19 +92,36 @@ def test_r2m_image_stage_cider_selection_keeps_the_argmax(syn: Path, monkeypatch
 
         return wrapped
 
-    monkeypatch.setattr(selection, "cider_selector", recording)
     p = make_params(train_m={"steps": 6, "eval_every": 2})
     T.train(ctx_for(syn, "train_xe", p))
     T.train(ctx_for(syn, "train_s", p))
-    T.run(ctx_for(syn, "train_m", p))
+    selection.cider_selector = recording
+    try:
+        T.run(ctx_for(syn, "train_m", p))
+    finally:
+        selection.cider_selector = real
+    return syn, record
+
+
+def _argmax(record) -> int:
+    return max(sorted(record), key=lambda s: record[s][0])  # the first of the best on ties
+
+
+def test_r2m_image_stage_cider_selection_keeps_the_argmax_step(cider_selected) -> None:
+    syn, record = cider_selected
     m = json.loads((syn / "results/syn/r2m/train_m/train_metrics.json").read_text())
     assert sorted(record) == [2, 4, 6]
-    best = max(sorted(record), key=lambda s: record[s][0])  # first of the best on ties
+    best = _argmax(record)
     assert m["selected_step"] == best and m["selected_score"] == record[best][0]
-    ck = torch.load(syn / "models/syn/r2m/train_m/model.pt", weights_only=True)
-    assert ck["step"] == best
-    assert _same({k: v for k, v in ck["state_dict"].items()}, {k: v for k, v in record[best][1].items()
-                                                              if k in ck["state_dict"]})
+    assert torch.load(syn / "models/syn/r2m/train_m/model.pt", weights_only=True)["step"] == best
+
+
+@ALIASED_BEST
+def test_r2m_image_stage_cider_selection_keeps_the_argmax_weights(cider_selected) -> None:
+    syn, record = cider_selected
+    best = _argmax(record)
+    sd = torch.load(syn / "models/syn/r2m/train_m/model.pt", weights_only=True)["state_dict"]
+    assert _same(sd, {k: v for k, v in record[best][1].items() if k in sd})
 
 
 # --------------------------------------------------------------------------- --fresh
