@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import math
 import os
 import pickle
 import random
@@ -462,8 +461,9 @@ def test_unreadable_test_images_are_counted_and_named(wd, killed_and_rerun, tmp_
     assert image_id in eval_notes({("tiny", "r2m"): m})[0]
 
 
-def test_fault_suite_figures() -> None:
-    """Printed for the record (pytest -s); the assertions above already failed on any miss."""
+@pytest.fixture(scope="module", autouse=True)
+def fault_suite_figures():
+    """The figures, printed once the module's tests have run (``pytest -s``). A report, not a test: each
+    test above asserts its own fault directly (a test reading other tests' counters passes when run alone)."""
+    yield
     print("\nfault suite:", json.dumps(FIGURES))
-    assert FIGURES["tracebacks"] == 0 and FIGURES["outputs_damaged"] == 0
-    assert not math.isnan(FIGURES["steps_lost_max"])
