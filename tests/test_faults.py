@@ -177,6 +177,44 @@ def test_kill9_under_snakemake_resumes_feature_extraction(wd: Path, killed_and_r
     assert pd.read_parquet(ref / "index.parquet").equals(pd.read_parquet(wd / "data/tiny/features/index.parquet"))
 
 
+def test_sigterm_during_feature_extraction_exits_143_then_resumes_identically(wd, killed_and_rerun, capsys,
+                                                                             monkeypatch) -> None:
+    import h5py
+    import pandas as pd
+
+    feats = wd / "data/tiny/features"
+    with h5py.File(feats / "features.h5") as f:
+        before = f["pooled"][:]
+    index = pd.read_parquet(feats / "index.parquet")
+    kept = wd / "data/tiny/features.kept"  # put back afterwards: later tests see the same files and mtimes
+    feats.rename(kept)
+    try:
+        monkeypatch.chdir(wd)
+        monkeypatch.setenv("R2M_THREADS", "1")
+        monkeypatch.setenv("R2M_FAULT", "extract_features@2:TERM")
+        argv = ["extract_features", "--dataset", "tiny"]
+        rc, err = _r2m(argv, capsys)
+        lines = [x for x in err.splitlines() if "ERROR" in x]
+        assert rc == 143 and "Traceback" not in err, err[-2000:]
+        assert len(lines) == 1 and "SIGTERM" in lines[0] and "shard 2 of 4" in lines[0], err[-2000:]
+        parts = wd / ".r2m/resume/extract_features/tiny/parts"
+        assert sorted(p.name for p in parts.glob("shard-*.h5")) == ["shard-00000.h5", "shard-00001.h5"]
+        assert not feats.exists()
+        FIGURES["faults"] += 1
+        monkeypatch.delenv("R2M_FAULT")
+        rc, err = _r2m(argv, capsys)
+        assert rc == 0, err[-2000:]
+        assert "shard 1/" not in err and "shard 3/" in err  # resumed: the finished shards were not recomputed
+        assert not (wd / ".r2m/resume/extract_features/tiny").exists()
+        with h5py.File(feats / "features.h5") as f:
+            assert (f["pooled"][:] == before).all()
+        assert pd.read_parquet(feats / "index.parquet").equals(index)
+    finally:
+        shutil.rmtree(feats, ignore_errors=True)
+        kept.rename(feats)
+    _record_resume(2, 2)
+
+
 def test_evaluation_after_resume_is_complete(wd: Path, killed_and_rerun: dict) -> None:
     m = json.loads((wd / "results/tiny/r2m/train_xe/eval.json").read_text())
     assert m["n_images"] == 6 and m["unreadable_images"] == 0 and m["CIDEr"] is not None
