@@ -246,3 +246,28 @@ def test_mostfreq_picks_the_most_frequent_training_caption(tmp_path: Path) -> No
     assert got == [{"image_id": "t0", "caption": "a dog runs"}, {"image_id": "t1", "caption": "a dog runs"}]
     ev = json.loads((tmp_path / "results/syn/mostfreq/eval.json").read_text())
     assert ev["caption"] == "a dog runs" and ev["count"] == 3
+
+
+# --------------------------------------------------------------------------- every stage under both profiles
+@pytest.mark.parametrize("profile", ["paper", "official"])
+def test_four_stages_log_their_objective_under_each_profile(syn: Path, profile: str) -> None:
+    """The whole chain runs under ``paper`` and ``official``; every logged training row is the stage's
+    objective of its logged components: L_S = xe + β·rec, L_M = rank, L_I = rank + γ·rec (β ≠ γ)."""
+    beta, gamma = 0.3, 0.7
+    p = make_params(catalog={"syn": {"kind": "tiny", "beta": beta, "gamma": gamma, "fidelity": profile}},
+                    train_xe={"steps": 4}, train_s={"steps": 4}, train_m={"steps": 3}, train_i={"steps": 3})
+    assert p.fidelity.rec_loss == {"paper": "sum_normalized", "official": "mse_raw"}[profile]
+    want = {"train_xe": lambda r: r["xe"], "train_s": lambda r: r["xe"] + beta * r["rec"],
+            "train_m": lambda r: r["rank"], "train_i": lambda r: r["rank"] + gamma * r["rec"]}
+    for st in ("train_xe", "train_s", "train_m", "train_i"):
+        T.train(ctx_for(syn, st, p))
+        lines = (syn / f"results/syn/r2m/{st}/loss.tsv").read_text().splitlines()
+        head = lines[0].split("\t")
+        rows = [dict(zip(head, ln.split("\t"), strict=True)) for ln in lines[1:]]
+        train = [{k: float(v) for k, v in r.items() if k not in ("split",) and v != ""} for r in rows
+                 if r["split"] == "train"]
+        assert len(train) == p.model_dump()[st]["steps"]
+        for r in train:
+            assert r["loss"] == pytest.approx(want[st](r), rel=2e-5, abs=2e-6), (st, r)
+        if st in ("train_s", "train_i"):
+            assert min(r["rec"] for r in train) > 1e-4  # the weighted term is there to be weighed
