@@ -52,7 +52,39 @@ def no_spice(tmp_path, monkeypatch):
     return empty
 
 
-def test_nlgeval_published_case(no_spice):
+class _KeptOpen:
+    """A METEOR handle whose ``close`` leaves the shared JVM running (closed by the fixture)."""
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+
+    def compute(self, hypotheses, references):
+        return self.pool.compute(hypotheses, references)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def shared_meteor_pool():
+    """One METEOR jar process for every ``coco.evaluate`` of this module (a cold JVM start with the
+    paraphrase tables is ~15-20 s on a loaded machine). Segment statistics depend on the segment
+    alone and the corpus score on the summed statistics, so sharing the process changes no score;
+    the pools' own start-up and splitting are tested by the random-data tests below."""
+    from dataclasses import replace
+
+    from r2m.evaluation.meteor import MeteorPool
+
+    pool = MeteorPool(1, 1)
+    spec = replace(coco.SCORERS.get("meteor"), start=lambda workers: _KeptOpen(pool))
+    real_get = coco.SCORERS.get
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(coco.SCORERS, "get", lambda name: spec if name == "meteor" else real_get(name))
+        yield pool
+    pool.close()
+
+
+def test_nlgeval_published_case(no_spice, shared_meteor_pool):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", coco.MetricUnavailableWarning)
         metrics, per_image = coco.evaluate(NLG_HYP, NLG_REFS, tokenizer="none")
@@ -74,7 +106,7 @@ def reference_meteor():
     del meteor
 
 
-def test_matches_pycocoevalcap_with_ptb_tokenizer(no_spice, reference_meteor):
+def test_matches_pycocoevalcap_with_ptb_tokenizer(no_spice, reference_meteor, shared_meteor_pool):
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.rouge.rouge import Rouge
