@@ -49,13 +49,22 @@ def _out(root: Path, stage: str, key: str) -> Path:
     return Path(ctx_for(root, stage, make_params(**STEPS)).outs[key])
 
 
-def test_two_gloo_processes_follow_the_single_process_loss_curve(tmp_path: Path) -> None:
-    one, two = tmp_path / "one", tmp_path / "two"
+@pytest.fixture(scope="module")
+def one_and_two(tmp_path_factory) -> tuple[Path, Path]:
+    """The same stages on the same data in one process and in two gloo processes (shared by the tests)."""
+    root = tmp_path_factory.mktemp("ddp")
+    one, two = root / "one", root / "two"
     make_synthetic(one)
+    shutil.copytree(one, root / "fresh")  # untouched data for the resume test
     shutil.copytree(one, two)
     torch.set_num_threads(1)
     _train(one)
     mp.spawn(_worker, args=(2, str(two), _free_port()), nprocs=2, join=True)
+    return one, two
+
+
+def test_two_gloo_processes_follow_the_single_process_loss_curve(one_and_two) -> None:
+    one, two = one_and_two
     for stage in STAGES:
         a = _out(one, stage, "loss").read_text().splitlines()
         b = _out(two, stage, "loss").read_text().splitlines()
@@ -131,3 +140,40 @@ def test_cli_nproc_relaunches_under_torchrun_and_rank0_writes(tmp_path: Path) ->
     assert len(got) == len(want) > 3
     for a, b in zip(want[1:], got[1:], strict=True):
         assert float(b.split("\t")[2]) == pytest.approx(float(a.split("\t")[2]), rel=1e-4)
+
+
+# --------------------------------------------------------------------------- DDP resume
+def _resume_worker(rank: int, world: int, root: str, port: int, fault: str) -> None:
+    from r2m.training.stages import train
+    from r2m.utils.resume import Preempted
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if fault:
+        os.environ["R2M_FAULT"] = fault
+    else:
+        os.environ.pop("R2M_FAULT", None)
+    torch.set_num_threads(1)
+    try:
+        train(ctx_for(Path(root), "train_xe", make_params(**STEPS)))
+    except Preempted:
+        pass  # stopped at the step boundary after rank 0 saved last.pt
+    finally:
+        distributed.teardown()
+
+
+def test_ddp_resume_after_sigterm_is_bit_identical(one_and_two) -> None:
+    """Two gloo processes stopped by SIGTERM at step 4 (off the checkpoint interval), then rerun: they
+    resume from rank 0's last.pt at step 4 and end with the weights of the uninterrupted two-process run."""
+    _, full = one_and_two
+    cut = full.parent / "fresh"
+    mp.spawn(_resume_worker, args=(2, str(cut), _free_port(), "train_xe@4:TERM"), nprocs=2, join=True)
+    last = cut / ".r2m/resume/train_xe/syn-r2m/last.pt"
+    assert torch.load(last, weights_only=True)["step"] == 4
+    assert not (cut / "models/syn/r2m/train_xe").exists()
+    mp.spawn(_resume_worker, args=(2, str(cut), _free_port(), ""), nprocs=2, join=True)
+    assert not last.exists()
+    a = torch.load(full / "models/syn/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
+    b = torch.load(cut / "models/syn/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _out(full, "train_xe", "loss").read_text() == _out(cut, "train_xe", "loss").read_text()

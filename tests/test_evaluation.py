@@ -52,7 +52,39 @@ def no_spice(tmp_path, monkeypatch):
     return empty
 
 
-def test_nlgeval_published_case(no_spice):
+class _KeptOpen:
+    """A METEOR handle whose ``close`` leaves the shared JVM running (closed by the fixture)."""
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+
+    def compute(self, hypotheses, references):
+        return self.pool.compute(hypotheses, references)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def shared_meteor_pool():
+    """One METEOR jar process for every ``coco.evaluate`` of this module (a cold JVM start with the
+    paraphrase tables is ~15-20 s on a loaded machine). Segment statistics depend on the segment
+    alone and the corpus score on the summed statistics, so sharing the process changes no score;
+    the pools' own start-up and splitting are tested by the random-data tests below."""
+    from dataclasses import replace
+
+    from r2m.evaluation.meteor import MeteorPool
+
+    pool = MeteorPool(1, 1)
+    spec = replace(coco.SCORERS.get("meteor"), start=lambda workers: _KeptOpen(pool))
+    real_get = coco.SCORERS.get
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(coco.SCORERS, "get", lambda name: spec if name == "meteor" else real_get(name))
+        yield pool
+    pool.close()
+
+
+def test_nlgeval_published_case(no_spice, shared_meteor_pool):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", coco.MetricUnavailableWarning)
         metrics, per_image = coco.evaluate(NLG_HYP, NLG_REFS, tokenizer="none")
@@ -63,10 +95,20 @@ def test_nlgeval_published_case(no_spice):
     assert set(per_image) == {"1", "2"} and per_image["1"]["SPICE"] is None
 
 
-def test_matches_pycocoevalcap_with_ptb_tokenizer(no_spice):
+@pytest.fixture(scope="module")
+def reference_meteor():
+    """One pycocoevalcap METEOR JVM for every reference computation of this module (a cold start is
+    ~20 s on a loaded machine); the pools under test still start their own processes."""
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    meteor = Meteor()
+    yield meteor
+    del meteor
+
+
+def test_matches_pycocoevalcap_with_ptb_tokenizer(no_spice, reference_meteor, shared_meteor_pool):
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.cider.cider import Cider
-    from pycocoevalcap.meteor.meteor import Meteor
     from pycocoevalcap.rouge.rouge import Rouge
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
@@ -74,7 +116,7 @@ def test_matches_pycocoevalcap_with_ptb_tokenizer(no_spice):
     gts = tok.tokenize({k: [{"caption": c} for c in v] for k, v in PTB_REFS.items()})
     res = tok.tokenize({k: [{"caption": v}] for k, v in PTB_RES.items()})
     expected, expected_img = {}, {k: {} for k in PTB_RES}
-    for scorer, names in ((Bleu(4), ["Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4"]), (Meteor(), ["METEOR"]),
+    for scorer, names in ((Bleu(4), ["Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4"]), (reference_meteor, ["METEOR"]),
                           (Rouge(), ["ROUGE_L"]), (Cider(), ["CIDEr"])):
         score, scores = scorer.compute_score(gts, res, **({"verbose": 0} if names[0] == "Bleu_1" else {}))
         if len(names) == 1:
@@ -143,13 +185,10 @@ def test_vectorised_cider_with_no_shared_ngram_anywhere():
     assert got == float(want) == 0.0 and got_each == [0.0, 0.0]
 
 
-@pytest.mark.parametrize("procs,threads", [(3, 1), (1, 3)])
-def test_meteor_split_over_processes_or_threads_equals_pycocoevalcap_on_random_data(procs, threads):
+@pytest.fixture(scope="module")
+def meteor_random_case(reference_meteor):
+    """41 random segments and pycocoevalcap's METEOR of them (computed once, on the shared JVM)."""
     import random
-
-    from pycocoevalcap.meteor.meteor import Meteor
-
-    from r2m.evaluation.meteor import MeteorPool
 
     rng = random.Random(7)
     words = "a man woman dog dogs runs running on the grass beach red car cars near a an with".split()
@@ -157,9 +196,15 @@ def test_meteor_split_over_processes_or_threads_equals_pycocoevalcap_on_random_d
            for i in range(41)}
     res = {k: [" ".join(rng.choice(words) for _ in range(rng.randint(1, 10)))] for k in gts}
     res["3"] = ["a  man ||| on the grass"]  # the wrapper's own clean-up of the hypothesis
-    meteor = Meteor()
-    want, want_each = meteor.compute_score(gts, res)
-    del meteor
+    want, want_each = reference_meteor.compute_score(gts, res)
+    return gts, res, want, want_each
+
+
+@pytest.mark.parametrize("procs,threads", [(3, 1), (1, 3)])
+def test_meteor_split_over_processes_or_threads_equals_pycocoevalcap_on_random_data(procs, threads, meteor_random_case):
+    from r2m.evaluation.meteor import MeteorPool
+
+    gts, res, want, want_each = meteor_random_case
     if threads > 1 and not __import__("r2m.evaluation.meteor", fromlist=["x"]).threads_available():
         pytest.skip("no JDK (javac): the threaded METEOR helper cannot run here")
     with MeteorPool(procs=procs, threads=threads) as pool:  # 3 shards of 13-14 segments / 3 threads

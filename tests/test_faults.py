@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import math
 import os
 import pickle
 import random
@@ -176,6 +175,44 @@ def test_kill9_under_snakemake_resumes_feature_extraction(wd: Path, killed_and_r
     with h5py.File(ref / "features.h5") as a, h5py.File(wd / "data/tiny/features/features.h5") as b:
         assert (a["pooled"][:] == b["pooled"][:]).all()
     assert pd.read_parquet(ref / "index.parquet").equals(pd.read_parquet(wd / "data/tiny/features/index.parquet"))
+
+
+def test_sigterm_during_feature_extraction_exits_143_then_resumes_identically(wd, killed_and_rerun, capsys,
+                                                                             monkeypatch) -> None:
+    import h5py
+    import pandas as pd
+
+    feats = wd / "data/tiny/features"
+    with h5py.File(feats / "features.h5") as f:
+        before = f["pooled"][:]
+    index = pd.read_parquet(feats / "index.parquet")
+    kept = wd / "data/tiny/features.kept"  # put back afterwards: later tests see the same files and mtimes
+    feats.rename(kept)
+    try:
+        monkeypatch.chdir(wd)
+        monkeypatch.setenv("R2M_THREADS", "1")
+        monkeypatch.setenv("R2M_FAULT", "extract_features@2:TERM")
+        argv = ["extract_features", "--dataset", "tiny"]
+        rc, err = _r2m(argv, capsys)
+        lines = [x for x in err.splitlines() if "ERROR" in x]
+        assert rc == 143 and "Traceback" not in err, err[-2000:]
+        assert len(lines) == 1 and "SIGTERM" in lines[0] and "shard 2 of 4" in lines[0], err[-2000:]
+        parts = wd / ".r2m/resume/extract_features/tiny/parts"
+        assert sorted(p.name for p in parts.glob("shard-*.h5")) == ["shard-00000.h5", "shard-00001.h5"]
+        assert not feats.exists()
+        FIGURES["faults"] += 1
+        monkeypatch.delenv("R2M_FAULT")
+        rc, err = _r2m(argv, capsys)
+        assert rc == 0, err[-2000:]
+        assert "shard 1/" not in err and "shard 3/" in err  # resumed: the finished shards were not recomputed
+        assert not (wd / ".r2m/resume/extract_features/tiny").exists()
+        with h5py.File(feats / "features.h5") as f:
+            assert (f["pooled"][:] == before).all()
+        assert pd.read_parquet(feats / "index.parquet").equals(index)
+    finally:
+        shutil.rmtree(feats, ignore_errors=True)
+        kept.rename(feats)
+    _record_resume(2, 2)
 
 
 def test_evaluation_after_resume_is_complete(wd: Path, killed_and_rerun: dict) -> None:
@@ -462,8 +499,9 @@ def test_unreadable_test_images_are_counted_and_named(wd, killed_and_rerun, tmp_
     assert image_id in eval_notes({("tiny", "r2m"): m})[0]
 
 
-def test_fault_suite_figures() -> None:
-    """Printed for the record (pytest -s); the assertions above already failed on any miss."""
+@pytest.fixture(scope="module", autouse=True)
+def fault_suite_figures():
+    """The figures, printed once the module's tests have run (``pytest -s``). A report, not a test: each
+    test above asserts its own fault directly (a test reading other tests' counters passes when run alone)."""
+    yield
     print("\nfault suite:", json.dumps(FIGURES))
-    assert FIGURES["tracebacks"] == 0 and FIGURES["outputs_damaged"] == 0
-    assert not math.isnan(FIGURES["steps_lost_max"])

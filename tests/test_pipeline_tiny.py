@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,42 +12,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import tiny_dag_env
+
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
 
 
 def _env():
-    return {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{BIN}:{os.environ['PATH']}",
-            "R2M_NO_PROGRESS": "1", "R2M_THREADS": "1"}
+    return tiny_dag_env()
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, request):
-    root = Path(request.config.rootpath)
-    wd = tmp_path_factory.mktemp("dag")
-    for name in ("Snakefile", "workflow", "dvc.yaml", "src", "data/dictionaries"):
-        src = root / name
-        dst = wd / name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, dst)
-    raw = yaml.safe_load((root / "params.yaml").read_text())
-    raw["datasets"] = ["tiny"]
-    raw["baselines"]["datasets"] = ["tiny"]
-    (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    return wd
-
-
-@pytest.fixture(scope="module")
-def snakemake_run(workdir):
-    r = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "all"], cwd=workdir, env=_env(),
-                       capture_output=True, text=True, timeout=1500)
-    logs = "\n".join(f"== {p}\n{p.read_text()[-2000:]}" for p in sorted((workdir / "logs").rglob("*.log"))
-                     if "Error" in p.read_text() or "Traceback" in p.read_text()) if (workdir / "logs").exists() else ""
-    assert r.returncode == 0, (r.stdout[-4000:] + r.stderr[-6000:] + logs)
-    return workdir
+def snakemake_run(tiny_dag):
+    """The session's one tiny DAG run (conftest.py)."""
+    return tiny_dag
 
 
 def test_all_four_stages_and_ablations_trained(snakemake_run):

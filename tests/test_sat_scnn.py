@@ -342,7 +342,7 @@ def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
            "sat": {"embed": 8, "hidden": 12, "att_dim": 8, "dropout": 0.0},
            "scnn": {"hidden": 12, "dropout": 0.0},
            "caption": {"beam": 2, "max_len": 8, "batch_size": 4, "split": "test"},
-           "report": {"figure_images": 1}}
+           "report": {"figure_images": 3}}  # every test image: its caption is in inspect.json
     params = P.for_dataset(P.validate(raw), "syn")
 
     def run(stage: str, model: str | None = None) -> None:
@@ -367,7 +367,19 @@ def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
     best = max(sat_m["selection"], key=lambda s: s["bleu4"])["step"]
     assert sat_m["selected_step"] == best
     ins = _json.loads((tmp_path / "results/syn/sat/train_sup/inspect/inspect.json").read_text())
-    assert ins["attention_hits"]["events"] >= 0 and 0 <= ins["attention_hits"]["chance"] <= 1
-    assert len(ins["figures"]) == 1 and (tmp_path / "results/syn/sat/train_sup/inspect" / ins["figures"][0]["file"]).exists()
+    assert ins["images"] == 3 and len(ins["figures"]) == 3
+    assert all((tmp_path / "results/syn/sat/train_sup/inspect" / f["file"]).exists() for f in ins["figures"])
+    # every caption word naming an object with a ground-truth box in its image is one event (or one
+    # whose box covers no grid cell centre), counted here by hand from the captions and the boxes
+    from r2m.supervised.inspect import ground_truth_boxes
+    from r2m.text.singular import Singulariser
+
+    boxes = ground_truth_boxes(tmp_path / "data/syn/prepared")
+    assert boxes, "tiny writes ground-truth boxes (prepared/detections.jsonl)"
+    sing = Singulariser()
+    want = sum(sing.singular(w) in boxes.get(f["image_id"], {}) for f in ins["figures"] for w in f["caption"].split())
+    ah = ins["attention_hits"]
+    assert ah["events"] + ah["events_without_cells"] == want
+    assert 0 <= ah["chance"] <= 1 and (ah["chance"] > 0) == (ah["events"] > 0)
     ml = read_json(tmp_path / "results/syn/scnn/train_sup/inspect/inspect.json")
     assert set(ml["multilabel"]) == {"C-P", "C-R", "C-F1", "O-P", "O-R", "O-F1"} and ml["top_k"] == 3

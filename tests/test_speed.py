@@ -63,10 +63,10 @@ def _final_losses(wd: Path) -> dict[str, float]:
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="no CUDA device here: the tiny DAG on CUDA (fp32, bf16) against CPU was NOT run")
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_tiny_dag_on_cuda_matches_cpu(tmp_path, request, dtype):
+def test_tiny_dag_on_cuda_matches_cpu(tmp_path, request, dtype, tiny_dag):
     root = Path(request.config.rootpath)
     base = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{BIN}:{os.environ['PATH']}", "R2M_NO_PROGRESS": "1"}
-    cpu = _tiny_dag(root, tmp_path / "cpu", {**base, "R2M_DEVICE": "cpu"})
+    cpu = tiny_dag  # the session's one CPU run of the tiny DAG (conftest.py), default params like the CUDA run
     gpu = _tiny_dag(root, tmp_path / "cuda", {**base, "R2M_DEVICE": "cuda", "R2M_BF16": "1" if dtype == "bf16" else "0"})
     tol = FP32_TOL if dtype == "fp32" else BF16_TOL
     lc, lg = _final_losses(cpu), _final_losses(gpu)

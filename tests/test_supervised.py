@@ -199,7 +199,11 @@ def test_build_sup_model_reads_its_params_section():
     assert m.cfg.image_dim == 7 and m.cfg.multimodal == 512
     with pytest.raises(ValueError, match="pooled"):
         build_sup_model("mrnn", section, 30, {"grid": (2, 2, 7)})
-    assert np.isfinite(m.param_count())
+    # Mao et al.'s layers by hand: embedding 1 (V x 128), embedding 2 (128 -> 256), U_r (256 x 256, no bias),
+    # V_w (256 -> 512), V_r (256 x 512, no bias), V_I (7 x 512, no bias), output (512 -> V)
+    V = 30
+    want = V * 128 + (128 * 256 + 256) + 256 * 256 + (256 * 512 + 512) + 256 * 512 + 7 * 512 + (512 * V + V)
+    assert m.param_count() == want
 
 
 # --------------------------------------------------------------------------- retrieval

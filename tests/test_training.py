@@ -212,6 +212,7 @@ def test_checkpoint_selection_hook(syn: Path) -> None:
 
 
 def test_image_stage_selects_checkpoint_by_val_cider(syn: Path) -> None:
+    from r2m.training import selection
     from r2m.training import stages as T
     from r2m.training.selection import validation_set
 
@@ -228,9 +229,21 @@ def test_image_stage_selects_checkpoint_by_val_cider(syn: Path) -> None:
     assert p.train_m.select_by == "auto"
     run_stage(syn, "train_xe", p)
     run_stage(syn, "train_s", p)
-    T.run(ctx_for(syn, "train_m", p))
+    real, scores = selection.cider_selector, {}
+
+    def recording(*a, **kw):
+        fn = real(*a, **kw)
+        return lambda model, step: scores.setdefault(step, fn(model, step))
+
+    selection.cider_selector = recording
+    try:
+        T.run(ctx_for(syn, "train_m", p))
+    finally:
+        selection.cider_selector = real
     m = json.loads((syn / "results/syn/r2m/train_m/train_metrics.json").read_text())
-    assert m["selected_step"] in (3, 6) and m["selected_score"] >= 0.0
+    assert sorted(scores) == [3, 6]
+    best = max(sorted(scores), key=scores.get)  # the first of the best on ties
+    assert m["selected_step"] == best and m["selected_score"] == scores[best]
     assert torch.load(syn / "models/syn/r2m/train_m/model.pt", weights_only=True)["step"] == m["selected_step"]
 
 

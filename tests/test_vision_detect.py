@@ -115,7 +115,8 @@ def test_faster_rcnn_plumbing_random_init(photos, tmp_path):
     torch.manual_seed(0)
     df = detect_images([photos["chelsea"], photos["truncated"]], "faster_rcnn", opts, image_ids=["c", "t"])
     assert list(df.columns) == list(COLUMNS)
-    assert set(df["concept"]) <= {"cat", "cup"} and set(df["image_id"]) <= {"c"}
+    assert len(df) > 0  # floor 0: a random head still scores boxes, so the subset checks below are not vacuous
+    assert set(df["concept"]) <= {"cat", "cup"} and set(df["image_id"]) == {"c"}
     assert [b[0] for b in df.attrs["bad_images"]] == ["t"]
     with pytest.raises(ValueError, match="classes"):
         build_detector("faster_rcnn", {"checkpoint": str(classes)})
