@@ -40,13 +40,6 @@ def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 
 # --------------------------------------------------------------------------- checkpoint selection (R2M)
-ALIASED_BEST = pytest.mark.xfail(
-    strict=True, reason="real bug: on CPU R2M.checkpoint() returns tensors sharing storage with the live "
-    "parameters (.detach().cpu() is a no-op copy), so training.stages' `best` checkpoint follows the "
-    "optimizer and model.pt holds the LAST weights labelled with the best step")
-
-
-@ALIASED_BEST
 def test_r2m_selection_keeps_the_best_scoring_weights_not_the_last(syn: Path) -> None:
     """Scores known and not monotone (best in the middle): model.pt holds exactly that step's weights."""
     scores = {10: 0.2, 20: 0.9, 30: 0.4, 40: 0.6}
@@ -116,7 +109,6 @@ def test_r2m_image_stage_cider_selection_keeps_the_argmax_step(cider_selected) -
     assert torch.load(syn / "models/syn/r2m/train_m/model.pt", weights_only=True)["step"] == best
 
 
-@ALIASED_BEST
 def test_r2m_image_stage_cider_selection_keeps_the_argmax_weights(cider_selected) -> None:
     syn, record = cider_selected
     best = _argmax(record)
