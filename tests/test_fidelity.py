@@ -62,7 +62,7 @@ def test_stage_params_carry_resolved_items_and_not_the_profile_name() -> None:
     p = P.validate(_raw(fidelity="official"))
     data = __import__("json").loads(rule_params(p, stages["build_vocab"], SimpleNamespace(dataset="a")))
     assert data["fidelity"] == {"vocab_counts": "all", "vocab_filter": None, "singularise_targets": True,
-                                "count_specials": True}
+                                "count_specials": True, "plurals": "official"}
     tm = __import__("json").loads(rule_params(p, stages["train_m"], SimpleNamespace(dataset="a", variant="r2m")))
     assert tm["fidelity"]["rank_loss"] == "official" and "fidelity" not in tm["catalog"]
 

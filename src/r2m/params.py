@@ -176,6 +176,10 @@ class FidelityParams(_Section):
         None, description="caption: PTB-like, punctuation dropped; official: punctuation kept as tokens")
     singularise_targets: bool | None = Field(
         None, description="replace plural dictionary words by their singular inside the target sentence")
+    plurals: Literal["lemma", "official"] | None = Field(
+        None, description="how sentence plurals map to class words (sentence concepts and singularised "
+        "targets): lemma (ours: spaCy lemma table, 'people' -> person, 'mice' -> mouse) or official (the "
+        "authors' table: one regular plural per class word, 'persons' -> person; 'people', 'mice', 'stairs' kept)")
     count_specials: bool | None = Field(
         None, description="corpus_concepts.min/max_tokens and build_vocab.max_unk_ratio count <S> and </S>")
     vocab_counts: Literal["train", "all"] | None = Field(
@@ -195,6 +199,7 @@ PROFILES: dict[str, tuple[Any, Any]] = {
     "fidelity.decoding": ("paper", "official"),
     "fidelity.tokenizer": ("caption", "official"),
     "fidelity.singularise_targets": (False, True),
+    "fidelity.plurals": ("lemma", "official"),
     "fidelity.count_specials": (False, True),
     "fidelity.vocab_counts": ("train", "all"),
     "model.image_proj": ("learned", "frozen_random"),

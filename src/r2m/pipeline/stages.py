@@ -38,9 +38,9 @@ MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/te
 
 
 # the ``fidelity`` items each stage reads (so switching one re-runs only the stages it changes)
-FIDELITY_CORPUS = ("fidelity.tokenizer", "fidelity.count_specials")
+FIDELITY_CORPUS = ("fidelity.tokenizer", "fidelity.count_specials", "fidelity.plurals")
 FIDELITY_VOCAB = ("fidelity.vocab_counts", "fidelity.vocab_filter", "fidelity.singularise_targets",
-                  "fidelity.count_specials")
+                  "fidelity.count_specials", "fidelity.plurals")
 FIDELITY_TRAIN = {
     "train_xe": ("fidelity.init", "fidelity.dropout"),
     "train_s": ("fidelity.init", "fidelity.dropout", "fidelity.rec_loss"),

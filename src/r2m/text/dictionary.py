@@ -4,6 +4,12 @@ Each class name is lower-cased and its **last** whitespace-separated word kept (
 ``wheel``, "Moths and butterflies" -> ``butterfly``), then singularised with
 :class:`r2m.text.singular.Singulariser`. The same singulariser maps sentence tokens, so image and
 sentence concepts live in one word space.
+
+``fidelity.plurals`` picks how a sentence's plurals reach the dictionary (:data:`PLURAL_RULES`):
+``lemma`` (ours: the lemmatiser, "people" -> ``person``) or ``official`` (the authors': one plural per
+raw class word mapped back, :class:`r2m.text.singular.OfficialPlurals`; the concept is then that
+class's dictionary word, so image and sentence concepts still share one word space — "stairs" is
+the concept ``stair`` of the class "Stairs", as the detections name it).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from r2m.text.singular import Singulariser
+from r2m.text.singular import OfficialPlurals, Singulariser
 from r2m.utils.registry import Registry
 
 DICTIONARY_DIR = Path(__file__).resolve().parents[3] / "data" / "dictionaries"
@@ -53,6 +59,9 @@ class Dictionary:
     def __post_init__(self) -> None:
         self._label_map = {lab.lower(): class_word(lab, self.singulariser) for lab in self.labels}
         self.words = frozenset(self._label_map.values())
+        # raw class word (last word, lower-case, as written) -> dictionary word
+        self.raw_words: dict[str, str] = {lab.split()[-1]: w for lab, w in self._label_map.items()}
+        self.official_plurals = OfficialPlurals(self.raw_words)
 
     def __contains__(self, word: object) -> bool:
         return word in self.words
@@ -74,10 +83,44 @@ class Dictionary:
             rank.setdefault(self._label_map[lab.lower()], i)
         return rank
 
-    def sentence_concepts(self, tokens: Iterable[str]) -> list[str]:
-        """Sorted set(singularised tokens) ∩ dictionary words."""
+    def sentence_concepts(self, tokens: Iterable[str], plurals: str = "lemma") -> list[str]:
+        """Sorted set(singularised tokens) ∩ dictionary words; ``plurals`` names the rule
+        (:data:`PLURAL_RULES`: ``lemma`` or ``official``)."""
+        if plurals == "official":
+            return self.official_concepts(tokens)
+        if plurals != "lemma":
+            raise ValueError(f"fidelity.plurals {plurals!r}: choose from {PLURAL_RULES}")
         words = self.words
         return sorted({w for w in self.singulariser.singularise(tokens) if w in words})
+
+    def official_concepts(self, tokens: Iterable[str]) -> list[str]:
+        """The authors' key words: tokens with their class plural mapped back, ∩ the raw class
+        words, each given as its dictionary word ("stairs" -> ``stair``; "people" -> none)."""
+        raw = self.raw_words
+        return sorted({raw[t] for t in self.official_plurals.singularise(tokens) if t in raw})
+
+    def raw_word_concepts(self, tokens: Iterable[str]) -> list[str]:
+        """Tokens as written ∩ the raw class words (no plural mapping), as dictionary words."""
+        raw = self.raw_words
+        return sorted({raw[t] for t in tokens if t in raw})
+
+    def singular_targets(self, tokens: list[str], plurals: str = "lemma") -> list[str]:
+        """Target tokens with plural dictionary words singularised: ``lemma`` replaces a token whose
+        lemma is a dictionary word (``dogs`` -> ``dog``, "people" -> ``person``); ``official`` maps
+        exactly each class word's one plural back ("persons" -> ``person``; "people", "mice",
+        "stairs" stay)."""
+        if plurals == "official":
+            return self.official_plurals.singularise(tokens)
+        if plurals != "lemma":
+            raise ValueError(f"fidelity.plurals {plurals!r}: choose from {PLURAL_RULES}")
+        out = []
+        for t in tokens:
+            w = self.singulariser.singular(t)
+            out.append(w if w != t and w in self.words else t)
+        return out
+
+
+PLURAL_RULES = ("lemma", "official")
 
 
 @lru_cache(maxsize=4)

@@ -17,6 +17,21 @@ mappings are accepted:
 
 Results are cached per word type, so a corpus of millions of sentences costs one table look-up
 per distinct word.
+
+**The authors' rule** (``fidelity.plurals: official``, :class:`OfficialPlurals`): UC-GAN's / R²M's
+preprocessing does not lemmatise. It scraped *one* plural per class word (lower-cased last word of
+an OpenImages class name, not singularised) from an online dictionary and maps exactly that plural
+back to its class word; every other token stays as written. So "persons" -> ``person`` and
+"mouses" -> ``mouse``, but "people" and "mice" stay; a class word that is itself plural ("stairs",
+"fries", "goods") is its own plural and stays. The scraped plurals follow regular English spelling
+(:func:`regular_plural`: a word ending in ``s`` is its own plural, ``-x/-ch/-sh/-z`` + ``es``,
+consonant + ``y`` -> ``ies``, else + ``s``) except for :data:`OFFICIAL_PLURALS`, the scraped forms
+that differ from it (irregular nouns, ``'phones``/``'cellos`` as scraped, which therefore never
+match a token). The map is built over the class words in sorted order and a later entry wins when
+two class words share a plural (``butterfly`` and ``butterflies`` both give "butterflies", which
+maps to ``butterfly``; ``glass``/``glasses`` give "glasses", which stays ``glasses``). Checked equal
+to the authors' table on all 480 of its class words; class words of our 601-class list that their
+label map lacks get the regular rule.
 """
 
 from __future__ import annotations
@@ -105,3 +120,50 @@ class Singulariser:
 
     def __len__(self) -> int:
         return len(self._cache)
+
+
+# --------------------------------------------------------------------------- the authors' plural rule
+# the scraped plurals that differ from :func:`regular_plural` (the authors' table, read as facts)
+OFFICIAL_PLURALS: dict[str, str] = {
+    "man": "men", "woman": "women", "snowman": "snowmen", "foot": "feet", "goose": "geese",
+    "knife": "knives", "shelf": "shelves", "tomato": "tomatoes", "potato": "potatoes", "mango": "mangoes",
+    "bus": "buses", "dress": "dresses", "glass": "glasses", "asparagus": "asparaguses",
+    "rhinoceros": "rhinoceroses", "hippopotamus": "hippopotamuses", "ski": "skies", "segway": "segwaies",
+    "phone": "'phones", "cello": "'cellos",
+    **{w: w for w in ("goat", "sheep", "cattle", "aircraft", "drink")},
+}
+
+
+def regular_plural(word: str) -> str:
+    """Regular English plural spelling; a word ending in ``s`` is taken as its own plural."""
+    if word.endswith("s"):
+        return word
+    if word.endswith(("x", "ch", "sh", "z")):
+        return word + "es"
+    if len(word) > 1 and word.endswith("y") and word[-2] not in "aeiou":
+        return word[:-1] + "ies"
+    return word + "s"
+
+
+def official_plural(word: str) -> str:
+    """The one plural the authors' preprocessing knows for class word ``word``."""
+    return OFFICIAL_PLURALS.get(word) or regular_plural(word)
+
+
+class OfficialPlurals:
+    """The authors' target singularisation: each class word's one plural mapped back to it.
+
+    ``OfficialPlurals(["person", "mouse", "stairs"]).singularise(["persons", "people", "mouses",
+    "stairs"]) == ["person", "people", "mouse", "stairs"]``."""
+
+    def __init__(self, class_words: Iterable[str]):
+        self.replace: dict[str, str] = {}
+        for word in sorted(set(class_words)):  # the authors' dict(zip(plurals, sorted words)): last wins
+            self.replace[official_plural(word)] = word
+
+    def singular(self, word: str) -> str:
+        return self.replace.get(word, word)
+
+    def singularise(self, tokens: Iterable[str]) -> list[str]:
+        get = self.replace.get
+        return [get(t, t) for t in tokens]

@@ -47,7 +47,7 @@ COUNT_ONLY = "count_only"
 def process_chunk(
     lines: list[tuple[int, str]], dictionary: Dictionary, cfg: FilterConfig, holdout: float, seed: int,
     dropped: Counter[str], tokenizer: str = "caption", keep_no_concept: bool = False,
-    passed: Counter[str] | None = None,
+    passed: Counter[str] | None = None, plurals: str = "lemma",
 ) -> dict[str, list[Any]]:
     """Tokenise (``fidelity.tokenizer``), find concepts, filter and split one chunk of
     ``(line_number, sentence)``. Tokens are stored as written (plurals included). With
@@ -58,7 +58,7 @@ def process_chunk(
     count_only: list[bool] = []
     for lineno, text in lines:
         tokens = tokenize(text)
-        concepts = dictionary.sentence_concepts(tokens)
+        concepts = dictionary.sentence_concepts(tokens, plurals)
         reason = drop_reason(tokens, concepts, cfg)
         length_ok = cfg.min_tokens <= cfg.length(tokens) <= cfg.max_tokens
         if passed is not None and length_ok:
@@ -91,7 +91,8 @@ def corpus_concepts(ctx: StageContext) -> None:
                 progress(desc="corpus_concepts", unit="sent") as bar:
             for chunk in _chunks(read_lines(src, read), CHUNK):
                 cols = process_chunk(chunk, dictionary, cfg, p.holdout, p.seed, dropped, fid.tokenizer,
-                                     keep_no_concept=fid.vocab_counts == "all", passed=passed)
+                                     keep_no_concept=fid.vocab_counts == "all", passed=passed,
+                                     plurals=fid.plurals)
                 writer.write_table(pa.table(cols, schema=CORPUS_SCHEMA))
                 n_split.update(x for x in cols["split"] if x != COUNT_ONLY)
                 for c in cols["concepts"]:
@@ -101,7 +102,7 @@ def corpus_concepts(ctx: StageContext) -> None:
         n_in = read.lines - read.empty - read.bad_utf8
         stats = {
             "source": str(src), "dictionary": dictionary.name, "tokenizer": fid.tokenizer,
-            "count_specials": fid.count_specials, "read": read.as_dict(),
+            "count_specials": fid.count_specials, "plurals": fid.plurals, "read": read.as_dict(),
             "sentences_in": n_in, "dropped": dict(dropped), "length_ok": passed["length"],
             "kept": sum(n_split.values()),
             "split": dict(n_split), "distinct_concepts": len(concept_counts),
@@ -130,25 +131,21 @@ def count_words(corpus: Path, split: str | None = "train") -> tuple[Counter[str]
     return counts, n
 
 
-def singular_targets(tokens: list[str], dictionary: Dictionary) -> list[str]:
-    """Plural dictionary words replaced by their singular inside the sentence (the official
-    preprocessing's ``replace``: ``dogs`` → ``dog`` when ``dog`` is a dictionary word)."""
-    out = []
-    for t in tokens:
-        s = dictionary.singulariser.singular(t)
-        out.append(s if s != t and s in dictionary.words else t)
-    return out
+def singular_targets(tokens: list[str], dictionary: Dictionary, plurals: str = "lemma") -> list[str]:
+    """Plural dictionary words replaced by their singular inside the sentence, by ``plurals``
+    (``fidelity.plurals``; see :meth:`Dictionary.singular_targets`)."""
+    return dictionary.singular_targets(tokens, plurals)
 
 
 def encode_batch(batch: pa.RecordBatch, vocab: Vocab, max_unk: float, stats: Counter[str],
-                 dictionary: Dictionary | None = None, unk_extra: int = 0) -> pa.Table:
-    """Encode sentences; with ``dictionary``, plural dictionary words are singularised first;
-    ``unk_extra`` tokens (2 = <S>, </S>) count in the <UNK>-ratio denominator."""
+                 dictionary: Dictionary | None = None, unk_extra: int = 0, plurals: str = "lemma") -> pa.Table:
+    """Encode sentences; with ``dictionary``, plural dictionary words are singularised first (by the
+    ``plurals`` rule); ``unk_extra`` tokens (2 = <S>, </S>) count in the <UNK>-ratio denominator."""
     ids_col, cids_col, split_col = [], [], []
     for tokens, concepts, split in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
         words = tokens.split()
         if dictionary is not None:
-            words = singular_targets(words, dictionary)
+            words = singular_targets(words, dictionary, plurals)
         if split == COUNT_ONLY:  # counted for the vocabulary only
             stats["count_only"] += 1
             continue
@@ -190,7 +187,7 @@ def build_vocab(ctx: StageContext) -> None:
             for batch in pf.iter_batches(batch_size=CHUNK, columns=["tokens", "concepts", "split"]):
                 writer.write_table(encode_batch(batch, vocab, p.max_unk_ratio, stats,
                                                 dictionary if fid.singularise_targets else None,
-                                                2 if fid.count_specials else 0))
+                                                2 if fid.count_specials else 0, fid.plurals))
                 bar.update(batch.num_rows)
         seconds = time.perf_counter() - t0
         n_in = int(pf.metadata.num_rows)
@@ -198,6 +195,7 @@ def build_vocab(ctx: StageContext) -> None:
             "vocab_size": len(vocab), "min_count": p.min_count, "max_unk_ratio": p.max_unk_ratio,
             "vocab_filter": fid.vocab_filter, "vocab_filter_words": len(allowed) if allowed is not None else None,
             "vocab_counts": fid.vocab_counts, "singularise_targets": fid.singularise_targets,
+            "plurals": fid.plurals,
             "dictionary": dictionary.name, "counted_sentences": n_counted, "distinct_words": len(counts),
             "frequent_words": n_frequent, "dictionary_words": len(dictionary.words),
             "dictionary_only_words": len(vocab) - 4 - n_frequent,

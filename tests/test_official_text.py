@@ -1,0 +1,84 @@
+"""The authors' text rules under ``official`` (issue 18, items 2-4): one plural per class word mapped
+back, GCC's length rule and raw-token COCO-word filter, Shutterstock de-duplication."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+
+from r2m import params as P
+from r2m.text.corpus import FilterConfig
+from r2m.text.dictionary import load_dictionary
+from r2m.text.singular import OfficialPlurals, official_plural, regular_plural
+from r2m.text.stages import encode_batch, process_chunk, singular_targets
+from r2m.text.vocab import build_vocab
+
+
+# --------------------------------------------------------------------------- item 2: plurals
+@pytest.mark.parametrize(("word", "plural"), [
+    ("person", "persons"), ("mouse", "mouses"), ("dog", "dogs"), ("stairs", "stairs"), ("fries", "fries"),
+    ("box", "boxes"), ("bench", "benches"), ("strawberry", "strawberries"), ("monkey", "monkeys"),
+    ("man", "men"), ("woman", "women"), ("foot", "feet"), ("knife", "knives"), ("bus", "buses"),
+    ("sheep", "sheep"), ("tomato", "tomatoes"),
+])
+def test_one_plural_per_class_word(word: str, plural: str) -> None:
+    assert official_plural(word) == plural
+
+
+def test_regular_plural_spelling() -> None:
+    assert [regular_plural(w) for w in ("cat", "fox", "brush", "lily", "toy", "goods")] == \
+        ["cats", "foxes", "brushes", "lilies", "toys", "goods"]
+
+
+def test_the_issue_examples_on_the_openimages_dictionary() -> None:
+    d = load_dictionary("openimages")
+    toks = ["persons", "people", "mouses", "mice", "stairs", "fries", "goods", "dogs", "men"]
+    assert d.singular_targets(toks, "official") == ["person", "people", "mouse", "mice", "stairs", "fries",
+                                                    "goods", "dog", "man"]
+    # ours (the lemma table) differs exactly where the issue says
+    assert d.singular_targets(["people", "mice"], "lemma") == ["person", "mouse"]
+
+
+def test_a_shared_plural_goes_to_the_last_class_word_in_sorted_order() -> None:
+    op = OfficialPlurals(["butterfly", "butterflies", "glass", "glasses"])
+    assert op.singularise(["butterflies", "glasses"]) == ["butterfly", "glasses"]
+
+
+def test_official_sentence_concepts_are_dictionary_words() -> None:
+    d = load_dictionary("openimages")
+    assert d.sentence_concepts(["two", "persons", "on", "stairs"], "official") == ["person", "stair"]
+    assert d.sentence_concepts(["people", "and", "mice"], "official") == []
+    assert d.sentence_concepts(["people", "and", "mice"], "lemma") == ["mouse", "person"]
+    with pytest.raises(ValueError, match="plurals"):
+        d.sentence_concepts(["a"], "nope")
+
+
+def test_official_targets_in_encoding() -> None:
+    d = load_dictionary("openimages")
+    toks = ["two", "people", "and", "persons", "near", "mice", "."]
+    vocab = build_vocab(Counter(toks), 1, ["person", "mouse"])
+    batch = pa.RecordBatch.from_pydict({"tokens": [" ".join(toks)], "concepts": ["person"], "split": ["train"]})
+    ids = encode_batch(batch, vocab, 1.0, Counter(), d, plurals="official").column("ids").to_pylist()[0]
+    assert [vocab.itos[i] for i in ids] == ["two", "people", "and", "person", "near", "mice", "."]
+    ids = encode_batch(batch, vocab, 1.0, Counter(), d, plurals="lemma").column("ids").to_pylist()[0]
+    assert [vocab.itos[i] for i in ids] == ["two", "person", "and", "person", "near", "mouse", "."]
+    assert singular_targets(toks, d, "official") == d.singular_targets(toks, "official")
+
+
+def test_corpus_concepts_use_the_plural_rule() -> None:
+    d = load_dictionary("openimages")
+    lines = [(1, "Two people on a bench."), (2, "Two persons on a bench.")]
+    official = process_chunk(lines, d, FilterConfig(), 0.0, 0, Counter(), "official", plurals="official")
+    assert official["concepts"] == ["bench", "bench person"]
+    ours = process_chunk(lines, d, FilterConfig(), 0.0, 0, Counter(), "official", plurals="lemma")
+    assert ours["concepts"] == ["bench person", "bench person"]
+
+
+def test_profiles_resolve_the_plural_rule() -> None:
+    raw = {"datasets": ["a", "b"], "catalog": {"a": {"kind": "tiny", "fidelity": "official"},
+                                               "b": {"kind": "tiny", "fidelity": "paper"}}}
+    p = P.validate(raw)
+    assert P.for_dataset(p, "a").fidelity.plurals == "official"
+    assert P.for_dataset(p, "b").fidelity.plurals == "lemma"
