@@ -82,3 +82,63 @@ def test_profiles_resolve_the_plural_rule() -> None:
     p = P.validate(raw)
     assert P.for_dataset(p, "a").fidelity.plurals == "official"
     assert P.for_dataset(p, "b").fidelity.plurals == "lemma"
+
+
+# --------------------------------------------------------------------------- items 3, 4: GCC and Shutterstock
+def _corpus(tmp_path, name: str, fidelity: str, raw_text: str) -> tuple[list[str], dict]:
+    import json
+    import logging
+
+    from r2m.datasets import benchmarks as B
+    from r2m.params import DatasetEntry
+    from test_datasets import karpathy_coco
+
+    raw = tmp_path / f"raw-{fidelity}"
+    (raw / "karpathy").mkdir(parents=True)
+    (raw / "karpathy/dataset_coco.json").write_text(json.dumps(karpathy_coco()))
+    for f in ("coco/train2014", "coco/val2014", "shutterstock", "gcc"):
+        (raw / f).mkdir(parents=True, exist_ok=True)
+    src = "shutterstock/sentences.txt" if name == "coco_shutterstock" else "gcc/Train_GCC-training.tsv"
+    (raw / src).write_text(raw_text)
+    out = tmp_path / f"out-{name}-{fidelity}"
+    entry = DatasetEntry(kind=name, raw_dir=str(raw), fidelity=fidelity)
+    m = B.prepare_benchmark(name, entry, out, logging.getLogger("t"), fetcher=None)
+    return (out / "corpus.txt").read_text().splitlines(), m
+
+
+GCC_TSV = ("two dogs playing in the snow\thttp://x/1.jpg\n"       # plural only: ours keeps, official drops
+           "a dog playing in the snow\thttp://x/2.jpg\n"          # kept by both
+           "portrait of an actor at the premiere\thttp://x/3.jpg\n")  # no COCO word: dropped by both
+
+
+def test_gcc_official_filters_coco_words_on_raw_tokens(tmp_path) -> None:
+    ours, m = _corpus(tmp_path, "coco_gcc", "paper", GCC_TSV)
+    assert ours == ["two dogs playing in the snow", "a dog playing in the snow"]
+    official, m = _corpus(tmp_path, "coco_gcc", "official", GCC_TSV)
+    assert official == ["a dog playing in the snow"]
+    assert m["corpus_rules"] == {"official": True, "dropped": {"no_coco_word": 2}}
+
+
+def test_gcc_official_length_rule_counts_start_and_end() -> None:
+    from pathlib import Path
+
+    raw = P.load(Path(__file__).resolve().parents[1] / "params.yaml")
+    gcc = P.for_dataset(raw, "coco_gcc")
+    assert gcc.corpus_concepts.min_tokens == 10 and gcc.fidelity.count_specials is True
+    cfg = FilterConfig(gcc.corpus_concepts.min_tokens, gcc.corpus_concepts.max_tokens, True, True)
+    d = load_dictionary("openimages")
+    lines = [(1, "a dog playing in the snow ."),            # 7 tokens + <S>, </S> = 9: too short
+             (2, "a dog playing in the deep snow ."),       # 8 + 2 = 10: kept
+             (3, "a dog playing in the snow")]              # 6 + 2 = 8: too short
+    dropped: Counter[str] = Counter()
+    cols = process_chunk(lines, d, cfg, 0.0, 0, dropped, "official", plurals="official")
+    assert cols["line"] == [2] and dropped == {"too_short": 2}
+
+
+def test_shutterstock_official_drops_duplicate_sentences(tmp_path) -> None:
+    text = "a dog on a sofa\na cat on a mat\na dog on a sofa\n  a cat on a mat  \nA dog on a sofa\n"
+    ours, _ = _corpus(tmp_path, "coco_shutterstock", "paper", text)
+    assert len(ours) == 5
+    official, m = _corpus(tmp_path, "coco_shutterstock", "official", text)
+    assert official == ["a dog on a sofa", "a cat on a mat", "A dog on a sofa"]
+    assert m["corpus_rules"] == {"official": True, "dropped": {"duplicate": 2}}

@@ -9,7 +9,11 @@ public ones (resumable, checksum-verified when a checksum is known) and extracti
   ``train`` + ``restval`` sentences become ``train_references.json`` (supervised baselines);
 * corpus: Shutterstock sentences (text, one per line), MSCOCO ``captions_train2014.json`` captions,
   or Google Conceptual Captions (TSV ``caption<TAB>url``) kept only when a sentence mentions a
-  COCO-80 class.
+  COCO-80 class. Under the ``official`` profile (:class:`CorpusRules`) the converters follow the
+  authors' preprocessing: Shutterstock sentences de-duplicated (UC-GAN keeps a set of the
+  descriptions; the first occurrence is kept, in file order), and the GCC COCO-word filter applied
+  to the raw tokens (the official tokeniser, no singularisation: "two dogs" does not mention ``dog``);
+  the manifest's ``corpus_rules`` says which rules ran and what they dropped.
 
 Catalog options: ``raw_dir`` (default ``data/raw``; each source lives in its own sub-folder, e.g.
 ``data/raw/coco``, so MSCOCO is shared by two benchmarks), ``download`` (default true) and
@@ -20,18 +24,19 @@ Image paths in ``images.parquet`` are under ``raw_dir`` (repository-root relativ
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from r2m.datasets.base import RECIPES, option, references_json, write_prepared
-from r2m.params import DatasetEntry
+from r2m.params import DatasetEntry, profile_of
 from r2m.text.corpus import CorpusError, read_lines
 from r2m.utils.coco import read_coco_captions
 from r2m.utils.io import file_digest, read_json
@@ -266,36 +271,73 @@ def convert_karpathy_pairs(split_file: Path, image_root: Path) -> tuple[Any, dic
     return df, references_json(ref_images, captions), references_json(train_images, train_captions)
 
 
-def coco_caption_lines(path: Path) -> Iterator[str]:
+@dataclass
+class CorpusRules:
+    """How a corpus converter reads its source: ``official`` = the authors' preprocessing (the
+    dataset's profile). ``counts`` is filled while the corpus is read (lines dropped by each rule)."""
+
+    official: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"official": self.official, "dropped": self.counts}
+
+
+def coco_caption_lines(path: Path, rules: CorpusRules | None = None) -> Iterator[str]:
     """Captions of a COCO caption-annotation file, in file order (blank ones skipped)."""
     for _, cap in read_coco_captions(path).annotations:
         if cap.strip():
             yield " ".join(cap.split())
 
 
-def text_lines(path: Path) -> Iterator[str]:
-    """Non-empty lines of a UTF-8 text corpus (bad UTF-8 raises, naming file and line)."""
+def _digest(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def text_lines(path: Path, rules: CorpusRules | None = None) -> Iterator[str]:
+    """Non-empty lines of a UTF-8 text corpus (bad UTF-8 raises, naming file and line); under
+    ``rules.official`` a line equal to an earlier one is dropped (UC-GAN de-duplicates the
+    Shutterstock descriptions). Seen lines are kept as 64-bit digests (~70 bytes per distinct line)."""
+    rules = rules or CorpusRules()
+    seen: set[int] = set()
     for _, text in read_lines(path):
+        if rules.official:
+            key = _digest(text)
+            if key in seen:
+                rules.counts["duplicate"] = rules.counts.get("duplicate", 0) + 1
+                continue
+            seen.add(key)
         yield text
 
 
-def gcc_lines(path: Path, dictionary: str = "coco80") -> Iterator[str]:
-    """Captions of a GCC TSV (``caption<TAB>url``) that mention a class of ``dictionary``."""
+def gcc_lines(path: Path, rules: CorpusRules | None = None, dictionary: str = "coco80") -> Iterator[str]:
+    """Captions of a GCC TSV (``caption<TAB>url``) that mention a class of ``dictionary``: ours
+    singularises the tokens first ("two dogs" mentions ``dog``); ``rules.official`` matches the raw
+    tokens of the official tokeniser against the class words (the authors' filter)."""
     from r2m.text.dictionary import load_dictionary
-    from r2m.text.tokenize import tokenize
+    from r2m.text.tokenize import tokenize, tokenize_keep_punct
 
+    rules = rules or CorpusRules()
     d = load_dictionary(dictionary)
+
+    def mentions(caption: str) -> bool:
+        if rules.official:
+            return bool(d.raw_word_concepts(tokenize_keep_punct(caption)))
+        return bool(d.sentence_concepts(tokenize(caption)))
+
     for lineno, text in read_lines(path):
         caption, tab, _url = text.partition("\t")
         if not tab:
             raise CorpusError(f"{path}:{lineno}: expected 'caption<TAB>url'")
         caption = caption.strip()
-        if caption and d.sentence_concepts(tokenize(caption)):
+        if caption and mentions(caption):
             yield caption
+        elif caption:
+            rules.counts["no_coco_word"] = rules.counts.get("no_coco_word", 0) + 1
 
 
-# a corpus converter: (path of its source) -> lines
-CORPUS_CONVERTERS: Registry[Callable[[Path], Iterator[str]]] = Registry("corpus converter")
+# a corpus converter: (path of its source, the profile's rules) -> lines
+CORPUS_CONVERTERS: Registry[Callable[[Path, CorpusRules], Iterator[str]]] = Registry("corpus converter")
 CORPUS_CONVERTERS.register("text")(text_lines)
 CORPUS_CONVERTERS.register("coco_captions")(coco_caption_lines)
 CORPUS_CONVERTERS.register("gcc")(gcc_lines)
@@ -345,15 +387,17 @@ def prepare_benchmark(name: str, entry: DatasetEntry, out: Path, log: logging.Lo
         folder = got[first][0]
         image_root = folder.parent if bench.image_root == "coco" else folder
     images, refs, train_refs = convert_karpathy_pairs(got[bench.split_source][0], image_root)
-    lines = CORPUS_CONVERTERS.get(bench.corpus_converter)(got[bench.corpus_source][0])
+    rules = CorpusRules(official=profile_of(entry) == "official")
+    lines = CORPUS_CONVERTERS.get(bench.corpus_converter)(got[bench.corpus_source][0], rules)
     manifest = {
         "recipe": name,
         "raw_dir": str(raw),
         "sources": {k: {"path": str(p), "checked": c, "url": SOURCES.get(k).url} for k, (p, c) in got.items()},
+        "corpus_rules": rules.as_dict(),  # its counts are filled while write_prepared reads the lines
     }
     manifest = write_prepared(out, images, refs, lines, manifest, train_references=train_refs)
-    log.info("%s: %s images, %d references, %d sentences", name, manifest["n_images"],
-             manifest["n_references"], manifest["n_sentences"])
+    log.info("%s: %s images, %d references, %d sentences (corpus rules: %s)", name, manifest["n_images"],
+             manifest["n_references"], manifest["n_sentences"], rules.as_dict())
     return manifest
 
 
