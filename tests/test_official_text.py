@@ -142,3 +142,36 @@ def test_shutterstock_official_drops_duplicate_sentences(tmp_path) -> None:
     official, m = _corpus(tmp_path, "coco_shutterstock", "official", text)
     assert official == ["a dog on a sofa", "a cat on a mat", "A dog on a sofa"]
     assert m["corpus_rules"] == {"official": True, "dropped": {"duplicate": 2}}
+
+
+def test_datasets_check_warns_once_when_official_has_no_word_list(tmp_path, monkeypatch, capsys) -> None:
+    import json
+
+    import yaml
+
+    from r2m.datasets.check import vocab_filter_warning
+    from r2m.pipeline.datasets_cmd import check
+
+    assert vocab_filter_warning("d", "coco_gcc", "paper", None) is None
+    assert vocab_filter_warning("d", "coco_gcc", "official", "glove.txt") is None
+    before = vocab_filter_warning("d", "coco_gcc", "official", None, tmp_path / "none")
+    assert "expect more than the paper's 10652 words" in before and "\n" not in before
+
+    monkeypatch.chdir(tmp_path)
+    raw = {"datasets": ["g"], "catalog": {"g": {"kind": "tiny", "fidelity": "official"},
+                                          "w": {"kind": "tiny", "fidelity": "official",
+                                                "overrides": {"fidelity": {"vocab_filter": "words.txt"}}}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    (tmp_path / "words.txt").write_text("a\n")
+    for name in ("g", "w"):
+        for sub, stats in (("corpus", {"read": {"lines": 10}, "sentences_in": 10, "dropped": {}, "length_ok": 10}),
+                           ("vocab", {"vocab_size": 1201, "frequent_words": 1150, "min_count": 15,
+                                      "sentences_out": 10})):
+            (tmp_path / f"data/{name}/{sub}").mkdir(parents=True)
+            (tmp_path / f"data/{name}/{sub}/stats.json").write_text(json.dumps(stats))
+    assert check("g") == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "without fidelity.vocab_filter" in err[0] and "here 1200 words" in err[0]
+    assert "1150 frequent ones unchecked" in err[0]
+    assert check("w") == 0
+    assert capsys.readouterr().err == ""

@@ -5,7 +5,8 @@
 Prints, from the ``corpus_concepts`` and ``build_vocab`` outputs (their ``stats.json``), the sentence
 count after each filter and the vocabulary size beside the size the paper reports for the benchmark
 (R²M §4: 18,679 / 11,335 / 10,652 words *including* <#start>, <#end> and <UNK>; our vocabulary also
-holds <pad>, so the comparable figure is our size − 1).
+holds <pad>, so the comparable figure is our size − 1). Under the ``official`` profile without a word
+list (``fidelity.vocab_filter``) it first warns in one line (:func:`vocab_filter_warning`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,29 @@ def _stats(path: Path, stage: str, dataset: str) -> dict[str, Any]:
         raise FileNotFoundError(f"{path} missing: run `snakemake --cores 2 {path.parent}` "
                                 f"(or `r2m {stage} --dataset {dataset}`) first")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def vocab_filter_warning(dataset: str, kind: str, profile: str, vocab_filter: str | None,
+                         vocab_dir: Path | None = None) -> str | None:
+    """One line when ``official`` runs without ``fidelity.vocab_filter``: the authors kept only words
+    also in GloVe's vocabulary, so without a word list the vocabulary keeps every word counted
+    ``>= min_count`` and comes out larger than theirs; says by how much when ``build_vocab`` has run."""
+    if profile != "official" or vocab_filter:
+        return None
+    stats = vocab_dir / "stats.json" if vocab_dir is not None else None
+    paper = PAPER_VOCAB.get(kind)
+    size = ""
+    if stats is not None and stats.exists():
+        v = json.loads(stats.read_text(encoding="utf-8"))
+        here = int(v["vocab_size"]) - 1
+        size = (f"; here {here} words, of which {v.get('frequent_words', '?')} frequent ones unchecked"
+                + (f" ({here - paper:+d} against the paper's {paper})" if paper else ""))
+    elif paper:
+        size = f"; expect more than the paper's {paper} words"
+    return (f"warning: dataset {dataset} runs the official profile without fidelity.vocab_filter: the authors "
+            f"kept only words also in GloVe's vocabulary, so this vocabulary misses that filter (frequent "
+            f"typos, joined and non-English words stay in){size}; set fidelity.vocab_filter to a word list "
+            f"(GloVe's words, one per line)")
 
 
 def report(dataset: str, kind: str, corpus_dir: Path, vocab_dir: Path) -> list[str]:

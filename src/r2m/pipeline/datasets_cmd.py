@@ -18,7 +18,7 @@ from r2m.pipeline import validate as V
 
 def check(dataset: str, params_path: str = "params.yaml") -> int:
     """Print the preprocessing report of one dataset from its stage outputs."""
-    from r2m.datasets.check import report
+    from r2m.datasets.check import report, vocab_filter_warning
     from r2m.pipeline.stages import BY_NAME
 
     p = V.load(params_path)
@@ -26,6 +26,11 @@ def check(dataset: str, params_path: str = "params.yaml") -> int:
         raise P.ParamsError(f"unknown dataset {dataset!r}; declared under 'catalog': {sorted(p.catalog)}")
     corpus = Path(BY_NAME["corpus_concepts"].outs["corpus"].path.format(dataset=dataset))
     vocab = Path(BY_NAME["build_vocab"].outs["vocab"].path.format(dataset=dataset))
+    entry = p.catalog[dataset]
+    warning = vocab_filter_warning(dataset, entry.kind, P.profile_of(entry),
+                                   P.for_dataset(p, dataset).fidelity.vocab_filter, vocab)
+    if warning:
+        print(warning, file=sys.stderr)
     print("\n".join(report(dataset, p.catalog[dataset].kind, corpus, vocab)))
     return 0
 
