@@ -69,7 +69,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     from r2m.pipeline import validate as V
     from r2m.pipeline.context import StageContext, setup_logging
     from r2m.runtime import Runtime
-    from r2m.utils.guard import BadInput, env_number
+    from r2m.utils.guard import BadInput, env_number, inside
 
     pre, _ = _stage_parser(stage).parse_known_args(argv)  # check axes before importing heavy code
     if "variant" in stage.axes and pre.variant is not None and pre.variant not in P.VARIANT_NAMES:
@@ -115,7 +115,11 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         print(f"r2m {stage.name}: {err}", file=sys.stderr)
         return 2
     axes = {a: getattr(args, a) for a in stage.axes}
-    log_path = None if args.no_log_file else Path(stage.log.format(**axes) if axes else stage.log)
+    try:
+        log_path = None if args.no_log_file else inside(".", stage.log.format(**axes), "log")
+    except BadInput as err:
+        print(f"r2m {stage.name}: {err}", file=sys.stderr)
+        return 2
     log = setup_logging(log_path)
     ctx = StageContext(
         stage=stage,

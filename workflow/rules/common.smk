@@ -5,6 +5,8 @@
 import sys
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from r2m import params as P  # noqa: E402
@@ -28,9 +30,11 @@ from r2m.pipeline.snake import (  # noqa: E402
 
 _params_cfg, _runtime_cfg = split_config(config)
 try:
+    for _f in workflow.configfiles:  # Snakemake's own YAML reading keeps the last of a duplicate key
+        P.yaml_load(P.read_text(Path(_f)))
     PARAMS = V.validate(_params_cfg, "config (params.yaml + --config)")
     SHARDS = shard_counts(_runtime_cfg)
-except (P.ParamsError, ValueError) as err:
+except (P.ParamsError, ValueError, yaml.YAMLError) as err:
     raise WorkflowError(str(err))
 
 R2M_PARAMS = write_merged_params(with_derived(_params_cfg, PARAMS), ".snakemake/r2m/params.yaml")
