@@ -119,11 +119,13 @@ def standalone(args: argparse.Namespace) -> int:
             print(f"r2m caption: --html {args.html}: {problem}", file=sys.stderr)
             return 2
     paths, missing = expand(args.images)
-    for item, reason in missing:
-        print(f"r2m caption: skipped {path_field(item)}: {reason}", file=sys.stderr)
-    if not paths:
-        print("r2m caption: no image to caption", file=sys.stderr)
+    skipped = [f"{path_field(item)}: {reason}" for item, reason in missing]
+    if not paths:  # one line, naming what was skipped
+        print(f"r2m caption: no image to caption{' (skipped ' + '; '.join(skipped) + ')' if skipped else ''}",
+              file=sys.stderr)
         return 1
+    for line in skipped:
+        print(f"r2m caption: skipped {line}", file=sys.stderr)
     model_dir = Path(args.model or DEFAULT_MODEL)
     try:
         hint = " (run `make run` first, or pass --model FOLDER)" if str(model_dir) == DEFAULT_MODEL else ""

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from r2m.utils.guard import is_disk_full
 from r2m.utils.io import atomic_path
 
 # what a gallery folder holds; an existing OUT holding anything else is not replaced
@@ -108,9 +109,14 @@ def write_gallery(out: Path, results: list[dict[str, Any]], bad: list[dict[str, 
     problem = gallery_target_problem(out)
     if problem:
         raise ValueError(f"{out}: {problem}")
-    with atomic_path(out) as tmp:
-        (tmp / "images").mkdir(parents=True)
-        (tmp / "attention").mkdir()
-        cards = [_card(n, r, cfg, tmp) for n, r in enumerate(results)]
-        (tmp / "index.html").write_text(render_page(cards, bad, model_dir), encoding="utf-8")
+    try:
+        with atomic_path(out) as tmp:
+            (tmp / "images").mkdir(parents=True)
+            (tmp / "attention").mkdir()
+            cards = [_card(n, r, cfg, tmp) for n, r in enumerate(results)]
+            (tmp / "index.html").write_text(render_page(cards, bad, model_dir), encoding="utf-8")
+    except OSError as err:
+        if is_disk_full(err):  # name the gallery, not the temporary folder (already removed)
+            raise OSError(err.errno, err.strerror, str(out)) from None
+        raise
     return out / "index.html"
