@@ -262,8 +262,6 @@ def test_caption_corrupt_inference_json(content, checkpoint, photo_folder, tmp_p
 
 # --------------------------------------------------------------------------- caption output and gallery
 def test_caption_default_output_unambiguous(checkpoint, photo_folder, tmp_path, capsys):  # noqa: F811
-    from r2m.caption_cli import path_field
-
     names = ["plain.png", "tab\there.png", "new\nline.png", '"quoted.png', "sep\u2028line.png"]
     for n in names:
         shutil.copyfile(photo_folder / "chelsea.png", tmp_path / n)
@@ -276,6 +274,8 @@ def test_caption_default_output_unambiguous(checkpoint, photo_folder, tmp_path, 
         field = ln.rsplit("\t", 1)[0] if not ln.startswith('"') else json.JSONDecoder().raw_decode(ln)[0]
         got.append(Path(field).name)
     assert got == names
+    from r2m.caption_cli import path_field
+
     assert path_field("plain.png") == "plain.png" and json.loads(path_field('"q')) == '"q'
     assert cli("caption", tmp_path / "tab\there.png", "--model", checkpoint, "--json") == 0  # --json stays exact
     assert json.loads(capsys.readouterr().out)["captions"][0]["path"] == str(tmp_path / "tab\there.png")
