@@ -160,6 +160,7 @@ def test_repo_params_stay_valid():
     p = P.load(ROOT / "params.yaml")
     assert p.train_xe.lr > 0 and all(P.NAME_PATTERN.fullmatch(n) for n in p.catalog)
     assert P.yaml_load("lr: 1e-4") == {"lr": 1e-4}  # YAML 1.2 exponent floats are numbers, not strings
+    assert P.yaml_load("a: &x {b: 1}\nc: {<<: *x, b: 2}\n") == {"a": {"b": 1}, "c": {"b": 2}}  # merge keys
 
 
 # --------------------------------------------------------------------------- runtime and options
