@@ -154,6 +154,12 @@ def test_params_naming_a_folder(repo, capsys):
     one_line(capsys.readouterr().err, "data", "folder")
 
 
+def test_params_naming_a_fifo_does_not_block(repo, capsys):  # own probe: reading it would wait forever
+    os.mkfifo(repo / "p.yaml")
+    assert cli("datasets", "--params", repo / "p.yaml") == 2
+    one_line(capsys.readouterr().err, "p.yaml", "FIFO")
+
+
 def test_repo_params_stay_valid():
     from r2m import params as P
 

@@ -510,7 +510,15 @@ def yaml_load(text: str) -> Any:
 
 
 def read_text(path: Path) -> str:
-    """A params file's text; :class:`ParamsError` (one line) when it is missing, a folder or not UTF-8."""
+    """A params file's text; :class:`ParamsError` (one line) when it is missing, a folder, a FIFO or
+    device (never opened: reading one could block), a link loop, or not UTF-8."""
+    from r2m.utils.guard import not_a_file
+
+    why = not_a_file(path)
+    if why == "no such file or folder":
+        raise ParamsError(f"params file not found: {path}")
+    if why is not None:
+        raise ParamsError(f"{path}: {why}, not a params file")
     try:
         return path.read_bytes().decode("utf-8")
     except FileNotFoundError:
