@@ -2,6 +2,7 @@
 # r2m commands (so `--config key=value` reaches them exactly as DVC's `-S key=value` does).
 # Snakemake-only runtime keys (`shards`, `r2m_command`) are split off first: they say how to run,
 # not what to compute, and never reach params.
+import shlex
 import sys
 from pathlib import Path
 
@@ -40,7 +41,7 @@ except (P.ParamsError, ValueError, yaml.YAMLError) as err:
 R2M_PARAMS = write_merged_params(with_derived(_params_cfg, PARAMS), ".snakemake/r2m/params.yaml")
 # the r2m beside the Python running Snakemake (works without activating .venv), else PATH's
 _r2m_here = Path(sys.executable).parent / "r2m"
-R2M = _runtime_cfg.get("r2m_command", str(_r2m_here) if _r2m_here.exists() else "r2m")
+R2M = _runtime_cfg.get("r2m_command", shlex.quote(str(_r2m_here)) if _r2m_here.exists() else "r2m")
 
 
 wildcard_constraints:
