@@ -7,11 +7,14 @@ IMAGES are files, folders (their image files, not recursive) or glob patterns. T
 ``inference.json``: the vocabulary and the concept/detector/feature/caption settings it was trained
 with (:mod:`r2m.decoding.settings`); the captioning is
 :class:`r2m.decoding.captioner.Captioner`. Detection, (when ``no_concepts`` is ``image``) features and
-beam search run batched. Prints ``path<TAB>caption`` per image (``--json``: a JSON list with the
-concepts and scores); ``--html OUT`` writes a static gallery (``OUT/index.html`` with each image,
-its concepts and scores, its caption and the FM/RM attention plot). Unreadable images are reported
-on stderr (and in the JSON/HTML) and skipped; the exit status is 1 only when no image could be
-captioned.
+beam search run batched. Prints ``path<TAB>caption`` per image, the path as a JSON string (in
+double quotes, escaped) when it holds a control character, a line or other separator, or starts with
+``"`` (:func:`path_field`), so every line splits at its first TAB outside quotes (``--json``: a JSON
+list with the concepts and scores); ``--html OUT`` writes a static gallery (``OUT/index.html`` with
+each image, its concepts and scores, its caption and the FM/RM attention plot), whole or not at all,
+and refuses an OUT that exists and is not a gallery before anything is captioned. Unreadable images
+are reported on stderr (and in the JSON/HTML) and skipped; the exit status is 1 only when no image
+could be captioned.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import sys
 from pathlib import Path
 
 from r2m.decoding.stage import run  # noqa: F401  (the DAG stage: pipeline/stages.py's impl)
+from r2m.utils.guard import not_a_file, positive_int
 
 DEFAULT_MODEL = "models/demo/r2m/train_i"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
@@ -33,11 +37,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("captioning your own images (without --dataset/--variant/--ckpt)")
     g.add_argument("images", nargs="*", help="image files, folders or glob patterns")
     g.add_argument("--model", default=None, help=f"checkpoint folder (default: {DEFAULT_MODEL})")
-    g.add_argument("--json", action="store_true", help="print a JSON list instead of path<TAB>caption")
+    g.add_argument("--json", action="store_true", help="print a JSON list instead of path<TAB>caption (a path "
+                   "with a control or separator character, or starting with '\"', is printed as a JSON string)")
     g.add_argument("--html", default=None, metavar="OUT", help="write a gallery page OUT/index.html")
-    g.add_argument("--batch-size", type=int, default=None, help="images per batch (default: the recorded one)")
-    g.add_argument("--beam", type=int, default=None)
-    g.add_argument("--max-len", type=int, default=None)
+    g.add_argument("--batch-size", type=positive_int, default=None,
+                   help="images per batch (default: the recorded one)")
+    g.add_argument("--beam", type=positive_int, default=None)
+    g.add_argument("--max-len", type=positive_int, default=None)
     g.add_argument("--no-concepts", choices=("empty", "image", "top1"), default=None,
                    help="images without concepts (default: the checkpoint's recorded caption.no_concepts)")
 
@@ -48,15 +54,20 @@ def expand(items: list[str]) -> tuple[list[Path], list[tuple[str, str]]]:
     missing: list[tuple[str, str]] = []
     for item in items:
         p = Path(item)
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+        why = not_a_file(p)
+        if why is not None and why != "no such file or folder":  # a FIFO, a link loop: never opened
+            missing.append((item, why))
+        elif p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not_a_file(f) is None
+                           and f.is_file())
             if not found:
                 missing.append((item, "folder holds no image files"))
             paths += found
         elif p.is_file():
             paths.append(p)
         elif any(c in item for c in "*?["):
-            found = sorted(Path(f) for f in glob.glob(item, recursive=True) if Path(f).is_file())
+            found = sorted(Path(f) for f in glob.glob(item, recursive=True)
+                           if not_a_file(Path(f)) is None and Path(f).is_file())
             if not found:
                 missing.append((item, "pattern matches no file"))
             paths += found
@@ -68,6 +79,18 @@ def expand(items: list[str]) -> tuple[list[Path], list[tuple[str, str]]]:
             seen.add(p.resolve())
             out.append(p)
     return out, missing
+
+
+def path_field(path: str) -> str:
+    """``path`` as the first field of a ``path<TAB>caption`` line: as it is, or a JSON string when it
+    could be misread (a control, line or other separator character, or a leading ``"``)."""
+    if path.isprintable() and not path.startswith('"'):
+        return path
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes of a file name (surrogate escapes): \u escapes
+        return json.dumps(path, ensure_ascii=True)
+    return json.dumps(path, ensure_ascii=False)
 
 
 def standalone(args: argparse.Namespace) -> int:
@@ -88,30 +111,45 @@ def standalone(args: argparse.Namespace) -> int:
         return 2
     runtime = Runtime.from_env(args.device, args.threads, args.workers)
     runtime.apply()
+    if args.html:
+        from r2m.reports.gallery import gallery_target_problem
+
+        problem = gallery_target_problem(Path(args.html))
+        if problem:
+            print(f"r2m caption: --html {args.html}: {problem}", file=sys.stderr)
+            return 2
     paths, missing = expand(args.images)
-    for item, reason in missing:
-        print(f"r2m caption: skipped {item}: {reason}", file=sys.stderr)
-    if not paths:
-        print("r2m caption: no image to caption", file=sys.stderr)
+    skipped = [f"{path_field(item)}: {reason}" for item, reason in missing]
+    if not paths:  # one line, naming what was skipped
+        print(f"r2m caption: no image to caption{' (skipped ' + '; '.join(skipped) + ')' if skipped else ''}",
+              file=sys.stderr)
         return 1
+    for line in skipped:
+        print(f"r2m caption: skipped {line}", file=sys.stderr)
     model_dir = Path(args.model or DEFAULT_MODEL)
     try:
         hint = " (run `make run` first, or pass --model FOLDER)" if str(model_dir) == DEFAULT_MODEL else ""
         cap = Captioner(model_dir, runtime.torch_device(), hint=hint)
     except (FileNotFoundError, ValueError) as err:
-        print(f"r2m caption: {err}", file=sys.stderr)
+        print(f"r2m caption: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
+    backend = (cap.settings.get("detect_concepts") or {}).get("backend")
+    if backend == "precomputed":
+        print(f"r2m caption: --model {model_dir}: trained on a dataset whose concepts were precomputed "
+              "(detect_concepts.backend: precomputed), so it has no detector for new images; use a model "
+              "trained with a detector backend", file=sys.stderr)
+        return 2
     results, bad = cap.caption(paths, args.batch_size, args.beam, args.max_len, args.no_concepts,
                                attention=bool(args.html))
     bad += [{"path": item, "reason": reason} for item, reason in missing]
     for b in bad:
-        print(f"r2m caption: bad image {b['path']}: {b['reason']}", file=sys.stderr)
+        print(f"r2m caption: bad image {path_field(b['path'])}: {' '.join(b['reason'].split())}", file=sys.stderr)
     if args.json:
         print(json.dumps({"model": str(model_dir), "captions": [{k: v for k, v in r.items() if k != "attention"}
                                                                 for r in results], "bad_images": bad}, indent=1))
     else:
         for r in results:
-            print(f"{r['path']}\t{r['caption']}")
+            print(f"{path_field(r['path'])}\t{r['caption']}")
     if args.html:
         from r2m.reports.gallery import write_gallery
 

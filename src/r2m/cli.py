@@ -34,12 +34,30 @@ def call(spec: str, argv: list[str]) -> int:
     return int(getattr(module, func)(argv) or 0)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: ``r2m <command>: argument --x: why (see --help)``."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {' '.join(message.split())} (see --help)\n")
+
+
+def device_arg(text: str) -> str:
+    """argparse type: auto, cpu, cuda, cuda:N or mps."""
+    from r2m.runtime import check_device
+    from r2m.utils.guard import BadInput
+
+    try:
+        return check_device(text)
+    except BadInput:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose auto, cpu, cuda, cuda:N or mps") from None
+
+
 def _stage_parser(stage: S.Stage) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"r2m {stage.name}", description=stage.help)
+    p = OneLineParser(prog=f"r2m {stage.name}", description=stage.help)
     for axis in stage.axes:
         p.add_argument(f"--{axis}", default=None, help=f"{axis} to run for")
     p.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
-    p.add_argument("--device", default=None, help="runtime: auto|cpu|cuda[:N] (env R2M_DEVICE)")
+    p.add_argument("--device", type=device_arg, default=None, help="runtime: auto|cpu|cuda[:N] (env R2M_DEVICE)")
     p.add_argument("--threads", type=int, default=None, help="runtime: torch threads (env R2M_THREADS)")
     p.add_argument("--workers", type=int, default=None, help="runtime: data-loader workers (env R2M_WORKERS)")
     p.add_argument("--no-log-file", action="store_true", help="log to stderr only")
@@ -51,6 +69,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     from r2m.pipeline import validate as V
     from r2m.pipeline.context import StageContext, setup_logging
     from r2m.runtime import Runtime
+    from r2m.utils.guard import BadInput, env_number, inside
 
     pre, _ = _stage_parser(stage).parse_known_args(argv)  # check axes before importing heavy code
     if "variant" in stage.axes and pre.variant is not None and pre.variant not in P.VARIANT_NAMES:
@@ -89,13 +108,23 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         print(f"r2m {stage.name}: {err}", file=sys.stderr)
         return 2
 
+    try:  # runtime settings and names: one line each, before any work
+        runtime = Runtime.from_env(args.device, args.threads, args.workers)
+        env_number("R2M_PROGRESS_SECONDS", 30.0, float, 0)
+    except BadInput as err:
+        print(f"r2m {stage.name}: {err}", file=sys.stderr)
+        return 2
     axes = {a: getattr(args, a) for a in stage.axes}
-    log_path = None if args.no_log_file else Path(stage.log.format(**axes) if axes else stage.log)
+    try:
+        log_path = None if args.no_log_file else inside(".", stage.log.format(**axes), "log")
+    except BadInput as err:
+        print(f"r2m {stage.name}: {err}", file=sys.stderr)
+        return 2
     log = setup_logging(log_path)
     ctx = StageContext(
         stage=stage,
         params=params,
-        runtime=Runtime.from_env(args.device, args.threads, args.workers),
+        runtime=runtime,
         log=log,
         **axes,
     )
@@ -103,6 +132,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     ctx.args = args  # type: ignore[attr-defined]  # stage-specific extra flags
     log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
     t0 = time.perf_counter()
+    from r2m.utils.guard import disk_full_message, is_disk_full
     from r2m.utils.resume import Preempted, StageBusy, StageLock
 
     shard = getattr(args, "shard", None)
@@ -123,6 +153,18 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     except KeyboardInterrupt:
         log.error("r2m %s interrupted (nothing of this run was kept as an output)", stage.name)
         return 130
+    except Terminated as err:
+        log.error("r2m %s stopped by %s (nothing of this run was kept as an output)", stage.name, err)
+        return 128 + err.signum
+    except BadInput as err:
+        log.error("r2m %s: %s", stage.name, err)
+        return 2
+    except OSError as err:
+        if not is_disk_full(err):
+            _report_failure(log, stage.name, err, log_path)
+            return 1
+        log.error("r2m %s: %s", stage.name, disk_full_message(err))
+        return 1
     except Exception as err:  # report, keep the traceback where it helps, exit non-zero
         _report_failure(log, stage.name, err, log_path)
         return 1
@@ -158,6 +200,38 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+class Terminated(BaseException):
+    """SIGTERM/SIGHUP outside a stage's own handling (training saves its state itself): one line, 128 + N."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+def _signals() -> dict[int, object]:
+    """``ulimit -f`` gives EFBIG (a "disk full" line) instead of killing the process; SIGTERM/SIGHUP
+    raise :class:`Terminated` (one line) unless a stage installs its own handler. Returns the
+    handlers replaced (restored when :func:`main` returns)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    old: dict[int, object] = {}
+    if hasattr(signal, "SIGXFSZ"):
+        old[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            old[sig] = signal.signal(sig, _raise_terminated)
+    return old
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -169,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         print(__version__)
         return 0
     name, rest = argv[0], argv[1:]
+    from r2m.utils.guard import BadInput, disk_full_message, is_disk_full
+
+    old_handlers = _signals()
     try:
         if name in S.BY_NAME:
             return run_stage(S.BY_NAME[name], rest)
@@ -177,6 +254,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C before/after a stage's own handling: no traceback
         print(f"r2m {name}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as err:
+        print(f"r2m {name}: stopped by {err}", file=sys.stderr)
+        return 128 + err.signum
+    except BadInput as err:  # e.g. R2M_DEVICE=bogus in `r2m caption IMAGES`
+        print(f"r2m {name}: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if not is_disk_full(err):
+            raise
+        print(f"r2m {name}: {disk_full_message(err)}", file=sys.stderr)
+        return 1
+    finally:
+        import signal
+
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
     print(f"r2m: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 

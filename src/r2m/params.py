@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,8 +64,23 @@ SUP_MODEL_NAMES: tuple[str, ...] = tuple(s.name for s in sup_model_specs(SUP_MOD
 SUP_MODEL_LABELS: dict[str, str] = {s.name: s.label for s in sup_model_specs(SUP_MODEL_SOURCES)}
 
 
+# strict: no bool/str coerced to a number, no .inf/.nan (a section's numbers are finite as written)
+STRICT = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
+
+# catalog (dataset) names become folder names and command-line arguments: one strict pattern
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_name(name: object, what: str = "dataset name") -> str:
+    """``name`` when it matches :data:`NAME_PATTERN` and holds no ``..``; else a one-line ValueError."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
+        raise ValueError(f"{what} {name!r} is not allowed: use 1 to 64 letters, digits, '_', '.' or '-', "
+                         f"starting with a letter or digit, without '..'")
+    return name
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = STRICT
 
 
 # --------------------------------------------------------------------------- datasets
@@ -71,7 +88,7 @@ class DatasetEntry(_Section):
     """A dataset recipe. ``kind`` selects the recipe in :mod:`r2m.datasets`; the remaining keys
     are recipe options (validated by the recipe itself), except the ones declared here."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
     kind: str
     fidelity: Literal["paper", "official"] | None = Field(
         None, description="profile resolving every item of the 'fidelity' section left null: 'paper' (the "
@@ -84,6 +101,26 @@ class DatasetEntry(_Section):
     @classmethod
     def _known_kind(cls, v: str) -> str:
         return _known(v, _names(RECIPE_SOURCES, "RECIPES", ("Benchmark",)), "dataset kind")
+
+    @model_validator(mode="after")
+    def _known_keys(self) -> DatasetEntry:
+        """A recipe's options are the keys its registration declares (``keys=(...)``): a misspelt
+        key is an error, never silently ignored."""
+        declared = recipe_keys().get(self.kind)
+        unknown = sorted(set(self.model_extra or {}) - set(declared or ()))
+        if declared is not None and unknown:
+            common = sorted(set(type(self).model_fields))
+            raise ValueError(f"unknown key(s) {unknown} for kind {self.kind!r}; its keys: "
+                             f"{', '.join(sorted(declared)) or '(none)'} (and {', '.join(common)})")
+        return self
+
+
+@functools.cache
+def recipe_keys() -> dict[str, tuple[str, ...]]:
+    """Recipe kind -> the option keys its registration declares (read from the source)."""
+    from r2m.utils.declared import declared_keys
+
+    return declared_keys(RECIPE_SOURCES, "RECIPES", ("Benchmark",))
 
 
 # --------------------------------------------------------------------------- stage sections
@@ -355,6 +392,13 @@ class _ParamsBase(_Section):
     evaluate: EvaluateParams = Field(default_factory=EvaluateParams)
     report: ReportParams = Field(default_factory=ReportParams)
 
+    @field_validator("catalog", mode="before")
+    @classmethod
+    def _safe_names(cls, v: Any) -> Any:
+        for name in v if isinstance(v, dict) else ():
+            check_name(name, "catalog: dataset name")
+        return v
+
     @field_validator("variants")
     @classmethod
     def _known_variants(cls, v: list[str]) -> list[str]:
@@ -406,10 +450,25 @@ def _format_error(err: ValidationError, source: str) -> str:
     return f"invalid parameters in {source}: " + "; ".join(parts)
 
 
+def _non_finite(data: Any, key: str = "") -> str | None:
+    """The dotted key of the first ``.inf``/``.nan`` anywhere in ``data`` (backend options too)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return key or "<root>"
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in items:
+        found = _non_finite(v, f"{key}.{k}" if key else str(k))
+        if found:
+            return found
+    return None
+
+
 def validate(raw: dict[str, Any], source: str = "params") -> Params:
     """Validate a raw params mapping; raise :class:`ParamsError` naming each bad key."""
     if not isinstance(raw, dict):
         raise ParamsError(f"{source}: top level must be a mapping, got {type(raw).__name__}")
+    bad = _non_finite(raw)
+    if bad:
+        raise ParamsError(f"invalid parameters in {source}: {bad}: not a finite number")
     try:
         params = Params.model_validate(raw)
     except ValidationError as err:
@@ -423,14 +482,67 @@ def validate(raw: dict[str, Any], source: str = "params") -> Params:
     return params
 
 
+class StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (instead of keeping the
+    last) and reads ``1e-4`` as a number (YAML 1.2; PyYAML's 1.1 rules make it a string)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            try:
+                line = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: SafeLoader's own error says so
+                break
+            if line != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (first on line {line})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def yaml_load(text: str) -> Any:
+    """Parse params YAML with :class:`StrictLoader` (duplicate keys refused)."""
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def read_text(path: Path) -> str:
+    """A params file's text; :class:`ParamsError` (one line) when it is missing, a folder, a FIFO or
+    device (never opened: reading one could block), a link loop, or not UTF-8."""
+    from r2m.utils.guard import not_a_file
+
+    why = not_a_file(path)
+    if why == "no such file or folder":
+        raise ParamsError(f"params file not found: {path}")
+    if why is not None:
+        raise ParamsError(f"{path}: {why}, not a params file")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ParamsError(f"params file not found: {path}") from None
+    except IsADirectoryError:
+        raise ParamsError(f"{path}: is a folder, not a params file") from None
+    except UnicodeDecodeError as err:
+        raise ParamsError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+    except OSError as err:
+        raise ParamsError(f"{path}: cannot read: {err.strerror or err}") from None
+
+
 def load(path: str | Path = "params.yaml") -> Params:
     path = Path(path)
-    if not path.exists():
-        raise ParamsError(f"params file not found: {path}")
+    text = read_text(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml_load(text) or {}
     except yaml.YAMLError as err:
-        raise ParamsError(f"{path}: not valid YAML: {err}") from None
+        raise ParamsError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
     return validate(raw, str(path))
 
 

@@ -8,7 +8,19 @@ autocast in the training stages on CUDA (as their ``--bf16`` flag; ignored on CP
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+
+from r2m.utils.guard import BadInput, env_number, parse_number  # noqa: F401  (BadInput: raised)
+
+DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+def check_device(value: str, what: str = "--device") -> str:
+    """``value`` when it names a device (auto, cpu, mps, cuda, cuda:N); :class:`BadInput` otherwise."""
+    if not DEVICE_PATTERN.fullmatch(value.strip()):
+        raise BadInput(f"{what} {value!r}: choose auto, cpu, cuda, cuda:N or mps")
+    return value.strip()
 
 
 @dataclass(frozen=True)
@@ -20,10 +32,15 @@ class Runtime:
 
     @classmethod
     def from_env(cls, device: str | None = None, threads: int | None = None, workers: int | None = None) -> Runtime:
+        """Flags first, then ``R2M_*``; :class:`r2m.utils.guard.BadInput` (one line) for a bad value."""
+        dev = check_device(device, "--device") if device else check_device(os.environ.get("R2M_DEVICE") or "auto",
+                                                                           "R2M_DEVICE")
         return cls(
-            device=device or os.environ.get("R2M_DEVICE", "auto"),
-            threads=int(threads if threads is not None else os.environ.get("R2M_THREADS", 0)),
-            workers=int(workers if workers is not None else os.environ.get("R2M_WORKERS", 0)),
+            device=dev,
+            threads=int(parse_number(str(threads), "--threads", int, 0) if threads is not None
+                        else env_number("R2M_THREADS", 0, int, 0)),
+            workers=int(parse_number(str(workers), "--workers", int, 0) if workers is not None
+                        else env_number("R2M_WORKERS", 0, int, 0)),
             bf16=os.environ.get("R2M_BF16", "0") == "1",
         )
 

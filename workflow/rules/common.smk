@@ -2,8 +2,11 @@
 # r2m commands (so `--config key=value` reaches them exactly as DVC's `-S key=value` does).
 # Snakemake-only runtime keys (`shards`, `r2m_command`) are split off first: they say how to run,
 # not what to compute, and never reach params.
+import shlex
 import sys
 from pathlib import Path
+
+import yaml
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
@@ -28,15 +31,17 @@ from r2m.pipeline.snake import (  # noqa: E402
 
 _params_cfg, _runtime_cfg = split_config(config)
 try:
+    for _f in workflow.configfiles:  # Snakemake's own YAML reading keeps the last of a duplicate key
+        P.yaml_load(P.read_text(Path(_f)))
     PARAMS = V.validate(_params_cfg, "config (params.yaml + --config)")
     SHARDS = shard_counts(_runtime_cfg)
-except (P.ParamsError, ValueError) as err:
+except (P.ParamsError, ValueError, yaml.YAMLError) as err:
     raise WorkflowError(str(err))
 
 R2M_PARAMS = write_merged_params(with_derived(_params_cfg, PARAMS), ".snakemake/r2m/params.yaml")
 # the r2m beside the Python running Snakemake (works without activating .venv), else PATH's
 _r2m_here = Path(sys.executable).parent / "r2m"
-R2M = _runtime_cfg.get("r2m_command", str(_r2m_here) if _r2m_here.exists() else "r2m")
+R2M = _runtime_cfg.get("r2m_command", shlex.quote(str(_r2m_here)) if _r2m_here.exists() else "r2m")
 
 
 wildcard_constraints:

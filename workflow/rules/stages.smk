@@ -6,6 +6,7 @@
 # rule: N parallel jobs (e.g. cluster jobs) whose results the stage's own job merges.
 # Every rule declares the registry's resources (gpu, mem_mb): `--resources gpu=N` caps concurrent
 # GPU jobs on one box; the SLURM executor requests `--gpus`/`--mem` from them.
+# The job's shell `exec`s r2m (killing the shell kills r2m) and every path is quoted ({log:q}).
 
 
 for _stage in S.STAGES:
@@ -38,7 +39,7 @@ for _stage in S.STAGES:
         conda:
             "../envs/r2m.yaml"
         shell:
-            "R2M_THREADS=${{R2M_THREADS:-{threads}}} {params.cmd} --no-log-file > {log} 2>&1"
+            "R2M_THREADS=${{R2M_THREADS:-{threads}}} exec {params.cmd} --no-log-file > {log:q} 2>&1"
 
     if _n > 1:
 
@@ -62,4 +63,4 @@ for _stage in S.STAGES:
             conda:
                 "../envs/r2m.yaml"
             shell:
-                "R2M_THREADS=${{R2M_THREADS:-{threads}}} {params.cmd} --no-log-file > {log} 2>&1"
+                "R2M_THREADS=${{R2M_THREADS:-{threads}}} exec {params.cmd} --no-log-file > {log:q} 2>&1"

@@ -401,8 +401,11 @@ def prepare_benchmark(name: str, entry: DatasetEntry, out: Path, log: logging.Lo
     return manifest
 
 
+BENCHMARK_KEYS = ("raw_dir", "paths", "download")  # the catalog options every paper benchmark reads
+
+
 def _register(name: str) -> None:
-    @RECIPES.register(name)
+    @RECIPES.register(name, keys=BENCHMARK_KEYS)
     def recipe(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
         return prepare_benchmark(name, entry, out, log, fetcher=fetch_url)
 

@@ -105,7 +105,7 @@ def train_copy(src: Path, dst: Path, crop: float) -> None:
         im.save(dst, format="JPEG", quality=92)
 
 
-@RECIPES.register("demo")
+@RECIPES.register("demo", keys=("source_dir", "train_copies", "crop"))
 def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dict[str, Any]:
     import pandas as pd
 

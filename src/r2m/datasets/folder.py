@@ -103,7 +103,7 @@ def check(entry: DatasetEntry) -> None:
     _path_option(entry, "references", False)
 
 
-@RECIPES.register("folder")
+@RECIPES.register("folder", keys=("images", "corpus", "references", "train_references", "val_fraction"))
 def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
     import pandas as pd
 

@@ -161,7 +161,8 @@ def corpus_lines(n: int, seed: int, exclude: set[str]) -> Iterator[str]:
         yield s
 
 
-@RECIPES.register("tiny")
+@RECIPES.register("tiny", keys=("seed", "n_train_images", "n_val_images", "n_test_images", "n_sentences",
+                                   "image_size"))
 def tiny(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
     import pandas as pd
 

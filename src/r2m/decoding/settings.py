@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from r2m.utils.io import write_json
+from r2m.utils.io import read_json, write_json
 
 FILE = "inference.json"
 SECTIONS = ("concepts", "detect_concepts", "extract_features", "caption", "fidelity")
@@ -62,11 +62,22 @@ def record(ctx, out_dir: Path, itos: list[str]) -> Path:
     return write_json(Path(out_dir) / FILE, data, indent=None)
 
 
+def _checked(data: Any, path: Path) -> dict[str, Any]:
+    """A recorded ``inference.json`` with the keys captioning reads; ValueError (one line) otherwise."""
+    need = ("itos", "concepts", "detect_concepts", "caption")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not an inference settings file (a JSON object expected); retrain the model")
+    missing = [k for k in need if not isinstance(data.get(k), list if k == "itos" else dict)]
+    if missing:
+        raise ValueError(f"{path}: missing or malformed {', '.join(missing)}; retrain the model")
+    return data
+
+
 def load(model_dir: Path, ckpt: dict[str, Any], root: Path = Path(".")) -> dict[str, Any]:
     """The settings beside a checkpoint, or rebuilt from its dataset's files (older checkpoints)."""
     f = Path(model_dir) / FILE
     if f.exists():
-        return json.loads(f.read_text(encoding="utf-8"))
+        return _checked(read_json(f), f)
     from r2m import params as P
     from r2m.text.vocab import load_itos
 

@@ -89,8 +89,15 @@ def unreadable_images(path: Path, ids: Any) -> list[str]:
     if not path.exists():
         return []
     wanted = set(ids)
-    with open(path, newline="", encoding="utf-8") as fh:
-        return sorted({r["image_id"] for r in csv.DictReader(fh) if r.get("image_id") in wanted})
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            if path.stat().st_size and "image_id" not in (reader.fieldnames or []):
+                raise ValueError(f"{path}: not a bad-images list (its header has no 'image_id'); rerun "
+                                 "detect_concepts")
+            return sorted({r["image_id"] for r in reader if r.get("image_id") in wanted})
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise ValueError(f"{path}: unreadable bad-images list ({type(err).__name__}); rerun detect_concepts") from None
 
 
 def concept_metrics(captions_path: str | Path, info_path: str | Path | None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from r2m import params as P
 from r2m.pipeline.axes import axis_values, pick
 from r2m.pipeline.stages import Gather, Stage
 from r2m.runtime import Runtime
+from r2m.utils.guard import inside
 from r2m.utils.io import write_text
 
 
@@ -44,7 +45,8 @@ class StageContext:
         return {a: getattr(self, a) for a in self.stage.axes}
 
     def path(self, template: str, **extra: str) -> Path:
-        return self.root / template.format(**{**self.axes, **extra})
+        """``root / template`` with the axes filled in; refused (one line) when it would leave ``root``."""
+        return inside(self.root, template.format(**{**self.axes, **extra}), f"{self.stage.name}: path")
 
     @property
     def deps(self) -> dict[str, Path]:
@@ -65,7 +67,7 @@ class StageContext:
         out = []
         for combo in itertools.product(*(values[g.source(a)] for a in g.over)):
             keys = {**self.axes, **fixed, **dict(zip(g.over, combo, strict=True))}
-            out.append((keys, self.root / g.pattern.format(**keys)))
+            out.append((keys, inside(self.root, g.pattern.format(**keys), f"{self.stage.name}: path")))
         return out
 
     # ------------------------------------------------------------------ params

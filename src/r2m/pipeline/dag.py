@@ -79,7 +79,8 @@ def dvc_stage(stage: Stage) -> dict[str, Any]:
     entry: dict[str, Any] = {}
     if stage.axes:
         entry["matrix"] = {a: _matrix_values(stage, a) for a in stage.axes}
-    entry["cmd"] = f"r2m {stage.name} " + stage.command_args("${item.%s}")
+    # values quoted for the shell DVC runs cmd with (names are also checked at params load: no quote in them)
+    entry["cmd"] = f"r2m {stage.name} " + stage.command_args("'${item.%s}'")
     entry["cmd"] = entry["cmd"].strip()
     deps: list[str] = []
     for dep in stage.deps.values():

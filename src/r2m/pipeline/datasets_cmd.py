@@ -60,9 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="r2m datasets")
     ap.add_argument("--params", default="params.yaml")
     args = ap.parse_args(argv)
+    try:
+        p = V.load(args.params)
+    except P.ParamsError as err:
+        print(f"r2m datasets: {err}", file=sys.stderr)
+        return 2
     load_recipes()
     print("recipe kinds:", ", ".join(RECIPES.names()))
-    p = V.load(args.params)
     print("catalog:")
     for name, entry in p.catalog.items():
         mark = "*" if name in p.datasets else " "

@@ -106,8 +106,10 @@ def shard_counts(runtime: dict[str, Any]) -> dict[str, int]:
 def shard_command(r2m: str, stage: Stage, wildcards: Any, params_file: str, n: int) -> str:
     fo = stage.fanout
     assert fo is not None
-    folder = fo.folder.format(**dict(wildcards.items()))
-    extra = fo.shard_args.format(shard=wildcards.shard, n=n, folder=folder)
+    import shlex
+
+    folder = shlex.quote(fo.folder.format(**dict(wildcards.items())))
+    extra = fo.shard_args.format(shard=shlex.quote(str(wildcards.shard)), n=n, folder=folder)
     return f"{stage_command(r2m, stage, wildcards, params_file)} {extra}"
 
 
@@ -115,7 +117,9 @@ def merge_command(r2m: str, stage: Stage, wildcards: Any, params_file: str, n: i
     base = stage_command(r2m, stage, wildcards, params_file)
     if n <= 1 or stage.fanout is None:
         return base
-    folder = stage.fanout.folder.format(**dict(wildcards.items()))
+    import shlex
+
+    folder = shlex.quote(stage.fanout.folder.format(**dict(wildcards.items())))
     return f"{base} {stage.fanout.merge_args.format(folder=folder)}"
 
 
@@ -138,7 +142,10 @@ def shard_inputs(stage: Stage, n: int):
 
 
 def wildcard_constraints_for(params: P.Params) -> dict[str, str]:
-    names = lambda xs: "|".join(sorted(xs, key=len, reverse=True))  # noqa: E731
+    """Each axis matches exactly its values (regex-escaped: a dataset name may hold ``.``)."""
+    import re
+
+    names = lambda xs: "|".join(re.escape(x) for x in sorted(xs, key=len, reverse=True))  # noqa: E731
     return {
         "dataset": names(params.catalog),
         "variant": names(P.VARIANT_NAMES),

@@ -1,12 +1,59 @@
 """The static HTML gallery of ``r2m caption IMAGES --html OUT``: each image with its concepts and
-scores, its caption and the FM/RM attention plot (:func:`r2m.reports.plots.attention_figure`)."""
+scores, its caption and the FM/RM attention plot (:func:`r2m.reports.plots.attention_figure`).
+
+The page comes from a Jinja2 template with auto-escaping (file names, captions and concepts are
+data, never markup). The gallery is built in a temporary folder beside ``OUT`` and renamed into
+place only when complete, so a failure (a full disk) leaves the previous gallery as it was; an
+``OUT`` that exists and is not a gallery is refused before anything is captioned
+(:func:`gallery_target_problem`).
+"""
 
 from __future__ import annotations
 
-import html
+import re
 import shutil
 from pathlib import Path
 from typing import Any
+
+from r2m.utils.guard import is_disk_full
+from r2m.utils.io import atomic_path
+
+# what a gallery folder holds; an existing OUT holding anything else is not replaced
+GALLERY_ENTRIES = {"index.html", "images", "attention"}
+NOTES = {"top1": " (best concept below the threshold)", "image": " (from the image feature)",
+         "empty": " (from no concept)"}
+
+TEMPLATE = """<!doctype html>
+<html lang=en><head><meta charset=utf-8><title>r2m captions</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 1.5em; background: #fafafa; color: #222; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(320px, 1fr)); gap: 1em; }
+.card { margin: 0; background: white; border: 1px solid #ddd; border-radius: 6px; padding: .6em; }
+.card > img { width: 100%; max-height: 260px; object-fit: contain; background: #eee; }
+.cap { font-size: 1.1em; font-weight: 600; margin: .4em 0; }
+.path { color: #777; font-size: .8em; word-break: break-all; margin: 0; }
+.concepts { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: .3em; }
+.concepts li { background: #e8f0fe; border-radius: 3px; padding: .1em .4em; font-size: .85em; }
+.concepts li.none { background: #fde8e8; }
+.s { color: #557; }
+.att { width: 100%; }
+</style></head><body>
+<h1>r2m captions</h1>
+<p>{{ cards|length }} image(s) captioned with <code>{{ model_dir }}</code>.</p>
+<div class=grid>
+{% for c in cards -%}
+<figure class=card><img src="{{ c.img }}" alt="{{ c.name }}"><figcaption>\
+<p class=cap>{% if c.caption %}{{ c.caption }}{% else %}<em>(empty)</em>{% endif %}</p>\
+<p class=path>{{ c.path }}{{ c.note }}</p><ul class=concepts>\
+{% for k in c.concepts %}<li>{{ k.concept }} <span class=s>{{ k.score }}</span></li>{% else %}\
+<li class=none>no concept ({{ c.source }})</li>{% endfor %}</ul>\
+{% if c.attention %}<details><summary>FM/RM attention</summary>\
+<img class=att src="{{ c.attention }}" alt="attention"></details>{% endif %}</figcaption></figure>
+{% endfor -%}
+</div>
+{% if bad %}<h2>Skipped images</h2><ul>{% for b in bad %}<li>{{ b.path }}: {{ b.reason }}</li>{% endfor %}</ul>{% endif %}
+</body></html>
+"""
 
 
 def attention_png(rec: dict[str, Any], cfg: Any, path: Path) -> bool:
@@ -21,55 +68,55 @@ def attention_png(rec: dict[str, Any], cfg: Any, path: Path) -> bool:
     return True
 
 
+def render_page(cards: list[dict[str, Any]], bad: list[dict[str, str]], model_dir: Path) -> str:
+    """The gallery's ``index.html`` (every value auto-escaped)."""
+    import jinja2
+
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.from_string(TEMPLATE).render(cards=cards, bad=bad, model_dir=str(model_dir))
+
+
+def gallery_target_problem(out: Path) -> str | None:
+    """Why ``--html OUT`` cannot be (re)written, or None: OUT must be new, an empty folder or a gallery."""
+    if not out.exists() and not out.is_symlink():
+        return None
+    if out.is_symlink() or not out.is_dir():
+        return "exists and is not a folder; give a new folder for the gallery"
+    extra = sorted(p.name for p in out.iterdir() if p.name not in GALLERY_ENTRIES)
+    if extra:
+        return (f"folder exists and holds files that are not a gallery's ({', '.join(extra[:3])}"
+                f"{', ...' if len(extra) > 3 else ''}); give a new folder")
+    return None
+
+
+def _card(n: int, r: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
+    src = Path(r["path"])
+    suffix = src.suffix.lower() if re.fullmatch(r"\.[a-z0-9]{1,8}", src.suffix.lower()) else ""
+    img = f"images/{n:04d}{suffix}"  # our own name: nothing of the file name reaches the src attribute
+    shutil.copyfile(src, folder / img)
+    att = f"attention/{n:04d}.png"
+    return {"img": img, "name": src.name, "caption": r["caption"], "path": str(src),
+            "note": NOTES.get(r["source"], ""), "source": r["source"],
+            "concepts": [{"concept": c["concept"], "score": "" if c["score"] is None else format(c["score"], ".2f")}
+                         for c in r["concepts"]],
+            "attention": att if attention_png(r, cfg, folder / att) else None}
+
+
 def write_gallery(out: Path, results: list[dict[str, Any]], bad: list[dict[str, str]], model_dir: Path,
                   cfg: Any) -> Path:
-    """``out/index.html`` + ``out/images/`` (copies) + ``out/attention/`` (FM/RM plots)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "images").mkdir(exist_ok=True)
-    (out / "attention").mkdir(exist_ok=True)
-    cards = []
-    for n, r in enumerate(results):
-        src = Path(r["path"])
-        img_name = f"{n:04d}{src.suffix.lower()}"
-        shutil.copyfile(src, out / "images" / img_name)
-        att = f"attention/{n:04d}.png"
-        has_att = attention_png(r, cfg, out / att)
-        concepts = "".join(f"<li>{html.escape(c['concept'])} <span class=s>"
-                           f"{'' if c['score'] is None else format(c['score'], '.2f')}</span></li>"
-                           for c in r["concepts"]) or f"<li class=none>no concept ({html.escape(r['source'])})</li>"
-        note = {"top1": " (best concept below the threshold)", "image": " (from the image feature)",
-                "empty": " (from no concept)"}.get(r["source"], "")
-        cards.append(
-            f'<figure class=card><img src="images/{img_name}" alt="{html.escape(src.name)}">'
-            f'<figcaption><p class=cap>{html.escape(r["caption"]) or "<em>(empty)</em>"}</p>'
-            f'<p class=path>{html.escape(str(src))}{html.escape(note)}</p><ul class=concepts>{concepts}</ul>'
-            + (f'<details><summary>FM/RM attention</summary><img class=att src="{att}" alt="attention"></details>'
-               if has_att else "") + "</figcaption></figure>")
-    bad_html = ("<h2>Skipped images</h2><ul>" + "".join(
-        f"<li>{html.escape(b['path'])}: {html.escape(b['reason'])}</li>" for b in bad) + "</ul>") if bad else ""
-    page = f"""<!doctype html>
-<html lang=en><head><meta charset=utf-8><title>r2m captions</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 1.5em; background: #fafafa; color: #222; }}
-.grid {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(320px, 1fr)); gap: 1em; }}
-.card {{ margin: 0; background: white; border: 1px solid #ddd; border-radius: 6px; padding: .6em; }}
-.card > img {{ width: 100%; max-height: 260px; object-fit: contain; background: #eee; }}
-.cap {{ font-size: 1.1em; font-weight: 600; margin: .4em 0; }}
-.path {{ color: #777; font-size: .8em; word-break: break-all; margin: 0; }}
-.concepts {{ list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: .3em; }}
-.concepts li {{ background: #e8f0fe; border-radius: 3px; padding: .1em .4em; font-size: .85em; }}
-.concepts li.none {{ background: #fde8e8; }}
-.s {{ color: #557; }}
-.att {{ width: 100%; }}
-</style></head><body>
-<h1>r2m captions</h1>
-<p>{len(results)} image(s) captioned with <code>{html.escape(str(model_dir))}</code>.</p>
-<div class=grid>
-{chr(10).join(cards)}
-</div>
-{bad_html}
-</body></html>
-"""
-    path = out / "index.html"
-    path.write_text(page, encoding="utf-8")
-    return path
+    """``out/index.html`` + ``out/images/`` (copies) + ``out/attention/`` (FM/RM plots), written whole:
+    built in a temporary folder, then renamed over ``out``."""
+    problem = gallery_target_problem(out)
+    if problem:
+        raise ValueError(f"{out}: {problem}")
+    try:
+        with atomic_path(out) as tmp:
+            (tmp / "images").mkdir(parents=True)
+            (tmp / "attention").mkdir()
+            cards = [_card(n, r, cfg, tmp) for n, r in enumerate(results)]
+            (tmp / "index.html").write_text(render_page(cards, bad, model_dir), encoding="utf-8")
+    except OSError as err:
+        if is_disk_full(err):  # name the gallery, not the temporary folder (already removed)
+            raise OSError(err.errno, err.strerror, str(out)) from None
+        raise
+    return out / "index.html"

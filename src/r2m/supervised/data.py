@@ -44,13 +44,13 @@ class Features:
     """Rows of ``features.h5`` by image id, for the given kinds."""
 
     def __init__(self, folder: str | Path, kinds: Sequence[str]) -> None:
-        import h5py
+        from r2m.utils.io import open_h5
 
         folder = Path(folder)
         index = pq.read_table(folder / "index.parquet").to_pandas()
         self.row_of = dict(zip(index["image_id"].astype(str), index["row"].astype(np.int64), strict=True))
         self.path = folder / "features.h5"
-        self.h5 = h5py.File(self.path, "r")
+        self.h5 = open_h5(self.path)
         missing = [k for k in kinds if k not in self.h5]
         if missing:
             raise KeyError(f"{self.path}: no feature kind(s) {missing} (has {sorted(self.h5)}); set "

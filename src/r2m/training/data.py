@@ -184,7 +184,7 @@ class ImageSet:
                  threshold: float, max_per_image: int, require_concept: bool = True,
                  feature_kind: str = "pooled", order: str = "by_score", shuffle: bool = True,
                  dictionary: str = "openimages") -> None:
-        import h5py
+        from r2m.utils.io import open_h5
 
         images = pq.read_table(Path(prepared) / "images.parquet", columns=["image_id", "split"]).to_pandas()
         ids = [str(i) for i in images.loc[images["split"] == split, "image_id"]]
@@ -206,7 +206,7 @@ class ImageSet:
             self.concept_ids.append([stoi[w] for w in words])
             self.rows.append(row_of[i])
         self.h5_path = Path(features) / "features.h5"
-        self.h5 = h5py.File(self.h5_path, "r")
+        self.h5 = open_h5(self.h5_path)
         if feature_kind not in self.h5:
             raise KeyError(f"{self.h5_path}: no dataset {feature_kind!r} (has {list(self.h5)})")
         self.feats = self.h5[feature_kind]

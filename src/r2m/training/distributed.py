@@ -217,6 +217,13 @@ def relaunch(stage: str, argv: list[str]) -> int | None:
     return launch(nproc, [stage, *rest])
 
 
+def _nproc(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--nproc {text!r}: expected a number of processes (an integer >= 1)") from None
+
+
 def strip_nproc(argv: list[str]) -> tuple[int, list[str]]:
     """Take ``--nproc N`` / ``--nproc=N`` out of ``argv``; (1, argv) when absent."""
     out, nproc, skip = [], 1, False
@@ -227,9 +234,9 @@ def strip_nproc(argv: list[str]) -> tuple[int, list[str]]:
         if a == "--nproc":
             if k + 1 >= len(argv):
                 raise ValueError("--nproc needs a number")
-            nproc, skip = int(argv[k + 1]), True
+            nproc, skip = _nproc(argv[k + 1]), True
         elif a.startswith("--nproc="):
-            nproc = int(a.split("=", 1)[1])
+            nproc = _nproc(a.split("=", 1)[1])
         else:
             out.append(a)
     if nproc < 1:

@@ -119,7 +119,12 @@ def restore_last(log, name: str, work: Path, fp: str, model, opt, fresh: bool = 
     except (RuntimeError, ValueError, KeyError) as err:
         raise CheckpointError(f"{last_path}: does not fit the model ({str(err).splitlines()[0][:160]}); "
                               "delete it or rerun with --fresh") from None
-    set_rng_state(last["rng"])
+    try:
+        set_rng_state(last["rng"])
+    except (KeyError, TypeError, RuntimeError, ValueError) as err:
+        raise CheckpointError(f"{last_path}: RNG state missing or malformed ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0][:80] if str(err) else 'rng'}); delete it or rerun "
+                              "with --fresh") from None
     log.info("%s: resuming from %s at step %d", name, last_path, int(last["step"]))
     return last
 

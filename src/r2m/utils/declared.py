@@ -54,7 +54,8 @@ def _register_call(node: ast.ClassDef, registry: str) -> ast.Call | None:
 
 def params_class(file: Path, text: str, tree: ast.Module, name: str) -> type[BaseModel]:
     """Execute the source of class ``name`` of ``file`` with only :data:`SPEC_NAMESPACE` in scope;
-    the result forbids unknown keys and validates assignments (as every params section)."""
+    the result forbids unknown keys, validates assignments and coerces no number (as every params
+    section)."""
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
     if node is None:
         raise DeclarationError(f"{file}: params class {name!r} (named in the registration) is not defined there")
@@ -64,7 +65,8 @@ def params_class(file: Path, text: str, tree: ast.Module, name: str) -> type[Bas
     except NameError as err:
         raise DeclarationError(f"{file}: {name} may use only {sorted(SPEC_NAMESPACE)} ({err})") from None
     cls = scope[name]
-    return type(name, (cls,), {"model_config": ConfigDict(extra="forbid", validate_assignment=True),
+    config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
+    return type(name, (cls,), {"model_config": config,
                                "__module__": "r2m.params", "__doc__": cls.__doc__})
 
 
@@ -96,3 +98,42 @@ def sup_model_specs(sources: tuple[Path, ...], registry: str = "SUP_MODELS") -> 
                 raise DeclarationError(f"{registry}: {name!r} registered twice ({specs[name].file}, {file})")
             specs[name] = SupModelSpec(name, label, params_class(file, text, tree, params_name), file)
     return tuple(specs[n] for n in sorted(specs))
+
+
+def _literal_keys(value: ast.expr, constants: dict[str, ast.expr], where: str) -> tuple[str, ...]:
+    node = constants.get(value.id, value) if isinstance(value, ast.Name) else value
+    try:
+        keys = ast.literal_eval(node)
+    except ValueError:
+        keys = None
+    if not isinstance(keys, tuple) or not all(isinstance(k, str) for k in keys):
+        raise DeclarationError(f"{where}: keys= must be a literal tuple of strings (or a module constant holding one)")
+    return keys
+
+
+@functools.cache
+def declared_keys(sources: tuple[Path, ...], registry: str, constructors: tuple[str, ...] = ()) -> dict[str, tuple[str, ...]]:
+    """Name -> the ``keys=(...)`` of each ``<registry>.register("name", keys=...)`` in ``sources``
+    (a literal tuple, or a module-level constant holding one); read from the source, nothing imported.
+    A ``register(<variable>, keys=...)`` inside a loop gives its keys to every name made by a
+    ``Ctor("name", ...)`` call of ``constructors`` in the same file (e.g. the paper benchmarks)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for file in _files(sources):
+        tree = ast.parse(file.read_text(encoding="utf-8"), str(file))
+        constants = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign)
+                     for t in n.targets if isinstance(t, ast.Name)}
+        made = [n.args[0].value for n in ast.walk(tree)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in constructors
+                and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)]
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "register" and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == registry and node.args):
+                continue
+            kw = {k.arg: k.value for k in node.keywords}
+            keys = _literal_keys(kw["keys"], constants, f"{file}:{node.lineno}") if "keys" in kw else ()
+            first = node.args[0]
+            names = [first.value] if isinstance(first, ast.Constant) else made
+            for name in names:
+                out[name] = keys
+    return out

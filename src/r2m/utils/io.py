@@ -69,6 +69,20 @@ def file_digest(path: str | Path, algo: str = "sha256", chunk: int = 1 << 20) ->
     return h.hexdigest()
 
 
+def open_h5(path: str | Path) -> Any:
+    """``h5py.File(path, "r")``; a truncated or corrupt file is a one-line ValueError naming it."""
+    import h5py
+
+    try:
+        return h5py.File(path, "r")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"missing input file: {path}") from None
+    except OSError as err:
+        why = " ".join(str(err).split())[:160]
+        raise ValueError(f"{path}: unreadable HDF5 file (truncated or corrupt: {why}); rerun the stage "
+                         "that writes it") from None
+
+
 def write_parquet(path: str | Path, table: Any) -> Path:
     """Write a pandas DataFrame or pyarrow Table atomically."""
     import pyarrow as pa

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
+from r2m.utils.guard import env_number
+
 T = TypeVar("T")
 
 
@@ -18,6 +20,6 @@ def progress(iterable: Iterable[T] | None = None, **kwargs: Any) -> tqdm:
     kwargs.setdefault("dynamic_ncols", True)
     kwargs.setdefault("disable", os.environ.get("R2M_NO_PROGRESS") == "1")
     if not interactive:
-        kwargs.setdefault("mininterval", float(os.environ.get("R2M_PROGRESS_SECONDS", 30)))
+        kwargs.setdefault("mininterval", env_number("R2M_PROGRESS_SECONDS", 30.0, float, 0))
         kwargs.setdefault("ascii", True)
     return tqdm(iterable, **kwargs)

@@ -14,12 +14,16 @@ class Registry(Generic[T]):
     def __init__(self, what: str) -> None:
         self.what = what
         self._items: dict[str, T] = {}
+        self.keys: dict[str, tuple[str, ...]] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, keys: tuple[str, ...] = ()) -> Callable[[T], T]:
+        """Register under ``name``; ``keys``: the options it reads (dataset recipes declare them, and
+        :func:`r2m.utils.declared.declared_keys` reads them from the source for params validation)."""
         def deco(obj: T) -> T:
             if name in self._items:
                 raise KeyError(f"{self.what} {name!r} registered twice")
             self._items[name] = obj
+            self.keys[name] = tuple(keys)
             return obj
 
         return deco

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from r2m.utils.io import atomic_path, write_json, write_parquet
+from r2m.utils.io import atomic_path, open_h5, write_json, write_parquet
 from r2m.vision.images import write_bad_images
 
 FORMAT_VERSION = 1
@@ -202,12 +202,11 @@ def _assemble_into(out: Path, ids: Sequence[str], files: Sequence[str], n_shards
 
 def load_features(folder: str | Path, kind: str = "pooled") -> tuple[np.ndarray, Any]:
     """Read back ``(array [N, ...] float16, index DataFrame)`` from a features folder."""
-    import h5py
     import pandas as pd
 
     folder = Path(folder)
     index = pd.read_parquet(folder / "index.parquet")
-    with h5py.File(folder / "features.h5", "r") as f:
+    with open_h5(folder / "features.h5") as f:
         if kind not in f:
             raise KeyError(f"{folder / 'features.h5'}: no feature kind {kind!r} (has {sorted(f)})")
         arr = f[kind][:]
