@@ -52,7 +52,8 @@ def cider_selector(ctx, device, itos: list[str]):
         was_training = model.training
         model.eval()
         try:
-            toks = caption_ids(model, concepts, cp.beam, cp.max_len, cp.batch_size, device, decoding=fid.decoding)
+            toks = caption_ids(model, concepts, cp.beam, cp.max_len, cp.batch_size, device, decoding=fid.decoding,
+                               ban_unk=fid.ban_unk)
         finally:
             model.train(was_training)
         res = {i: [words_of(ts, itos) or "<empty>"] for i, ts in zip(ids, toks, strict=True)}
