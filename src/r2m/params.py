@@ -193,22 +193,41 @@ class FidelityParams(_Section):
     """
 
     init: Literal["pytorch", "official"] | None = Field(
-        None, description="official: word embedding and W_d U(+-0.08), LSTM forget-gate bias 1 (others 0)")
+        None, description="official: word embedding and W_d U(+-0.08), LSTM forget-gate bias 1 (others 0), "
+        "FM/RM layers as sonnet's Linear (truncated normal sigma = 1/sqrt(fan_in), zero biases)")
     rec_loss: Literal["sum_normalized", "mse_raw"] | None = Field(
         None, description="L_rec: squared distance summed over dims with L2-normalised v~ (paper) or "
         "the mean over dims with the unnormalised v~ (official mean_squared_error)")
     rank_loss: Literal["vsepp", "official"] | None = Field(
         None, description="L_M: VSE++ hardest negative (paper) or the official crit() "
         "(no diagonal mask, reduction axes swapped, raw v~)")
-    dropout: Literal["encoder_output", "encoder"] | None = Field(
+    dropout: Literal["encoder_output", "encoder", "none"] | None = Field(
         None, description="where dropout acts: concept embeddings and before W_d (ours) or only the "
-        "encoder (official; LSTM ablation cells get input/output dropout as its DropoutWrapper)")
+        "encoder (official; LSTM ablation cells get input/output dropout as its DropoutWrapper); "
+        "none: nowhere (the paper states no dropout)")
     image_concepts: Literal["by_score", "official"] | None = Field(
         None, description="by_score: the 5 most confident, shuffled in training; official: dictionary "
         "(class-id) order after de-duplication, the last 5 in training, [::-1][-5:] at test, unshuffled")
     decoding: Literal["paper", "official"] | None = Field(
-        None, description="paper: caption.max_len steps, <UNK> banned, a finished beam holds its slot; "
-        "official (im2txt): caption.max_len - 1 steps, <UNK> allowed, finished captions kept apart")
+        None, description="paper: caption.max_len steps, a finished beam holds its slot; official (im2txt): "
+        "caption.max_len - 1 steps, finished captions kept apart (<UNK>: see ban_unk)")
+    ban_unk: bool | None = Field(
+        None, description="beam search never generates <UNK> (ours; the paper says nothing, the official "
+        "code allows it)")
+    rm_input: Literal["when_needed", "always"] | None = Field(
+        None, description="the RM units' input Linear: only when the input size differs from d (ours) or "
+        "always (sonnet's RelationalMemory, the official code)")
+    qkv_norm: bool | None = Field(
+        None, description="LayerNorm over the RM's q/k/v (sonnet, ours and official; Eqs. 5-6 have none)")
+    out_bias: bool | None = Field(
+        None, description="a bias in W_d (ours and the official softmax_b; Eq. 8 has none)")
+    xe_reduction: Literal["token_mean", "sentence_sum"] | None = Field(
+        None, description="L_XE: mean over the batch's tokens (ours, official) or per-sentence sum, mean "
+        "over sentences (Eq. 10)")
+    similarity: Literal["cosine", "inner"] | None = Field(
+        None, description="the paper forms of L_rec / L_M (rec_loss sum_normalized, rank_loss vsepp) on the "
+        "L2-normalised v~ (cosine, ours) or the raw v~ (inner product, Eqs. 11-13); the official forms "
+        "always take the raw v~")
     tokenizer: Literal["caption", "official"] | None = Field(
         None, description="caption: PTB-like, punctuation dropped; official: punctuation kept as tokens")
     singularise_targets: bool | None = Field(
@@ -234,6 +253,12 @@ PROFILES: dict[str, tuple[Any, Any]] = {
     "fidelity.dropout": ("encoder_output", "encoder"),
     "fidelity.image_concepts": ("by_score", "official"),
     "fidelity.decoding": ("paper", "official"),
+    "fidelity.ban_unk": (True, False),
+    "fidelity.rm_input": ("when_needed", "always"),
+    "fidelity.qkv_norm": (True, True),
+    "fidelity.out_bias": (True, True),
+    "fidelity.xe_reduction": ("token_mean", "token_mean"),
+    "fidelity.similarity": ("cosine", "inner"),
     "fidelity.tokenizer": ("caption", "official"),
     "fidelity.singularise_targets": (False, True),
     "fidelity.plurals": ("lemma", "official"),

@@ -162,17 +162,20 @@ def encode_all(model, concept_ids: list[list[int]], batch_size: int, device,
     return v
 
 
-def searcher(decoding: str = "paper") -> tuple[Callable[..., dict[str, torch.Tensor]], tuple[int, ...]]:
-    """The search function of ``fidelity.decoding`` and the token ids it never generates."""
+def searcher(decoding: str = "paper",
+             ban_unk: bool | None = None) -> tuple[Callable[..., dict[str, torch.Tensor]], tuple[int, ...]]:
+    """The search function of ``fidelity.decoding`` and the token ids it never generates
+    (``ban_unk``: ``fidelity.ban_unk``; None = the decoder's own default)."""
     if decoding not in DECODERS:
         raise ValueError(f"fidelity.decoding {decoding!r}: choose from {sorted(DECODERS)}")
-    search, ban_unk = DECODERS[decoding]
-    return search, BANNED if ban_unk else ALLOWED_UNK
+    search, default_ban = DECODERS[decoding]
+    return search, BANNED if (default_ban if ban_unk is None else ban_unk) else ALLOWED_UNK
 
 
-def best_tokens(model, encoded: Any, beam: int, max_len: int, decoding: str = "paper") -> list[list[int]]:
+def best_tokens(model, encoded: Any, beam: int, max_len: int, decoding: str = "paper",
+                ban_unk: bool | None = None) -> list[list[int]]:
     """Best beam per row of one encoded batch: token ids up to (not including) <#end>."""
-    search, banned = searcher(decoding)
+    search, banned = searcher(decoding, ban_unk)
     with torch.no_grad():
         res = search(model, encoded, beam=beam, max_len=max_len, banned=banned)
     out = []
@@ -197,23 +200,23 @@ def caption_features(model, feats: Any, image_ids: Sequence[str], beam: int, max
 
 
 def caption_vectors(model, v: torch.Tensor, beam: int, max_len: int, batch_size: int,
-                    desc: str | None = None, decoding: str = "paper") -> list[list[int]]:
+                    desc: str | None = None, decoding: str = "paper", ban_unk: bool | None = None) -> list[list[int]]:
     """Best beam per concept vector: token ids up to (not including) <#end>. Batched.
     ``decoding``: ``fidelity.decoding`` (see :data:`r2m.decoding.beam.DECODERS`)."""
     searcher(decoding)  # an unknown name fails before any work
     out: list[list[int]] = []
     steps = range(0, len(v), batch_size)
     for s in progress(steps, desc=desc) if desc else steps:
-        out += best_tokens(model, v[s: s + batch_size], beam, max_len, decoding)
+        out += best_tokens(model, v[s: s + batch_size], beam, max_len, decoding, ban_unk)
     return out
 
 
 def caption_ids(model, concept_ids: list[list[int]], beam: int, max_len: int, batch_size: int, device,
-                desc: str | None = None, decoding: str = "paper") -> list[list[int]]:
+                desc: str | None = None, decoding: str = "paper", ban_unk: bool | None = None) -> list[list[int]]:
     """Best beam per concept list: token ids up to (not including) <#end>. Batched.
     ``decoding``: ``fidelity.decoding`` (see :data:`r2m.decoding.beam.DECODERS`)."""
     v = encode_all(model, concept_ids, batch_size, device)
-    return caption_vectors(model, v, beam, max_len, batch_size, desc, decoding)
+    return caption_vectors(model, v, beam, max_len, batch_size, desc, decoding, ban_unk)
 
 
 def words_of(tokens: list[int], itos: Sequence[str]) -> str:
@@ -261,9 +264,9 @@ def caption_detections(model, ckpt: dict[str, Any], itos: list[str], ids: list[s
                        threshold: float, max_per_image: int, dictionary: str, no_concepts: str,
                        image_concepts: str | None, decoding: str | None, beam: int, max_len: int,
                        batch_size: int, device, features: FeatureSource, log: Any = log,
-                       desc: str | None = None) -> Captioned:
+                       desc: str | None = None, ban_unk: bool | None = None) -> Captioned:
     """Caption images from their detections: concept inputs (with the ``no_concepts`` fallback),
-    v (or v̂^I), beam search. ``image_concepts``/``decoding``: the ``fidelity`` items."""
+    v (or v̂^I), beam search. ``image_concepts``/``decoding``/``ban_unk``: the ``fidelity`` items."""
     stoi = {w: i for i, w in enumerate(itos)}
     words, source = concept_inputs(ids, det, threshold, max_per_image, stoi, no_concepts,
                                    order_at_test(image_concepts), dictionary)
@@ -271,7 +274,8 @@ def caption_detections(model, ckpt: dict[str, Any], itos: list[str], ids: list[s
     source = resolve_sources(source, vecs)
     chunks = [[stoi[w] for w in ws] for ws in words]
     v = encode_all(model, chunks, batch_size, device, vecs)
-    best = caption_vectors(model, v, beam, max_len, batch_size, desc=desc, decoding=decoding or "paper")
+    best = caption_vectors(model, v, beam, max_len, batch_size, desc=desc, decoding=decoding or "paper",
+                           ban_unk=ban_unk)
     return Captioned(ids, words, source, chunks, v, best)
 
 
@@ -317,7 +321,8 @@ class Captioner:
             self.model, self.ckpt, self.itos, good, det, threshold=float(conc["score_threshold"]),
             max_per_image=int(conc["max_per_image"]), dictionary=conc["dictionary"],
             no_concepts=no_concepts or cap.get("no_concepts", "empty"), image_concepts=fid.get("image_concepts"),
-            decoding=fid.get("decoding"), beam=beam, max_len=max_len, batch_size=batch_size, device=self.device,
+            decoding=fid.get("decoding"), ban_unk=fid.get("ban_unk"), beam=beam, max_len=max_len,
+            batch_size=batch_size, device=self.device,
             features=lambda files: self._features(files, batch_size) if self.model.cfg.image_dim else {})
         scores = det.groupby(["image_id", "concept"])["score"].max() if len(det) else pd.Series(dtype=float)
         out = []

@@ -4,7 +4,8 @@ Every image of the split gets a caption. Concepts are the image's detections (sc
 ``concepts.score_threshold``, de-duplicated, at most ``concepts.max_per_image``) in the order
 :func:`r2m.text.dictionary.image_concepts` returns them (no shuffling at test time); concept words
 missing from the vocabulary are dropped. <pad> and <#start> are never generated, nor is <UNK>
-unless ``fidelity.decoding`` is ``official`` (the released code's im2txt beam search,
+while ``fidelity.ban_unk`` is true (ours; ``official`` allows it). ``fidelity.decoding`` picks the
+search (``official``: the released code's im2txt beam search,
 :func:`r2m.decoding.beam.beam_search_im2txt`). With ``fidelity.image_concepts: official`` the
 concepts come in the official test order (:func:`r2m.text.dictionary.image_concepts`).
 
@@ -56,7 +57,7 @@ def run(ctx) -> None:
     res = caption_detections(
         model, ckpt, itos, ids, det, threshold=conc.score_threshold, max_per_image=conc.max_per_image,
         dictionary=conc.dictionary, no_concepts=cp.no_concepts, image_concepts=fid.image_concepts,
-        decoding=fid.decoding, beam=cp.beam, max_len=cp.max_len, batch_size=cp.batch_size, device=device,
+        decoding=fid.decoding, ban_unk=fid.ban_unk, beam=cp.beam, max_len=cp.max_len, batch_size=cp.batch_size, device=device,
         features=features_from_folder(Path(ctx.deps["features"])), log=ctx.log, desc="caption")
     counts = source_counts(res.source)
     ctx.log.info("caption: %d %s images (%d without concepts >= %.2f: no_concepts=%s -> %d top1, %d image, "

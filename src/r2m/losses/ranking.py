@@ -6,6 +6,9 @@ Two forms, selected by ``fidelity.rank_loss`` (see :data:`RANK_LOSSES`):
   positive pair masked out, on the L2-normalised ṽ;
 * ``official`` (the released code's ``crit``): the same hinge terms but no diagonal mask and the
   reduction axes swapped, on the raw ṽ (see :func:`rank_loss_official`).
+
+``similarity`` (``fidelity.similarity``): ``cosine`` (ours) gives ``vsepp`` the L2-normalised ṽ,
+``inner`` the raw ṽ (Eq. 12's inner product as written).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from r2m.losses.reconstruction import normalises
 
 
 def triplet_hardest(img: Tensor, cap: Tensor, margin: float = 0.2) -> Tensor:
@@ -58,9 +63,10 @@ RANK_LOSSES: dict[str, tuple[Callable[[Tensor, Tensor, float], Tensor], bool]] =
 }
 
 
-def ranking(name: str, img: Tensor, v_tilde_raw: Tensor, margin: float = 0.2) -> Tensor:
-    """L_M^I by name from the raw ṽ (normalised here for the forms that want it)."""
+def ranking(name: str, img: Tensor, v_tilde_raw: Tensor, margin: float = 0.2, similarity: str = "cosine") -> Tensor:
+    """L_M^I by name from the raw ṽ (normalised here for the forms that want it, unless
+    ``similarity`` is ``inner``)."""
     if name not in RANK_LOSSES:
         raise KeyError(f"unknown rank_loss {name!r}; known: {', '.join(RANK_LOSSES)}")
     fn, raw = RANK_LOSSES[name]
-    return fn(img, v_tilde_raw if raw else F.normalize(v_tilde_raw, dim=-1), margin)
+    return fn(img, v_tilde_raw if raw or not normalises(similarity) else F.normalize(v_tilde_raw, dim=-1), margin)

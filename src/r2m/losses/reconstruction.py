@@ -6,6 +6,10 @@ Two forms, selected by ``fidelity.rec_loss`` (see :data:`REC_LOSSES`):
 * ``mse_raw`` (the released code's ``tf.losses.mean_squared_error(v, ṽ)``): the *mean* over the d
   dimensions (and the batch) with ṽ as the reconstructor outputs it, unnormalised — about 1/d
   of the paper's weight at equal distances.
+
+``similarity`` (``fidelity.similarity``) decides what the paper form sees: the L2-normalised ṽ
+(``cosine``, ours) or the raw ṽ (``inner``, Eqs. 11 and 13 as written); the official form always
+takes the raw ṽ.
 """
 
 from __future__ import annotations
@@ -33,9 +37,20 @@ REC_LOSSES: dict[str, tuple[Callable[[Tensor, Tensor], Tensor], bool]] = {
 }
 
 
-def reconstruction(name: str, v: Tensor, v_tilde_raw: Tensor) -> Tensor:
-    """L_rec by name from the raw ṽ (normalised here for the forms that want it)."""
+def reconstruction(name: str, v: Tensor, v_tilde_raw: Tensor, similarity: str = "cosine") -> Tensor:
+    """L_rec by name from the raw ṽ (normalised here for the forms that want it, unless
+    ``similarity`` is ``inner``)."""
     if name not in REC_LOSSES:
         raise KeyError(f"unknown rec_loss {name!r}; known: {', '.join(REC_LOSSES)}")
     fn, raw = REC_LOSSES[name]
-    return fn(v, v_tilde_raw if raw else F.normalize(v_tilde_raw, dim=-1))
+    return fn(v, v_tilde_raw if raw or not normalises(similarity) else F.normalize(v_tilde_raw, dim=-1))
+
+
+# ``fidelity.similarity`` -> whether the paper forms L2-normalise ṽ
+SIMILARITIES: dict[str, bool] = {"cosine": True, "inner": False}
+
+
+def normalises(similarity: str) -> bool:
+    if similarity not in SIMILARITIES:
+        raise KeyError(f"unknown similarity {similarity!r}; known: {', '.join(SIMILARITIES)}")
+    return SIMILARITIES[similarity]

@@ -1,6 +1,14 @@
-"""L_XE (Eq. 10): word cross-entropy of corpus sentences given their concepts."""
+"""L_XE (Eq. 10): word cross-entropy of corpus sentences given their concepts.
+
+Two reductions, selected by ``fidelity.xe_reduction`` (see :data:`XE_REDUCTIONS`): ``token_mean``
+(ours and the released code's ``reduce_mean`` over the valid tokens) and ``sentence_sum`` (Eq. 10:
+the negative log-likelihood summed over each sentence, averaged over the sentences — the token
+mean times the mean sentence length, which weighs L_XE about that much more against L_rec).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +26,29 @@ def xe_loss(logits: Tensor, targets: Tensor, mask: Tensor | None = None) -> Tens
         return nll.mean()
     m = mask.reshape(-1).to(nll.dtype)
     return (nll * m).sum() / m.sum().clamp(min=1.0)
+
+
+def _token_mean(xe: Tensor, n_tokens: Tensor, n_sentences: int) -> Tensor:
+    return xe
+
+
+def _sentence_sum(xe: Tensor, n_tokens: Tensor, n_sentences: int) -> Tensor:
+    return xe * (n_tokens.to(xe.dtype) / max(n_sentences, 1))
+
+
+# name -> f(token-mean XE, valid tokens, sentences) -> the reduced L_XE
+XE_REDUCTIONS: dict[str, Callable[[Tensor, Tensor, int], Tensor]] = {
+    "token_mean": _token_mean,
+    "sentence_sum": _sentence_sum,
+}
+
+
+def reduce_xe(name: str, xe: Tensor, n_tokens: Tensor, n_sentences: int) -> Tensor:
+    """L_XE by reduction name from the token-mean XE of a batch of ``n_sentences`` sentences with
+    ``n_tokens`` valid tokens (``token_mean`` returns ``xe`` itself: the same value and graph)."""
+    if name not in XE_REDUCTIONS:
+        raise KeyError(f"unknown xe_reduction {name!r}; known: {', '.join(XE_REDUCTIONS)}")
+    return XE_REDUCTIONS[name](xe, n_tokens, n_sentences)
 
 
 class _LinearXE(torch.autograd.Function):

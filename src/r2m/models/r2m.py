@@ -11,7 +11,8 @@ Design decisions (where the paper leaves room; see also docs/ARCHITECTURE.md):
   images with no detected concept). Dropout (``dropout``) on the concept embeddings (the official
   code's keep-prob 0.8 on the encoder LSTM) and, with ``dropout_scope="encoder_output"`` (ours),
   on the decoder memory before ``W_d``; ``"encoder"`` is the official code (none in the decoder,
-  but input/output dropout around the LSTM cells of the memory ablations, its DropoutWrapper).
+  but input/output dropout around the LSTM cells of the memory ablations, its DropoutWrapper);
+  ``"none"`` is the paper's text (it states no dropout).
 * **Initialisation.** ``init="pytorch"``: PyTorch's defaults (embedding N(0, 1)); ``"official"``:
   see :meth:`R2M.official_init`.
 * **FM (Eqs. 1–4).** ``x_t = [v; w_{t-1}]`` as 2 tokens; per head ``U_q, U_k, U_v ∈ R^{d×d_k}``
@@ -21,15 +22,19 @@ Design decisions (where the paper leaves room; see also docs/ARCHITECTURE.md):
 * **RM (Eqs. 5–7)**, sonnet ``RelationalMemory`` style with one attention block: memory
   ``M ∈ R^{N×d}``, ``M_0 = 0``; a single linear layer gives q/k/v of every row, followed by a
   LayerNorm over the whole q/k/v vector (as sonnet); queries come from the N memory rows only,
-  keys/values from ``[M_{t-1}; f_t]`` (N+1 rows); key size ``d_k``, value size ``d/H`` per head
+  keys/values from ``[M_{t-1}; f_t]`` (N+1 rows) (``qkv_norm=False``: no LayerNorm, Eqs. 5–6); key size ``d_k``, value size ``d/H`` per head
   (so the heads concatenate back to d); ``M1 = LN(M + attn)``, ``M̃ = LN(M1 + MLP(M1))`` with an
   MLP of ``mlp_layers`` linear layers of width d and ReLU between; relational gate
   ``g = σ(W f_t + U tanh(M_{t-1}) + b)`` (``W`` with the bias ``b``, ``U`` without; the forget
   half of ``b`` starts at 1 like sonnet's ``forget_bias``), ``M_t = g_i ⊙ tanh(M̃) + g_f ⊙ M_{t-1}``.
   When the input size differs from d (reconstructor with N > 1) the input is first projected to d
-  (sonnet does this always; at d = input size we skip it, which gives the paper's 27.3M).
+  (``rm_input="when_needed"``, ours: at d = input size we skip it, which gives the paper's 27.3M);
+  ``rm_input="always"`` is sonnet's ``RelationalMemory`` (an input Linear before attention in every
+  RM unit, the official code; not equivalent to skipping it: without it the input's keys/values
+  share the memory's q/k/v layer).
   The input-side terms (its k/v and ``W f_t + b``) are computed for all steps at once.
-* **Output (Eq. 8).** ``logits = W_d · flatten(M_t)``.
+* **Output (Eq. 8).** ``logits = W_d · flatten(M_t)`` (+ a bias, ``out_bias=True``, ours and the
+  official code's ``softmax_b``; Eq. 8 has none).
 * **Reconstructor (Eq. 9).** A second RM with its own parameters over the decoder memories,
   ``M^r_t = RM(M^r_{t-1}, M^d_t)``; ``ṽ`` = its output at each caption's last valid step
   (gathered by length; the recurrence is causal so padding after it cannot change it), projected
@@ -79,7 +84,10 @@ class R2MConfig:
     image_proj: Literal["learned", "frozen_random"] = "learned"
     image_proj_seed: int = 0
     init: Literal["pytorch", "official"] = "pytorch"
-    dropout_scope: Literal["encoder_output", "encoder"] = "encoder_output"
+    dropout_scope: Literal["encoder_output", "encoder", "none"] = "encoder_output"
+    rm_input: Literal["when_needed", "always"] = "when_needed"  # the RM units' input Linear
+    qkv_norm: bool = True  # LayerNorm over the RM's q/k/v (sonnet; Eqs. 5-6 have none)
+    out_bias: bool = True  # a bias in W_d (Eq. 8 has none)
 
     def __post_init__(self) -> None:
         if self.d % self.heads:
@@ -88,7 +96,8 @@ class R2MConfig:
                               ("reconstructor_memory", ("rm", "lstm")),
                               ("image_proj", ("learned", "frozen_random")),
                               ("init", ("pytorch", "official")),
-                              ("dropout_scope", ("encoder_output", "encoder"))):
+                              ("dropout_scope", ("encoder_output", "encoder", "none")),
+                              ("rm_input", ("when_needed", "always"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"R2MConfig.{name}={getattr(self, name)!r}: choose from {allowed}")
 
@@ -105,6 +114,18 @@ class R2MConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def sonnet_linear_init(module: nn.Module) -> None:
+    """Every ``nn.Linear`` in ``module`` as sonnet's ``snt.Linear`` initialises it: weights from a
+    normal of σ = 1/√fan_in truncated at ±2σ (TF's ``truncated_normal``), biases zero."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.Linear):
+                std = 1.0 / math.sqrt(m.in_features)
+                nn.init.trunc_normal_(m.weight, std=std, a=-2 * std, b=2 * std)
+                if m.bias is not None:
+                    m.bias.zero_()
 
 
 # --------------------------------------------------------------------------- fusion (Eqs. 1-4)
@@ -155,13 +176,15 @@ FUSIONS: dict[str, type[nn.Module]] = {"attention": FusionMemory, "linear": Line
 class RelationalMemory(nn.Module):
     """RM unit: state ``(M,)`` with M [B, N, d]; output flatten(M_t) [B, N·d]."""
 
-    def __init__(self, input_dim: int, d: int, slots: int, heads: int, d_k: int, mlp_layers: int) -> None:
+    def __init__(self, input_dim: int, d: int, slots: int, heads: int, d_k: int, mlp_layers: int,
+                 input_linear: str = "when_needed", qkv_norm: bool = True) -> None:
         super().__init__()
         self.d, self.n, self.h, self.dk, self.dv = d, slots, heads, d_k, d // heads
         self.out_dim = slots * d
-        self.inp = nn.Identity() if input_dim == d else nn.Linear(input_dim, d)
+        always = input_linear == "always"  # sonnet: an input Linear whatever the sizes
+        self.inp = nn.Linear(input_dim, d) if always or input_dim != d else nn.Identity()
         self.qkv = nn.Linear(d, heads * (2 * d_k + self.dv))
-        self.qkv_norm = nn.LayerNorm(heads * (2 * d_k + self.dv))
+        self.qkv_norm = nn.LayerNorm(heads * (2 * d_k + self.dv)) if qkv_norm else nn.Identity()
         layers: list[nn.Module] = []
         for i in range(mlp_layers):
             layers += [nn.Linear(d, d)] + ([nn.ReLU()] if i < mlp_layers - 1 else [])
@@ -171,6 +194,13 @@ class RelationalMemory(nn.Module):
         self.gate_mem = nn.Linear(d, 2 * d, bias=False)  # U_i, U_f
         with torch.no_grad():
             self.gate_in.bias[d:].fill_(1.0)  # sonnet forget_bias
+
+    def official_init(self) -> None:
+        """sonnet's ``Linear`` default: weights truncated normal σ = 1/√fan_in, zero biases (the
+        forget half of the gate bias keeps sonnet's ``forget_bias`` 1)."""
+        sonnet_linear_init(self)
+        with torch.no_grad():
+            self.gate_in.bias[self.d:].fill_(1.0)
 
     def init_state(self, batch: int, like: Tensor) -> tuple[Tensor, ...]:
         return (like.new_zeros(batch, self.n, self.d),)
@@ -206,7 +236,8 @@ class RelationalMemory(nn.Module):
 class LSTMMemory(nn.Module):
     """Ablation "w/o Memory in RM": an LSTM cell (hidden N·d) with the RM unit's interface."""
 
-    def __init__(self, input_dim: int, d: int, slots: int, heads: int, d_k: int, mlp_layers: int) -> None:
+    def __init__(self, input_dim: int, d: int, slots: int, heads: int, d_k: int, mlp_layers: int,
+                 input_linear: str = "when_needed", qkv_norm: bool = True) -> None:  # RM-only switches
         super().__init__()
         self.out_dim = slots * d
         self.ih = nn.Linear(input_dim, 4 * self.out_dim)
@@ -248,15 +279,16 @@ class R2M(nn.Module):
         super().__init__()
         self.cfg = cfg
         d, md = cfg.d, cfg.memory_slots * cfg.d
-        mem_args = dict(d=d, slots=cfg.memory_slots, heads=cfg.heads, d_k=cfg.d_k, mlp_layers=cfg.mlp_layers)
+        mem_args = dict(d=d, slots=cfg.memory_slots, heads=cfg.heads, d_k=cfg.d_k, mlp_layers=cfg.mlp_layers,
+                        input_linear=cfg.rm_input, qkv_norm=cfg.qkv_norm)
         self.embed = nn.Embedding(cfg.vocab_size, d, padding_idx=PAD)
         self.encoder = nn.LSTM(d, d, batch_first=True)
         self.fusion = FUSIONS[cfg.fm](d, cfg.heads, cfg.d_k)
         self.decoder = MEMORIES[cfg.decoder_memory](input_dim=d, **mem_args)
-        self.out = nn.Linear(md, cfg.vocab_size)  # W_d
+        self.out = nn.Linear(md, cfg.vocab_size, bias=cfg.out_bias)  # W_d
         self.reconstructor = MEMORIES[cfg.reconstructor_memory](input_dim=md, **mem_args)
         self.rec_proj = nn.Identity() if md == d else nn.Linear(md, d)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop: nn.Module = nn.Dropout(cfg.dropout) if cfg.dropout_scope != "none" else nn.Identity()
         # dropout before W_d: ours (encoder_output); the official code has none there
         self.out_drop: nn.Module = self.drop if cfg.dropout_scope == "encoder_output" else nn.Identity()
         if cfg.dropout_scope == "encoder":
@@ -277,13 +309,15 @@ class R2M(nn.Module):
         """The released code's initialisation: word embedding and output weights U(±0.08) (its
         ``softmax_w`` is a transposed U(±0.08) embedding), output bias U(±sqrt(3/V)) (TF's
         glorot default for a [V] variable), LSTMs with zero bias and forget-gate bias 1
-        (``BasicLSTMCell(forget_bias=1)``); the RM units keep sonnet's forget bias 1."""
+        (``BasicLSTMCell(forget_bias=1)``); the memory units (FM and RM layers) as sonnet's
+        ``Linear`` (:func:`sonnet_linear_init`; the RM gates keep sonnet's forget bias 1)."""
         with torch.no_grad():
             nn.init.uniform_(self.embed.weight, -0.08, 0.08)
             self.embed.weight[PAD].zero_()  # padding row stays 0 (nothing reads it)
             nn.init.uniform_(self.out.weight, -0.08, 0.08)
-            lim = math.sqrt(3.0 / self.cfg.vocab_size)
-            nn.init.uniform_(self.out.bias, -lim, lim)
+            if self.out.bias is not None:
+                lim = math.sqrt(3.0 / self.cfg.vocab_size)
+                nn.init.uniform_(self.out.bias, -lim, lim)
             d = self.cfg.d
             for name, p in self.encoder.named_parameters():
                 if name.startswith("bias"):
@@ -293,6 +327,10 @@ class R2M(nn.Module):
             for mem in (self.decoder, self.reconstructor):
                 if isinstance(mem, LSTMMemory):
                     mem.official_init()
+        sonnet_linear_init(self.fusion)
+        for mem in (self.decoder, self.reconstructor):
+            if isinstance(mem, RelationalMemory):
+                mem.official_init()
 
     def param_count(self, include_image_proj: bool = True) -> int:
         return sum(p.numel() for n, p in self.named_parameters()

@@ -41,13 +41,15 @@ MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/te
 FIDELITY_CORPUS = ("fidelity.tokenizer", "fidelity.count_specials", "fidelity.plurals")
 FIDELITY_VOCAB = ("fidelity.vocab_counts", "fidelity.vocab_filter", "fidelity.singularise_targets",
                   "fidelity.count_specials", "fidelity.plurals")
+# the model's build switches (every training stage builds or rebuilds the model)
+FIDELITY_MODEL = ("fidelity.init", "fidelity.dropout", "fidelity.rm_input", "fidelity.qkv_norm", "fidelity.out_bias")
 FIDELITY_TRAIN = {
-    "train_xe": ("fidelity.init", "fidelity.dropout"),
-    "train_s": ("fidelity.init", "fidelity.dropout", "fidelity.rec_loss"),
-    "train_m": ("fidelity.init", "fidelity.dropout", "fidelity.rec_loss", "fidelity.rank_loss"),
-    "train_i": ("fidelity.init", "fidelity.dropout", "fidelity.rec_loss", "fidelity.rank_loss"),
+    "train_xe": (*FIDELITY_MODEL, "fidelity.xe_reduction"),
+    "train_s": (*FIDELITY_MODEL, "fidelity.xe_reduction", "fidelity.rec_loss", "fidelity.similarity"),
+    "train_m": (*FIDELITY_MODEL, "fidelity.rec_loss", "fidelity.rank_loss", "fidelity.similarity"),
+    "train_i": (*FIDELITY_MODEL, "fidelity.rec_loss", "fidelity.rank_loss", "fidelity.similarity"),
 }
-FIDELITY_IMAGES = ("fidelity.image_concepts", "fidelity.decoding")
+FIDELITY_IMAGES = ("fidelity.image_concepts", "fidelity.decoding", "fidelity.ban_unk")
 
 
 def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:

@@ -25,6 +25,25 @@ _BACKEND_EXTRAS = {
 }
 
 
+# where a feature backend's ``options.weights`` file comes from (said when the file is missing)
+_WEIGHT_HINTS = {
+    "inception_v4": "put timm's inception_v4.tf_in1k model.safetensors there (the TF-slim ImageNet checkpoint "
+                    "the authors used: https://huggingface.co/timm/inception_v4.tf_in1k), or set this dataset's "
+                    "catalog overrides extract_features: {backend: inception_v3_fid, options: {weights: null}}",
+    "vgg16": "put torchvision's vgg16-397923af.pth there (https://download.pytorch.org/models/vgg16-397923af.pth)",
+}
+
+
+def _missing_weights(view: P.Params) -> list[str]:
+    """The feature backend's weights file, when named and absent, with where to get it."""
+    fp = view.extract_features
+    w = fp.options.get("weights")
+    if not isinstance(w, str) or not w or Path(w).expanduser().exists():
+        return []
+    hint = _WEIGHT_HINTS.get(fp.backend)
+    return [f"extract_features.options.weights: file not found: {w}" + (f" ({fp.backend}: {hint})" if hint else "")]
+
+
 def _missing_extras(params: P.Params) -> list[str]:
     """One line per chosen backend whose optional dependency is not installed (found without importing it)."""
     import importlib.util
@@ -69,7 +88,7 @@ def check_files(params: P.Params, dataset: str, source: str = "params") -> None:
     precomputed-detections path) exist; raise :class:`r2m.params.ParamsError` naming the key otherwise."""
     view = P.for_dataset(params, dataset)
     errors = _missing_files(view.detect_concepts.options, _DETECT_FILE_OPTIONS, "detect_concepts.options")
-    errors += _missing_files(view.extract_features.options, ("weights",), "extract_features.options")
+    errors += _missing_weights(view)
     if view.detect_concepts.backend == "tf_oid":  # a local SavedModel (folder or archive); else a download
         errors += _missing_files(view.detect_concepts.options, ("model",), "detect_concepts.options")
     errors += _missing_extras(view)

@@ -3,7 +3,8 @@
 ``train_xe``: L_XE on the text corpus; ``train_s``: L_S = L_XE + β·L_rec; ``train_m``: L_M^I (the
 ranking loss, γ = 0); ``train_i``: L_I = L_M^I + γ·L_rec on greedy free-running captions of the
 images' concepts. β/γ come from the dataset's catalog entry, the L_rec / ranking forms from
-``fidelity.rec_loss`` / ``fidelity.rank_loss``. Each ``compute(ctx, model, batch, tp)`` returns
+``fidelity.rec_loss`` / ``fidelity.rank_loss`` (what they see of ṽ: ``fidelity.similarity``), the
+L_XE reduction from ``fidelity.xe_reduction``. Each ``compute(ctx, model, batch, tp)`` returns
 ``(loss, components)``; under DDP the text loss is rescaled to the global token mean and the image
 loss sees the whole global batch (:mod:`r2m.training.distributed`).
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from r2m.losses import linear_xe_loss, loss_i, loss_s, xe_loss
+from r2m.losses import linear_xe_loss, loss_i, loss_s, reduce_xe, xe_loss
 from r2m.models.r2m import R2M
 from r2m.training import distributed
 from r2m.training.data import TextBatch
@@ -36,46 +37,50 @@ def token_xe(model: R2M, hidden: Tensor, targets: Tensor) -> Tensor:
     return xe_loss(model.logits(hidden), targets)
 
 
-def text_objective(model: R2M, batch: TextBatch, beta: float | None,
-                   rec: str = "sum_normalized") -> tuple[Tensor, dict[str, Tensor]]:
+def text_objective(model: R2M, batch: TextBatch, beta: float | None, rec: str = "sum_normalized",
+                   xe_reduction: str = "token_mean", similarity: str = "cosine") -> tuple[Tensor, dict[str, Tensor]]:
     """L_XE (``beta is None``) or L_S (``rec``: the L_rec form); logits only at valid positions."""
     out = model(batch.concepts, batch.concept_lens, batch.inputs, batch.lengths, reconstruct=beta is not None)
     mask = batch.mask
     xe = token_xe(model, out["hidden"][mask], batch.targets[mask])
-    if distributed.current().enabled:  # DDP: this rank's share of the global token mean
+    if xe_reduction != "token_mean":  # Eq. 10's per-sentence sum (DDP: each rank's sentence mean is averaged)
+        xe = reduce_xe(xe_reduction, xe, mask.sum(), mask.shape[0])
+    elif distributed.current().enabled:  # DDP: this rank's share of the global token mean
         xe = xe * distributed.current().token_mean_scale(mask.sum())
     if beta is None:
         return xe, {"xe": xe}
-    return loss_s(xe, out["v"], out["v_tilde_raw"], beta, rec)
+    return loss_s(xe, out["v"], out["v_tilde_raw"], beta, rec, similarity)
 
 
 def image_objective(model: R2M, batch, gamma: float, margin: float, max_len: int,
-                    rec: str = "sum_normalized", rank: str = "vsepp"):
+                    rec: str = "sum_normalized", rank: str = "vsepp", similarity: str = "cosine"):
     """L_M^I (γ = 0) or L_I on greedy free-running captions (gradients through hidden states)."""
     v = model.encode(batch.concepts, batch.concept_lens)
     g = model.greedy(v, max_len)
     img, v_tilde = model.project_image(batch.feats), g["v_tilde_raw"]
     if model.training:  # DDP: in-batch negatives over the whole global batch
         img, v, v_tilde = (distributed.gather_rows(x) for x in (img, v, v_tilde))
-    return loss_i(img, v, v_tilde, gamma, margin, rec, rank)
+    return loss_i(img, v, v_tilde, gamma, margin, rec, rank, similarity)
 
 
 def _xe(ctx, model, batch, tp):
-    return text_objective(model, batch, None)
+    return text_objective(model, batch, None, xe_reduction=ctx.params.fidelity.xe_reduction)
 
 
 def _s(ctx, model, batch, tp):
-    return text_objective(model, batch, ctx.entry.beta, ctx.params.fidelity.rec_loss)
+    f = ctx.params.fidelity
+    return text_objective(model, batch, ctx.entry.beta, f.rec_loss, f.xe_reduction, f.similarity)
 
 
 def _m(ctx, model, batch, tp):
     f = ctx.params.fidelity
-    return image_objective(model, batch, 0.0, tp.margin, tp.max_len, f.rec_loss, f.rank_loss)
+    return image_objective(model, batch, 0.0, tp.margin, tp.max_len, f.rec_loss, f.rank_loss, f.similarity)
 
 
 def _i(ctx, model, batch, tp):
     f = ctx.params.fidelity
-    return image_objective(model, batch, ctx.entry.gamma, tp.margin, tp.max_len, f.rec_loss, f.rank_loss)
+    return image_objective(model, batch, ctx.entry.gamma, tp.margin, tp.max_len, f.rec_loss, f.rank_loss,
+                           f.similarity)
 
 
 OBJECTIVES: dict[str, Objective] = {

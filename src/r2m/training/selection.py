@@ -58,7 +58,8 @@ def cider_selector(ctx, device, itos: list[str]):
         was_training = model.training
         model.eval()
         try:
-            toks = caption_ids(model, concepts, cp.beam, cp.max_len, cp.batch_size, device, decoding=fid.decoding)
+            toks = caption_ids(model, concepts, cp.beam, cp.max_len, cp.batch_size, device, decoding=fid.decoding,
+                               ban_unk=fid.ban_unk)
         finally:
             model.train(was_training)
         # the caption stage's text of each caption (captions.json), scored as `r2m evaluate` scores it

@@ -64,7 +64,8 @@ def relaunch(stage: str, argv: list[str]) -> int | None:
 def model_config(ctx, vocab_size: int, image_dim: int = 0) -> R2MConfig:
     f = ctx.params.fidelity
     return R2MConfig.for_variant(ctx.variant or "r2m", vocab_size=vocab_size, image_dim=image_dim,
-                                 init=f.init, dropout_scope=f.dropout, **ctx.params.model.model_dump())
+                                 init=f.init, dropout_scope=f.dropout, rm_input=f.rm_input, qkv_norm=f.qkv_norm,
+                                 out_bias=f.out_bias, **ctx.params.model.model_dump())
 
 
 # ``frozen_random`` (the official code): the projection is neither trained nor saved, so every
