@@ -119,8 +119,8 @@ def test_gpu_stages_declare_snakemake_resources(repo_root, tmp_path, monkeypatch
                           storage_settings=StorageSettings(), snakefile=repo_root / "Snakefile", workdir=tmp_path)
         rules = {r.name: {k: v.value for k, v in r.resources.items() if k in ("gpu", "mem_mb")}
                  for r in wf._workflow.rules}
-    gpu_stages = {"detect_concepts", "extract_features", "train_xe", "train_s", "train_m", "train_i", "caption",
-                  "train_sup", "caption_sup"}
+    gpu_stages = {"detect_concepts", "extract_features", "extract_features_sup", "train_xe", "train_s", "train_m",
+                  "train_i", "caption", "train_sup", "caption_sup"}
     for name in gpu_stages:
         assert rules[name]["gpu"] == 1 and rules[name]["mem_mb"] >= 8000, name
     for name in set(S.BY_NAME) - gpu_stages:
@@ -214,7 +214,7 @@ def test_every_dvc_dependency_is_produced_or_in_git(repo_root):
     tracked = _tracked(repo_root)
     assert _unproduced(doc, params, tracked) == []
     names = {n for n, _, _ in _dvc_instances(doc, params)}
-    assert {"prepare@tiny_paired", "extract_features@tiny_paired", "train_sup@tiny_paired-sat"} <= names
+    assert {"prepare@tiny_paired", "extract_features_sup@tiny_paired", "train_sup@tiny_paired-sat"} <= names
     # the check can fail: without the derived list, nothing prepares tiny_paired
     stale = {**params, "all_datasets": params["datasets"]}
     assert "sup_vocab@tiny_paired: data/tiny_paired/prepared" in _unproduced(doc, stale, tracked)
@@ -255,4 +255,4 @@ def test_dvc_lists_the_data_stages_of_every_needed_dataset(repo_root):
     r = run([str(BIN / "dvc"), "stage", "list"], cwd=repo_root)
     assert r.returncode == 0, r.stderr
     names = {line.split()[0] for line in r.stdout.splitlines() if line.strip()}
-    assert {"prepare@demo", "prepare@tiny_paired", "extract_features@tiny_paired"} <= names
+    assert {"prepare@demo", "prepare@tiny_paired", "extract_features_sup@tiny_paired"} <= names

@@ -320,7 +320,7 @@ def test_attention_hit_rate_against_boxes_by_hand() -> None:
 
 # --------------------------------------------------------------------------- the stages on a small tiny set
 def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
-    """prepare → extract_features (grid) → sup_vocab → pretrain_sup → train_sup → inspect_sup for SAT
+    """prepare → extract_features_sup (grid) → sup_vocab → pretrain_sup → train_sup → inspect_sup for SAT
     and S-CNN-RNN on a few synthetic images: S-CNN-RNN's train_sup starts from its pretraining,
     SAT's checkpoint is selected by val BLEU-4, the inspections are written."""
     import json as _json
@@ -336,7 +336,7 @@ def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
            "catalog": {"syn": {"kind": "tiny", "seed": 3, "n_train_images": 10, "n_val_images": 3,
                                "n_test_images": 3, "n_sentences": 20, "image_size": 64}},
            "detect_concepts": {"backend": "precomputed"},
-           "extract_features": {"backend": "random_cnn", "options": {"kinds": ["pooled", "grid"]}},
+           "sup_features": {"backend": "random_cnn", "options": {"kinds": ["pooled", "grid"]}},
            "sup_vocab": {"min_count": 1},
            "train_sup": {**sched, "per_model": {"sat": {"select_by": "bleu4"}, "scnn": {"pretrain_steps": 4}}},
            "sat": {"embed": 8, "hidden": 12, "att_dim": 8, "dropout": 0.0},
@@ -352,7 +352,7 @@ def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
         mod, fn = S.get(stage).impl.split(":")
         importlib.import_module(mod).__dict__[fn](ctx)
 
-    for stage in ("prepare", "extract_features", "sup_vocab"):
+    for stage in ("prepare", "extract_features_sup", "sup_vocab"):
         run(stage)
     for model in ("sat", "scnn"):
         run("pretrain_sup", model)

@@ -24,7 +24,7 @@ def _params() -> P.Params:
            "catalog": {"syn": {"kind": "tiny", "seed": 3, "n_train_images": 10, "n_val_images": 3,
                                "n_test_images": 3, "n_sentences": 20, "image_size": 32}},
            "detect_concepts": {"backend": "precomputed"},
-           "extract_features": {"backend": "random_cnn", "options": {"size": 32, "dim": 16}},
+           "sup_features": {"backend": "random_cnn", "options": {"size": 32, "dim": 16}},
            "sup_vocab": {"min_count": 1},
            "train_sup": {**sched, "per_model": {"mrnn": {"select_by": "bleu4"}}},
            "mrnn": {"embed1": 8, "embed2": 12, "recurrent": 12, "multimodal": 16, "dropout": 0.0}}
@@ -39,7 +39,7 @@ def _run(root: Path, stage: str, model: str | None = None) -> None:
 
 def test_train_sup_keeps_the_best_scoring_weights(tmp_path: Path, monkeypatch) -> None:
     torch.set_num_threads(1)
-    for stage in ("prepare", "extract_features", "sup_vocab"):
+    for stage in ("prepare", "extract_features_sup", "sup_vocab"):
         _run(tmp_path, stage)
     seen: dict[int, dict[str, torch.Tensor]] = {}
 

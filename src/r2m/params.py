@@ -401,6 +401,9 @@ class _ParamsBase(_Section):
     prepare: dict[str, Any] = Field(default_factory=dict)
     detect_concepts: DetectParams = Field(default_factory=DetectParams)
     extract_features: FeatureParams = Field(default_factory=FeatureParams)
+    sup_features: FeatureParams = Field(
+        default_factory=FeatureParams, description="the supervised baselines' features (stage "
+        "extract_features_sup, same schema as extract_features; the benchmarks: VGG-16 fc7 + conv5 grid)")
     corpus_concepts: CorpusParams = Field(default_factory=CorpusParams)
     build_vocab: VocabParams = Field(default_factory=VocabParams)
     model: ModelParams = Field(default_factory=ModelParams)

@@ -4,8 +4,8 @@ Stages over axes become DVC ``matrix`` stages whose values are read from ``param
 (``${datasets}``, ``${variants}``), so ``dvc exp run -S 'datasets=["tiny"]'`` selects datasets
 without regenerating the file. Gather dependencies become their parent-directory ``dvc_path``.
 
-A stage whose outputs a stage over another dataset list needs (``prepare`` and ``extract_features``
-for the supervised stages over ``baselines.datasets``) runs over ``${all_datasets}``: the union,
+A stage whose outputs a stage over another dataset list needs (``prepare`` for the supervised
+stages over ``baselines.datasets``, which have their own ``extract_features_sup``) runs over ``${all_datasets}``: the union,
 which DVC cannot compute, so params.yaml holds it (derived; ``r2m dag --check`` fails when it is
 stale, Snakemake recomputes it). Snakemake builds whatever a target needs by itself.
 """

@@ -2,12 +2,15 @@
 and baselines tables, part of :data:`r2m.pipeline.stages.STAGES`.
 
 Their ``dataset`` axis runs over ``baselines.datasets``, the ``model`` axis over
-``baselines.models``; each model reads its own params section (``"{model}"``).
+``baselines.models``; each model reads its own params section (``"{model}"``). They read their own
+features, ``D/sup_features`` (stage ``extract_features_sup``, params ``sup_features``: the VGG-16
+fc7 + conv5 grid of their papers on the benchmarks), never R²M's ``D/features``; ``retrieval_r2m``
+(R²M's joint space) reads R²M's.
 """
 
 from __future__ import annotations
 
-from r2m.pipeline.spec import COMMON_SRC, GPU_JOB, D, Gather, Out, Resources, Stage
+from r2m.pipeline.spec import COMMON_SRC, GPU_JOB, D, FanOut, Gather, Out, Resources, Stage
 
 # supervised baselines (m-RNN, ...): datasets from `baselines.datasets`, models from `baselines.models`
 SB = "models/{dataset}/{model}/train_sup"
@@ -16,10 +19,24 @@ SP = "models/{dataset}/{model}/pretrain_sup"
 SPR = "results/{dataset}/{model}/pretrain_sup"
 SUP = (("dataset", "baselines.datasets"),)
 SUP_SRC = COMMON_SRC + ("src/r2m/supervised", "src/r2m/models", "src/r2m/text/vocab.py", "src/r2m/training")
+SF = f"{D}/sup_features"  # the baselines' features (the key "features" in their deps)
 
 
 def sup_stages() -> tuple[Stage, ...]:
     return (
+        Stage(
+            "extract_features_sup",
+            impl="r2m.vision.features:run_sup",
+            help="supervised baselines: their CNN features per image (params sup_features) to HDF5 (+ Parquet index)",
+            axes=("dataset",),
+            deps={"prepared": f"{D}/prepared"},
+            outs={"sup_features": Out(SF, directory=True, persist=True)},
+            params=("sup_features",),
+            src=COMMON_SRC + ("src/r2m/vision",),
+            sources=SUP,
+            fanout=FanOut(f"{D}/sup_feature_shards"),
+            resources=GPU_JOB,
+        ),
         Stage(
             "sup_vocab",
             impl="r2m.supervised.vocab:run",
@@ -36,7 +53,7 @@ def sup_stages() -> tuple[Stage, ...]:
             impl="r2m.supervised.train:run_pretrain",
             help="supervised baselines: a model's pretraining phase (S-CNN-RNN; others: a skip marker)",
             axes=("dataset", "model"),
-            deps={"sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features"},
+            deps={"sup_vocab": f"{D}/sup_vocab", "features": SF},
             outs={
                 "model": Out(SP, directory=True, persist=True),
                 "loss": Out(f"{SPR}/loss.tsv", kind="plots", cache=False,
@@ -52,7 +69,7 @@ def sup_stages() -> tuple[Stage, ...]:
             impl="r2m.supervised.train:run",
             help="supervised baselines: train one model on the image-caption pairs",
             axes=("dataset", "model"),
-            deps={"sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features", "pretrain": SP,
+            deps={"sup_vocab": f"{D}/sup_vocab", "features": SF, "pretrain": SP,
                   "prepared": f"{D}/prepared"},
             outs={
                 "model": Out(SB, directory=True, persist=True),
@@ -70,7 +87,7 @@ def sup_stages() -> tuple[Stage, ...]:
             impl="r2m.supervised.caption:run",
             help="supervised baselines: beam-search captions for the evaluation images",
             axes=("dataset", "model"),
-            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
+            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": SF,
                   "prepared": f"{D}/prepared"},
             outs={"captions": Out(f"{SR}/captions.json", cache=False)},
             params=("caption",),
@@ -97,7 +114,7 @@ def sup_stages() -> tuple[Stage, ...]:
             impl="r2m.supervised.inspect:run",
             help="supervised baselines: SAT attention maps and hit rate, S-CNN-RNN concept head P/R/F1",
             axes=("dataset", "model"),
-            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
+            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": SF,
                   "prepared": f"{D}/prepared"},
             outs={"inspect": Out(f"{SR}/inspect", directory=True, cache=False)},
             params=("caption", "report"),
@@ -121,7 +138,7 @@ def sup_stages() -> tuple[Stage, ...]:
             impl="r2m.supervised.retrieval:run_sup",
             help="supervised baselines: image-sentence retrieval (R@K, Med r) by P(sentence | image)",
             axes=("dataset", "model"),
-            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": f"{D}/features",
+            deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": SF,
                   "prepared": f"{D}/prepared"},
             outs={"retrieval": Out(f"{SR}/retrieval.json", kind="metrics", cache=False)},
             params=("retrieval", "train_sup"),

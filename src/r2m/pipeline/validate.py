@@ -3,6 +3,8 @@
 :func:`check_files`: the files a dataset's params reference exist (weights, class lists, word
 lists, an absolute precomputed-detections path), the chosen backends' optional extras are
 installed, and the recipe's own check passes (:data:`r2m.datasets.base.RECIPE_CHECKS`).
+:func:`check_sup_files`: the supervised baselines' feature weights (``sup_features``) of a dataset
+in ``baselines.datasets`` exist.
 :func:`load` / :func:`validate` are :func:`r2m.params.load` / :func:`r2m.params.validate` plus
 these checks for every selected dataset: what ``r2m <stage>`` and the Snakefile call.
 Each failure is one line naming the key.
@@ -34,14 +36,33 @@ _WEIGHT_HINTS = {
 }
 
 
-def _missing_weights(view: P.Params) -> list[str]:
-    """The feature backend's weights file, when named and absent, with where to get it."""
-    fp = view.extract_features
+def _missing_weights(view: P.Params, section: str = "extract_features") -> list[str]:
+    """The feature backend's weights file of params ``section`` (``extract_features`` or
+    ``sup_features``), when named and absent, with where to get it."""
+    fp = getattr(view, section)
     w = fp.options.get("weights")
     if not isinstance(w, str) or not w or Path(w).expanduser().exists():
         return []
     hint = _WEIGHT_HINTS.get(fp.backend)
-    return [f"extract_features.options.weights: file not found: {w}" + (f" ({fp.backend}: {hint})" if hint else "")]
+    return [f"{section}.options.weights: file not found: {w}" + (f" ({fp.backend}: {hint})" if hint else "")]
+
+
+def check_sup_files(params: P.Params, dataset: str, source: str = "params") -> None:
+    """The supervised baselines' feature weights of one dataset (``sup_features.options.weights``)
+    exist; raise :class:`r2m.params.ParamsError` (one line, saying where to put the file) otherwise."""
+    errors = _missing_weights(P.for_dataset(params, dataset), "sup_features")
+    if errors:
+        raise P.ParamsError(f"invalid parameters in {source} (dataset {dataset}, supervised baselines): "
+                            + "; ".join(errors))
+
+
+def _check_selected(params: P.Params, source: str) -> None:
+    """:func:`check_files` for every dataset of ``datasets``, :func:`check_sup_files` for every
+    dataset of ``baselines.datasets``."""
+    for name in params.datasets:
+        check_files(params, name, source)
+    for name in params.baselines.datasets:
+        check_sup_files(params, name, source)
 
 
 def _missing_extras(params: P.Params) -> list[str]:
@@ -106,16 +127,14 @@ def check_files(params: P.Params, dataset: str, source: str = "params") -> None:
 
 
 def validate(raw: dict[str, Any], source: str = "params") -> P.Params:
-    """The schema (:func:`r2m.params.validate`), then :func:`check_files` for every selected dataset."""
+    """The schema (:func:`r2m.params.validate`), then the file checks of every selected dataset."""
     params = P.validate(raw, source)
-    for name in params.datasets:
-        check_files(params, name, source)
+    _check_selected(params, source)
     return params
 
 
 def load(path: str | Path = "params.yaml") -> P.Params:
-    """:func:`r2m.params.load`, then :func:`check_files` for every selected dataset."""
+    """:func:`r2m.params.load`, then the file checks of every selected dataset."""
     params = P.load(path)
-    for name in params.datasets:
-        check_files(params, name, str(path))
+    _check_selected(params, str(path))
     return params

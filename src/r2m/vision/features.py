@@ -1,10 +1,13 @@
-"""Stage ``extract_features``: CNN features per image into HDF5 (+ a Parquet index).
+"""Stages ``extract_features`` and ``extract_features_sup``: CNN features per image into HDF5 (+ a Parquet index).
 
 The backends are ``r2m.vision.extractors`` (one file each, chosen by ``extract_features.backend``);
 the folder format, shard parts and assembly are ``r2m.vision.feature_store``. This module is the
 stage: ``extract_dataset`` (resumable, shardable computation then assembly), its CLI flags and ``run``.
+``run_sup`` is the same stage for the supervised baselines: its own params section ``sup_features``
+(same schema) and its own folder ``D/sup_features``, so R²M and the baselines can read different
+networks (the benchmarks: Inception-V4 for R²M, VGG-16 fc7 + conv5 grid for the baselines).
 
-Output folder (``D/features``, a DVC ``persist`` output):
+Output folder (``D/features``, resp. ``D/sup_features``; a DVC ``persist`` output):
 ``features.h5`` (float16, one chunked dataset per kind), ``index.parquet`` (``image_id``, ``row``),
 ``meta.json`` (backend, dims, bad images), ``bad_images.csv``.
 
@@ -59,6 +62,7 @@ def extract_dataset(
     parts_from: str | Path | None = None,
     work: str | Path | None = None,
     finalize: Callable[[Path], Any] | None = None,
+    fault_point: str = "extract_features",
 ) -> dict[str, Any] | None:
     """Compute (resumably) and assemble the features folder ``out``; returns ``meta`` once assembled.
 
@@ -66,7 +70,8 @@ def extract_dataset(
     computes only shards ``j % K == I``, publishes them in ``parts_dir`` and returns ``None`` (merge
     later with ``merge_only=True``); ``parts_from`` makes the merge collect the parts of every shard
     folder below it first. ``finalize(folder)`` adds files (params) to the assembled folder before it
-    replaces ``out``. Nothing existing is deleted before the backend is built.
+    replaces ``out``. Nothing existing is deleted before the backend is built. ``fault_point``: the
+    fault suite's name for this stage (``R2M_FAULT=<fault_point>@<shard>:<signal>``).
     """
     out = Path(out)
     options = dict(options or {})
@@ -93,7 +98,7 @@ def extract_dataset(
                 a, b = ranges[j]
                 log.info("features: shard %d/%d (images %d-%d)", j + 1, len(ranges), a, b - 1)
                 compute_shard(ex, files, a, b, FS.part_path(parts, j), batch_size, device, workers)
-                RS.inject("extract_features", j + 1)  # fault suite (R2M_FAULT), a no-op otherwise
+                RS.inject(fault_point, j + 1)  # fault suite (R2M_FAULT), a no-op otherwise
                 stop.check(f"shard {j + 1} of {len(ranges)}", parts)
     if shard is not None:
         if parts_dir is not None and Path(parts_dir) != parts:
@@ -124,10 +129,20 @@ def _shard_args(args: Any) -> tuple[tuple[int, int] | None, bool]:
 
 
 def run(ctx) -> None:
-    p = ctx.params.extract_features
+    """Stage ``extract_features``: R²M's features (params ``extract_features``) into ``D/features``."""
+    extract_stage(ctx, ctx.params.extract_features, ctx.outs["features"])
+
+
+def run_sup(ctx) -> None:
+    """Stage ``extract_features_sup``: the supervised baselines' features (params ``sup_features``,
+    e.g. VGG-16 fc7 + conv5 grid on the benchmarks) into ``D/sup_features``."""
+    extract_stage(ctx, ctx.params.sup_features, ctx.outs["sup_features"])
+
+
+def extract_stage(ctx, p: Any, out: Path) -> None:
+    """One features stage: params section ``p`` (:class:`r2m.params.FeatureParams`) into folder ``out``."""
     shard, merge = _shard_args(getattr(ctx, "args", None))
     images = read_image_index(ctx.deps["prepared"], ctx.root)
-    out = ctx.outs["features"]
     ctx.log.info("features: %d images, backend %s, device %s", len(images), p.backend, ctx.runtime.torch_device())
     args = getattr(ctx, "args", None)
     work = RS.resume_dir(ctx.root, ctx.stage.name, ctx.axes, None if shard is None else f"shard{shard[0]}")
@@ -135,7 +150,7 @@ def run(ctx) -> None:
         list(images["image_id"]), list(images["file"]), out, p.backend, p.options, p.batch_size, p.shard_size,
         ctx.runtime.torch_device(), ctx.runtime.workers, shard, merge,
         getattr(args, "parts_dir", None), getattr(args, "parts_from", None),
-        work=work / "parts", finalize=ctx.save_params,
+        work=work / "parts", finalize=ctx.save_params, fault_point=ctx.stage.name,
     )
     if meta is not None or shard is not None:
         RS.clear(work)  # outputs complete (or published): the resumable state is no longer needed
