@@ -142,3 +142,17 @@ def test_tiny_paired_sup_features_are_what_extract_features_wrote(raw, tmp_path)
             assert a[kind].dtype == b[kind].dtype and a[kind][()].tobytes() == b[kind][()].tobytes(), kind
     assert pd.read_parquet(old / "index.parquet").equals(pd.read_parquet(new / "index.parquet"))
     assert (old / "meta.json").read_text() == (new / "meta.json").read_text()
+
+
+def test_a_baseline_stage_on_an_unselected_benchmark_asks_only_for_the_baselines_files(raw, tmp_path) -> None:
+    """A supervised stage run for a benchmark listed nowhere is checked for what the baselines read
+    (the VGG weights), not for R2M's detector extra and Inception-V4 weights."""
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    r = subprocess.run([str(BIN / "r2m"), "sup_vocab", "--dataset", "coco_shutterstock", "--params", str(f),
+                        "--no-log-file"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "sup_features.options.weights: file not found" in lines[0], r.stderr
+    assert "inception_v4" not in lines[0] and "tf_oid" not in lines[0], lines[0]

@@ -101,8 +101,13 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     try:
         params = V.load(args.params)
         if "dataset" in stage.axes:
-            if args.dataset in params.catalog and args.dataset not in params.datasets:
-                V.check_files(params, args.dataset, args.params)  # the selected ones are checked by load
+            # the selected datasets were checked by load; another one gets the checks of the stage's
+            # side: the baselines' feature weights for a supervised stage, R2M's files otherwise
+            if stage.source("dataset") == "baselines.datasets":
+                if args.dataset in params.catalog and args.dataset not in params.baselines.datasets:
+                    V.check_sup_files(params, args.dataset, args.params)
+            elif args.dataset in params.catalog and args.dataset not in params.datasets:
+                V.check_files(params, args.dataset, args.params)
             params = P.for_dataset(params, args.dataset)
     except P.ParamsError as err:
         print(f"r2m {stage.name}: {err}", file=sys.stderr)
