@@ -84,7 +84,7 @@ TINY_RAW = {
     "datasets": ["tiny"],
     "variants": ["r2m"],
     "catalog": {"tiny": {"kind": "tiny", "fidelity": "paper", "seed": 0, "n_train_images": 10, "n_val_images": 4,
-                         "n_test_images": 4, "n_sentences": 120, "image_size": 32, "beta": 1.0, "gamma": 1.0,
+                         "n_test_images": 10, "n_sentences": 120, "image_size": 32, "beta": 1.0, "gamma": 1.0,
                          "overrides": {"detect_concepts": {"backend": "precomputed"},
                                        "extract_features": {"backend": "random_cnn"},
                                        "build_vocab": {"min_count": 1}}}},
@@ -95,9 +95,26 @@ TINY_RAW = {
     "train_i": {**SCHED, "steps": 2, "lr": 0.0001},
     "caption": {"beam": 2, "max_len": 8, "batch_size": 4},
     "evaluate": {"scorers": ["bleu"]},
+    "baselines": {"datasets": ["tiny"], "models": ["mrnn", "sat", "scnn"]},
+    "sup_vocab": {"min_count": 1},
+    "train_sup": {**SCHED, "steps": 2, "lr": 0.003,
+                  "per_model": {"sat": {"select_by": "bleu4"}, "scnn": {"pretrain_steps": 2}}},
+    "mrnn": {"embed1": 8, "embed2": 16, "recurrent": 16, "multimodal": 16},
+    "sat": {"embed": 8, "hidden": 16, "att_dim": 8},
+    "scnn": {"num_concepts": 20, "hidden": 16},
+    "report": {"figure_images": 1},
 }
+TINY_RAW["catalog"]["tiny"]["overrides"]["extract_features"]["options"] = {"kinds": ["pooled", "grid"]}
 R2M_STAGES = ("inputs", "prepare", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
               "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate")
+# the rest of the DAG: (stage, axes) in order
+LATER_STAGES = (
+    *((st, {"ckpt": c}) for c in ("train_xe", "train_s", "train_m") for st in ("caption", "evaluate")),
+    ("table1", {}), ("table2", {}), ("table3", {}), ("figures", {}), ("sup_vocab", {}), ("mostfreq", {}),
+    *((st, {"model": m}) for m in ("mrnn", "sat", "scnn")
+      for st in ("pretrain_sup", "train_sup", "caption_sup", "evaluate_sup", "inspect_sup", "retrieval_sup")),
+    ("retrieval_r2m", {}), ("baselines", {}), ("retrieval", {}), ("report", {}),
+)
 
 
 def _run_stage(root: Path, params: P.Params, name: str, reads: set[str] | None = None, **axes: str) -> None:
@@ -118,7 +135,8 @@ INFERENCE = "inference.json"
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> tuple[Path, P.Params, dict[str, set[str]]]:
-    """Every R²M stage once on a tiny ``tiny`` (in-process, CPU, one thread), with the params each read.
+    """Every stage of the DAG on a tiny ``tiny`` (in-process, CPU, one thread; R²M variant ``r2m``,
+    the three baselines), with the params each read.
 
     The training stages' ``inference.json`` (:func:`r2m.decoding.settings.build`: the concept,
     detector, feature and caption settings ``r2m caption IMAGES --model`` starts from) records whole
@@ -144,29 +162,45 @@ def tiny_run(tmp_path_factory) -> tuple[Path, P.Params, dict[str, set[str]]]:
         for name in R2M_STAGES:
             reads[name] = set()
             _run_stage(root, params, name, reads[name])
+        for name, axes in LATER_STAGES:
+            key = "/".join((name, *axes.values()))
+            _run_stage(root, params, name, reads.setdefault(key, set()), **axes)
     finally:
         mp.undo()
     return root, params, reads
 
 
 def test_each_stage_declares_exactly_the_params_it_reads(tiny_run):
-    """Before: corpus_concepts read ``fidelity.vocab_counts`` without declaring it (a stale
-    corpus after switching it)."""
+    """Every stage instance reads only params its stage declares, and every declared item is read by
+    some instance of the stage. Before: corpus_concepts read ``fidelity.vocab_counts`` without
+    declaring it (a stale corpus after switching it), figures read ``concepts`` and ``variants``
+    undeclared, and several stages declared sections they never read (``prepare``; ``catalog`` in
+    train_xe, train_m and the supervised stages)."""
     _, _, reads = tiny_run
     problems = []
-    for name, got in reads.items():
-        declared = S.get(name).params
+    unread_by_stage: dict[str, list[set[str]]] = {}
+    for key, got in reads.items():
+        name, *values = key.split("/")
+        stage = S.get(name)
+        axes = {"dataset": "tiny", "variant": "r2m", "ckpt": "train_i", "model": values[0] if values else ""}
+        if name in ("caption", "evaluate") and values:
+            axes["ckpt"] = values[0]
+        declared = tuple(d.format(**axes) for d in stage.params)
         if name in P.TRAIN_STAGES:  # every training stage records inference.json, and only they do
             assert INFERENCE in got, f"{name}: wrote no {INFERENCE}?"
         got = got - {INFERENCE}
-        assert "*" not in got, f"{name}: reads the whole params object"
+        assert "*" not in got, f"{key}: reads the whole params object"
         undeclared = sorted(r for r in got if not covered(r, declared))
         if undeclared:
-            problems.append(f"{name} reads undeclared {undeclared}")
+            problems.append(f"{key} reads undeclared {undeclared}")
         unread = declared_unread(declared, got)
-        if unread:
-            problems.append(f"{name} declares unread {unread}")
+        unread_by_stage.setdefault(name, []).append({stage.params[declared.index(d)] for d in unread})
+    for name, sets in unread_by_stage.items():
+        never = set.intersection(*sets)
+        if never:
+            problems.append(f"{name} declares {sorted(never)} but no instance reads them")
     assert not problems, "\n".join(problems)
+    assert {k.split("/")[0] for k in reads} == {s.name for s in S.STAGES}  # every stage was run
 
 
 # --------------------------------------------------------------------------- the DAG sees every input

@@ -249,7 +249,7 @@ STAGES: tuple[Stage, ...] = (
             "concepts": f"{D}/concepts",
         },
         outs={"figures": Out("reports/figures/{dataset}", directory=True, cache=False)},
-        params=("report",),
+        params=("report", "variants", "concepts"),  # variants: the loss curves gathered; concepts: examples' concepts
         src=COMMON_SRC + ("src/r2m/reports",),
     ),
     Stage(
