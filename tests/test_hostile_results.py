@@ -480,3 +480,13 @@ def test_no_scorers_is_refused_up_front(tmp_path):
     # an eval.json without any caption metric (written elsewhere) is a row that says so, not blanks
     blank = {k: None for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE")}
     assert "no scorers" in tables.scope_cells({**blank, "n_images": 3, "split": "test"})[2]
+
+
+def test_retrieval_chance_keeps_every_k_with_few_candidates():
+    """Probe beyond the issue: a split of fewer than 10 images made retrieval's chance row lack R@5 /
+    R@10 (a KeyError traceback in retrieval_sup's summary)."""
+    from r2m.supervised.retrieval import KS, chance_metrics
+
+    out = chance_metrics(4, 1)
+    assert [f"R@{k}" for k in KS] == [k for k in out if k.startswith("R@")]
+    assert out["R@10"] == pytest.approx(100.0) and out["R@1"] == pytest.approx(25.0)
