@@ -367,6 +367,8 @@ def test_each_image_scores_do_not_depend_on_other_images_text():
         assert g["A"] == ["a dog runs on the grass", "a brown dog"] and r["Z"] == ["a cat on a mat"], trial
         for k, caps in g.items():
             assert all("\n" not in c and "\r" not in c for c in caps), (trial, k)
+        g, r = coco.tokenize({k: list(v) for k, v in refs.items()}, {k: [v] for k, v in res.items()}, "none")
+        assert all(c == " ".join(c.split()) for caps in [*g.values(), *r.values()] for c in caps), trial  # one line
         _, per = coco.evaluate(res, refs, ["bleu", "rouge"], parallel="serial")
         for k in ("A", "Z"):
             assert per[k] == pytest.approx(base[k]), (trial, k)

@@ -100,8 +100,10 @@ TOKENIZERS: Registry[Callable[[list[str]], list[str]]] = Registry("tokenizer")
 
 @TOKENIZERS.register("none")
 def tokenize_none(sentences: list[str]) -> list[str]:
-    """No tokenisation (nlg-eval's convention: surrounding whitespace stripped only)."""
-    return [s.strip() for s in sentences]
+    """No tokenisation (nlg-eval's convention: surrounding whitespace stripped), each sentence made
+    one line (:func:`one_line`: METEOR's jar reads one line per segment; whitespace runs collapse,
+    which no whitespace-splitting scorer sees)."""
+    return [one_line(s) for s in sentences]
 
 
 @TOKENIZERS.register("ptb")
