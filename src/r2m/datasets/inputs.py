@@ -68,7 +68,7 @@ def run(ctx) -> None:
     from r2m.utils.io import write_json
 
     declared = declared_inputs(ctx.entry)
-    files = digest_files(expand(declared), ctx.root / DIGEST_CACHE / f"{ctx.dataset}.json")
+    files = digest_files(expand(declared), ctx.root / DIGEST_CACHE / "inputs" / f"{ctx.dataset}.json")
     missing = [f["path"] for f in files if f.get("missing")]
     if missing:
         ctx.log.warning("inputs: %d declared input(s) missing (prepare will say more): %s",
