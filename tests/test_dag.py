@@ -68,7 +68,7 @@ def test_dvc_yaml_uses_params_for_matrix_values():
     assert doc["train_xe"]["matrix"] == {"dataset": "${datasets}", "variant": "${variants}"}
     assert "src/r2m/training" in doc["train_xe"]["deps"]
     assert {"models/${item.dataset}/${item.variant}/train_xe": {"persist": True}} in doc["train_xe"]["outs"]
-    assert "catalog.${item.dataset}" in doc["train_xe"]["params"]
+    assert "catalog.${item.dataset}" in doc["train_s"]["params"]  # train_s reads its entry's beta
 
 
 def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):

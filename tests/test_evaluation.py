@@ -320,7 +320,7 @@ def test_stage_writes_metrics_and_per_image(tmp_path, repo_root, no_spice):
     metrics = json.loads((R / "eval.json").read_text())
     assert set(metrics) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr", "SPICE", "n_images",
                             "missing_images", "unreadable_images", "unreadable_image_ids",
-                            "concept_recall", "concept_any"}
+                            "concept_recall", "concept_any", "split", "empty_references", "duplicate_file_names"}
     assert metrics["concept_recall"] == pytest.approx(1 / 3) and metrics["concept_any"] == 1.0  # image 1 only
     assert metrics["n_images"] == 2 and metrics["unreadable_images"] == 0
     assert metrics["SPICE"] is None

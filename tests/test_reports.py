@@ -62,7 +62,7 @@ def test_table1(tmp_path, repo_root):
     tables.table1(ctx)
     rows = read_csv(tmp_path / "reports/table1.csv")
     assert list(rows[0]) == ["dataset", "method", "source", "B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S",
-                             "CR", "CR≥1"]
+                             "CR", "CR≥1", "split", "images", "note"]
     tiny = [r for r in rows if r["dataset"] == "tiny"]
     assert len(tiny) == 1 and tiny[0]["source"] == "this run"  # no published rows for tiny
     ours = tiny[0]

@@ -379,8 +379,8 @@ class CaptionParams(_Section):
 
 class EvaluateParams(_Section):
     scorers: list[Literal["bleu", "meteor", "rouge", "cider", "spice"]] = Field(
-        default_factory=lambda: ["bleu", "meteor", "rouge", "cider", "spice"]
-    )
+        default_factory=lambda: ["bleu", "meteor", "rouge", "cider", "spice"], min_length=1
+    )  # [] would give a table row of blanks: refused at params load
 
 
 class ReportParams(_Section):

@@ -15,6 +15,7 @@ from r2m.pipeline import validate as V  # noqa: E402
 from r2m.pipeline import stages as S  # noqa: E402
 from r2m.pipeline.snake import (  # noqa: E402
     expand_gather,
+    external_inputs,
     merge_command,
     rule_params,
     shard_command,

@@ -21,6 +21,7 @@ for _stage in S.STAGES:
                 for k, v in _stage.deps.items()
             },
             **({"shards": shard_inputs(_stage, _n)} if _n > 1 else {}),
+            **({"external": external_inputs(_stage, PARAMS)} if _stage.external else {}),
         output:
             **{
                 k: (directory(snake_template(o.path)) if o.directory else snake_template(o.path))

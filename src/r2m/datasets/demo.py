@@ -105,13 +105,20 @@ def train_copy(src: Path, dst: Path, crop: float) -> None:
         im.save(dst, format="JPEG", quality=92)
 
 
+def source_dir(entry: DatasetEntry) -> Path:
+    """The folder holding photos.yaml, references.json and corpus.txt (``source_dir``: relative to
+    the working directory, else to the repository)."""
+    source = Path(option(entry, "source_dir", DEFAULT_SOURCE))
+    if not source.is_absolute() and not source.exists() and (REPO_ROOT / source).exists():
+        source = REPO_ROOT / source
+    return source
+
+
 @RECIPES.register("demo", keys=("source_dir", "train_copies", "crop"))
 def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dict[str, Any]:
     import pandas as pd
 
-    source = Path(option(entry, "source_dir", DEFAULT_SOURCE))
-    if not source.is_absolute() and not source.exists() and (REPO_ROOT / source).exists():
-        source = REPO_ROOT / source
+    source = source_dir(entry)
     with_train = bool(option(entry, "train_copies", True))
     crop = float(option(entry, "crop", 0.04))
     if not 0.0 <= crop < 0.25:

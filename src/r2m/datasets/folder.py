@@ -122,11 +122,15 @@ def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any
     ids: dict[Path, str] = {}
     split: dict[Path, str] = {}
     match = _matcher(files)
+    duplicates: dict[Path, list[str]] = {}  # a file named by several reference ids: the first id is kept
     for img in ref_images:
         f = match(img["file_name"])
         if f is None:
             raise FileNotFoundError(f"{refs_path}: image {img['id']!r}: file_name {img['file_name']!r} "
                                     f"not found (or ambiguous) under {images_dir}")
+        if f in ids:
+            duplicates.setdefault(f, [ids[f]]).append(img["id"])
+            continue
         ids[f] = img["id"]
         split[f] = "val" if is_val(img["id"], val_fraction) else "test"
     train_refs_path = _path_option(entry, "train_references", False)
@@ -157,7 +161,11 @@ def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any
     if train_refs_path:
         train_refs = references_json([{"id": img["id"], "file_name": img["file_name"], "split": "train"}
                                       for img in train_images], train_captions)
-    manifest = {"recipe": "folder", "sources": {
+    for f, dup in duplicates.items():
+        log.warning("%s: file %s is named by %d image ids (%s); keeping %r, the captions of the others are "
+                    "not used", refs_path, f, len(dup), ", ".join(map(repr, dup)), dup[0])
+    manifest = {"recipe": "folder", "duplicate_reference_ids": [[f.as_posix(), *d] for f, d in duplicates.items()],
+                "sources": {
         "images": str(images_dir), "corpus": str(corpus), "references": str(refs_path) if refs_path else None,
         "train_references": str(train_refs_path) if train_refs_path else None}}
     manifest = write_prepared(out, df, refs, _corpus(corpus), manifest, train_references=train_refs)

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -77,13 +78,32 @@ def spice_unavailable() -> str | None:
 
 
 # --------------------------------------------------------------------------- tokenisers
+def _breaks_line(ch: str) -> bool:
+    """Characters the PTB tokeniser's Java line reader (or its lexer) may treat as a line or token
+    boundary, or cannot carry in UTF-8: control and format characters (``\\r``, ``\\x0b``, ``\\x0c``,
+    ``\\x1c``-``\\x1e``, ``\\x85``, …), line/paragraph separators (``\\u2028``, ``\\u2029``), every
+    space separator, lone surrogates, unassigned and private-use code points."""
+    return unicodedata.category(ch)[0] in "CZ"
+
+
+def one_line(text: str) -> str:
+    """``text`` as one tokeniser line: every character of :func:`_breaks_line` becomes a space, runs
+    of spaces collapse, ends are stripped. Ordinary text (letters, digits, punctuation, single ASCII
+    spaces) passes unchanged, so scores of ordinary captions are the same as before."""
+    if text.isascii() and text.isprintable():  # the common case, fast: only ASCII spaces to collapse
+        return " ".join(text.split())
+    return " ".join("".join(" " if _breaks_line(ch) else ch for ch in text).split())
+
+
 TOKENIZERS: Registry[Callable[[list[str]], list[str]]] = Registry("tokenizer")
 
 
 @TOKENIZERS.register("none")
 def tokenize_none(sentences: list[str]) -> list[str]:
-    """No tokenisation (nlg-eval's convention: surrounding whitespace stripped only)."""
-    return [s.strip() for s in sentences]
+    """No tokenisation (nlg-eval's convention: surrounding whitespace stripped), each sentence made
+    one line (:func:`one_line`: METEOR's jar reads one line per segment; whitespace runs collapse,
+    which no whitespace-splitting scorer sees)."""
+    return [one_line(s) for s in sentences]
 
 
 @TOKENIZERS.register("ptb")
@@ -102,7 +122,11 @@ def tokenize_ptb(sentences: list[str]) -> list[str]:
     if problem:
         raise RuntimeError(problem)
     jar = _pycocoevalcap_dir() / "tokenizer" / ptb.STANFORD_CORENLP_3_4_1_JAR
-    text = "\n".join(s.replace("\r\n", " ").replace("\n", " ").replace("\r", " ") for s in sentences)
+    clean = [one_line(s) for s in sentences]
+    todo = [k for k, s in enumerate(clean) if s]  # an empty line is never sent: nothing to tokenise
+    if not todo:
+        return ["" for _ in sentences]
+    text = "\n".join(clean[k] for k in todo)
     with tempfile.TemporaryDirectory(prefix="r2m-ptb-") as tmp:
         src = Path(tmp) / "sentences.txt"
         src.write_bytes(text.encode())
@@ -111,11 +135,16 @@ def tokenize_ptb(sentences: list[str]) -> list[str]:
         proc = subprocess.run(cmd, capture_output=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"PTBTokenizer failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace')[-2000:]}")
-    lines = proc.stdout.decode().split("\n")
-    if len(lines) < len(sentences):
-        raise RuntimeError(f"PTBTokenizer returned {len(lines)} lines for {len(sentences)} sentences")
+    lines = proc.stdout.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline after the last line
+    if len(lines) != len(todo):  # a line split or merged: every later sentence would shift
+        raise RuntimeError(f"PTBTokenizer returned {len(lines)} lines for {len(todo)} sentences")
     punct = set(ptb.PUNCTUATIONS)
-    return [" ".join(w for w in line.rstrip().split(" ") if w not in punct) for line in lines[: len(sentences)]]
+    out = ["" for _ in sentences]
+    for k, line in zip(todo, lines, strict=True):
+        out[k] = " ".join(w for w in line.rstrip().split(" ") if w and w not in punct)
+    return out
 
 
 def tokenize(gts: Gts, res: Res, method: str = "ptb") -> tuple[Gts, Res]:
@@ -320,6 +349,8 @@ def evaluate(
     jars) is ``None`` in both, announced by one :class:`MetricUnavailableWarning`.
     """
     names = list(dict.fromkeys(scorers))
+    if not names:
+        raise ValueError(f"no scorers to run; name at least one of {', '.join(SCORERS.names())}")
     for n in names:
         SCORERS.get(n)  # unknown names fail early, listing the known ones
     missing_refs = [i for i in results if not references.get(i)]

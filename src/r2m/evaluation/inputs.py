@@ -10,6 +10,7 @@ their decimal string. Every error names the file and the record index.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,58 @@ def partial_error(missing: list[str], n_results: int, results_source: str, refer
         f"{results_source}: captions cover {n_results} of {n_results + len(missing)} images of "
         f"{references_source}; {len(missing)} image id(s) missing ({shown}); caption them all, or pass "
         "--allow-partial to score the subset")
+
+
+@dataclass(frozen=True)
+class ReferenceProblems:
+    """What :func:`drop_empty_references` and :func:`duplicate_file_names` found (reported in the
+    log and counted in ``eval.json``, never scored silently)."""
+
+    empty_references: int  # empty (or blank) reference captions of the scored images, not scored
+    empty_reference_ids: list[str]  # the scored images that had one
+    duplicate_file_names: list[list[str]]  # [file_name, id, id, …] for each file named by several ids
+
+    def counts(self) -> dict[str, Any]:
+        return {"empty_references": self.empty_references,
+                "duplicate_file_names": len(self.duplicate_file_names)}
+
+    def lines(self, source: str) -> list[str]:
+        out = []
+        if self.empty_references:
+            shown = ", ".join(repr(i) for i in self.empty_reference_ids[:5])
+            out.append(f"{source}: {self.empty_references} empty reference caption(s) not scored "
+                       f"(image id(s) {shown}{' …' if len(self.empty_reference_ids) > 5 else ''})")
+        for name, *ids in self.duplicate_file_names[:5]:
+            out.append(f"{source}: file_name {name!r} is named by {len(ids)} image ids ({', '.join(map(repr, ids))})")
+        if len(self.duplicate_file_names) > 5:
+            out.append(f"{source}: {len(self.duplicate_file_names) - 5} more file names named by several image ids")
+        return out
+
+
+def drop_empty_references(references: dict[str, list[str]]) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """The references without their empty (or blank: only spaces, controls, separators) captions,
+    and ``{image_id: number dropped}``. An image left with none has no references."""
+    from r2m.evaluation.coco import one_line
+
+    kept: dict[str, list[str]] = {}
+    dropped: dict[str, int] = {}
+    for image_id, caps in references.items():
+        good = [c for c in caps if one_line(c)]
+        if len(good) != len(caps):
+            dropped[image_id] = len(caps) - len(good)
+        kept[image_id] = good
+    return kept, dropped
+
+
+def duplicate_file_names(data: Any) -> list[list[str]]:
+    """``[file_name, id, id, …]`` for every ``file_name`` that several image records of a
+    references file name (two ids for one picture: one of them cannot be the image's id)."""
+    images = data.get("images", []) if isinstance(data, dict) else []
+    by_name: dict[str, list[str]] = {}
+    for img in images:
+        if isinstance(img, dict) and img.get("file_name") and "id" in img:
+            by_name.setdefault(str(img["file_name"]), []).append(str(img["id"]))
+    return [[name, *ids] for name, ids in by_name.items() if len(ids) > 1]
 
 
 def load_results(path: str | Path) -> dict[str, str]:

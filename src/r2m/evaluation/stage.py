@@ -19,13 +19,17 @@ import logging
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from r2m.evaluation import coco
 from r2m.evaluation.inputs import (
     EvalInputError,
+    ReferenceProblems,
     check_coverage,
+    drop_empty_references,
+    duplicate_file_names,
     match,
     parse_references,
     partial_error,
@@ -46,18 +50,29 @@ def evaluate_files(
     workers: int | None = None,
     logger: logging.Logger = log,
     allow_partial: bool = False,
+    extra_duplicates: Sequence[Sequence[str]] = (),
 ) -> dict[str, Any]:
-    """Validate and score two files; returns ``{"metrics", "unavailable", "images", "missing"}``.
+    """Validate and score two files; returns ``{"metrics", "unavailable", "images", "missing",
+    "reference_problems"}``.
 
     Results that do not cover every reference image of their split(s) are an error unless
-    ``allow_partial`` (then the missing ids are logged and returned)."""
+    ``allow_partial`` (then the missing ids are logged and returned). Empty reference captions are
+    not scored, and file names named by several image ids (of the references file, or
+    ``extra_duplicates`` ``[file_name, id, …]`` that the dataset recipe found) are reported: a
+    line each in the log and counts in ``reference_problems``."""
     from r2m.evaluation.inputs import parse_results
 
     results = parse_results(read_json(results_path), str(results_path))
     ref_data = read_json(references_path)
-    references = parse_references(ref_data, str(references_path))
+    references, empty = drop_empty_references(parse_references(ref_data, str(references_path)))
+    empty_ids = [i for i in results if i in empty]
+    problems = ReferenceProblems(sum(empty[i] for i in empty_ids), empty_ids,
+                                 duplicate_file_names(ref_data) + [list(d) for d in extra_duplicates])
+    for line in problems.lines(str(references_path)):
+        logger.warning("%s", line)
     results, refs_all = match(results, references, str(results_path), str(references_path))
-    missing = check_coverage(results, references, reference_splits(ref_data))
+    splits = reference_splits(ref_data)
+    missing = check_coverage(results, references, splits)
     if missing:
         err = partial_error(missing, len(results), str(results_path), str(references_path))
         if not allow_partial:
@@ -79,7 +94,24 @@ def evaluate_files(
     logger.info("scored in %.1f s: %s", time.perf_counter() - t0,
                 " ".join(f"{k}={'n/a' if v is None else f'{v:.4f}'}" for k, v in metrics.items()))
     unavailable = [m for m, v in metrics.items() if v is None]
-    return {"metrics": metrics, "unavailable": unavailable, "images": per_image, "missing": missing}
+    return {"metrics": metrics, "unavailable": unavailable, "images": per_image, "missing": missing,
+            "split": scored_split(results, splits), "reference_problems": problems.counts()}
+
+
+def scored_split(results: Any, splits: dict[str, str | None]) -> str | None:
+    """The split(s) of the scored images as the references name them (``test``, ``val``, ``test+val``);
+    ``None`` when the references name no split."""
+    names = sorted({s for i in results if (s := splits.get(i))})
+    return "+".join(names) or None
+
+
+def recipe_duplicates(manifest: Path) -> list[list[str]]:
+    """``[file_name, id, …]`` the dataset recipe found named by several reference ids (the ``folder``
+    recipe keeps the first id; ``manifest.json`` ``duplicate_reference_ids``), none if absent."""
+    if not manifest.exists():
+        return []
+    data = read_json(manifest)
+    return [list(map(str, d)) for d in data.get("duplicate_reference_ids", [])] if isinstance(data, dict) else []
 
 
 def unreadable_images(path: Path, ids: Any) -> list[str]:
@@ -121,7 +153,8 @@ def run(ctx) -> None:
     refs = ctx.deps["prepared"] / "references.json"
     workers = ctx.runtime.workers or None
     out = evaluate_files(ctx.deps["captions"], refs, list(ctx.params.evaluate.scorers), workers=workers,
-                         logger=ctx.log, allow_partial=bool(getattr(getattr(ctx, "args", None), "allow_partial", False)))
+                         logger=ctx.log, allow_partial=bool(getattr(getattr(ctx, "args", None), "allow_partial", False)),
+                         extra_duplicates=recipe_duplicates(ctx.deps["prepared"] / "manifest.json"))
     bad = unreadable_images(ctx.deps["bad_images"], out["images"]) if "bad_images" in ctx.deps else []
     if bad:
         ctx.log.warning("evaluate: %d of %d scored image(s) were unreadable (captioned from no concepts): %s",
@@ -133,8 +166,9 @@ def run(ctx) -> None:
     ctx.log.info("concept recall %s, captions naming >= 1 concept %s (%d images with concepts)",
                  "n/a" if cr["concept_recall"] is None else f"{cr['concept_recall']:.3f}",
                  "n/a" if cr["concept_any"] is None else f"{cr['concept_any']:.3f}", cr["concept_images"])
-    extra = {"n_images": len(out["images"]), "missing_images": len(out["missing"]), "unreadable_images": len(bad),
-             "unreadable_image_ids": bad}
+    extra = {"split": out["split"], "n_images": len(out["images"]), "missing_images": len(out["missing"]),
+             "unreadable_images": len(bad),
+             "unreadable_image_ids": bad, **out["reference_problems"]}
     concepts = {"concept_recall": cr["concept_recall"], "concept_any": cr["concept_any"]}
     write_json(ctx.outs["metrics"], {**out["metrics"], **concepts, **extra})
     write_json(ctx.outs["per_image"], {**out, **concepts, **extra, "concepts": cr})
@@ -144,6 +178,8 @@ def run(ctx) -> None:
 # --------------------------------------------------------------------------- standalone command
 def _scorer_list(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"no scorer named; choose from {coco.SCORERS.names()}")
     unknown = [n for n in names if n not in coco.SCORERS]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown scorer(s) {unknown}; choose from {coco.SCORERS.names()}")

@@ -23,16 +23,26 @@ def all_datasets(params: Params) -> list[str]:
     return out
 
 
+# every value list an axis can be expanded over, keyed by its params name (read only when asked
+# for: a stage gathering over datasets reads `datasets`, not the other lists)
+_AXIS_LISTS: dict[str, Any] = {
+    "datasets": lambda p: list(p.datasets),
+    "variants": lambda p: list(p.variants),
+    "ckpts": lambda p: list(TRAIN_STAGES),
+    "baselines.models": lambda p: list(p.baselines.models),
+    "baselines.datasets": lambda p: list(p.baselines.datasets),
+    ALL_DATASETS: all_datasets,
+}
+
+
+def axis_value(params: Params, source: str) -> list[str]:
+    """The value list named ``source`` (a key of :func:`axis_values`)."""
+    return _AXIS_LISTS[source](params)
+
+
 def axis_values(params: Params) -> dict[str, list[str]]:
     """Every value list an axis can be expanded over, keyed by its params name."""
-    return {
-        "datasets": list(params.datasets),
-        "variants": list(params.variants),
-        "ckpts": list(TRAIN_STAGES),
-        "baselines.models": list(params.baselines.models),
-        "baselines.datasets": list(params.baselines.datasets),
-        ALL_DATASETS: all_datasets(params),
-    }
+    return {name: fn(params) for name, fn in _AXIS_LISTS.items()}
 
 
 def stale_all_datasets(params: Params) -> str | None:

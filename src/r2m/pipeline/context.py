@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m import params as P
-from r2m.pipeline.axes import axis_values, pick
+from r2m.pipeline.axes import axis_value, pick
 from r2m.pipeline.stages import Gather, Stage
 from r2m.runtime import Runtime
 from r2m.utils.guard import inside
@@ -62,7 +62,7 @@ class StageContext:
 
         g = self.stage.deps[name]
         assert isinstance(g, Gather)
-        values = axis_values(self.params)
+        values = {g.source(a): axis_value(self.params, g.source(a)) for a in g.over}  # only the lists it uses
         fixed = dict(g.fixed)
         out = []
         for combo in itertools.product(*(values[g.source(a)] for a in g.over)):

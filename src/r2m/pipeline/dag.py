@@ -92,6 +92,8 @@ def dvc_stage(stage: Stage) -> dict[str, Any]:
     entry["deps"] = deps
     if stage.params:
         entry["params"] = _param_keys(stage)
+    if stage.always_changed:  # reads files outside the DAG (Stage.external): checked at every repro
+        entry["always_changed"] = True
     for kind in ("out", "metrics", "plots"):
         items = []
         for out in stage.outs.values():

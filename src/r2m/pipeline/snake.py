@@ -39,6 +39,19 @@ def expand_gather(g: Gather, params: P.Params):
     return _inputs
 
 
+def external_inputs(stage: Stage, params: P.Params):
+    """A Snakemake input function: the files outside the DAG a stage reads (:attr:`Stage.external`),
+    so editing one re-runs the stage."""
+    import importlib
+
+    module, func = stage.external.split(":")
+
+    def _inputs(wildcards: Any) -> list[str]:
+        return getattr(importlib.import_module(module), func)(params, wildcards.dataset)
+
+    return _inputs
+
+
 def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
     """The params a stage reads, as its dataset sees them: changing them re-runs the rule."""
     dataset = getattr(wildcards, "dataset", None)

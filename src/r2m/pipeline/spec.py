@@ -77,6 +77,11 @@ class Stage:
     fanout: FanOut | None = None
     resources: Resources = Resources()
     sources: tuple[tuple[str, str], ...] = ()  # axis -> value list (DVC matrix) other than the default
+    # files outside the DAG the stage reads: "module:function" ``(params, dataset) -> [file, …]``, the
+    # rule's input function under Snakemake; DVC cannot list them per matrix item, so such a stage is
+    # ``always_changed`` there and its output (a digest of those files) is what later stages depend on
+    external: str = ""
+    always_changed: bool = False
 
     def source(self, axis: str) -> str:
         return dict(self.sources).get(axis, AXIS_SOURCES[axis])

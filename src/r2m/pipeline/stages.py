@@ -50,13 +50,17 @@ FIDELITY_TRAIN = {
     "train_i": (*FIDELITY_MODEL, "fidelity.rec_loss", "fidelity.rank_loss", "fidelity.similarity"),
 }
 FIDELITY_IMAGES = ("fidelity.image_concepts", "fidelity.decoding", "fidelity.ban_unk")
+# the training stages whose loss reads the catalog entry (train_s: beta, train_i: gamma); the others
+# read nothing of it (its overrides reach them through the sections they declare)
+READS_CATALOG = ("train_s", "train_i")
 
 
 def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
     deps: dict[str, str | Gather] = {"vocab": f"{D}/vocab"}
     if prev:
         deps["init"] = f"{M}/{prev}"
-    params: tuple[str, ...] = ("model", name, "catalog", *FIDELITY_TRAIN[name])
+    params: tuple[str, ...] = ("model", name, *(("catalog",) if name in READS_CATALOG else ()),
+                               *FIDELITY_TRAIN[name])
     src = COMMON_SRC + MODEL_SRC
     if uses_images:  # image stages also caption the val images to select the checkpoint by CIDEr
         deps.update(concepts=f"{D}/concepts", features=f"{D}/features", prepared=f"{D}/prepared")
@@ -84,12 +88,25 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage(
+        "inputs",
+        impl="r2m.datasets.inputs:run",
+        help="digest the files a dataset entry names outside the DAG (folder images, references, corpus)",
+        axes=("dataset",),
+        outs={"inputs": Out(f"{D}/inputs.json", cache=False)},
+        params=("catalog",),
+        src=COMMON_SRC + ("src/r2m/datasets/inputs.py", "src/r2m/datasets/base.py", "src/r2m/datasets/demo.py"),
+        external="r2m.datasets.inputs:input_files",
+        always_changed=True,
+        resources=Resources(mem_mb=1000),
+    ),
+    Stage(
         "prepare",
         impl="r2m.datasets.stage:run",
         help="materialise a dataset recipe: image index, references, raw corpus",
         axes=("dataset",),
+        deps={"inputs": f"{D}/inputs.json"},  # the entry's external files, digested: edit one, prepare re-runs
         outs={"prepared": Out(f"{D}/prepared", directory=True)},
-        params=("catalog", "prepare"),
+        params=("catalog",),  # the recipe reads its entry only (the `prepare` section is read by none)
         src=COMMON_SRC + ("src/r2m/datasets",),
     ),
     Stage(
@@ -125,7 +142,8 @@ STAGES: tuple[Stage, ...] = (
         axes=("dataset",),
         deps={"prepared": f"{D}/prepared"},
         outs={"corpus": Out(f"{D}/corpus", directory=True)},
-        params=("concepts", "corpus_concepts", *FIDELITY_CORPUS),
+        params=("concepts", "corpus_concepts", *FIDELITY_CORPUS, "fidelity.vocab_counts"),  # vocab_counts: the
+        # split value of sentences kept only for the vocabulary counts
         src=COMMON_SRC + ("src/r2m/text", "data/dictionaries"),
     ),
     Stage(
@@ -233,7 +251,7 @@ STAGES: tuple[Stage, ...] = (
             "concepts": f"{D}/concepts",
         },
         outs={"figures": Out("reports/figures/{dataset}", directory=True, cache=False)},
-        params=("report",),
+        params=("report", "variants", "concepts"),  # variants: the loss curves gathered; concepts: examples' concepts
         src=COMMON_SRC + ("src/r2m/reports",),
     ),
     Stage(

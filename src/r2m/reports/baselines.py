@@ -16,7 +16,7 @@ from typing import Any
 
 from r2m.params import SUP_MODEL_LABELS
 from r2m.reports import published as P
-from r2m.reports.tables import PUBLISHED, THIS_RUN, fmt
+from r2m.reports.tables import PUBLISHED, PUBLISHED_SCOPE, THIS_RUN, fmt, scope_cells
 from r2m.utils.io import read_json, write_text
 
 SKIPPED = "skipped"
@@ -27,7 +27,7 @@ CHANCE = "chance"
 MODEL_LABELS = {**SUP_MODEL_LABELS, "r2m": "R2M (joint space)", "mostfreq": "most frequent training caption"}
 
 BASE_COLUMNS = (*P.COLUMNS, "PPL")
-BASE_HEADER = ("dataset", "method", "source", *BASE_COLUMNS, "note")
+BASE_HEADER = ("dataset", "method", "source", *BASE_COLUMNS, "split", "images", "note")  # split/images: tables.SCOPE_COLUMNS
 RET_COLUMNS = ("Sent R@1", "Sent R@5", "Sent R@10", "Sent Med r", "Img R@1", "Img R@5", "Img R@10", "Img Med r")
 RET_HEADER = ("dataset", "method", "source", *RET_COLUMNS, "note")
 
@@ -129,20 +129,26 @@ def baseline_rows(datasets: Sequence[str], models: Sequence[str], evals: dict[tu
         reason = mostfreq[ds].get(SKIPPED) or next((evals[(ds, m)][SKIPPED] for m in models
                                                     if evals[(ds, m)].get(SKIPPED)), None)
         if reason:
-            rows.append([label, ", ".join(MODEL_LABELS.get(m, m) for m in models), SKIPPED, *[""] * n, reason])
+            rows.append([label, ", ".join(MODEL_LABELS.get(m, m) for m in models), SKIPPED, *[""] * n, "", "", reason])
             continue
         for m in models:
             ev, tm = evals[(ds, m)], train.get((ds, m), {})
             cells = [fmt(None if ev.get(P.METRIC_OF[c]) is None else 100.0 * float(ev[P.METRIC_OF[c]]))
                      for c in P.COLUMNS]
+            split, images, scope = scope_cells(ev)
+            note = "; ".join(x for x in (scope, f"{tm.get('steps', '')} steps, {tm.get('train_pairs', '')} "
+                                                "training pairs") if x)
             rows.append([label, MODEL_LABELS.get(m, m), THIS_RUN, *cells, _num(tm.get("test_perplexity"), digits=2),
-                         f"{tm.get('steps', '')} steps, {tm.get('train_pairs', '')} training pairs"])
+                         split, images, note])
         mf = mostfreq[ds]
         cells = [fmt(None if mf.get(P.METRIC_OF[c]) is None else 100.0 * float(mf[P.METRIC_OF[c]])) for c in P.COLUMNS]
-        rows.append([label, MODEL_LABELS["mostfreq"], REFERENCE, *cells, "", f"“{mf.get('caption', '')}” for every image"])
+        split, images, scope = scope_cells(mf)
+        note = "; ".join(x for x in (scope, f"“{mf.get('caption', '')}” for every image") if x)
+        rows.append([label, MODEL_LABELS["mostfreq"], REFERENCE, *cells, "", split, images, note])
     for m in models:
         for ds_label, method, values, note in PUBLISHED_BASELINES.get(m, []):
-            rows.append([ds_label, method, PUBLISHED, *[fmt(v) if v is not None else "" for v in values], note])
+            rows.append([ds_label, method, PUBLISHED, *[fmt(v) if v is not None else "" for v in values],
+                         *PUBLISHED_SCOPE[:2], note])
     return rows
 
 

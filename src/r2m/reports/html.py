@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.reports.published import COLUMNS
-from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, TABLES
+from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, SCOPE_COLUMNS, TABLES
 from r2m.utils.io import read_json, write_text
 
 esc = html.escape
@@ -55,7 +55,8 @@ def read_table_csv(path: Path) -> list[dict[str, str]]:
 
 def table_html(rows: Sequence[Mapping[str, str]]) -> str:
     cols = [*COLUMNS, *(c for c in CONCEPT_COLUMNS if rows and c in rows[0])]
-    head = "".join(f"<th>{esc(h)}</th>" for h in ("Dataset", "Method", "Source", *cols))
+    scope = [c for c in SCOPE_COLUMNS if rows and c in rows[0]]  # split, images, note (what each row scored)
+    head = "".join(f"<th>{esc(h)}</th>" for h in ("Dataset", "Method", "Source", *cols, *scope))
     body, prev = [], None
     for r in rows:
         cls = ["published" if r.get("source") == PUBLISHED else "run"]
@@ -66,6 +67,7 @@ def table_html(rows: Sequence[Mapping[str, str]]) -> str:
         cells = [f"<td>{esc(shown)}</td>", f"<td>{esc(r.get('method', ''))}</td>",
                  f"<td>{esc(r.get('source', ''))}</td>"]
         cells += [f'<td class="num">{esc(r.get(c, "") or "")}</td>' for c in cols]
+        cells += [f'<td{" class=num" if c == "images" else ""}>{esc(r.get(c, "") or "")}</td>' for c in scope]
         body.append(f'<tr class="{" ".join(cls)}">{"".join(cells)}</tr>')
     return f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 

@@ -28,7 +28,13 @@ CONCEPT_METRICS = dict(zip(CONCEPT_COLUMNS, ("concept_recall", "concept_any"), s
 CONCEPT_NOTE = ("CR = concept recall of this run: the share of an image's input concepts that its caption "
                 "names; CR≥1 = the share of captions naming at least one (images with ≥ 1 concept; no "
                 "references needed).")
-HEADER = ("dataset", "method", "source", *P.COLUMNS, *CONCEPT_COLUMNS)
+# what each row scored: the split (the paper's rows: the test split), the number of images, and a
+# note marking rows that are not a full test-set evaluation (partial, val split, no metrics)
+SCOPE_COLUMNS = ("split", "images", "note")
+SCOPE_NOTE = ("Split / Images: the split each row scored and how many of its images (published rows: the "
+              "paper's test split); Note marks rows that are not a full test-set score.")
+HEADER = ("dataset", "method", "source", *P.COLUMNS, *CONCEPT_COLUMNS, *SCOPE_COLUMNS)
+PUBLISHED_SCOPE = ("test", "", "")
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,37 @@ def concept_cells(metrics: Mapping[str, Any]) -> list[str]:
 
 
 def published_row(values: P.Row) -> list[str]:
-    return [fmt(v) for v in values] + [""] * len(CONCEPT_COLUMNS)
+    return [fmt(v) for v in values] + [""] * len(CONCEPT_COLUMNS) + list(PUBLISHED_SCOPE)
+
+
+def scope_notes(metrics: Mapping[str, Any]) -> list[str]:
+    """Why an ``eval.json`` is not a full test-set score: partial (``--allow-partial``), another split,
+    no metric computed."""
+    notes = []
+    missing = int(metrics.get("missing_images") or 0)
+    if missing:
+        n = metrics.get("n_images")
+        of = f"{n} of {int(n) + missing}" if n is not None else f"{missing} missing"
+        notes.append(f"PARTIAL: {of} images (--allow-partial)")
+    split = metrics.get("split")
+    if split and split != "test":
+        notes.append(f"split {split}, not the test set")
+    if split is None and "split" in metrics:
+        notes.append("split unknown (the references name none)")
+    if not any(metrics.get(m) is not None for m in P.METRIC_OF.values()):
+        notes.append("no scorers: no caption metric computed")
+    return notes
+
+
+def scope_cells(metrics: Mapping[str, Any]) -> list[str]:
+    """The ``split``, ``images`` and ``note`` cells of this run's row (an ``eval.json`` written before
+    the split was recorded: split empty)."""
+    n = metrics.get("n_images")
+    return [str(metrics.get("split") or ""), "" if n is None else str(int(n)), "; ".join(scope_notes(metrics))]
+
+
+def this_run_row(label: str, method: str, metrics: Mapping[str, Any]) -> list[str]:
+    return [label, method, THIS_RUN, *run_row(metrics), *concept_cells(metrics), *scope_cells(metrics)]
 
 
 def read_eval(path: Path, what: str) -> dict[str, float | None]:
@@ -97,8 +133,11 @@ def read_eval(path: Path, what: str) -> dict[str, float | None]:
     ids = data.get("unreadable_image_ids", [])
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise ValueError(f"{path}: 'unreadable_image_ids' must be a list of image ids, got {ids!r}")
+    split = data.get("split")
+    if split is not None and not isinstance(split, str):
+        raise ValueError(f"{path}: 'split' must be a split name or null, got {split!r}")
     for k, v in data.items():
-        if k == "unreadable_image_ids":
+        if k in ("unreadable_image_ids", "split"):
             continue
         if v is not None and not isinstance(v, (int, float)):
             raise ValueError(f"{path}: metric {k!r} must be a number or null, got {v!r}")
@@ -115,13 +154,13 @@ def build_rows(spec: TableSpec, datasets: Sequence[str], row_keys: Sequence[str]
         if spec.axis is None:  # Table 1: the published baselines and R2M, then ours
             for method, values in pub.items():
                 rows.append([label, method, PUBLISHED, *published_row(values)])
-            rows.append([label, "R2M", THIS_RUN, *run_row(evals[(ds, "r2m")]), *concept_cells(evals[(ds, "r2m")])])
+            rows.append(this_run_row(label, "R2M", evals[(ds, "r2m")]))
             continue
         for key in [k for k in spec.order if k in row_keys]:
             method = spec.labels.get(key, key)
             if key in pub:
                 rows.append([label, method, PUBLISHED, *published_row(pub[key])])
-            rows.append([label, method, THIS_RUN, *run_row(evals[(ds, key)]), *concept_cells(evals[(ds, key)])])
+            rows.append(this_run_row(label, method, evals[(ds, key)]))
     if spec.axis is None:  # Table 1 always shows the paper's targets, configured or not
         for ds, pub in spec.published.items():
             if ds not in datasets:
@@ -138,7 +177,8 @@ def to_csv(rows: Sequence[Sequence[str]]) -> str:
 
 
 def eval_notes(evals: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
-    """One note per evaluation whose scored images include unreadable ones (captioned from no concepts)."""
+    """One note per evaluation whose scored images include unreadable ones (captioned from no concepts),
+    and one per evaluation that is not a full test-set score (:func:`scope_notes`)."""
     notes = []
     for (ds, key), m in evals.items():
         n = int(m.get("unreadable_images") or 0)
@@ -149,6 +189,9 @@ def eval_notes(evals: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
             of = f" of {total}" if total is not None else ""
             notes.append(f"{ds} / {key}: {n}{of} scored image(s) were unreadable and captioned from no "
                          f"concepts ({shown}); they are included in the scores.")
+        scope = scope_notes(m)
+        if scope:
+            notes.append(f"{ds} / {key}: {'; '.join(scope)}.")
     return notes
 
 
@@ -156,16 +199,17 @@ def to_markdown(spec: TableSpec, rows: Sequence[Sequence[str]], notes: Sequence[
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(c if c else "" for c in cells) + " |"
 
-    head = ["Dataset", "Method", "Source", *P.COLUMNS, *CONCEPT_COLUMNS]
+    head = ["Dataset", "Method", "Source", *P.COLUMNS, *CONCEPT_COLUMNS, "Split", "Images", "Note"]
     out = [f"# Table {spec.number}: {spec.title}", "",
-           line(head), "|" + "|".join(["---"] * 3 + ["---:"] * (len(P.COLUMNS) + len(CONCEPT_COLUMNS))) + "|"]
+           line(head), "|" + "|".join(["---"] * 3 + ["---:"] * (len(P.COLUMNS) + len(CONCEPT_COLUMNS))
+                                      + ["---", "---:", "---"]) + "|"]
     prev = None
     for r in rows:
         shown = ["" if r[0] == prev else r[0], *r[1:]]  # dataset label once per block
         prev = r[0]
         out.append(line(shown))
     out += ["", f"Scores × 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE); empty = not "
-            f"reported / not computed. {CONCEPT_NOTE} {spec.note}", ""]
+            f"reported / not computed. {CONCEPT_NOTE} {SCOPE_NOTE} {spec.note}", ""]
     out += [f"Note: {n}" for n in notes] + ([""] if notes else [])
     return "\n".join(out)
 

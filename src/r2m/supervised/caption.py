@@ -89,5 +89,6 @@ def mostfreq(ctx) -> None:
     ctx.log.info("mostfreq: %r (%d times among the training captions) for %d images", sentence, count, len(ids))
     res = evaluate_files(ctx.outs["captions"], Path(ctx.deps["prepared"]) / "references.json",
                          list(ctx.params.evaluate.scorers), workers=ctx.runtime.workers or None, logger=ctx.log)
-    write_json(ctx.outs["metrics"], {**res["metrics"], "caption": sentence, "count": count})
+    write_json(ctx.outs["metrics"], {**res["metrics"], "caption": sentence, "count": count, "split": res["split"],
+                                     "n_images": len(res["images"]), "missing_images": len(res["missing"])})
     ctx.save_params(Path(ctx.outs["metrics"]).parent, "eval.params.yaml")

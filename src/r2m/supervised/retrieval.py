@@ -55,10 +55,10 @@ def recall_metrics(ranks: np.ndarray, ks: tuple[int, ...] = KS) -> dict[str, flo
 def chance_metrics(n_candidates: int, n_relevant: int, ks: tuple[int, ...] = KS) -> dict[str, float]:
     """R@K of a random ranking: P(at least one of n_relevant among the top K of n_candidates)."""
     out = {}
-    for k in ks:
-        k = min(k, n_candidates)
+    for key in ks:
+        k = min(key, n_candidates)  # fewer candidates than K: every one is in the top K (keyed R@K all the same)
         miss = math.comb(n_candidates - n_relevant, k) / math.comb(n_candidates, k) if n_candidates - n_relevant >= k else 0.0
-        out[f"R@{k}"] = 100.0 * (1.0 - miss)
+        out[f"R@{key}"] = 100.0 * (1.0 - miss)
     # median of the first-match rank of a random ranking: smallest r with P(rank <= r) >= 1/2
     r = 1
     while r < n_candidates:

@@ -38,6 +38,7 @@ from torch import Tensor
 from r2m.training import distributed
 from r2m.utils import resume as RS
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint
+from r2m.utils.digest import tree_digest
 from r2m.utils.io import file_digest, save_torch, write_text
 from r2m.utils.progress import progress
 
@@ -71,11 +72,16 @@ def resume_folder(ctx) -> Path:
 
 
 def fingerprint(ctx) -> str:
-    """What ``last.pt`` must have been written with to be resumed: the resolved params and the
-    init checkpoint's digest."""
+    """What ``last.pt`` must have been written with to be resumed: the resolved params, the init
+    checkpoint's digest and the digest of every other input the stage reads (corpus, vocabulary,
+    concepts, features, prepared data…: :func:`r2m.utils.digest.tree_digest`, cached by size and
+    mtime), so a run whose data changed starts over instead of resuming on other data."""
     data: dict[str, Any] = {"resolved": ctx.resolved()}
     if "init" in ctx.deps:
         data["init"] = file_digest(ctx.deps["init"] / "model.pt")
+    cache = ctx.root / ".r2m" / "digests" / ctx.stage.name / f"{'-'.join(ctx.axes.values()) or 'all'}.json"
+    data["inputs"] = {name: tree_digest(path, cache) for name, path in sorted(ctx.deps.items())
+                      if name != "init" and path.exists()}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -111,7 +117,7 @@ def restore_last(log, name: str, work: Path, fp: str, model, opt, fresh: bool = 
         return None
     last = load_last(last_path)
     if last["fingerprint"] != fp:
-        log.info("%s: %s is from other params/init; starting over", name, last_path)
+        log.info("%s: %s is from other params, init or input data; starting over", name, last_path)
         return None
     try:
         model.load_state_dict(last["model"]["state_dict"])

@@ -44,7 +44,7 @@ from r2m.training.loop import NonFiniteLoss, Selector  # noqa: F401  (public nam
 from r2m.training.objectives import OBJECTIVES, Objective, text_objective, val_gamma  # noqa: F401
 from r2m.utils import resume as RS
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint
-from r2m.utils.io import atomic_path, write_json
+from r2m.utils.io import atomic_path, save_torch, write_json
 
 
 def add_arguments(parser) -> None:
@@ -206,8 +206,8 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
 
     with atomic_path(out_dir) as tmp:  # the model folder appears complete or not at all
         tmp.mkdir()
-        torch.save(model.checkpoint(stage=name, step=kept, variant=ctx.variant or "r2m", dataset=ctx.dataset or ""),
-                   tmp / "model.pt")
+        save_torch(tmp / "model.pt",  # with its content digest, checked on load
+                   model.checkpoint(stage=name, step=kept, variant=ctx.variant or "r2m", dataset=ctx.dataset or ""))
         ctx.save_params(tmp)
         settings.record(ctx, tmp, itos)  # inference.json: what `r2m caption IMAGES --model` needs
     L.write_loss(Path(ctx.outs["loss"]), obj.columns, res.rows)

@@ -96,8 +96,12 @@ def write_parquet(path: str | Path, table: Any) -> Path:
 
 
 def save_torch(path: str | Path, obj: Any) -> Path:
+    """``torch.save`` atomically; a dict gets its content digest (checked by
+    :func:`r2m.utils.checkpoint.load_checkpoint`)."""
     import torch
 
+    from r2m.utils.checkpoint import with_digest
+
     with atomic_path(path, suffix=".pt") as tmp:
-        torch.save(obj, tmp)
+        torch.save(with_digest(obj), tmp)
     return Path(path)

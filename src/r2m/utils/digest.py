@@ -1,0 +1,86 @@
+"""Content digests of files and folders, with a stat cache so that unchanged files are not re-read.
+
+Used where a result must be tied to the bytes it was made from: the ``inputs`` stage (the files a
+dataset entry names outside the DAG, :mod:`r2m.datasets.inputs`) and the resume fingerprint of the
+training stages (:func:`r2m.training.loop.fingerprint`: the corpus, vocabulary, features… a
+resumed run must have been trained on). A cache file maps each file's resolved path to its size,
+mtime and SHA-256; a file whose size and mtime match is not read again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def expand(paths: Iterable[Path]) -> list[Path]:
+    """Files of ``paths``, folders walked recursively (sorted; hidden entries skipped); paths that
+    do not exist are kept (:func:`digest_files` records them as missing)."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                out += [Path(root) / f for f in sorted(files) if not f.startswith(".")]
+        else:
+            out.append(p)
+    return out
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_cache(path: Path | None) -> dict[str, Any]:
+    if path is None or not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def digest_files(files: Iterable[Path], cache_path: Path | None = None) -> list[dict[str, Any]]:
+    """``[{"path", "bytes", "sha256"}]`` per file (``{"path", "missing": true}`` for an absent one)."""
+    cache = _read_cache(cache_path)
+    fresh: dict[str, Any] = {}
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            out.append({"path": str(f), "missing": True})
+            continue
+        key = str(f.resolve())
+        hit = cache.get(key)
+        same = isinstance(hit, list) and len(hit) == 3 and hit[0] == st.st_size and hit[1] == st.st_mtime_ns
+        digest = hit[2] if same else sha256_file(f)
+        fresh[key] = [st.st_size, st.st_mtime_ns, digest]
+        out.append({"path": str(f), "bytes": st.st_size, "sha256": digest})
+    if cache_path is not None:
+        from r2m.utils.io import write_json
+
+        try:
+            write_json(cache_path, {**cache, **fresh}, indent=None)
+        except OSError:  # a read-only checkout: digests are still right, only slower next time
+            pass
+    return out
+
+
+def tree_digest(path: Path, cache_path: Path | None = None) -> str:
+    """One SHA-256 over a file or folder: every file's path relative to ``path``, size and content."""
+    path = Path(path)
+    h = hashlib.sha256()
+    for rec in digest_files(expand([path]), cache_path):
+        rel = Path(rec["path"]).relative_to(path).as_posix() if path.is_dir() else path.name
+        h.update(json.dumps([rel, rec.get("bytes"), rec.get("sha256")]).encode())
+    return h.hexdigest()
