@@ -63,8 +63,11 @@ def test_stage_params_carry_resolved_items_and_not_the_profile_name() -> None:
     data = __import__("json").loads(rule_params(p, stages["build_vocab"], SimpleNamespace(dataset="a")))
     assert data["fidelity"] == {"vocab_counts": "all", "vocab_filter": None, "singularise_targets": True,
                                 "count_specials": True, "plurals": "official"}
+    # train_i reads its catalog entry (gamma) but not the profile's name, only the resolved items
+    ti = __import__("json").loads(rule_params(p, stages["train_i"], SimpleNamespace(dataset="a", variant="r2m")))
+    assert ti["fidelity"]["rank_loss"] == "official" and "fidelity" not in ti["catalog"]
     tm = __import__("json").loads(rule_params(p, stages["train_m"], SimpleNamespace(dataset="a", variant="r2m")))
-    assert tm["fidelity"]["rank_loss"] == "official" and "fidelity" not in tm["catalog"]
+    assert tm["fidelity"]["rank_loss"] == "official" and "catalog" not in tm
 
 
 # --------------------------------------------------------------------------- initialisation

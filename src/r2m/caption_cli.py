@@ -133,11 +133,14 @@ def standalone(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"r2m caption: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
-    backend = (cap.settings.get("detect_concepts") or {}).get("backend")
-    if backend == "precomputed":
+    detect = cap.settings.get("detect_concepts") or {}
+    det_path = (detect.get("options") or {}).get("path")
+    if detect.get("backend") == "precomputed" and not (isinstance(det_path, str) and Path(det_path).is_file()):
+        # precomputed detections serve new images only from a file that names them (by path)
         print(f"r2m caption: --model {model_dir}: trained on a dataset whose concepts were precomputed "
-              "(detect_concepts.backend: precomputed), so it has no detector for new images; use a model "
-              "trained with a detector backend", file=sys.stderr)
+              "(detect_concepts.backend: precomputed) and its inference.json names no detections file for "
+              "new images, so there is no detector for them; use a model trained with a detector backend",
+              file=sys.stderr)
         return 2
     results, bad = cap.caption(paths, args.batch_size, args.beam, args.max_len, args.no_concepts,
                                attention=bool(args.html))
