@@ -111,6 +111,12 @@ def _misspelt(key: str) -> dict:
     return raw
 
 
+def _prepare_section() -> dict:
+    raw = base_params()
+    raw["prepare"] = {"x": 1}  # a section no stage reads: refused, not silently ignored
+    return raw
+
+
 def _unknown_kind() -> dict:
     raw = base_params()
     raw["catalog"]["tiny"]["kind"] = "nope"
@@ -128,6 +134,7 @@ PARAMS_CASES = {
     "non_finite_number": (_lr_inf(), "prepare", "tiny", ["train_xe.lr", "finite"]),
     "string_as_number": (_string_number(), "prepare", "tiny", ["caption.batch_size"]),  # own probe
     "non_utf8_params": (_yaml(base_params()).encode() + b"# caf\xe9\n", "prepare", "tiny", ["UTF-8"]),
+    "unread_prepare_section": (_prepare_section(), "prepare", "tiny", ["prepare"]),
     "datasets_on_invalid_params": (_unknown_kind(), "datasets", None, ["catalog.tiny.kind", "nope"]),
 }
 

@@ -248,3 +248,60 @@ def test_table1_always_lists_the_papers_targets():
     assert rows[0][:3] == ["demo", "R2M", "this run"] and rows[0][3] == "50.0"
     published = [r for r in rows if r[2] == "published"]
     assert len(published) == 6 and {r[1] for r in published} == {"UC-GAN", "SME-GAN", "R2M"}
+
+
+HOSTILE = '<script>alert("x")</script> & "q"'
+
+
+def test_html_page_escapes_names_captions_notes_and_file_names(tmp_path):
+    """A dataset name, label, note, caption, reference, figure title and file name with ``<script>``,
+    ``"`` and ``&`` reach the report page as text: no tag, no attribute broken out of its quotes."""
+    from html.parser import HTMLParser
+
+    fig_dir = tmp_path / "reports/figures/x"
+    fig_dir.mkdir(parents=True)
+    weird = 'a"b&c.png'
+    (fig_dir / weird).write_bytes(b"png")
+    json.dump({"label": HOSTILE, "notes": [f"note {HOSTILE}"],
+               "figures": [{"file": weird, "title": f"title {HOSTILE}", "caption": f"cap {HOSTILE}"},
+                           {"file": weird, "kind": "examples"}],
+               "examples": [{"image_id": HOSTILE, "thumbnail": weird, "concepts": [{"concept": HOSTILE, "score": 0.5}],
+                             "captions": [{"label": HOSTILE, "caption": f"caption {HOSTILE}"}],
+                             "references": [f"ref {HOSTILE}"]}]},
+              open(fig_dir / "index.json", "w"))
+    (tmp_path / "reports/baselines.csv").write_text(
+        'dataset,method,source,B1,note\n"x&y",mrnn,this run,1.0,"' + HOSTILE.replace('"', '""') + '"\n')
+    att = tmp_path / "reports/figures/baselines"
+    att.mkdir()
+    (att / weird).write_bytes(b"png")
+    json.dump({"notes": [f"hit {HOSTILE}"], "figures": [{"file": weird, "dataset": HOSTILE, "image_id": HOSTILE,
+                                                          "caption": f"att {HOSTILE}"}]}, open(att / "index.json", "w"))
+    page = html.render_page({"table1": tmp_path / "reports/table1.csv"}, [(HOSTILE, fig_dir), (HOSTILE, tmp_path)],
+                            tmp_path / "reports/index.html", {"baselines": tmp_path / "reports/baselines.csv"}, att)
+
+    class Parse(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tags, self.attrs, self.text = [], [], []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+            self.attrs += attrs
+
+        def handle_data(self, data):
+            self.text.append(data)
+
+    p = Parse()
+    p.feed(page)
+    assert "<script" not in page and "script" not in p.tags
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; &#34;q&#34;" in page
+    assert {name for name, _ in p.attrs} <= {"lang", "charset", "name", "content", "class", "id", "href", "src",
+                                             "alt", "style"}  # no attribute injected by a quote
+    srcs = {v for name, v in p.attrs if name in ("src", "href") and not v.startswith("#")}
+    assert srcs == {"figures/x/" + weird, "figures/baselines/" + weird}  # the file name whole, as data
+    assert {v for name, v in p.attrs if name == "id" and v.startswith("ds-")} == {"ds-" + HOSTILE}
+    text = "".join(p.text)
+    for shown in (f"note {HOSTILE}", f"title {HOSTILE}", f"cap {HOSTILE}", f"caption {HOSTILE}", f"ref {HOSTILE}",
+                  f"hit {HOSTILE}", f"att {HOSTILE}", f"{HOSTILE} ({HOSTILE})", f"image {HOSTILE}", "x&y",
+                  f"r2m figures --dataset {HOSTILE}", "table1.csv is missing"):
+        assert shown in text, shown

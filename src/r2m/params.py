@@ -398,7 +398,6 @@ class _ParamsBase(_Section):
     variants: list[str] = Field(default_factory=lambda: list(VARIANT_NAMES), min_length=1)
     catalog: dict[str, DatasetEntry]
     concepts: ConceptsParams = Field(default_factory=ConceptsParams)
-    prepare: dict[str, Any] = Field(default_factory=dict)
     detect_concepts: DetectParams = Field(default_factory=DetectParams)
     extract_features: FeatureParams = Field(default_factory=FeatureParams)
     sup_features: FeatureParams = Field(

@@ -106,7 +106,7 @@ STAGES: tuple[Stage, ...] = (
         axes=("dataset",),
         deps={"inputs": f"{D}/inputs.json"},  # the entry's external files, digested: edit one, prepare re-runs
         outs={"prepared": Out(f"{D}/prepared", directory=True)},
-        params=("catalog",),  # the recipe reads its entry only (the `prepare` section is read by none)
+        params=("catalog",),  # the recipe reads its entry only
         src=COMMON_SRC + ("src/r2m/datasets",),
     ),
     Stage(

@@ -1,25 +1,125 @@
 """``reports/index.html``: one static, self-contained page (inline CSS, no scripts) with Tables 1–3
 and each dataset's figures and qualitative examples. Images are referenced by relative paths
 (``figures/<dataset>/*.png``) so the page works when the ``reports/`` folder is opened or copied.
+
+The page comes from a Jinja2 template with auto-escaping, like the caption gallery
+(:mod:`r2m.reports.gallery`): the functions here turn the tables' CSV files and the figures'
+``index.json`` into plain data (dataset names, captions, notes, file names, paths: all text, never
+markup), and :data:`PAGE` (with its parts from :data:`MACROS`) lays them out. The only markup marked safe is written in this module:
+the titles and captions of :data:`EXTRA_TABLES` (constants with entities and ``<i>``), and the
+template's own macros (whose values are escaped inside them).
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as _dt
-import html
+import json
 import os
 from collections.abc import Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
+
+from markupsafe import Markup
 
 from r2m.reports.published import COLUMNS
 from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, SCOPE_COLUMNS, TABLES
 from r2m.utils.io import read_json, write_text
 
-esc = html.escape
+# A trailing backslash joins a line to the next (one HTML line, short template lines).
+MACROS = """\
+{% macro metrics_table(t) %}
+<table class="metrics"><thead><tr>{% for h in t.header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>\
+{% for r in t.rows %}<tr class="{{ r.cls }}">\
+{% for c in r.cells %}<td{% if c.num %} class="num"{% endif %}>{{ c.value }}</td>{% endfor %}</tr>{% endfor %}\
+</tbody></table>
+{%- endmacro %}
+{% macro missing(path, command) %}
+<p class="note">{{ path }} is missing: run <code>r2m {{ command }}</code>.</p>
+{%- endmacro %}
+{% macro tables_section(tables, concept_note) %}
+<section id="tables"><h2>Tables</h2>
+<p class="caption">Scores &times; 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE). \
+<i>Italic grey</i> rows are the paper's published numbers, <b>bold</b> rows this run. \
+Empty cells: not reported in the paper, or not computed here \
+(SPICE needs Stanford CoreNLP jars that are not available offline). {{ concept_note }}</p>
+{% for t in tables %}
+<h3 id="{{ t.name }}">Table {{ t.number }}: {{ t.title }}</h3>
+{% if t.table is none %}
+{{ missing(t.path, t.name) }}
+{% else %}
+{{ metrics_table(t.table) }}
+<p class="caption">{{ t.note }} Source: <code>{{ t.source }}</code>.</p>
+{% endif %}
+{% endfor %}
+</section>
+{%- endmacro %}
+{% macro extra_section(t) %}
+<section id="{{ t.name }}"><h2>{{ t.title }}</h2>
+{% if t.table is none %}
+{{ missing(t.path, t.name) }}</section>
+{%- else %}
+{{ metrics_table(t.table) }}
+<p class="caption">{{ t.caption }} Source: <code>{{ t.source }}</code>.</p></section>
+{%- endif %}
+{% endmacro %}
+{% macro example(e) %}
+<div class="example">\
+{% if e.thumb %}<img src="{{ e.thumb }}" alt="image {{ e.image_id }}">\
+{% else %}<div class="noimg">image unavailable</div>{% endif %}\
+<div><b>image {{ e.image_id }}</b><br>Concepts: \
+{% for c in e.concepts %}<span class="tag">{{ c.concept }} {{ c.score }}</span>{% else %}<i>none</i>{% endfor %}\
+<dl>{% for c in e.captions %}<dt>{{ c.label }}</dt>\
+<dd>{% if c.caption is none %}<i>missing</i>{% else %}{{ c.caption }}{% endif %}</dd>{% endfor %}</dl>\
+References:<ul>{% for r in e.references %}<li>{{ r }}</li>{% else %}<li><i>none</i></li>{% endfor %}</ul>\
+</div></div>
+{%- endmacro %}
+{% macro dataset_section(d) %}
+{% if d.index_missing %}
+<section id="ds-{{ d.dataset }}"><h2>{{ d.dataset }}</h2><p class="note">{{ d.index_missing }} is missing: \
+run <code>r2m figures --dataset {{ d.dataset }}</code>.</p></section>
+{%- else %}
+<section id="ds-{{ d.dataset }}"><h2>{{ d.label }} <small>({{ d.dataset }})</small></h2>
+{% for n in d.notes %}
+<p class="note">{{ n }}</p>
+{% endfor %}
+{% for f in d.figures %}
+{% if f.missing %}
+<p class="note">figure file missing: {{ f.missing }}</p>
+{% else %}
+<h3>{{ f.title }}</h3><figure><img src="{{ f.src }}" alt="{{ f.alt }}"></figure>\
+<p class="caption">{{ f.caption }}</p>
+{% endif %}
+{% endfor %}
+{% if d.examples %}
+<h3>Qualitative examples</h3><p class="caption">Detected concepts with scores, the caption after each training \
+stage (R2M), and the references\
+{% if d.examples_link %} (also as one figure: <a href="{{ d.examples_link.href }}">{{ d.examples_link.file }}</a>)\
+{% endif %}.</p>
+<div class="examples">{% for e in d.examples %}{{ example(e) }}{% endfor %}</div>
+{% endif %}
+</section>
+{%- endif %}
+{% endmacro %}
+{% macro attention_section(a) %}
+<section id="sat-attention"><h2>Show, Attend and Tell: where it looks</h2>
+{% for n in a.notes %}
+<p>{{ n }}</p>
+{% endfor %}
+{% for f in a.figures %}
+<figure><img src="{{ f.src }}" alt="attention maps" style="max-width:100%"><figcaption>{{ f.dataset }}, \
+image {{ f.image_id }}: &ldquo;{{ f.caption }}&rdquo; (&alpha; per word, upsampled and smoothed)</figcaption></figure>
+{% endfor %}
+</section>
+{%- endmacro %}
+"""
 
-CSS = """
+PAGE = """\
+{% from "macros" import tables_section, extra_section, dataset_section, attention_section %}
+<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>R2M reproduction report</title><style>
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
 header{background:#22313f;color:#fff;padding:18px 32px}
 header h1{margin:0;font-size:22px} header p{margin:4px 0 0;color:#c9d3dc;font-size:13px}
@@ -40,11 +140,42 @@ figure{margin:12px 0} figure img{max-width:100%;border:1px solid #d5dbe1;backgro
 .examples{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:14px}
 .example{display:flex;gap:12px;background:#fff;border:1px solid #d5dbe1;padding:10px;font-size:13px}
 .example img{width:180px;height:auto;object-fit:contain;align-self:flex-start}
-.example .noimg{width:180px;height:120px;display:flex;align-items:center;justify-content:center;background:#eee;color:#888}
+.example .noimg{width:180px;height:120px;display:flex;align-items:center;justify-content:center;background:#eee;\
+color:#888}
 .example ul{margin:2px 0 6px;padding-left:18px} .example dt{font-weight:600;margin-top:4px}
 .example dd{margin:0 0 0 10px} .tag{display:inline-block;background:#e6eef6;border-radius:3px;padding:0 5px;margin:1px}
 footer{font-size:12px;color:#777;padding:0 32px 24px}
+</style></head>
+<body><header><h1>R&sup2;M: Recurrent Relational Memory for unsupervised image captioning &mdash; reproduction</h1>
+<p>Guo et al., IJCAI 2020. Tables 1&ndash;3 beside the published numbers; losses, attention and examples per \
+dataset.</p></header>
+<nav>{% for link in nav %}{% if not loop.first %} {% endif %}<a href="#{{ link.id }}">{{ link.text }}</a>\
+{% endfor %}</nav>
+<main>
+{{ tables_section(tables, concept_note) }}
+{% for t in extra %}
+{{ extra_section(t) }}
+{% endfor %}
+{% for d in datasets %}
+{{ dataset_section(d) }}
+{% endfor %}
+{% if attention %}
+{{ attention_section(attention) }}
+{% endif %}
+</main>
+<footer>Generated by <code>r2m report</code> on {{ stamp }}.</footer>
+</body></html>
 """
+
+
+@cache
+def _env() -> Any:
+    """The templates (``page`` imports its parts from ``macros``), auto-escaping every value."""
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.DictLoader({"macros": MACROS, "page": PAGE}), autoescape=True,
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
+                              lstrip_blocks=True)
 
 
 # --------------------------------------------------------------------------- tables
@@ -53,95 +184,87 @@ def read_table_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def table_html(rows: Sequence[Mapping[str, str]]) -> str:
+def _row_class(r: Mapping[str, str], prev: str | None) -> str:
+    cls = ["published" if r.get("source") == PUBLISHED else "run"]
+    return " ".join(cls + (["first"] if r.get("dataset") != prev else []))
+
+
+def table_view(rows: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    """Tables 1–3 as data: the paper's columns, the concept columns and the scope columns (split,
+    images, note: what each row scored) present in the CSV; a dataset's name on its first row only."""
     cols = [*COLUMNS, *(c for c in CONCEPT_COLUMNS if rows and c in rows[0])]
-    scope = [c for c in SCOPE_COLUMNS if rows and c in rows[0]]  # split, images, note (what each row scored)
-    head = "".join(f"<th>{esc(h)}</th>" for h in ("Dataset", "Method", "Source", *cols, *scope))
+    scope = [c for c in SCOPE_COLUMNS if rows and c in rows[0]]
     body, prev = [], None
     for r in rows:
-        cls = ["published" if r.get("source") == PUBLISHED else "run"]
-        if r.get("dataset") != prev:
-            cls.append("first")
-        shown = r.get("dataset", "") if r.get("dataset") != prev else ""
+        cells = [{"value": r.get("dataset", "") if r.get("dataset") != prev else "", "num": False},
+                 {"value": r.get("method", ""), "num": False}, {"value": r.get("source", ""), "num": False}]
+        cells += [{"value": r.get(c, "") or "", "num": True} for c in cols]
+        cells += [{"value": r.get(c, "") or "", "num": c == "images"} for c in scope]
+        body.append({"cls": _row_class(r, prev), "cells": cells})
         prev = r.get("dataset")
-        cells = [f"<td>{esc(shown)}</td>", f"<td>{esc(r.get('method', ''))}</td>",
-                 f"<td>{esc(r.get('source', ''))}</td>"]
-        cells += [f'<td class="num">{esc(r.get(c, "") or "")}</td>' for c in cols]
-        cells += [f'<td{" class=num" if c == "images" else ""}>{esc(r.get(c, "") or "")}</td>' for c in scope]
-        body.append(f'<tr class="{" ".join(cls)}">{"".join(cells)}</tr>')
-    return f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return {"header": ["Dataset", "Method", "Source", *cols, *scope], "rows": body}
 
 
-def tables_section(paths: Mapping[str, Path]) -> str:
-    parts = ['<section id="tables"><h2>Tables</h2>',
-             '<p class="caption">Scores &times; 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, '
-             'S = SPICE). <i>Italic grey</i> rows are the paper\'s published numbers, <b>bold</b> rows '
-             'this run. Empty cells: not reported in the paper, or not computed here (SPICE needs '
-             'Stanford CoreNLP jars that are not available offline). ' + esc(CONCEPT_NOTE) + '</p>']
-    for name, path in paths.items():
-        spec = TABLES[name]
-        parts.append(f'<h3 id="{name}">Table {spec.number}: {esc(spec.title)}</h3>')
-        if not Path(path).exists():
-            parts.append(f'<p class="note">{esc(str(path))} is missing: run <code>r2m {name}</code>.</p>')
-            continue
-        parts.append(table_html(read_table_csv(Path(path))))
-        parts.append(f'<p class="caption">{esc(spec.note)} Source: <code>{esc(Path(path).name)}</code>.</p>')
-    parts.append("</section>")
-    return "\n".join(parts)
+def table_html(rows: Sequence[Mapping[str, str]]) -> str:
+    """One of Tables 1–3 as an HTML ``<table>`` (every cell escaped)."""
+    return str(_env().get_template("macros").module.metrics_table(table_view(rows)))
 
 
-def csv_table_html(rows: Sequence[Mapping[str, str]], header: Sequence[str]) -> str:
-    """A generic CSV table (the baselines and retrieval tables): text columns left, numbers right;
-    published rows grey, skipped rows as notes."""
+def csv_table_view(rows: Sequence[Mapping[str, str]], header: Sequence[str]) -> dict[str, Any]:
+    """A generic CSV table (the baselines and retrieval tables) as data: text columns left, numbers
+    right; published rows grey, skipped rows as notes."""
     text = {"dataset", "method", "source", "note"}
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body, prev = [], None
     for r in rows:
-        cls = ["published" if r.get("source") == PUBLISHED else "run"]
-        if r.get("dataset") != prev:
-            cls.append("first")
-        cells = []
-        for h in header:
-            v = r.get(h, "") or ""
-            if h == "dataset":
-                v = v if r.get("dataset") != prev else ""
-            cells.append(f'<td>{esc(v)}</td>' if h in text else f'<td class="num">{esc(v)}</td>')
+        cells = [{"value": "" if h == "dataset" and r.get("dataset") == prev else r.get(h, "") or "",
+                  "num": h not in text} for h in header]
+        body.append({"cls": _row_class(r, prev), "cells": cells})
         prev = r.get("dataset")
-        body.append(f'<tr class="{" ".join(cls)}">{"".join(cells)}</tr>')
-    return f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return {"header": list(header), "rows": body}
 
 
-EXTRA_TABLES = {  # name -> (title, caption)
-    "baselines": ("Supervised baselines (captioning)",
-                  "Scores &times; 100 on each dataset's test split; PPL = per-word perplexity of the test references. "
-                  "The seeds' published rows name the paper's dataset. A dataset without paired training captions "
-                  "is one <i>skipped</i> line."),
-    "baselines_multilabel": ("S-CNN-RNN: the concept head as a multi-label classifier",
-                             "Per-class (C-) and per-image (O-) precision / recall / F1 &times; 100 of the top-3 "
-                             "concepts on the test images, against the concept words of their references, beside "
-                             "a frequency baseline; the published rows are COCO's 80 object classes."),
-    "retrieval": ("Image&ndash;sentence retrieval",
-                  "Sent = sentence retrieval (image query), Img = image retrieval (sentence query); R@K in percent, "
-                  "Med r = median rank of the first ground truth. m-RNN ranks by P(sentence | image) (sentence "
-                  "retrieval normalised by P(sentence)); R2M by its joint space."),
+def tables_view(paths: Mapping[str, Path]) -> list[dict[str, Any]]:
+    """Tables 1–3: title, note and rows of each (``table`` None: its CSV is missing)."""
+    out = []
+    for name, path in paths.items():
+        spec, path = TABLES[name], Path(path)
+        out.append({"name": name, "number": spec.number, "title": spec.title, "note": spec.note,
+                    "path": str(path), "source": path.name,
+                    "table": table_view(read_table_csv(path)) if path.exists() else None})
+    return out
+
+
+EXTRA_TABLES = {  # name -> (title, caption): markup written here (entities, <i>), marked safe
+    "baselines": (Markup("Supervised baselines (captioning)"),
+                  Markup("Scores &times; 100 on each dataset's test split; PPL = per-word perplexity of the test "
+                         "references. The seeds' published rows name the paper's dataset. A dataset without paired "
+                         "training captions is one <i>skipped</i> line.")),
+    "baselines_multilabel": (Markup("S-CNN-RNN: the concept head as a multi-label classifier"),
+                             Markup("Per-class (C-) and per-image (O-) precision / recall / F1 &times; 100 of the "
+                                    "top-3 concepts on the test images, against the concept words of their "
+                                    "references, beside a frequency baseline; the published rows are COCO's 80 "
+                                    "object classes.")),
+    "retrieval": (Markup("Image&ndash;sentence retrieval"),
+                  Markup("Sent = sentence retrieval (image query), Img = image retrieval (sentence query); R@K in "
+                         "percent, Med r = median rank of the first ground truth. m-RNN ranks by P(sentence | image) "
+                         "(sentence retrieval normalised by P(sentence)); R2M by its joint space.")),
 }
 
 
-def extra_tables_section(paths: Mapping[str, Path]) -> str:
-    parts = []
+def extra_tables_view(paths: Mapping[str, Path]) -> list[dict[str, Any]]:
+    """The baselines' and retrieval tables (``table`` None: its CSV is missing)."""
+    out = []
     for name, path in paths.items():
         title, caption = EXTRA_TABLES[name]
-        parts.append(f'<section id="{name}"><h2>{title}</h2>')
-        if not Path(path).exists():
-            parts.append(f'<p class="note">{esc(str(path))} is missing: run <code>r2m {name}</code>.</p></section>')
-            continue
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            rows = list(reader)
-            header = reader.fieldnames or []
-        parts.append(csv_table_html(rows, header))
-        parts.append(f'<p class="caption">{caption} Source: <code>{esc(Path(path).name)}</code>.</p></section>')
-    return "\n".join(parts)
+        path, table = Path(path), None
+        if path.exists():
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                rows = list(reader)
+                table = csv_table_view(rows, reader.fieldnames or [])
+        out.append({"name": name, "title": title, "caption": caption, "path": str(path), "source": path.name,
+                    "table": table})
+    return out
 
 
 # --------------------------------------------------------------------------- figures
@@ -149,92 +272,69 @@ def _rel(target: Path, page_dir: Path) -> str:
     return Path(os.path.relpath(target, page_dir)).as_posix()
 
 
-def example_html(ex: Mapping[str, Any], fig_dir: Path, page_dir: Path) -> str:
+def example_view(ex: Mapping[str, Any], fig_dir: Path, page_dir: Path) -> dict[str, Any]:
+    """One qualitative example: thumbnail, concepts with scores, each stage's caption, references."""
     thumb = ex.get("thumbnail")
-    img = (f'<img src="{esc(_rel(fig_dir / thumb, page_dir))}" alt="image {esc(str(ex["image_id"]))}">'
-           if thumb else '<div class="noimg">image unavailable</div>')
-    concepts = "".join(f'<span class="tag">{esc(c["concept"])} {float(c["score"]):.2f}</span>'
-                       for c in ex.get("concepts", [])) or "<i>none</i>"
-    caps = "".join(f"<dt>{esc(c['label'])}</dt><dd>{esc(c['caption']) if c.get('caption') is not None else '<i>missing</i>'}</dd>"
-                   for c in ex.get("captions", []))
-    refs = "".join(f"<li>{esc(r)}</li>" for r in ex.get("references", [])) or "<li><i>none</i></li>"
-    return (f'<div class="example">{img}<div><b>image {esc(str(ex["image_id"]))}</b><br>'
-            f"Concepts: {concepts}<dl>{caps}</dl>References:<ul>{refs}</ul></div></div>")
+    return {"thumb": _rel(fig_dir / thumb, page_dir) if thumb else None, "image_id": str(ex["image_id"]),
+            "concepts": [{"concept": c["concept"], "score": f"{float(c['score']):.2f}"}
+                         for c in ex.get("concepts", [])],
+            "captions": [{"label": c["label"], "caption": c.get("caption")} for c in ex.get("captions", [])],
+            "references": list(ex.get("references", []))}
 
 
-def dataset_section(dataset: str, fig_dir: Path, page_dir: Path) -> str:
+def _figure_view(fig: Mapping[str, Any], fig_dir: Path, page_dir: Path) -> dict[str, Any]:
+    src = fig_dir / fig["file"]
+    if not src.exists():
+        return {"missing": str(src)}
+    return {"missing": None, "title": fig.get("title", fig["file"]), "src": _rel(src, page_dir),
+            "alt": fig.get("title", ""), "caption": fig.get("caption", "")}
+
+
+def dataset_view(dataset: str, fig_dir: Path, page_dir: Path) -> dict[str, Any]:
+    """A dataset's section from its ``figures`` stage's ``index.json`` (``index_missing``: its path
+    when the stage has not run)."""
     index_path = fig_dir / "index.json"
     if not index_path.exists():
-        return (f'<section id="ds-{esc(dataset)}"><h2>{esc(dataset)}</h2><p class="note">'
-                f"{esc(str(index_path))} is missing: run <code>r2m figures --dataset {esc(dataset)}</code>.</p></section>")
+        return {"dataset": dataset, "index_missing": str(index_path)}
     idx = read_json(index_path)
-    parts = [f'<section id="ds-{esc(dataset)}"><h2>{esc(idx.get("label") or dataset)} '
-             f'<small>({esc(dataset)})</small></h2>']
-    parts += [f'<p class="note">{esc(n)}</p>' for n in idx.get("notes", [])]
-    for fig in idx.get("figures", []):
-        if fig.get("kind") == "examples":
-            continue  # shown below as cards (the PNG is linked)
-        src = fig_dir / fig["file"]
-        if not src.exists():
-            parts.append(f'<p class="note">figure file missing: {esc(str(src))}</p>')
-            continue
-        parts.append(f'<h3>{esc(fig.get("title", fig["file"]))}</h3><figure><img src="{esc(_rel(src, page_dir))}" '
-                     f'alt="{esc(fig.get("title", ""))}"></figure><p class="caption">{esc(fig.get("caption", ""))}</p>')
-    if idx.get("examples"):
-        ex_fig = next((f for f in idx.get("figures", []) if f.get("kind") == "examples"), None)
-        link = (f' (also as one figure: <a href="{esc(_rel(fig_dir / ex_fig["file"], page_dir))}">'
-                f'{esc(ex_fig["file"])}</a>)') if ex_fig else ""
-        parts.append(f"<h3>Qualitative examples</h3><p class=\"caption\">Detected concepts with scores, the "
-                     f"caption after each training stage (R2M), and the references{link}.</p>")
-        parts.append('<div class="examples">' + "".join(example_html(e, fig_dir, page_dir) for e in idx["examples"])
-                     + "</div>")
-    parts.append("</section>")
-    return "\n".join(parts)
+    figs = idx.get("figures", [])
+    ex_fig = next((f for f in figs if f.get("kind") == "examples"), None)  # shown as cards; the PNG is linked
+    return {"dataset": dataset, "index_missing": None, "label": idx.get("label") or dataset,
+            "notes": list(idx.get("notes", [])),
+            "figures": [_figure_view(f, fig_dir, page_dir) for f in figs if f.get("kind") != "examples"],
+            "examples": [example_view(e, fig_dir, page_dir) for e in idx.get("examples") or []],
+            "examples_link": ({"href": _rel(fig_dir / ex_fig["file"], page_dir), "file": ex_fig["file"]}
+                              if ex_fig else None)}
+
+
+def attention_view(fig_dir: Path, page_dir: Path) -> dict[str, Any] | None:
+    """Show, Attend and Tell's per-word attention maps and its attention hit rate (from the baselines
+    stage), or None when there is nothing to show."""
+    index = Path(fig_dir) / "index.json"
+    if not index.exists():
+        return None
+    idx = json.loads(index.read_text())
+    if not idx.get("figures") and not idx.get("notes"):
+        return None
+    return {"notes": list(idx.get("notes", [])),
+            "figures": [{"src": _rel(Path(fig_dir) / f["file"], page_dir), "dataset": f["dataset"],
+                         "image_id": str(f["image_id"]), "caption": f["caption"]} for f in idx.get("figures", [])]}
 
 
 # --------------------------------------------------------------------------- page
 def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Path]], page_path: Path,
-                extra: Mapping[str, Path] | None = None) -> str:
+                extra: Mapping[str, Path] | None = None, attention_dir: Path | None = None) -> str:
+    """The report page: Tables 1–3, the ``extra`` tables, each dataset's figures and (from
+    ``attention_dir``) Show, Attend and Tell's attention maps; every value auto-escaped."""
     page_dir = page_path.parent
     extra = extra or {}
-    nav = (['<a href="#tables">Tables</a>'] + [f'<a href="#{n}">{n.capitalize()}</a>' for n in extra]
-           + [f'<a href="#ds-{esc(d)}">{esc(d)}</a>' for d, _ in figure_dirs])
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    body = ([tables_section(tables)] + ([extra_tables_section(extra)] if extra else [])
-            + [dataset_section(d, Path(p), page_dir) for d, p in figure_dirs])
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>R2M reproduction report</title><style>{CSS}</style></head>
-<body><header><h1>R&sup2;M: Recurrent Relational Memory for unsupervised image captioning &mdash; reproduction</h1>
-<p>Guo et al., IJCAI 2020. Tables 1&ndash;3 beside the published numbers; losses, attention and examples per dataset.</p></header>
-<nav>{' '.join(nav)}</nav>
-<main>
-{chr(10).join(body)}
-</main>
-<footer>Generated by <code>r2m report</code> on {stamp}.</footer>
-</body></html>
-"""
-
-
-def attention_section(fig_dir: Path, page_dir: Path) -> str:
-    """Show, Attend and Tell's per-word attention maps and its attention hit rate (from the baselines stage)."""
-    index = Path(fig_dir) / "index.json"
-    if not index.exists():
-        return ""
-    import json
-
-    idx = json.loads(index.read_text())
-    if not idx.get("figures") and not idx.get("notes"):
-        return ""
-    parts = ['<section id="sat-attention"><h2>Show, Attend and Tell: where it looks</h2>']
-    parts += [f'<p>{esc(n)}</p>' for n in idx.get("notes", [])]
-    for fig in idx.get("figures", []):
-        src = _rel(Path(fig_dir) / fig["file"], page_dir)
-        parts.append(f'<figure><img src="{esc(src)}" alt="attention maps" style="max-width:100%">'
-                     f'<figcaption>{esc(fig["dataset"])}, image {esc(str(fig["image_id"]))}: '
-                     f'&ldquo;{esc(fig["caption"])}&rdquo; (&alpha; per word, upsampled and smoothed)</figcaption></figure>')
-    parts.append("</section>")
-    return "\n".join(parts)
+    nav = ([{"id": "tables", "text": "Tables"}] + [{"id": n, "text": n.capitalize()} for n in extra]
+           + [{"id": f"ds-{d}", "text": d} for d, _ in figure_dirs])
+    return _env().get_template("page").render(
+        nav=nav, tables=tables_view(tables), concept_note=CONCEPT_NOTE, extra=extra_tables_view(extra),
+        datasets=[dataset_view(d, Path(p), page_dir) for d, p in figure_dirs],
+        attention=attention_view(Path(attention_dir), page_dir) if attention_dir is not None else None,
+        stamp=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
 
 def run(ctx) -> None:
@@ -242,9 +342,6 @@ def run(ctx) -> None:
     figs = [(keys["dataset"], Path(path)) for keys, path in ctx.gather("figures")]
     out = ctx.outs["html"]
     extra = {name: ctx.deps[name] for name in EXTRA_TABLES if name in ctx.deps}
-    page = render_page(tables, figs, Path(out), extra)
-    if "baselines_attention" in ctx.deps:
-        att = attention_section(Path(ctx.deps["baselines_attention"]), Path(out).parent)
-        page = page.replace("\n</main>", "\n" + att + "\n</main>") if att else page
-    write_text(out, page)
+    attention = Path(ctx.deps["baselines_attention"]) if "baselines_attention" in ctx.deps else None
+    write_text(out, render_page(tables, figs, Path(out), extra, attention))
     ctx.log.info("report: wrote %s", out)
