@@ -13,8 +13,9 @@ Only the schema lives here: file / extra / recipe checks are :mod:`r2m.pipeline.
 DAG's axis values :mod:`r2m.pipeline.axes`. Runtime settings (device, threads, workers) are *not*
 params: they come from the command line or the environment (see :mod:`r2m.runtime`).
 
-(Over 450 lines on purpose: it is one pydantic class per params section and the profile table,
-nothing else; splitting the one schema users read would scatter its contract.)
+(Over 450 lines on purpose: it is one pydantic class per params section, the fidelity profile
+table and the strict checks every section shares (names, no coercion, no non-finite numbers),
+plus ``load``/``validate``; splitting the one schema users read would scatter its contract.)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from r2m.utils.declared import SupModelSpec, sup_model_specs
+from r2m.utils.strict_yaml import StrictLoader, yaml_load  # noqa: F401 (used by the Snakefile and tests)
 
 VARIANT_NAMES = ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm")
 _PKG = Path(__file__).resolve().parent
@@ -507,38 +509,6 @@ def validate(raw: dict[str, Any], source: str = "params") -> Params:
         except ValidationError as err:
             raise ParamsError(_format_error(err, f"{source} (catalog.{name}.overrides)")) from None
     return params
-
-
-class StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (instead of keeping the
-    last) and reads ``1e-4`` as a number (YAML 1.2; PyYAML's 1.1 rules make it a string)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged keys may be overridden
-                continue
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
-            try:
-                line = seen.setdefault(key, key_node.start_mark.line + 1)
-            except TypeError:  # an unhashable key: SafeLoader's own error says so
-                break
-            if line != key_node.start_mark.line + 1:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice (first on line {line})", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def yaml_load(text: str) -> Any:
-    """Parse params YAML with :class:`StrictLoader` (duplicate keys refused)."""
-    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def read_text(path: Path) -> str:

@@ -44,6 +44,9 @@ Design decisions (where the paper leaves room; see also docs/ARCHITECTURE.md):
   ``image_proj_seed``, neither trained nor saved (the official code's behaviour; the training
   stages give train_m and train_i different seeds, so the last stage redraws it as the official
   code does).
+
+(Over 450 lines on purpose: one model per file — the encoder, Fusion Memory, the Recurrent Memory
+unit, decoder and reconstructor, their ablation switches and both initialisations belong together.)
 """
 
 from __future__ import annotations

@@ -1,0 +1,41 @@
+"""YAML for params files: :class:`StrictLoader` refuses a key given twice (PyYAML keeps the last
+one silently) and reads ``1e-4`` as a number (YAML 1.2; PyYAML's 1.1 rules make it a string)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+
+class StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (instead of keeping the
+    last) and reads ``1e-4`` as a number (YAML 1.2; PyYAML's 1.1 rules make it a string)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            try:
+                line = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: SafeLoader's own error says so
+                break
+            if line != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (first on line {line})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def yaml_load(text: str) -> Any:
+    """Parse params YAML with :class:`StrictLoader` (duplicate keys refused)."""
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
