@@ -23,6 +23,12 @@ def repo_root() -> Path:
     return ROOT
 
 
+@pytest.fixture
+def raw(repo_root: Path) -> dict:
+    """The repository's params.yaml as a plain mapping (a test may change its copy)."""
+    return yaml.safe_load((repo_root / "params.yaml").read_text())
+
+
 def copy_workflow(root: Path, wd: Path) -> None:
     """A scratch copy of what Snakemake and DVC need, so a DAG run leaves the repository clean."""
     for name in WORKFLOW:

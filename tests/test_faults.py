@@ -33,6 +33,8 @@ import pytest
 import torch
 import yaml
 
+from conftest import copy_workflow
+
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
 STEPS, CKPT_EVERY = 12, 4
@@ -69,13 +71,7 @@ def _params() -> dict:
 @pytest.fixture(scope="module")
 def wd(tmp_path_factory) -> Path:
     wd = tmp_path_factory.mktemp("faults")
-    for name in ("Snakefile", "workflow", "dvc.yaml", "src", "data/dictionaries"):
-        src, dst = ROOT / name, wd / name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, dst)
+    copy_workflow(ROOT, wd)
     (wd / "params.yaml").write_text(yaml.safe_dump(_params(), sort_keys=False))
     return wd
 

@@ -25,11 +25,6 @@ torch.set_num_threads(1)
 NEW_ITEMS = ("ban_unk", "rm_input", "qkv_norm", "out_bias", "xe_reduction", "similarity")
 
 
-@pytest.fixture
-def raw(repo_root):
-    return yaml.safe_load((repo_root / "params.yaml").read_text())
-
-
 # --------------------------------------------------------------------------- item 1: benchmarks
 @pytest.mark.parametrize("name", P.BENCHMARK_KINDS)
 def test_benchmarks_resolve_to_the_papers_detector_and_features(raw, name) -> None:

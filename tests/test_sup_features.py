@@ -28,11 +28,6 @@ BIN = Path(sys.executable).parent
 SUP_READERS = ("pretrain_sup", "train_sup", "caption_sup", "inspect_sup", "retrieval_sup")
 
 
-@pytest.fixture
-def raw(repo_root):
-    return yaml.safe_load((repo_root / "params.yaml").read_text())
-
-
 # --------------------------------------------------------------------------- defaults
 @pytest.mark.parametrize("name", P.BENCHMARK_KINDS)
 def test_benchmarks_give_the_baselines_vgg16_fc7_and_grid(raw, name) -> None:
