@@ -285,14 +285,12 @@ class Captioner:
 
     def __init__(self, model_dir: str | Path, device: Any = "cpu", root: Path = Path("."), hint: str = ""):
         from r2m.decoding import settings
-        from r2m.models import load_model
 
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "model.pt").exists():
             raise FileNotFoundError(f"no checkpoint: {self.model_dir / 'model.pt'} is missing{hint}")
-        self.model, self.ckpt = load_model(self.model_dir)
+        self.model, self.ckpt, _ = load_checkpoint_model(self.model_dir, device)
         self.device = device
-        self.model.to(device).eval()
         self.settings = settings.load(self.model_dir, self.ckpt, root)
         self.itos: list[str] = self.settings["itos"]
         check_vocab(self.model, self.itos, self.model_dir, "recorded vocabulary")
