@@ -141,10 +141,10 @@ def run_sup(ctx) -> None:
 
 def extract_stage(ctx, p: Any, out: Path) -> None:
     """One features stage: params section ``p`` (:class:`r2m.params.FeatureParams`) into folder ``out``."""
-    shard, merge = _shard_args(getattr(ctx, "args", None))
+    args = getattr(ctx, "args", None)
+    shard, merge = _shard_args(args)
     images = read_image_index(ctx.deps["prepared"], ctx.root)
     ctx.log.info("features: %d images, backend %s, device %s", len(images), p.backend, ctx.runtime.torch_device())
-    args = getattr(ctx, "args", None)
     work = RS.resume_dir(ctx.root, ctx.stage.name, ctx.axes, None if shard is None else f"shard{shard[0]}")
     meta = extract_dataset(
         list(images["image_id"]), list(images["file"]), out, p.backend, p.options, p.batch_size, p.shard_size,
