@@ -16,7 +16,7 @@ Common options: ``kinds`` (subset of the backend's kinds), ``random_init: true``
 tests/benchmarks), ``weights`` + optional ``sha256``.
 
 Add a backend: a new module here with ``@FEATURES.register(name)`` on its factory (build the network,
-pick the kinds with ``select_kinds``, wrap it in ``Scaled`` with the input mean/std and return an
+pick the kinds with ``base.select_kinds``, wrap it in ``base.Scaled`` with the input mean/std and return an
 ``Extractor``), imported below. Running an extractor over files is ``compute.py``; the stage that
 writes the features folder is ``r2m.vision.features``.
 """
@@ -31,13 +31,13 @@ from r2m.vision.extractors import (  # noqa: F401  (register)
     random_cnn,
     vgg16,
 )
-from r2m.vision.extractors.base import FEATURES, Extractor, ResizeToUint8, Scaled, load_state, select_kinds
+from r2m.vision.extractors.base import FEATURES, Extractor
 from r2m.vision.extractors.compute import extract_arrays, features_of_batch, to_device
 from r2m.vision.extractors.tf1 import OfficialResizeCrop, tf1_resize_bilinear
 
 __all__ = [
-    "FEATURES", "Extractor", "OfficialResizeCrop", "ResizeToUint8", "Scaled", "build_extractor", "extract_arrays",
-    "features_of_batch", "load_state", "select_kinds", "tf1_resize_bilinear", "to_device",
+    "FEATURES", "Extractor", "OfficialResizeCrop", "build_extractor", "extract_arrays", "features_of_batch",
+    "tf1_resize_bilinear", "to_device",
 ]
 
 
