@@ -321,7 +321,7 @@ class Captioner:
             no_concepts=no_concepts or cap.get("no_concepts", "empty"), image_concepts=fid.get("image_concepts"),
             decoding=fid.get("decoding"), ban_unk=fid.get("ban_unk"), beam=beam, max_len=max_len,
             batch_size=batch_size, device=self.device,
-            features=lambda files: self._features(files, batch_size) if self.model.cfg.image_dim else {})
+            features=lambda files: self._features(files, batch_size))  # asked only with an image projection
         scores = det.groupby(["image_id", "concept"])["score"].max() if len(det) else pd.Series(dtype=float)
         out = []
         for n, (i, toks) in enumerate(zip(good, res.tokens, strict=True)):
