@@ -30,7 +30,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from r2m.utils.declared import SupModelSpec, sup_model_specs
+from r2m.utils.declared import STRICT, SupModelSpec, sup_model_specs
 from r2m.utils.strict_yaml import StrictLoader, yaml_load  # noqa: F401 (used by the Snakefile and tests)
 
 VARIANT_NAMES = ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm")
@@ -65,9 +65,6 @@ def _known(value: str, names: list[str], what: str) -> str:
 SUP_MODEL_NAMES: tuple[str, ...] = tuple(s.name for s in sup_model_specs(SUP_MODEL_SOURCES))
 SUP_MODEL_LABELS: dict[str, str] = {s.name: s.label for s in sup_model_specs(SUP_MODEL_SOURCES)}
 
-
-# strict: no bool/str coerced to a number, no .inf/.nan (a section's numbers are finite as written)
-STRICT = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 # catalog (dataset) names become folder names and command-line arguments: one strict pattern
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
