@@ -48,7 +48,8 @@ class ParamsError(ValueError):
 
 
 @functools.cache
-def _names(sources: tuple[Path, ...], registry: str, constructors: tuple[str, ...] = ()) -> list[str]:
+def registered_names(sources: tuple[Path, ...], registry: str, constructors: tuple[str, ...] = ()) -> list[str]:
+    """:func:`r2m.utils.registry.declared_names`, read from the source once per process."""
     from r2m.utils.registry import declared_names
 
     return declared_names(list(sources), registry, constructors)
@@ -99,7 +100,7 @@ class DatasetEntry(_Section):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, v: str) -> str:
-        return _known(v, _names(RECIPE_SOURCES, "RECIPES", ("Benchmark",)), "dataset kind")
+        return _known(v, registered_names(RECIPE_SOURCES, "RECIPES", ("Benchmark",)), "dataset kind")
 
     @model_validator(mode="after")
     def _known_keys(self) -> DatasetEntry:
@@ -138,7 +139,7 @@ class DetectParams(_Section):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        return _known(v, _names(DETECTOR_SOURCES, "DETECTORS"), "detector backend")
+        return _known(v, registered_names(DETECTOR_SOURCES, "DETECTORS"), "detector backend")
 
 
 class FeatureParams(_Section):
@@ -150,7 +151,7 @@ class FeatureParams(_Section):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        return _known(v, _names(FEATURE_SOURCES, "FEATURES"), "feature backend")
+        return _known(v, registered_names(FEATURE_SOURCES, "FEATURES"), "feature backend")
 
 
 class CorpusParams(_Section):
