@@ -113,14 +113,10 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         print(f"r2m {stage.name}: {err}", file=sys.stderr)
         return 2
 
+    axes = {a: getattr(args, a) for a in stage.axes}
     try:  # runtime settings and names: one line each, before any work
         runtime = Runtime.from_env(args.device, args.threads, args.workers)
         env_number("R2M_PROGRESS_SECONDS", 30.0, float, 0)
-    except BadInput as err:
-        print(f"r2m {stage.name}: {err}", file=sys.stderr)
-        return 2
-    axes = {a: getattr(args, a) for a in stage.axes}
-    try:
         log_path = None if args.no_log_file else inside(".", stage.log.format(**axes), "log")
     except BadInput as err:
         print(f"r2m {stage.name}: {err}", file=sys.stderr)

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from r2m.utils.declared import SupModelSpec, sup_model_specs
+from r2m.utils.declared import STRICT, SupModelSpec, sup_model_specs
 from r2m.utils.strict_yaml import StrictLoader, yaml_load  # noqa: F401 (used by the Snakefile and tests)
 
 VARIANT_NAMES = ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm")
@@ -48,7 +48,8 @@ class ParamsError(ValueError):
 
 
 @functools.cache
-def _names(sources: tuple[Path, ...], registry: str, constructors: tuple[str, ...] = ()) -> list[str]:
+def registered_names(sources: tuple[Path, ...], registry: str, constructors: tuple[str, ...] = ()) -> list[str]:
+    """:func:`r2m.utils.registry.declared_names`, read from the source once per process."""
     from r2m.utils.registry import declared_names
 
     return declared_names(list(sources), registry, constructors)
@@ -65,9 +66,6 @@ def _known(value: str, names: list[str], what: str) -> str:
 SUP_MODEL_NAMES: tuple[str, ...] = tuple(s.name for s in sup_model_specs(SUP_MODEL_SOURCES))
 SUP_MODEL_LABELS: dict[str, str] = {s.name: s.label for s in sup_model_specs(SUP_MODEL_SOURCES)}
 
-
-# strict: no bool/str coerced to a number, no .inf/.nan (a section's numbers are finite as written)
-STRICT = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 # catalog (dataset) names become folder names and command-line arguments: one strict pattern
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -102,7 +100,7 @@ class DatasetEntry(_Section):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, v: str) -> str:
-        return _known(v, _names(RECIPE_SOURCES, "RECIPES", ("Benchmark",)), "dataset kind")
+        return _known(v, registered_names(RECIPE_SOURCES, "RECIPES", ("Benchmark",)), "dataset kind")
 
     @model_validator(mode="after")
     def _known_keys(self) -> DatasetEntry:
@@ -141,7 +139,7 @@ class DetectParams(_Section):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        return _known(v, _names(DETECTOR_SOURCES, "DETECTORS"), "detector backend")
+        return _known(v, registered_names(DETECTOR_SOURCES, "DETECTORS"), "detector backend")
 
 
 class FeatureParams(_Section):
@@ -153,7 +151,7 @@ class FeatureParams(_Section):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        return _known(v, _names(FEATURE_SOURCES, "FEATURES"), "feature backend")
+        return _known(v, registered_names(FEATURE_SOURCES, "FEATURES"), "feature backend")
 
 
 class CorpusParams(_Section):

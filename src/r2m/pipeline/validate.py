@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from r2m import params as P
-from r2m.utils.registry import declared_names
 
 # options naming files the user must provide (resolved against the working directory)
 _DETECT_FILE_OPTIONS = ("weights", "checkpoint", "classes", "mapping", "mid_names")
@@ -91,7 +90,7 @@ def _missing_files(options: dict[str, Any], keys: tuple[str, ...], prefix: str) 
 
 def _recipe_check(params: P.Params, dataset: str) -> list[str]:
     entry = params.catalog[dataset]
-    if entry.kind not in declared_names(list(P.RECIPE_SOURCES), "RECIPE_CHECKS"):  # import recipes only if checked
+    if entry.kind not in P.registered_names(P.RECIPE_SOURCES, "RECIPE_CHECKS"):  # import recipes only if checked
         return []
     from r2m.datasets import load_recipes
     from r2m.datasets.base import RECIPE_CHECKS

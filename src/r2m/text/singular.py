@@ -161,9 +161,6 @@ class OfficialPlurals:
         for word in sorted(set(class_words)):  # the authors' dict(zip(plurals, sorted words)): last wins
             self.replace[official_plural(word)] = word
 
-    def singular(self, word: str) -> str:
-        return self.replace.get(word, word)
-
     def singularise(self, tokens: Iterable[str]) -> list[str]:
         get = self.replace.get
         return [get(t, t) for t in tokens]

@@ -28,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 SPEC_NAMESPACE: dict[str, Any] = {"BaseModel": BaseModel, "ConfigDict": ConfigDict, "Field": Field,
                                   "Literal": Literal, "Any": Any, "field_validator": field_validator,
                                   "model_validator": model_validator}
+# every params section's config: no unknown key, no bool/str coerced to a number, no .inf/.nan
+STRICT = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
 class DeclarationError(ValueError):
@@ -65,8 +67,7 @@ def params_class(file: Path, text: str, tree: ast.Module, name: str) -> type[Bas
     except NameError as err:
         raise DeclarationError(f"{file}: {name} may use only {sorted(SPEC_NAMESPACE)} ({err})") from None
     cls = scope[name]
-    config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
-    return type(name, (cls,), {"model_config": config,
+    return type(name, (cls,), {"model_config": STRICT,
                                "__module__": "r2m.params", "__doc__": cls.__doc__})
 
 
