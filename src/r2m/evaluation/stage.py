@@ -32,6 +32,7 @@ from r2m.evaluation.inputs import (
     duplicate_file_names,
     match,
     parse_references,
+    parse_results,
     partial_error,
     reference_splits,
 )
@@ -60,8 +61,6 @@ def evaluate_files(
     not scored, and file names named by several image ids (of the references file, or
     ``extra_duplicates`` ``[file_name, id, …]`` that the dataset recipe found) are reported: a
     line each in the log and counts in ``reference_problems``."""
-    from r2m.evaluation.inputs import parse_results
-
     results = parse_results(read_json(results_path), str(results_path))
     ref_data = read_json(references_path)
     references, empty = drop_empty_references(parse_references(ref_data, str(references_path)))

@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from r2m.text.vocab import END, PAD, START, UNK  # noqa: F401 (the shared token ids)
+from r2m.text.vocab import END, PAD, START
 
 # Table 2 ablations: variant name -> config switches (names match r2m.params.VARIANT_NAMES)
 VARIANTS: dict[str, dict[str, str]] = {

@@ -12,10 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
-from r2m.evaluation.inputs import load_references
-from r2m.evaluation.val_score import METRICS, ValScorer
+from r2m.evaluation.val_score import METRICS, ValScorer, val_references
 
 
 def val_selector(ctx, feats, itos: list[str], metric: str, device) -> Callable | None:
@@ -24,11 +21,7 @@ def val_selector(ctx, feats, itos: list[str], metric: str, device) -> Callable |
         raise ValueError(f"train_sup.select_by {metric!r}: choose last or one of {tuple(METRICS)}")
     from r2m.decoding.captioner import caption_features, words_of
 
-    prepared = Path(ctx.deps["prepared"])
-    images = pq.read_table(prepared / "images.parquet", columns=["image_id", "split"]).to_pandas()
-    val_ids = {str(i) for i in images.loc[images["split"] == "val", "image_id"]}
-    refs = {iid: caps for iid, caps in load_references(prepared / "references.json").items()
-            if iid in val_ids and iid in feats.row_of}
+    refs = {iid: caps for iid, caps in val_references(Path(ctx.deps["prepared"])).items() if iid in feats.row_of}
     ids = sorted(refs)
     if not ids:
         ctx.log.info("%s: no val images with references: keeping the last checkpoint", ctx.stage.name)

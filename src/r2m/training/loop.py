@@ -242,8 +242,7 @@ def state_snapshot(model) -> dict[str, Tensor]:
 def _restored_best(b: dict[str, Any] | None) -> Best | None:
     if not b:
         return None
-    state = b["state_dict"] if "state_dict" in b else b["checkpoint"]["state_dict"]  # older last.pt
-    return Best(float(b["score"]), int(b["step"]), state)
+    return Best(float(b["score"]), int(b["step"]), b["state_dict"])
 
 
 def fit(spec: Loop) -> Result:

@@ -19,15 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from r2m.decoding.captioner import caption_ids, concept_inputs, order_at_test, words_of
-from r2m.evaluation.inputs import load_references
-from r2m.evaluation.val_score import ValScorer
-
-
-def val_references(prepared: Path) -> dict[str, list[str]]:
-    """Raw reference captions of the ``val`` images that have references."""
-    images = pq.read_table(prepared / "images.parquet", columns=["image_id", "split"]).to_pandas()
-    val_ids = {str(i) for i in images.loc[images["split"] == "val", "image_id"]}
-    return {iid: caps for iid, caps in load_references(prepared / "references.json").items() if iid in val_ids}
+from r2m.evaluation.val_score import ValScorer, val_references
 
 
 def validation_set(prepared: Path, detections: Path, stoi: dict[str, int], threshold: float,

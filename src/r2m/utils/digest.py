@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from r2m.utils.io import file_digest, write_json
+
 
 def expand(paths: Iterable[Path]) -> list[Path]:
     """Files of ``paths``, folders walked recursively (sorted; hidden entries skipped); paths that
@@ -29,14 +31,6 @@ def expand(paths: Iterable[Path]) -> list[Path]:
         else:
             out.append(p)
     return out
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _read_cache(path: Path | None) -> dict[str, Any]:
@@ -63,12 +57,10 @@ def digest_files(files: Iterable[Path], cache_path: Path | None = None) -> list[
         key = str(f.resolve())
         hit = cache.get(key)
         same = isinstance(hit, list) and len(hit) == 3 and hit[0] == st.st_size and hit[1] == st.st_mtime_ns
-        digest = hit[2] if same else sha256_file(f)
+        digest = hit[2] if same else file_digest(f)
         fresh[key] = [st.st_size, st.st_mtime_ns, digest]
         out.append({"path": str(f), "bytes": st.st_size, "sha256": digest})
     if cache_path is not None:
-        from r2m.utils.io import write_json
-
         try:
             write_json(cache_path, {**cache, **fresh}, indent=None)
         except OSError:  # a read-only checkout: digests are still right, only slower next time
