@@ -59,6 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from r2m.models.rm_fused import RMRecurrence, RMShape
 from r2m.text.vocab import END, PAD, START
 
 # Table 2 ablations: variant name -> config switches (names match r2m.params.VARIANT_NAMES)
@@ -219,6 +220,32 @@ class RelationalMemory(nn.Module):
         _, k, v = self._split(self.qkv_norm(self.qkv(x)))
         return k, v, self.gate_in(x)
 
+    def can_fuse(self, need_weights: bool, x: Tensor) -> bool:
+        """Whether :meth:`run_fused` computes this unit's recurrence: one slot, no attention
+        records, an MLP, no autocast (the generic step-wise path covers everything else)."""
+        return (self.n == 1 and not need_weights and len(self.mlp) > 0
+                and not torch.is_autocast_enabled(x.device.type))
+
+    def precompute_fused(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Input-side terms for :class:`RMRecurrence`: ``[0 | k | v]`` [B, T, F] (the input's
+        normalised q/k/v with the query part zeroed) and the gate input ``W x + b`` [B, T, 2d]."""
+        x = self.inp(x)
+        qkv = self.qkv_norm(self.qkv(x))
+        keep = torch.ones(qkv.shape[-1], dtype=qkv.dtype, device=qkv.device)
+        keep[: self.h * self.dk] = 0
+        return qkv * keep, self.gate_in(x)
+
+    def run_fused(self, x: Tensor) -> Tensor:
+        """The memory at every step [B, T, d] for inputs [B, T, ·] (N = 1; see :meth:`can_fuse`)."""
+        px, gx = self.precompute_fused(x)
+        norm = self.qkv_norm if isinstance(self.qkv_norm, nn.LayerNorm) else None
+        shape = RMShape(self.d, self.h, self.dk, self.dv, self.norm1.eps)
+        mlp = [t for m in self.mlp if isinstance(m, nn.Linear) for t in (m.weight, m.bias)]
+        return RMRecurrence.apply(shape, px, gx, self.qkv.weight, self.qkv.bias,
+                                  norm.weight if norm else None, norm.bias if norm else None,
+                                  self.norm1.weight, self.norm1.bias, self.norm2.weight, self.norm2.bias,
+                                  self.gate_mem.weight, *mlp)
+
     def step(self, state: tuple[Tensor, ...], pre: tuple[Tensor, ...], need_weights: bool = False):
         (M,) = state
         k_x, v_x, g_x = pre  # [B, H·d_k], [B, H·d_v], [B, 2d]
@@ -366,6 +393,8 @@ class R2M(nn.Module):
     def run_memory(self, mem: nn.Module, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """Run a memory unit over inputs [B, T, ·] → outputs [B, T, N·d], weights [B, T, H, N, N+1]."""
         B, T = x.shape[:2]
+        if isinstance(mem, RelationalMemory) and mem.can_fuse(need_weights, x):
+            return mem.run_fused(x), None
         # unbind once: indexing p[:, t] in the loop would make backward allocate a full-size zero
         # gradient per step (O(T²) memory traffic)
         pre = list(zip(*(p.unbind(1) for p in mem.precompute(x)), strict=True))
