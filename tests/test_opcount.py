@@ -1,0 +1,69 @@
+"""Operators per training step (issue 17): the counter, and the budget a regression must not break.
+
+A step at paper sizes is launch-bound, so the number of top-level aten ops one step dispatches is
+its cost on a GPU. The count depends on T (the recurrence's steps) but not on d or the batch, so it
+is checked at small sizes. Before the fused RM recurrence (r2m.models.rm_fused) the same count was
+4,461 for L_XE (T = 30) and 11,605 for L_S (T = 40); the budget is a third of that.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from r2m.models.r2m import R2M, R2MConfig
+from r2m.text.vocab import END, START
+from r2m.training.data import TextBatch
+from r2m.training.objectives import text_objective
+from r2m.training.opcount import count_ops
+from r2m.training.stages import make_adam
+
+BUDGET = {"L_XE": (30, None, 1500), "L_S": (40, 1.0, 4000)}  # name: (T, beta, max ops per step)
+
+
+def _batch(B: int, T: int, vocab: int, seed: int = 0) -> TextBatch:
+    """Ragged sentences, the longest exactly T steps (so the recurrence runs T steps)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, T + 1, (B,), generator=g)
+    lengths[0] = T
+    targets = torch.randint(4, vocab, (B, T), generator=g)
+    pos = torch.arange(T)[None, :]
+    targets[pos == (lengths - 1)[:, None]] = END
+    targets[pos >= lengths[:, None]] = 0
+    inputs = torch.cat([torch.full((B, 1), START), targets[:, :-1]], 1) * (pos < lengths[:, None])
+    clens = torch.randint(1, 4, (B,), generator=g)
+    concepts = torch.randint(4, vocab, (B, 3), generator=g) * (torch.arange(3)[None, :] < clens[:, None])
+    return TextBatch(concepts, clens, inputs, targets, lengths)
+
+
+def _train_step(model: R2M, opt: torch.optim.Optimizer, batch: TextBatch, beta: float | None):
+    """One step as the training loop runs it: objective, backward, clipping, Adam."""
+    def step() -> None:
+        loss, _ = text_objective(model, batch, beta)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        opt.step()
+    return step
+
+
+def test_counter_counts_top_level_aten_ops_only():
+    x, w = torch.randn(3, 4), torch.randn(5, 4)
+    c = count_ops(lambda: torch.nn.functional.linear(x, w), warmup=0, cuda=False)
+    assert c.by_name.get("aten::linear") == 1  # not its t / mm children
+    assert "aten::mm" not in c.by_name and "aten::t" not in c.by_name
+    assert c.aten_ops == sum(c.by_name.values()) and c.kernels is None
+    assert c.per_step(2) == c.aten_ops / 2
+
+
+def test_ops_per_training_step_within_budget():
+    torch.manual_seed(0)
+    model = R2M(R2MConfig.for_variant("r2m", vocab_size=50, d=32, heads=2, d_k=16)).train()
+    opt = make_adam(model, 1e-4)
+    counts = {}
+    for name, (T, beta, budget) in BUDGET.items():
+        c = count_ops(_train_step(model, opt, _batch(4, T, 50), beta), cuda=False)
+        counts[name] = c.aten_ops
+        print(f"{name} T={T}: {c.aten_ops} top-level aten ops per step ({c.per_step(T):.1f} per time step; "
+              f"budget {budget}); most frequent: {c.top(5)}")
+    for name, (T, _, budget) in BUDGET.items():
+        assert counts[name] <= budget, f"{name} (T={T}): {counts[name]} ops per step > {budget}"
