@@ -32,7 +32,11 @@ Design decisions (where the paper leaves room; see also docs/ARCHITECTURE.md):
   ``rm_input="always"`` is sonnet's ``RelationalMemory`` (an input Linear before attention in every
   RM unit, the official code; not equivalent to skipping it: without it the input's keys/values
   share the memory's q/k/v layer).
-  The input-side terms (its k/v and ``W f_t + b``) are computed for all steps at once.
+  The input-side terms (its k/v and ``W f_t + b``) are computed for all steps at once. With one
+  slot (the paper's N = 1) and no attention records, a whole teacher-forced recurrence is one
+  autograd node, :class:`r2m.models.rm_fused.RMRecurrence` (same function, ~4× fewer operators per
+  step: closed-form attention over the two keys, hand-written backward through time); N > 1,
+  ``need_weights`` and autocast use the step-wise :meth:`RelationalMemory.step`.
 * **Output (Eq. 8).** ``logits = W_d · flatten(M_t)`` (+ a bias, ``out_bias=True``, ours and the
   official code's ``softmax_b``; Eq. 8 has none).
 * **Reconstructor (Eq. 9).** A second RM with its own parameters over the decoder memories,
