@@ -63,7 +63,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from r2m.models.rm_fused import RMRecurrence, RMShape
+from r2m.models.rm_fused import RMRecurrence, RMShape, head_matrix
 from r2m.text.vocab import END, PAD, START
 
 # Table 2 ablations: variant name -> config switches (names match r2m.params.VARIANT_NAMES)
@@ -200,6 +200,9 @@ class RelationalMemory(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.gate_in = nn.Linear(d, 2 * d)  # W_i, W_f and b_i, b_f
         self.gate_mem = nn.Linear(d, 2 * d, bias=False)  # U_i, U_f
+        # per-head scaled dot product as one mm (closed-form one-slot attention); not saved
+        self.register_buffer("head_sum", head_matrix(RMShape(d, heads, d_k, self.dv), torch.empty(0)),
+                             persistent=False)
         with torch.no_grad():
             self.gate_in.bias[d:].fill_(1.0)  # sonnet forget_bias
 
@@ -245,13 +248,15 @@ class RelationalMemory(nn.Module):
         norm = self.qkv_norm if isinstance(self.qkv_norm, nn.LayerNorm) else None
         shape = RMShape(self.d, self.h, self.dk, self.dv, self.norm1.eps)
         mlp = [t for m in self.mlp if isinstance(m, nn.Linear) for t in (m.weight, m.bias)]
-        return RMRecurrence.apply(shape, px, gx, self.qkv.weight, self.qkv.bias,
+        return RMRecurrence.apply(shape, self.head_sum.to(px.dtype), px, gx, self.qkv.weight, self.qkv.bias,
                                   norm.weight if norm else None, norm.bias if norm else None,
                                   self.norm1.weight, self.norm1.bias, self.norm2.weight, self.norm2.bias,
                                   self.gate_mem.weight, *mlp)
 
     def step(self, state: tuple[Tensor, ...], pre: tuple[Tensor, ...], need_weights: bool = False):
         (M,) = state
+        if self.n == 1 and not need_weights:
+            return self._step_one_slot(M, pre)
         k_x, v_x, g_x = pre  # [B, H·d_k], [B, H·d_v], [B, 2d]
         B, N, h, dk, dv = M.shape[0], self.n, self.h, self.dk, self.dv
         q, k, v = self._split(self.qkv_norm(self.qkv(M)))  # [B, N, ·]
@@ -265,6 +270,22 @@ class RelationalMemory(nn.Module):
         gi, gf = (self.gate_mem(torch.tanh(M)) + g_x.unsqueeze(1)).chunk(2, dim=-1)
         M_new = torch.sigmoid(gi) * torch.tanh(m_tilde) + torch.sigmoid(gf) * M
         return (M_new,), M_new.reshape(B, N * self.d), (att if need_weights else None)
+
+
+    def _step_one_slot(self, M: Tensor, pre: tuple[Tensor, ...]):
+        """:meth:`step` with N = 1 and no weights, in closed form (as :class:`RMRecurrence` computes
+        it, under autograd): over the two keys ``[M; f]`` the softmax is a sigmoid of the score
+        difference, ``a = v_f + σ(q·(k_M − k_f)/√d_k) ⊙ (v_M − v_f)``."""
+        k_x, v_x, g_x = pre  # [B, H·d_k], [B, H·d_v], [B, 2d]
+        m = M.view(M.shape[0], self.d)
+        q, k, v = self._split(self.qkv_norm(self.qkv(m)))
+        vd = v - v_x
+        x1 = torch.addcmul(m + v_x, torch.sigmoid((q * (k - k_x)) @ self.head_sum), vd)
+        m1 = self.norm1(x1)
+        m_tilde = self.norm2(m1 + self.mlp(m1))
+        gi, gf = torch.addmm(g_x, torch.tanh(m), self.gate_mem.weight.t()).chunk(2, dim=-1)
+        M_new = torch.sigmoid(gi) * torch.tanh(m_tilde) + torch.sigmoid(gf) * m
+        return (M_new.unsqueeze(1),), M_new, None
 
 
 class LSTMMemory(nn.Module):

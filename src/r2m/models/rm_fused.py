@@ -95,19 +95,19 @@ def _mlp_plan(mlp: tuple[Tensor, ...], ln1_b: Tensor) -> tuple[list[tuple[Tensor
 class RMRecurrence(torch.autograd.Function):
     """``M_1 … M_T`` of an RM unit with one slot; see the module docstring.
 
-    ``apply(shape, px, gx, w_qkv, b_qkv, ln_w, ln_b, ln1_w, ln1_b, ln2_w, ln2_b, u, *mlp)``:
+    ``apply(shape, se, px, gx, w_qkv, b_qkv, ln_w, ln_b, ln1_w, ln1_b, ln2_w, ln2_b, u, *mlp)``:
+    ``se`` = :func:`head_matrix` (a constant),
     ``ln_w``/``ln_b`` None without the q/k/v LayerNorm, ``mlp`` = (W_0, b_0, W_1, b_1, …).
     Per-step results are written into preallocated [T, B, ·] buffers through views made once
     (``out=``), so splitting q/k/v, the two gate halves and stacking the outputs cost no op per step.
     """
 
     @staticmethod
-    def forward(ctx, shape: RMShape, px: Tensor, gx: Tensor, w_qkv: Tensor, b_qkv: Tensor,
+    def forward(ctx, shape: RMShape, se: Tensor, px: Tensor, gx: Tensor, w_qkv: Tensor, b_qkv: Tensor,
                 ln_w: Tensor | None, ln_b: Tensor | None, ln1_w: Tensor, ln1_b: Tensor,
                 ln2_w: Tensor, ln2_b: Tensor, u: Tensor, *mlp: Tensor) -> Tensor:
         B, T, F = px.shape
         d, hk, eps = shape.d, shape.hk, shape.eps
-        se = head_matrix(shape, px)
         w_qkv_t, u_t = w_qkv.t(), u.t()
         layers, ln1_bias = _mlp_plan(mlp, ln1_b)
         folded, has_norm = len(layers) >= 2, ln_w is not None
@@ -237,4 +237,4 @@ class RMRecurrence(torch.autograd.Function):
         dpx[:, 2 * hk:] += DX1
         g_px = dpx.view(T, B, -1).transpose(0, 1)
         g_gx = DG.view(T, B, -1).transpose(0, 1)
-        return (None, g_px, g_gx, g_wqkv, g_bqkv, *g_ln, *g_ln1, *g_ln2, g_u, *g_mlp)
+        return (None, None, g_px, g_gx, g_wqkv, g_bqkv, *g_ln, *g_ln1, *g_ln2, g_u, *g_mlp)
