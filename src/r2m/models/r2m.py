@@ -277,7 +277,7 @@ class RelationalMemory(nn.Module):
         it, under autograd): over the two keys ``[M; f]`` the softmax is a sigmoid of the score
         difference, ``a = v_f + σ(q·(k_M − k_f)/√d_k) ⊙ (v_M − v_f)``."""
         k_x, v_x, g_x = pre  # [B, H·d_k], [B, H·d_v], [B, 2d]
-        m = M.view(M.shape[0], self.d)
+        m = M.reshape(M.shape[0], self.d)
         q, k, v = self._split(self.qkv_norm(self.qkv(m)))
         vd = v - v_x
         x1 = torch.addcmul(m + v_x, torch.sigmoid((q * (k - k_x)) @ self.head_sum), vd)
