@@ -53,6 +53,7 @@ def test_counter_counts_top_level_aten_ops_only():
     assert "aten::mm" not in c.by_name and "aten::t" not in c.by_name
     assert c.aten_ops == sum(c.by_name.values()) and c.kernels is None
     assert c.per_step(2) == c.aten_ops / 2
+    assert c.summary(2).startswith(f"{c.aten_ops:,} aten ops/step (") and "GPU" not in c.summary()
 
 
 def test_ops_per_training_step_within_budget():

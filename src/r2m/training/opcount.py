@@ -12,13 +12,17 @@ Method (fixed, so figures before and after a change compare):
 * **top-level aten ops** (``aten_ops``): profiler events named ``aten::…`` that have no ``aten::``
   ancestor — what the dispatcher was asked to run, forward and backward (the autograd engine's
   ``evaluate_function`` wrappers are not ``aten::``, so each backward node's ops count), with the
-  ops that other aten ops call internally not counted again. On CPU this is a faithful proxy for
-  the GPU kernels the same step launches;
+  ops that other aten ops call internally not counted again. On CPU this is a proxy for the
+  launches the same step makes on a GPU (each op is one dispatch; view ops such as ``t`` or
+  ``reshape`` count though they launch no kernel, fused ops like ``addmm`` count once);
 * **GPU kernels** (``kernels``, CUDA only; ``None`` otherwise): device-side kernel events recorded
   during the step (memcpy / memset included, as the GPU executes them).
 
 ``per_step(T)`` in :class:`OpCount` divides by the number of time steps for "ops per time step"
-figures. ``r2m bench schedule`` prints these counts next to its timings.
+figures, :meth:`OpCount.summary` a one-line description for a benchmark to print.
+
+Usage: ``count_ops(lambda: train_step(batch))`` → :class:`OpCount`. ``tests/test_opcount.py`` holds
+the budget (L_XE at T = 30, L_S at T = 40) so a regression fails CI.
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ class OpCount:
     def top(self, k: int = 10) -> list[tuple[str, int]]:
         """The ``k`` most frequent top-level ops."""
         return Counter(self.by_name).most_common(k)
+
+    def summary(self, time_steps: int | None = None) -> str:
+        """One line for a benchmark's output, e.g. ``1,455 aten ops/step (48.5 per time step), 2,765 GPU kernels``."""
+        line = f"{self.aten_ops:,} aten ops/step"
+        if time_steps:
+            line += f" ({self.per_step(time_steps):.1f} per time step)"
+        return line + (f", {self.kernels:,} GPU kernels" if self.kernels is not None else "")
 
 
 def _has_aten_ancestor(evt: FunctionEvent) -> bool:
