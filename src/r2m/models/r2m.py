@@ -203,6 +203,9 @@ class RelationalMemory(nn.Module):
         # per-head scaled dot product as one mm (closed-form one-slot attention); not saved
         self.register_buffer("head_sum", head_matrix(RMShape(d, heads, d_k, self.dv), torch.empty(0)),
                              persistent=False)
+        keep_kv = torch.ones(heads * (2 * d_k + self.dv))
+        keep_kv[: heads * d_k] = 0
+        self.register_buffer("keep_kv", keep_kv, persistent=False)  # zeroes the query part of q/k/v
         with torch.no_grad():
             self.gate_in.bias[d:].fill_(1.0)  # sonnet forget_bias
 
@@ -229,18 +232,16 @@ class RelationalMemory(nn.Module):
 
     def can_fuse(self, need_weights: bool, x: Tensor) -> bool:
         """Whether :meth:`run_fused` computes this unit's recurrence: one slot, no attention
-        records, an MLP, no autocast (the generic step-wise path covers everything else)."""
-        return (self.n == 1 and not need_weights and len(self.mlp) > 0
+        records, an MLP, no autocast, inputs in the unit's dtype (the generic step-wise path covers
+        everything else)."""
+        return (self.n == 1 and not need_weights and len(self.mlp) > 0 and x.dtype == self.head_sum.dtype
                 and not torch.is_autocast_enabled(x.device.type))
 
     def precompute_fused(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Input-side terms for :class:`RMRecurrence`: ``[0 | k | v]`` [B, T, F] (the input's
         normalised q/k/v with the query part zeroed) and the gate input ``W x + b`` [B, T, 2d]."""
         x = self.inp(x)
-        qkv = self.qkv_norm(self.qkv(x))
-        keep = torch.ones(qkv.shape[-1], dtype=qkv.dtype, device=qkv.device)
-        keep[: self.h * self.dk] = 0
-        return qkv * keep, self.gate_in(x)
+        return self.qkv_norm(self.qkv(x)) * self.keep_kv, self.gate_in(x)
 
     def run_fused(self, x: Tensor) -> Tensor:
         """The memory at every step [B, T, d] for inputs [B, T, ·] (N = 1; see :meth:`can_fuse`)."""
@@ -248,7 +249,7 @@ class RelationalMemory(nn.Module):
         norm = self.qkv_norm if isinstance(self.qkv_norm, nn.LayerNorm) else None
         shape = RMShape(self.d, self.h, self.dk, self.dv, self.norm1.eps)
         mlp = [t for m in self.mlp if isinstance(m, nn.Linear) for t in (m.weight, m.bias)]
-        return RMRecurrence.apply(shape, self.head_sum.to(px.dtype), px, gx, self.qkv.weight, self.qkv.bias,
+        return RMRecurrence.apply(shape, self.head_sum, px, gx, self.qkv.weight, self.qkv.bias,
                                   norm.weight if norm else None, norm.bias if norm else None,
                                   self.norm1.weight, self.norm1.bias, self.norm2.weight, self.norm2.bias,
                                   self.gate_mem.weight, *mlp)
