@@ -164,3 +164,24 @@ def test_generic_path_kept_where_not_fused():
     assert mem1.can_fuse(False, x) and not mem1.can_fuse(True, x)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not mem1.can_fuse(False, x)
+
+
+def test_fused_graph_is_freed_without_the_cycle_collector():
+    """The fused node keeps its output via save_for_backward (no reference cycle): a step's
+    activations go when its tensors do, not at the next garbage collection."""
+    import gc
+    import weakref
+
+    mem = RelationalMemory(input_dim=8, d=8, slots=1, heads=2, d_k=4, mlp_layers=2)
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    gc.disable()
+    try:
+        for backward in (True, False):
+            out = mem.run_fused(x)
+            if backward:
+                out.sum().backward()
+            ref = weakref.ref(out)
+            del out
+            assert ref() is None
+    finally:
+        gc.enable()

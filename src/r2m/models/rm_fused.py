@@ -155,13 +155,16 @@ class RMRecurrence(torch.autograd.Function):
             M = torch.addcmul(si_t[t] * th, sf_t[t], M, out=out_t[t])
         if any(ctx.needs_input_grad):  # keep what the backward reads
             ctx.shape, ctx.se, ctx.folded = shape, se, folded
-            ctx.buf, ctx.at, ctx.stats, ctx.out = buf, at, stats, OUT
+            ctx.buf, ctx.at, ctx.stats = buf, at, stats
+            ctx.save_for_backward(OUT)  # an output: on ctx directly it would make a reference cycle
             ctx.params = (w_qkv, b_qkv, ln_w, ln_b, ln1_w, ln1_b, ln2_w, ln2_b, u, mlp)
         return OUT
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):  # noqa: C901 - one BPTT, kept in one place on purpose
         shape, se, buf, at, stats = ctx.shape, ctx.se, ctx.buf, ctx.at, ctx.stats
+        (out,) = ctx.saved_tensors
+        ctx.buf = ctx.at = ctx.stats = None  # freed after this backward, as autograd frees saved tensors
         w_qkv, b_qkv, ln_w, ln_b, ln1_w, ln1_b, ln2_w, ln2_b, u, mlp = ctx.params
         d, hk, hv = shape.d, shape.hk, shape.hv
         T, B, F = buf["z"].shape
@@ -170,7 +173,7 @@ class RMRecurrence(torch.autograd.Function):
         flat = {k: v.view(T * B, v.shape[-1]) for k, v in buf.items()}
         g_out = grad_out.unbind(1)
         # M_{t-1} for every step (M_0 = 0), t-major like the buffers
-        MP = torch.cat((ctx.out.new_zeros(1, B, d), ctx.out[:, :-1].transpose(0, 1)), 0).view(T * B, d)
+        MP = torch.cat((out.new_zeros(1, B, d), out[:, :-1].transpose(0, 1)), 0).view(T * B, d)
         # per-step factors that do not depend on the incoming gradient, for all steps at once
         SIG, TH, AME = flat["sig"], flat["th"], flat["ame"]
         k_gate = aten.sigmoid_backward(torch.cat((TH, MP), -1), SIG)  # ∂M_t/∂(gate pre-activations) / dM
