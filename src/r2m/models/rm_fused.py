@@ -155,16 +155,22 @@ class RMRecurrence(torch.autograd.Function):
             M = torch.addcmul(si_t[t] * th, sf_t[t], M, out=out_t[t])
         if any(ctx.needs_input_grad):  # keep what the backward reads
             ctx.shape, ctx.se, ctx.folded = shape, se, folded
-            ctx.buf, ctx.at, ctx.stats = buf, at, stats
-            ctx.save_for_backward(OUT)  # an output: on ctx directly it would make a reference cycle
+            # through save_for_backward (not attributes of ctx): freed after the backward as autograd
+            # frees saved tensors, and no reference cycle through the output
+            ctx.layout = (list(buf), {k: len(v) for k, v in stats.items()})
+            ctx.save_for_backward(OUT, *buf.values(), *(x for v in stats.values() for x in v))
             ctx.params = (w_qkv, b_qkv, ln_w, ln_b, ln1_w, ln1_b, ln2_w, ln2_b, u, mlp)
         return OUT
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):  # noqa: C901 - one BPTT, kept in one place on purpose
-        shape, se, buf, at, stats = ctx.shape, ctx.se, ctx.buf, ctx.at, ctx.stats
-        (out,) = ctx.saved_tensors
-        ctx.buf = ctx.at = ctx.stats = None  # freed after this backward, as autograd frees saved tensors
+        shape, se, (names, counts) = ctx.shape, ctx.se, ctx.layout
+        out, *saved = ctx.saved_tensors
+        buf = dict(zip(names, saved, strict=False))
+        stats, i = {}, len(names)
+        for k, n in counts.items():
+            stats[k], i = saved[i: i + n], i + n
+        at = {k: buf[k].unbind(0) for k in names if k in ("x1", "x2", "pre") or k.startswith("h")}
         w_qkv, b_qkv, ln_w, ln_b, ln1_w, ln1_b, ln2_w, ln2_b, u, mlp = ctx.params
         d, hk, hv = shape.d, shape.hk, shape.hv
         T, B, F = buf["z"].shape
