@@ -7,13 +7,15 @@
     timm Inception-V4, TF-slim weights, the authors' TF1 preprocessing 346 -> centre crop 299
     (``tf1.py``): ``pooled`` 1536, ``grid`` 8x8x1536.
 ``vgg16`` (``vgg16.py``)
-    torchvision VGG-16, ``options.weights`` file, else random (warning): ``pooled`` 4096 (fc7),
+    torchvision VGG-16, ``options.weights`` file (default ``data/weights/vgg16-397923af.pth``; missing:
+    one-line error): ``pooled`` 4096 (fc7),
     ``grid`` 14x14x512 (conv5_3).
 ``random_cnn`` (``random_cnn.py``)
     a small seeded random CNN (synthetic ``tiny`` data, tests): ``pooled`` ``dim``, optional ``grid``.
 
 Common options: ``kinds`` (subset of the backend's kinds), ``random_init: true`` (no weights, for
-tests/benchmarks), ``weights`` + optional ``sha256``.
+tests/benchmarks; the only way to random weights, recorded as ``random_weights`` in the features
+folder's ``meta.json`` and shown on the report page), ``weights`` + optional ``sha256``.
 
 Add a backend: a new module here with ``@FEATURES.register(name)`` on its factory (build the network,
 pick the kinds with ``base.select_kinds``, wrap it in ``base.Scaled`` with the input mean/std and return an
