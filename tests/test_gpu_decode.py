@@ -25,7 +25,7 @@ from r2m.vision.extractors import compute as C
 from r2m.vision.extractors import gpu_decode as G
 from r2m.vision.extractors.base import ResizeToUint8
 from r2m.vision.extractors.tf1 import OfficialResizeCrop
-from r2m.vision.images import Encoded, load_image, make_loader, read_plain_jpeg
+from r2m.vision.images import Encoded, jpeg_frame, load_image, make_loader, read_plain_jpeg
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
@@ -48,7 +48,8 @@ def photos(tmp_path_factory):
 @pytest.fixture(scope="module")
 def odd_files(photos, tmp_path_factory):
     """Files the GPU path must leave to the CPU: PNG, grey PNG, CMYK JPEG, EXIF-rotated JPEG, a
-    truncated JPEG, text named .jpg, and a complete JPEG whose frame type the decoder refuses."""
+    truncated JPEG, text named .jpg, a lossless-JPEG frame header on baseline data, and a complete
+    baseline JPEG with a broken Huffman table, which the decoder refuses."""
     from skimage import data
 
     d = tmp_path_factory.mktemp("odd")
@@ -61,7 +62,9 @@ def odd_files(photos, tmp_path_factory):
     Image.fromarray(data.astronaut()).save(d / "rotated.jpg", quality=90, exif=exif)
     (d / "trunc.jpg").write_bytes(good[:4000])
     (d / "text.jpg").write_text("not an image")
-    (d / "refused.jpg").write_bytes(good.replace(b"\xff\xc0", b"\xff\xc3", 1))  # SOF0 -> SOF3 (lossless)
+    (d / "lossless.jpg").write_bytes(good.replace(b"\xff\xc0", b"\xff\xc3", 1))  # SOF0 -> SOF3
+    sos = good.index(b"\xff\xda")
+    (d / "refused.jpg").write_bytes(good[:sos] + b"\xff\xc4\x00\x03" + good[sos:])  # an empty DHT segment
     return {p.stem: p for p in sorted(d.iterdir())}
 
 
@@ -105,7 +108,8 @@ def test_read_plain_jpeg_only_takes_what_needs_no_cpu_work(photos, odd_files):
     Image.open(odd_files["gray"]).save(gray)
     assert read_plain_jpeg(gray) is not None
     assert read_plain_jpeg(photos["small"], min_side=1000) is None
-    for name in ("chelsea", "gray", "cmyk", "rotated", "trunc", "text"):  # "refused" has a plain header
+    assert read_plain_jpeg(odd_files["refused"]) is not None  # a plain header: the decoder finds the fault
+    for name in ("chelsea", "gray", "cmyk", "rotated", "trunc", "text", "lossless"):
         assert read_plain_jpeg(odd_files[name]) is None, name
     assert read_plain_jpeg(odd_files["text"].parent / "missing.jpg") is None
 
@@ -150,15 +154,33 @@ def _features(files, monkeypatch, gpu_path: bool, backend="random_cnn", options=
     return out
 
 
+def test_jpeg_frame():
+    good = b"\xff\xd8\xff\xe0\x00\x04ab\xff\xff\xc2\x00\x0b\x08rest"
+    assert jpeg_frame(good) == (0xC2, 8)
+    assert jpeg_frame(b"\xff\xd8\xff\xda\x00\x02\xff\xc0\x00\x0b\x08") is None  # scan before the frame
+    assert jpeg_frame(b"\xff\xd8\x00\x00") is None and jpeg_frame(b"\xff\xd8\xff\xc4\x00\x02") is None
+
+
+def test_a_file_the_decoder_refuses_is_loaded_on_the_cpu(photos, monkeypatch):
+    """Any file ``decode`` gives up on goes through load_image + the CPU transform (same features)."""
+    files = [photos["coffee"], photos["astronaut"]]
+    a, good_a, _ = _features(files, monkeypatch, gpu_path=False)
+    monkeypatch.setattr(G, "decode", lambda datas, device: [None] * len(datas))
+    b, good_b, _ = _features(files, monkeypatch, gpu_path=True)
+    assert good_a == good_b == [0, 1] and np.array_equal(a["pooled"], b["pooled"])
+
+
 def test_encoded_path_end_to_end_with_fallbacks(photos, odd_files, monkeypatch):
     files = [photos["coffee"], odd_files["chelsea"], odd_files["trunc"], photos["astronaut"], odd_files["cmyk"],
-             odd_files["refused"], odd_files["text"], photos["small"], odd_files["rotated"], odd_files["gray"]]
+             odd_files["refused"], odd_files["text"], photos["small"], odd_files["rotated"], odd_files["gray"],
+             odd_files["lossless"]]
     (a_cpu, good_cpu, bad_cpu) = _features(files, monkeypatch, gpu_path=False, options={"size": 96})
     (a_gpu, good_gpu, bad_gpu) = _features(files, monkeypatch, gpu_path=True, options={"size": 96})
     assert good_gpu == good_cpu == [0, 1, 3, 4, 7, 8, 9]
-    assert bad_gpu == bad_cpu and [p for p, _ in bad_cpu] == [2, 5, 6]
+    assert bad_gpu == bad_cpu and [p for p, _ in bad_cpu] == [2, 5, 6, 10]
     reasons = dict(bad_gpu)
-    assert "truncated" in reasons[2] and "broken data stream" in reasons[5] and "not a recognised" in reasons[6]
+    assert "truncated" in reasons[2] and "not a recognised" in reasons[6]
+    assert reasons[5].startswith("unreadable") and reasons[10].startswith("unreadable")
     x, y = a_cpu["pooled"].astype(np.float32), a_gpu["pooled"].astype(np.float32)
     cpu_rows = [good_cpu.index(i) for i in (1, 4, 8, 9)]  # not plain JPEG: prepared by the CPU transform
     assert np.array_equal(x[cpu_rows], y[cpu_rows])
@@ -213,7 +235,8 @@ def test_encoded_loader_items(photos, odd_files):
 def test_cuda_decode_close_to_cpu_path(photos, odd_files):
     """On CUDA: nvjpeg's pixels are not libjpeg's (different IDCT / upsampling), so features are close,
     not equal; the fallbacks give the CPU path's bad list."""
-    files = [str(p) for p in (*photos.values(), odd_files["chelsea"], odd_files["trunc"], odd_files["refused"])]
+    files = [str(p) for p in (*photos.values(), odd_files["chelsea"], odd_files["trunc"], odd_files["refused"],
+                              odd_files["lossless"])]
     ex = X.build_extractor("random_cnn", {"size": 96})
     a, good_a, bad_a = C.extract_arrays(ex, files, 4, "cuda", show=False, gpu_decode=False)
     b, good_b, bad_b = C.extract_arrays(ex, files, 4, "cuda", show=False, gpu_decode=True)

@@ -97,6 +97,31 @@ JPEG_MODES = ("RGB", "L")  # what decode_jpeg(mode=RGB) turns into the same pixe
 EXIF_ORIENTATION = 0x0112
 
 
+PLAIN_FRAMES = (0xC0, 0xC1, 0xC2)  # baseline, extended, progressive Huffman (not lossless, arithmetic, 12-bit)
+
+
+def jpeg_frame(data: bytes) -> tuple[int, int] | None:
+    """``(SOF marker, sample precision)`` of JPEG ``data``: the markers are walked from SOI up to the
+    first frame header; ``None`` when none comes before the scan data (or the stream is malformed)."""
+    i, n = 2, len(data)
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            i += 2
+            continue
+        if marker == 0xDA:  # scan data before any frame header
+            return None
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return (marker, data[i + 4]) if i + 4 < n else None
+        i += 2 + ((data[i + 2] << 8) | data[i + 3])
+    return None
+
+
 @dataclass(frozen=True)
 class Encoded:
     """The bytes of a plain JPEG file (see :func:`read_plain_jpeg`), decoded later by the caller."""
@@ -106,8 +131,8 @@ class Encoded:
 
 def read_plain_jpeg(path: str | Path, min_side: int = 1) -> tuple[bytes, tuple[int, int]] | None:
     """``(bytes, (width, height))`` of a JPEG that needs nothing :func:`load_image` does beyond decoding
-    (RGB or grey, no EXIF rotation, complete: it ends with the EOI marker, at least ``min_side``, not a
-    decompression bomb); ``None`` for anything else, which :func:`load_image` then handles (and
+    (8-bit Huffman baseline or progressive, RGB or grey, no EXIF rotation, complete: it ends with the
+    EOI marker, at least ``min_side``, not a decompression bomb); ``None`` for anything else, which :func:`load_image` then handles (and
     reports, when bad). Only the header is parsed, nothing is decoded."""
     try:
         data = Path(path).read_bytes()
@@ -115,6 +140,9 @@ def read_plain_jpeg(path: str | Path, min_side: int = 1) -> tuple[bytes, tuple[i
         return None
     if not data.startswith(b"\xff\xd8") or not data.rstrip(b"\x00\r\n ").endswith(b"\xff\xd9"):
         return None  # not a JPEG, or truncated: load_image says which
+    frame = jpeg_frame(data)
+    if frame is None or frame[0] not in PLAIN_FRAMES or frame[1] != 8:
+        return None  # lossless, arithmetic-coded, 12-bit or malformed: as PIL decides
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
