@@ -95,8 +95,6 @@ def load_image(path: str | Path, min_side: int = 1) -> Image.Image:
 # ----------------------------------------------------------------------------- plain JPEG bytes
 JPEG_MODES = ("RGB", "L")  # what decode_jpeg(mode=RGB) turns into the same pixels as load_image
 EXIF_ORIENTATION = 0x0112
-
-
 PLAIN_FRAMES = (0xC0, 0xC1, 0xC2)  # baseline, extended, progressive Huffman (not lossless, arithmetic, 12-bit)
 
 

@@ -77,6 +77,8 @@ def extract_arrays(
             good.extend(indices)
         bar.update(len(batch.indices) + len(batch.bad))
     bar.close()
+    if prep is not None:
+        bad.sort(key=lambda item: item[0])  # a refused file's entry came after its batch's loader ones
     if prep is not None and on_cpu:
         log.info("features: %d of %d file(s) decoded on the CPU (not plain JPEG, or refused by the GPU decoder)",
                  on_cpu, len(files))
