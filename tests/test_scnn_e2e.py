@@ -222,3 +222,21 @@ def test_a_skipped_pretraining_leaves_no_model_and_is_never_loaded(tiny) -> None
     (pre / "model.pt").write_bytes(b"not a checkpoint")
     run("train_sup", "scnn")
     assert (root / "models/syn/scnn/train_sup/model.pt").exists()
+
+
+def test_report_rows_name_the_cnn_mode_and_the_protocol() -> None:
+    from r2m.reports.baselines import ML_PROTOCOL, baseline_rows, multilabel_rows
+
+    scores = {"Bleu_1": 0.5, "Bleu_2": 0.4, "Bleu_3": 0.3, "Bleu_4": 0.2, "METEOR": 0.2, "ROUGE_L": 0.4,
+              "CIDEr": 1.2, "split": "test", "n_images": 4}
+    rows = baseline_rows(["tiny_paired"], ["scnn"], {("tiny_paired", "scnn"): scores},
+                         {("tiny_paired", "scnn"): {"label": "S-CNN-RNN (end to end)", "steps": 3}},
+                         {"tiny_paired": {**scores, "caption": "a b"}})
+    assert rows[0][1] == "S-CNN-RNN (end to end)"
+    ml = {c: 0.5 for c in ("C-P", "C-R", "C-F1", "O-P", "O-R", "O-F1")}
+    ins = {("tiny_paired", "scnn"): {"label": "S-CNN-RNN (frozen CNN)", "top_k": 3, "concepts": 30, "images": 4,
+                                     "multilabel": ml, "frequency_baseline": ml}}
+    got = multilabel_rows(ins)
+    assert got[0][1] == "S-CNN-RNN (frozen CNN): concept head" and "0/0 = 0" in got[0][-1]
+    assert all("not caption words" in r[-1] for r in got if r[2] == "published")
+    assert "all classes" in ML_PROTOCOL
