@@ -22,7 +22,7 @@ import torch
 
 from r2m.decoding.beam import sample_search
 from r2m.decoding.captioner import BANNED, caption_features, load_checkpoint_model, words_of
-from r2m.supervised.data import Features
+from r2m.supervised.data import model_features
 from r2m.supervised.vocab import skip_reason
 from r2m.text.vocab import END
 from r2m.utils.io import write_json
@@ -73,7 +73,7 @@ def run(ctx) -> None:
     device = ctx.runtime.torch_device()
     model, _, itos = load_checkpoint_model(ctx.deps["model"], device, ctx.deps["sup_vocab"])
     images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
-    feats = Features(ctx.deps["features"], model.feature_kinds)
+    feats = model_features(ctx.deps["model"], ctx.deps["features"], model.feature_kinds)
     ids = [str(i) for i in images.loc[images["split"] == cp.split, "image_id"]]
     missing = [i for i in ids if i not in feats.row_of]
     ids = [i for i in ids if i in feats.row_of]

@@ -148,7 +148,7 @@ def split_pairs(sup_vocab: Path, split: str, row_of: dict[str, int]) -> tuple[li
 def run_sup(ctx) -> None:
     """DAG stage ``retrieval_sup``: one supervised model on ``retrieval.split``."""
     from r2m.decoding.captioner import load_checkpoint_model
-    from r2m.supervised.data import Features, teacher_forcing
+    from r2m.supervised.data import model_features, teacher_forcing
     from r2m.supervised.vocab import skip_reason
 
     out = Path(ctx.outs["retrieval"])
@@ -160,7 +160,7 @@ def run_sup(ctx) -> None:
     rp = ctx.params.retrieval
     device = ctx.runtime.torch_device()
     model, _, _ = load_checkpoint_model(ctx.deps["model"], device)
-    feats = Features(ctx.deps["features"], model.feature_kinds)
+    feats = model_features(ctx.deps["model"], ctx.deps["features"], model.feature_kinds)
     images, t = split_pairs(Path(ctx.deps["sup_vocab"]), rp.split, feats.row_of)
     if not images:
         raise ValueError(f"{ctx.deps['sup_vocab']}: no {rp.split} image-sentence pairs with features")
