@@ -31,6 +31,10 @@ from torch import Tensor
 
 LossFn = Callable[[Any], tuple[Tensor, dict[str, Tensor]]]
 
+CUDA_API: Any = torch.cuda
+"""The CUDA stream/graph API :class:`GraphStep` calls (a seam: the CPU tests drive its control flow
+with a stand-in)."""
+
 
 # --------------------------------------------------------------------------- the decision
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ class GraphStep:
     def __init__(self, eager: EagerStep, log: Any, name: str, warmup: int = 3, max_captures: int = 8) -> None:
         self.eager, self.log, self.name = eager, log, name
         self.warmup, self.max_captures = warmup, max_captures
-        self.stream = torch.cuda.Stream()
+        self.stream = CUDA_API.Stream()
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: Any = None
         self.out: tuple[Tensor, tuple[str, ...]] | None = None
@@ -153,10 +157,10 @@ class GraphStep:
 
     def _side(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` on the side stream, ordered after and before the current stream's work."""
-        self.stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self.stream):
+        self.stream.wait_stream(CUDA_API.current_stream())
+        with CUDA_API.stream(self.stream):
             out = fn()
-        torch.cuda.current_stream().wait_stream(self.stream)
+        CUDA_API.current_stream().wait_stream(self.stream)
         return out
 
     def give_up(self, why: str) -> None:
@@ -165,8 +169,8 @@ class GraphStep:
 
     def _capture(self) -> None:
         self.eager.optimizer.zero_grad(set_to_none=True)  # backward allocates the grads inside the graph
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.stream):
+        graph = CUDA_API.CUDAGraph()
+        with CUDA_API.graph(graph, stream=self.stream):
             out = self.eager(self.static)
         self.graph, self.out = graph, out
         self.captures += 1
@@ -187,7 +191,7 @@ class GraphStep:
             try:
                 self._capture()
             except Exception as err:  # noqa: BLE001 - any capture failure means: train eagerly
-                torch.cuda.synchronize()
+                CUDA_API.synchronize()
                 self.give_up(f"capture raised {type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}")
                 return self.eager(batch)
         assert self.graph is not None and self.out is not None
