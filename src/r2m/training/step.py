@@ -44,7 +44,7 @@ class StepMode:
 
     static: bool = False
     graph: bool = False
-    why: str = "not requested"
+    why: str = ""  # the default (supervised trainers): eager, nothing to log
 
 
 # (condition, reason): the first that holds turns the graph off
@@ -214,7 +214,8 @@ def graph_record(step: Any, mode: StepMode) -> dict[str, Any]:
     """What ``train_metrics.json`` records about the step: ``cuda_graph`` (a replay ran), the reason
     it did not (``cuda_graph_off``, null when it did) and ``static_step``."""
     used = bool(getattr(step, "used_graph", False))
-    why = "" if used else (getattr(step, "why", "") or mode.why or "capture pending")
+    pending = "no capture yet: fewer steps than the warm-up" if isinstance(step, GraphStep) else "not requested"
+    why = "" if used else (getattr(step, "why", "") or mode.why or pending)
     return {"cuda_graph": used, "cuda_graph_off": why or None, "static_step": mode.static}
 
 
