@@ -360,3 +360,32 @@ def test_tf32_switch(monkeypatch) -> None:
     monkeypatch.setenv("R2M_TF32", "off")
     with pytest.raises(R.BadInput, match="R2M_TF32"):
         R.Runtime.from_env()
+
+
+# --------------------------------------------------------------------------- records
+def test_stage_metrics_record_the_step_on_cpu(tmp_path: Path) -> None:
+    from test_training import make_params, make_synthetic, run_stage
+
+    torch.set_num_threads(1)
+    make_synthetic(tmp_path)
+    m = run_stage(tmp_path, "train_xe", make_params(train_xe={"steps": 3}))
+    assert m["tf32"] is False and m["cuda_graph"] is False and m["static_step"] is False
+    assert "cpu" in m["cuda_graph_off"]
+
+
+def test_bench_schedule_runs_the_shared_step_and_its_op_hook(monkeypatch) -> None:
+    from r2m.training import bench_schedule as BS
+
+    calls: list[str] = []
+
+    def count(one_step):
+        stats, names = one_step()
+        calls.append(names[0])
+        return {"ops_per_step": 7}
+
+    monkeypatch.setattr(BS, "COUNT_OPS", count)
+    torch.set_num_threads(1)
+    r = BS.run_schedule("cpu", scale=0.0002, batch=4, vocab=40, d=8, heads=2, d_k=4, graph=False,
+                        stages=("train_xe", "train_m"))
+    assert (r["tf32"], r["graph"], r["static"]) == (False, False, False) and "cpu" in r["graph_off"]
+    assert [s["ops"] for s in r["stages"]] == [{"ops_per_step": 7}] * 2 and calls == ["xe", "rank"]
