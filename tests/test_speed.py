@@ -61,7 +61,7 @@ def _final_losses(wd: Path) -> dict[str, float]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="no CUDA device here: the tiny DAG on CUDA (fp32, bf16) against CPU was NOT run")
+                    reason="no CUDA device here: the tiny DAG on CUDA (fp32, TF32, bf16) against CPU was NOT run")
 @pytest.mark.parametrize("dtype", ["fp32", "tf32", "bf16"])
 def test_tiny_dag_on_cuda_matches_cpu(tmp_path, request, dtype, tiny_dag):
     root = Path(request.config.rootpath)
