@@ -18,6 +18,12 @@ when its fingerprint (resolved params and the init checkpoint) matches; the fold
 the outputs are written. SIGTERM/SIGINT stop the loop at the next step boundary after saving
 ``last.pt`` (:class:`r2m.utils.resume.Preempted`). ``r2m`` holds an exclusive lock per stage output.
 
+**The step** (:mod:`r2m.training.step`): on CUDA batches are padded to static shapes
+(:func:`static_shape`), each step is replayed as one CUDA graph (capturable Adam) and fp32 matmuls use
+TF32 (``R2M_CUDA_GRAPH=0``, ``R2M_TF32=0``, ``R2M_STATIC_STEP``: :mod:`r2m.runtime`); on CPU the
+dynamic eager step of before. ``train_metrics.json`` records ``tf32``, ``cuda_graph``,
+``cuda_graph_off`` and ``static_step``.
+
 **Checkpoint selection** (e.g. by validation CIDEr): call :func:`train` with
 ``select=fn(model, step) -> float`` (higher is better). It is called at every ``eval_every`` step
 and the final step; ``model.pt`` then holds the best-scoring weights (``selected_step`` and
