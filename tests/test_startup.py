@@ -35,7 +35,8 @@ def _start(stage: str, tmp_path, repo_root) -> tuple[int, bool, int]:
 
 
 @pytest.mark.parametrize("stage", ["table1", "build_vocab --dataset demo",
-                                   "evaluate --dataset demo --variant r2m --ckpt train_xe"])
+                                   "evaluate --dataset demo --variant r2m --ckpt train_xe",
+                                   "evaluate_sup --dataset demo --model mrnn", "mostfreq --dataset demo"])
 def test_light_stage_does_not_import_torch(stage, tmp_path, repo_root):
     rc, imported, _ = _start(stage, tmp_path, repo_root)
     assert rc == 1 and not imported

@@ -98,7 +98,7 @@ def sup_stages() -> tuple[Stage, ...]:
         ),
         Stage(
             "evaluate_sup",
-            impl="r2m.supervised.caption:evaluate",
+            impl="r2m.supervised.scores:evaluate",
             help="supervised baselines: coco-caption metrics of the captions",
             axes=("dataset", "model"),
             deps={"captions": f"{SR}/captions.json", "prepared": f"{D}/prepared", "sup_vocab": f"{D}/sup_vocab"},
@@ -124,7 +124,7 @@ def sup_stages() -> tuple[Stage, ...]:
         ),
         Stage(
             "mostfreq",
-            impl="r2m.supervised.caption:mostfreq",
+            impl="r2m.supervised.scores:mostfreq",
             help="supervised baselines' reference point: the most frequent training caption for every image",
             axes=("dataset",),
             deps={"sup_vocab": f"{D}/sup_vocab", "prepared": f"{D}/prepared"},
