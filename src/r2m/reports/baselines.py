@@ -188,9 +188,9 @@ def multilabel_rows(inspections: dict[tuple[str, str], dict[str, Any]]) -> list[
 def attention_notes(inspections: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
     notes = []
     for (ds, m), ins in inspections.items():
-        hits = ins.get("attention_hits") if m == "sat" else None
+        hits = ins.get("attention_hits") if m in ("sat", "sat_hard") else None
         if isinstance(hits, dict) and "hit_rate" in hits:
-            notes.append(f"Show, Attend and Tell on {_label(ds)}: for {hits['events']} generated object words, "
+            notes.append(f"{MODEL_LABELS.get(m, m)} on {_label(ds)}: for {hits['events']} generated object words, "
                          f"the most attended cell lies on the named object's ground-truth box "
                          f"{100 * hits['hit_rate']:.1f}% of the time (chance {100 * hits['chance']:.1f}%); "
                          f"attention mass on the box {100 * hits['attention_mass_in_box']:.1f}% "

@@ -121,7 +121,7 @@ stage (R2M), and the references\
 {% endfor %}
 {% for f in a.figures %}
 <figure><img src="{{ f.src }}" alt="attention maps" style="max-width:100%"><figcaption>{{ f.dataset }}, \
-image {{ f.image_id }}: &ldquo;{{ f.caption }}&rdquo; (&alpha; per word, upsampled and smoothed)</figcaption></figure>
+{% if f.model %}{{ f.model }}, {% endif %}image {{ f.image_id }}: &ldquo;{{ f.caption }}&rdquo; (&alpha; per word, upsampled and smoothed)</figcaption></figure>
 {% endfor %}
 </section>
 {%- endmacro %}
@@ -363,7 +363,8 @@ def attention_view(fig_dir: Path, page_dir: Path) -> dict[str, Any] | None:
         return None
     return {"notes": list(idx.get("notes", [])),
             "figures": [{"src": _rel(Path(fig_dir) / f["file"], page_dir), "dataset": f["dataset"],
-                         "image_id": str(f["image_id"]), "caption": f["caption"]} for f in idx.get("figures", [])]}
+                         "image_id": str(f["image_id"]), "caption": f["caption"], "model": f.get("model", "")}
+                        for f in idx.get("figures", [])]}
 
 
 # --------------------------------------------------------------------------- page

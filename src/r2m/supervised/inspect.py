@@ -1,8 +1,8 @@
 """``inspect_sup``: what a supervised model can show beyond its captions, per model (a registry).
 
-* ``sat`` (Show, Attend and Tell): per-word attention maps of a few test images (α upsampled to
-  the image and smoothed, the paper's Figs. 2–3) as PNGs, and — when the prepared dataset knows
-  its objects' boxes (``prepared/detections.jsonl``, as the synthetic ``tiny`` writes) — how often
+* ``sat``, ``sat_hard`` (Show, Attend and Tell, soft / hard attention): per-word attention maps of
+  a few test images (α upsampled to the image and smoothed, the paper's Figs. 2–3) as PNGs,
+  and — when the prepared dataset knows its objects' boxes (``prepared/detections.jsonl``, as the synthetic ``tiny`` writes) — how often
   the attention for a generated object word lands on that object, against chance
   (:mod:`r2m.evaluation.attention_hits`).
 * ``scnn`` (S-CNN-RNN): its concept head as a multi-label classifier of the test images: per-class
@@ -65,6 +65,7 @@ def ground_truth_boxes(prepared: Path) -> dict[str, dict[str, list[list[float]]]
     return out
 
 
+@INSPECTORS.register("sat_hard")  # its maps: α_t, the distribution its location s_t is drawn from
 @INSPECTORS.register("sat")
 def inspect_sat(ctx, model, feats, itos: list[str], out_dir: Path, device) -> dict[str, Any]:
     from PIL import Image
@@ -110,14 +111,14 @@ def inspect_sat(ctx, model, feats, itos: list[str], out_dir: Path, device) -> di
                 fig = attention_maps_figure(img, words, al, title=f"image {iid}")
                 fig.savefig(out_dir / name, dpi=90)
                 figures.append({"image_id": iid, "file": name, "caption": " ".join(words[:-1])})
-    out: dict[str, Any] = {"model": "sat", "grid": list(grid_hw), "images": len(ids), "figures": figures}
+    out: dict[str, Any] = {"model": model.name, "grid": list(grid_hw), "images": len(ids), "figures": figures}
     if boxes is None:
         out["attention_hits"] = {"skipped": f"{prepared}/detections.jsonl absent: no ground-truth boxes"}
     else:
         vocab_words = {w for w in itos[4:]}
         w2o = {w: sing.singular(w) for w in vocab_words}
         out["attention_hits"] = attention_hit_rate(records, w2o)
-        ctx.log.info("inspect_sup sat: attention on the named object %s", out["attention_hits"])
+        ctx.log.info("inspect_sup %s: attention on the named object %s", model.name, out["attention_hits"])
     return out
 
 

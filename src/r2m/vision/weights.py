@@ -42,8 +42,12 @@ class MissingWeights(BadInput, FileNotFoundError):
 
 def uses_random_weights(backend: str, options: Mapping[str, Any] | None) -> bool:
     """Whether a feature or detector backend with these ``options`` runs with random weights:
-    a backend random by definition, or an explicit ``random_init: true``."""
-    return backend in RANDOM_BY_DEFINITION or bool((options or {}).get("random_init"))
+    a backend random by definition, or an explicit ``random_init: true`` — of the backend or of a
+    part that ``options.kinds_from`` takes some kinds from."""
+    options = options or {}
+    parts = (options.get("kinds_from") or {}).values()
+    return (backend in RANDOM_BY_DEFINITION or bool(options.get("random_init"))
+            or any(uses_random_weights(p.get("backend", ""), p.get("options")) for p in parts))
 
 
 def check_random_init(what: str, options: Mapping[str, Any]) -> None:
