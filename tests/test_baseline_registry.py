@@ -40,9 +40,10 @@ class Toy(SupervisedCaptioner):
 '''
 
 
-def test_the_three_baselines_come_from_their_model_files():
-    assert P.SUP_MODEL_NAMES == ("mrnn", "sat", "scnn")
+def test_the_baselines_come_from_their_model_files():
+    assert P.SUP_MODEL_NAMES == ("mrnn", "sat", "sat_hard", "scnn")
     assert P.SUP_MODEL_LABELS["sat"] == "Show, Attend and Tell (soft attention)"
+    assert P.SUP_MODEL_LABELS["sat_hard"] == "Show, Attend and Tell (hard attention)"
     for name in P.SUP_MODEL_NAMES:
         assert P.Params.model_fields[name].default_factory().model_dump()  # a section with defaults
 
@@ -72,7 +73,7 @@ def test_scan_reads_a_new_model_file(tmp_path, repo_root):
     shutil.copytree(repo_root / "src/r2m/models", models, ignore=shutil.ignore_patterns("__pycache__"))
     (models / "toy.py").write_text(FOURTH.replace("from typing import Any\n", "from typing import Any, Literal\n"))
     specs = {s.name: s for s in sup_model_specs((models,))}
-    assert sorted(specs) == ["mrnn", "sat", "scnn", "toy"]
+    assert sorted(specs) == ["mrnn", "sat", "sat_hard", "scnn", "toy"]
     toy = specs["toy"]
     assert toy.label == "Toy captioner (test)"
     assert toy.params().model_dump() == {"hidden": 7, "mode": "a"}
@@ -117,7 +118,7 @@ print(json.dumps(out))
                        env={**os.environ, "PYTHONPATH": str(src)})
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got["names"] == ["mrnn", "sat", "scnn", "toy"]
+    assert got["names"] == ["mrnn", "sat", "sat_hard", "scnn", "toy"]
     assert got["section"] == {"hidden": 9, "mode": "a"}
     assert got["models"] == ["mrnn", "toy"] and got["steps"] == 5
     assert got["label"] == "Toy captioner (test)"

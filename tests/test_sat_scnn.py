@@ -123,9 +123,9 @@ def test_scnn_concept_labels_from_captions() -> None:
             [["a", "cat", "on", "a", "sofa"]],
             [["a", "dog", "and", "a", "cat"]]]
     flat = [c for image in caps for c in image]
-    concepts = concept_vocab(flat, k=3)  # dog x3, cat x2, then grass/runs/sofa x1: alphabetical
+    concepts = concept_vocab(flat, k=3, drop_stopwords=True)  # dog x3, cat x2, then grass/runs/sofa x1: alphabetical
     assert concepts == ["dog", "cat", "grass"]
-    assert concept_vocab(flat, k=2, drop_stopwords=False) == ["a", "dog"]
+    assert concept_vocab(flat, k=2) == ["a", "dog"]  # the seed's rule: stopwords kept
     s = concept_labels(caps, concepts)
     torch.testing.assert_close(s, torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]))
 
@@ -180,7 +180,7 @@ def test_scnn_pretraining_feeds_ground_truth_and_joint_feeds_prediction() -> Non
 def test_scnn_concepts_and_labels_from_the_paired_captions() -> None:
     table = {"image_id": ["i1", "i1", "i2", "i3"], "split": ["train", "train", "train", "val"],
              "caption": ["A dog on grass.", "The dog runs", "a cat on a sofa", "a horse"]}
-    section = SCNN.prepare_params({"num_concepts": 3, "hidden": 8}, table)
+    section = SCNN.prepare_params({"num_concepts": 3, "hidden": 8, "drop_stopwords": True}, table)
     assert section["concepts"] == ["dog", "cat", "grass"]  # val captions do not count
     m = SCNN.from_params(section, vocab_size=9, shapes={"pooled": (6,)})
     m.bind_data(table)
@@ -199,8 +199,9 @@ def test_topk_multilabel_by_hand() -> None:
     # image 0 predicts {0,1}: P 1/2, R 1/2; image 1 predicts {2,3}: P 1/2, R 1
     assert r["O-P"] == pytest.approx(0.5) and r["O-R"] == pytest.approx(0.75)
     assert r["O-F1"] == pytest.approx(2 * 0.5 * 0.75 / 1.25)
-    # classes present: 0 (pred once, tp 1: P 1, R 1) and 2 (pred once, tp 1: P 1, R 1/2)
-    assert r["C-P"] == pytest.approx(1.0) and r["C-R"] == pytest.approx(0.75)
+    # all four classes (0/0 = 0): 0 (pred once, tp 1: P 1, R 1), 1 (pred once, tp 0: P 0, no truth: R 0),
+    # 2 (pred once, tp 1: P 1, R 1/2), 3 (pred once, tp 0: P 0, no truth: R 0)
+    assert r["C-P"] == pytest.approx(0.5) and r["C-R"] == pytest.approx(0.375)
 
 
 # --------------------------------------------------------------------------- both

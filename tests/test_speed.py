@@ -1,4 +1,4 @@
-"""Speed paths: the schedule benchmark at tiny sizes on CPU, and the tiny DAG on CUDA (fp32 and
+"""Speed paths: the schedule benchmark at tiny sizes on CPU, and the tiny DAG on CUDA (fp32, TF32 and
 bf16) against CPU — run where CUDA is present, reported as skipped (with the reason) where not."""
 
 from __future__ import annotations
@@ -61,13 +61,15 @@ def _final_losses(wd: Path) -> dict[str, float]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="no CUDA device here: the tiny DAG on CUDA (fp32, bf16) against CPU was NOT run")
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+                    reason="no CUDA device here: the tiny DAG on CUDA (fp32, TF32, bf16) against CPU was NOT run")
+@pytest.mark.parametrize("dtype", ["fp32", "tf32", "bf16"])
 def test_tiny_dag_on_cuda_matches_cpu(tmp_path, request, dtype, tiny_dag):
     root = Path(request.config.rootpath)
     base = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{BIN}:{os.environ['PATH']}", "R2M_NO_PROGRESS": "1"}
     cpu = tiny_dag  # the session's one CPU run of the tiny DAG (conftest.py), default params like the CUDA run
-    gpu = _tiny_dag(root, tmp_path / "cuda", {**base, "R2M_DEVICE": "cuda", "R2M_BF16": "1" if dtype == "bf16" else "0"})
+    # fp32: TF32 off (full-precision matmuls); tf32: the CUDA default (TF32 matmuls, bf16's tolerance)
+    gpu = _tiny_dag(root, tmp_path / "cuda", {**base, "R2M_DEVICE": "cuda", "R2M_BF16": "1" if dtype == "bf16" else "0",
+                                              "R2M_TF32": "0" if dtype == "fp32" else "1"})
     tol = FP32_TOL if dtype == "fp32" else BF16_TOL
     lc, lg = _final_losses(cpu), _final_losses(gpu)
     for stage in lc:
@@ -77,4 +79,6 @@ def test_tiny_dag_on_cuda_matches_cpu(tmp_path, request, dtype, tiny_dag):
     for k, v in mc.items():
         if isinstance(v, float) and isinstance(mg.get(k), float):
             assert abs(100 * mg[k] - 100 * v) <= tol["metric_abs"], (k, v, mg[k])
-    assert json.loads((gpu / "results/tiny/r2m/train_i/train_metrics.json").read_text())["device"].startswith("cuda")
+    gm = json.loads((gpu / "results/tiny/r2m/train_i/train_metrics.json").read_text())
+    assert gm["device"].startswith("cuda") and gm["tf32"] is (dtype != "fp32")
+    assert gm["cuda_graph"] is True, gm["cuda_graph_off"]  # the whole-step graph replayed (else: why not)

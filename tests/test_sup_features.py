@@ -81,7 +81,9 @@ def _benchmark_baselines(raw: dict, weights: Path) -> dict:
     raw = copy.deepcopy(raw)
     raw["baselines"]["datasets"] = ["coco_shutterstock"]
     raw["all_datasets"] = ["demo", "coco_shutterstock"]
-    raw["catalog"]["coco_shutterstock"]["overrides"]["sup_features"]["options"]["weights"] = str(weights)
+    opts = raw["catalog"]["coco_shutterstock"]["overrides"]["sup_features"]["options"]
+    opts["weights"] = str(weights)
+    opts["kinds_from"]["grid"]["options"]["weights"] = str(weights.parent / "vgg19-dcbb9e9a.pth")  # SAT's grid
     return raw
 
 
@@ -95,6 +97,7 @@ def test_missing_vgg_weights_is_one_line_saying_where_to_put_them(raw, tmp_path)
     # present: fine; and a benchmark only in `datasets` (no baselines) is not asked for VGG weights
     weights = tmp_path / "vgg16-397923af.pth"
     weights.write_bytes(b"x")
+    (tmp_path / "vgg19-dcbb9e9a.pth").write_bytes(b"x")
     assert V.validate(_benchmark_baselines(raw, weights)).baselines.datasets == ["coco_shutterstock"]
     V.check_sup_files(P.validate(raw), "demo")
 

@@ -239,8 +239,8 @@ def test_every_backend_has_its_own_file():
     from r2m.utils.registry import declared_names
 
     folder = Path(X.__file__).parent
-    helpers = {"__init__", "base", "compute", "tf1"}
-    assert {"inception_v3_fid", "inception_v4", "random_cnn", "vgg16"} <= set(X.FEATURES)
+    helpers = {"__init__", "base", "combined", "compute", "gpu_decode", "tf1"}
+    assert {"inception_v3_fid", "inception_v4", "random_cnn", "vgg16", "vgg19"} <= set(X.FEATURES)
     for name in X.FEATURES:
         assert X.FEATURES.get(name).__module__ == f"r2m.vision.extractors.{name}", name
     for f in sorted(folder.glob("*.py")):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 import time
@@ -62,6 +63,46 @@ def _stage_parser(stage: S.Stage) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="runtime: data-loader workers (env R2M_WORKERS)")
     p.add_argument("--no-log-file", action="store_true", help="log to stderr only")
     return p
+
+
+class AfterImport:
+    """A one-shot ``sys.meta_path`` finder: ``hook()`` runs right after the module ``name`` is first
+    imported (its code executed), or at once when it already is. Lets a stage set torch's threads
+    (``Runtime.apply``) without importing torch itself: a stage that never uses torch (tables,
+    evaluation, vocabularies...) skips its import (~1 s per job); one that does gets the same
+    settings before its first torch op. Use as a context manager: leaving it drops a hook that
+    never ran."""
+
+    def __init__(self, name: str, hook) -> None:
+        self.name, self.hook = name, hook
+
+    def __enter__(self) -> AfterImport:
+        if self.name in sys.modules:
+            self.hook()
+        else:
+            sys.meta_path.insert(0, self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)  # the other finders
+        if spec is None or spec.loader is None:
+            return spec
+        loader, hook = spec.loader, self.hook
+
+        def exec_module(module) -> None:
+            del loader.exec_module  # back to the loader's own method
+            type(loader).exec_module(loader, module)
+            hook()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def run_stage(stage: S.Stage, argv: list[str]) -> int:
@@ -129,7 +170,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         log=log,
         **axes,
     )
-    ctx.runtime.apply()
+    threads = AfterImport("torch", ctx.runtime.apply)  # torch's threads, when (if) the stage imports torch
     ctx.args = args  # type: ignore[attr-defined]  # stage-specific extra flags
     log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
     t0 = time.perf_counter()
@@ -143,7 +184,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         extra = f"{extra or ''}rank{os.environ['RANK']}"
     lock = StageLock(ctx.root, stage.name, axes, outs, extra=extra)
     try:
-        with lock:  # one run per stage output: a second one is refused at once, naming the holder
+        with threads, lock:  # one run per stage output: a second one is refused at once, naming the holder
             getattr(module, func)(ctx)
     except StageBusy as err:
         log.error("r2m %s refused: %s", stage.name, err)

@@ -363,7 +363,8 @@ class TrainSupParams(_Section):
 class RetrievalParams(_Section):
     split: Literal["test", "val"] = "test"
     image_block: int = Field(32, ge=1, description="images scored against all sentences per pass")
-    prior_images: int = Field(0, ge=0, description="images sampled for P(sentence); 0 = every image of the split")
+    prior_images: int = Field(1000, ge=0, description="m-RNN's sampled images I' for P(sentence), drawn with `seed` "
+                                                     "from the train images; 0 = the queried split's own images")
     seed: int = 0
 
 
@@ -372,6 +373,11 @@ class CaptionParams(_Section):
     max_len: int = Field(20, ge=2)
     batch_size: int = Field(64, ge=1)
     split: Literal["test", "val"] = "test"
+    decoder: Literal["beam", "greedy", "sample"] = Field(
+        "beam", description="supervised baselines (caption_sup): beam (width `beam`) | greedy | sample (at "
+                            "`temperature`, seeded by `seed`); R2M's caption stage decodes by fidelity.decoding")
+    temperature: float = Field(1.0, ge=0, description="decoder sample: softmax temperature (0 = greedy)")
+    seed: int = Field(0, description="decoder sample: seed of the draws")
     no_concepts: Literal["empty", "image", "top1"] = Field(
         "empty", description="images without concepts: empty (v = 0, the paper) | image (v̂^I) | top1 (best "
                              "concept below the threshold)")

@@ -3,6 +3,11 @@
 Set them with the environment (``R2M_DEVICE``, ``R2M_THREADS``, ``R2M_WORKERS``) or the
 matching ``--device/--threads/--workers`` flags of any stage command. ``R2M_BF16=1`` turns on bf16
 autocast in the training stages on CUDA (as their ``--bf16`` flag; ignored on CPU).
+
+The training step on CUDA (:mod:`r2m.training.step`; each is ignored on CPU unless said otherwise):
+``R2M_TF32=0`` keeps fp32 matmuls in full precision (default: TF32, :func:`apply_tf32`);
+``R2M_CUDA_GRAPH=0`` trains eagerly instead of replaying the whole step as one CUDA graph;
+``R2M_STATIC_STEP`` = ``auto`` (static shapes on CUDA only), ``1`` (also on CPU) or ``0`` (never).
 """
 
 from __future__ import annotations
@@ -23,12 +28,38 @@ def check_device(value: str, what: str = "--device") -> str:
     return value.strip()
 
 
+def check_choice(value: str, what: str, choices: tuple[str, ...]) -> str:
+    """``value`` when it is one of ``choices``; :class:`BadInput` (one line) otherwise."""
+    if value.strip() not in choices:
+        raise BadInput(f"{what}={value!r}: choose {', '.join(choices)}")
+    return value.strip()
+
+
+def _switch(name: str) -> bool:
+    """An on-by-default switch: ``0`` turns it off, ``1`` or unset keeps it on."""
+    return check_choice(os.environ.get(name) or "1", name, ("0", "1")) == "1"
+
+
+def apply_tf32(device, enabled: bool = True) -> bool:
+    """TF32 for fp32 matmuls on CUDA (``torch.set_float32_matmul_precision("high")``), full
+    precision when ``enabled`` is false; nothing on other devices. Whether TF32 is on."""
+    if getattr(device, "type", str(device)) != "cuda":
+        return False
+    import torch
+
+    torch.set_float32_matmul_precision("high" if enabled else "highest")
+    return enabled
+
+
 @dataclass(frozen=True)
 class Runtime:
     device: str = "auto"
     threads: int = 0
     workers: int = 0
     bf16: bool = False
+    tf32: bool = True
+    cuda_graph: bool = True
+    static_step: str = "auto"
 
     @classmethod
     def from_env(cls, device: str | None = None, threads: int | None = None, workers: int | None = None) -> Runtime:
@@ -42,6 +73,10 @@ class Runtime:
             workers=int(parse_number(str(workers), "--workers", int, 0) if workers is not None
                         else env_number("R2M_WORKERS", 0, int, 0)),
             bf16=os.environ.get("R2M_BF16", "0") == "1",
+            tf32=_switch("R2M_TF32"),
+            cuda_graph=_switch("R2M_CUDA_GRAPH"),
+            static_step=check_choice(os.environ.get("R2M_STATIC_STEP") or "auto", "R2M_STATIC_STEP",
+                                     ("auto", "0", "1")),
         )
 
     def torch_device(self):

@@ -1,4 +1,6 @@
-"""Batched beam search over a model's ``decode_init`` / ``decode_step`` / ``logits`` interface.
+"""Batched beam search over a model's ``decode_init`` / ``decode_step`` / ``logits`` interface, and
+the sampling decoder (:func:`sample_search`: each word drawn from the temperature-scaled softmax, as
+m-RNN generates captions, seed 001/003; temperature 0 is greedy).
 
 The whole batch × beam is one tensor of ``B·k`` rows: no Python loop over examples. Width 1 is
 greedy decoding. A beam that has emitted <#end> is frozen (its only continuation is <pad> at
@@ -137,6 +139,47 @@ def beam_search_im2txt(model, v: Tensor, beam: int = 3, max_len: int = 20,
     order = out_scores.argsort(dim=-1, descending=True)
     return {"tokens": tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, steps)),
             "scores": out_scores.gather(1, order), "lengths": lengths.gather(1, order)}
+
+
+@torch.no_grad()
+def sample_search(model, v: Tensor, beam: int = 1, max_len: int = 20, banned: Sequence[int] = (PAD, START),
+                  temperature: float = 1.0, generator: torch.Generator | None = None) -> dict[str, Tensor]:
+    """Sample one caption per row of ``v`` [B, d]: each word is drawn from
+    ``softmax(logits / temperature)`` (``banned`` ids excluded) until <#end> or ``max_len`` words;
+    ``temperature`` 0 takes the most probable word (greedy: the same tokens as :func:`beam_search`
+    with width 1). ``generator`` (on ``v``'s device) makes the draws reproducible. ``beam`` is
+    ignored (one sample per row). Same return format as :func:`beam_search` with k = 1; ``scores``
+    is the caption's log-probability under the untempered model."""
+    if temperature < 0:
+        raise ValueError(f"sampling temperature {temperature}: must be >= 0")
+    B = v.shape[0]
+    state = model.decode_init(v)
+    prev = torch.full((B,), START, dtype=torch.long, device=v.device)
+    scores = torch.zeros(B, device=v.device)
+    done = torch.zeros(B, dtype=torch.bool, device=v.device)
+    steps = []
+    for _ in range(max_len):
+        h, state, _, _ = model.decode_step(state, prev)
+        logits = model.logits(h).float()
+        if banned:
+            logits[:, list(banned)] = float("-inf")
+        if temperature == 0:
+            tok = logits.argmax(-1)
+        else:
+            tok = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator).squeeze(1)
+        lp = torch.log_softmax(logits, -1).gather(1, tok.unsqueeze(1)).squeeze(1)
+        tok = torch.where(done, torch.full_like(tok, PAD), tok)
+        scores = scores + torch.where(done, torch.zeros_like(lp), lp)
+        steps.append(tok)
+        done = done | (tok == END)
+        prev = tok
+        if bool(done.all()):
+            break
+    tokens = torch.stack(steps, 1) if steps else torch.zeros(B, 0, dtype=torch.long, device=v.device)
+    T = tokens.shape[-1]
+    is_end = tokens == END
+    lengths = torch.where(is_end.any(-1), is_end.float().argmax(-1) + 1, torch.full((B,), T, device=v.device).long())
+    return {"tokens": tokens.unsqueeze(1), "scores": scores.unsqueeze(1), "lengths": lengths.unsqueeze(1)}
 
 
 # ``fidelity.decoding`` -> (search function, whether <UNK> is banned)

@@ -28,10 +28,11 @@ Where the paper leaves a detail open we follow the authors' released Theano code
   Eq. 9 per caption; the shared training loop averages the cross-entropy per word, so the
   regulariser (``aux["dsr"]``) is divided by the same word count: the ratio of the two terms is
   the paper's.
-* ``feature_norm`` (default on, our addition): each annotation vector is standardised over its D
+* ``feature_norm`` (our addition, not the seed's: off in the params, so on the benchmarks; the
+  ``tiny`` entries turn it on, where it helps): each annotation vector is standardised over its D
   channels (a LayerNorm without parameters) before anything else, so backends whose features
   have very different scales (a random CNN: ~0.03; VGG conv5: tens) train with the same settings.
-* The hard (stochastic) attention variant is not implemented.
+* The hard (stochastic) attention variant is its own model, ``sat_hard`` (:mod:`r2m.models.sat_hard`).
 
 Decoding interface (shared with :func:`r2m.decoding.beam.beam_search`): ``decode_init(a)`` takes the
 annotations ``[B, L, D]`` (or a grid ``[B, h, w, D]``) and returns a batch-first state tuple that
@@ -107,7 +108,7 @@ class SATParams(BaseModel):
     dropout: float = Field(0.5, ge=0, lt=1)
     dsr_lambda: float = Field(1.0, ge=0, description="λ of the doubly stochastic regulariser (Eq. 9)")
     selector: bool = Field(True, description="the gating scalar β")
-    feature_norm: bool = Field(True, description="standardise each annotation vector (no parameters)")
+    feature_norm: bool = Field(False, description="standardise each annotation vector (no parameters; not the seed's)")
 
 
 @SUP_MODELS.register("sat", label="Show, Attend and Tell (soft attention)", params=SATParams)
@@ -146,14 +147,24 @@ class SAT(SupervisedCaptioner):
         """The annotations [B, L, D] from the feature grid [B, h, w, D]."""
         return flatten_grid(feats["grid"].float())
 
-    def attend(self, a: Tensor, pa: Tensor, mask: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Soft attention from ``h_{t-1}`` → context ẑ_t [B, D], α_t [B, L], β_t [B]."""
+    def attention(self, pa: Tensor, mask: Tensor, h: Tensor) -> Tensor:
+        """α_t [B, L] from ``h_{t-1}`` (``f_att`` then a softmax over the valid locations)."""
         e = self.att_out(torch.tanh(pa + self.att_h(h).unsqueeze(1))).squeeze(-1)  # [B, L]
         e = e.masked_fill(mask <= 0, float("-inf"))
-        alpha = torch.softmax(e, dim=-1)
-        z = (alpha.unsqueeze(-1) * a).sum(1)
+        return torch.softmax(e, dim=-1)
+
+    def context(self, a: Tensor, weights: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
+        """ẑ_t = β_t · Σ_i w_i a_i for location weights ``weights`` [B, L] (α: soft attention; a one-hot
+        s_t: hard) → (ẑ_t [B, D], β_t [B])."""
+        z = (weights.unsqueeze(-1) * a).sum(1)
         beta = torch.sigmoid(self.beta(h)).squeeze(-1) if self.beta is not None else torch.ones_like(z[:, 0])
-        return beta.unsqueeze(-1) * z, alpha, beta
+        return beta.unsqueeze(-1) * z, beta
+
+    def attend(self, a: Tensor, pa: Tensor, mask: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Soft attention from ``h_{t-1}`` → context ẑ_t [B, D], α_t [B, L], β_t [B]."""
+        alpha = self.attention(pa, mask, h)
+        z, beta = self.context(a, alpha, h)
+        return z, alpha, beta
 
     def logits(self, o: Tensor) -> Tensor:
         """Deep-output pre-activations [..., m] → word logits [..., V] (Eq. 2)."""
@@ -176,10 +187,15 @@ class SAT(SupervisedCaptioner):
         """Previous words [B] → (deep-output pre-activation [B, m], new state, α_t [B, L], β_t [B])."""
         a, pa, mask, h, c = state
         z, alpha, beta = self.attend(a, pa, mask, h)
+        o, h, c = self.advance(prev, z, h, c)
+        return o, (a, pa, mask, h, c), alpha, beta
+
+    def advance(self, prev: Tensor, z: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The LSTM step (Eq. 1) on ``[E y_{t-1}; ẑ_t]`` and the deep output (Eq. 2) → (o_t, h_t, c_t)."""
         ey = self.embed(prev)
         h, c = self.lstm(torch.cat((ey, z), -1), (h, c))
         o = ey + self.out_h(self.drop(h)) + self.out_z(z)
-        return o, (a, pa, mask, h, c), alpha, beta
+        return o, h, c
 
     # ------------------------------------------------------------------ teacher forcing
     def forward(self, a: Tensor, inputs: Tensor, lengths: Tensor | None = None,

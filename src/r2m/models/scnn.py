@@ -3,14 +3,19 @@
 Shapes: B batch, T time steps, F image feature size, k concepts, n LSTM size, V vocabulary.
 
 * **Concepts.** The k most frequent caption words of the training set (k = 1000 in the paper,
-  after Fang et al.); a training image's ground-truth label vector ``s ∈ {0,1}^k`` marks the
-  concepts that occur in any of its captions (:func:`concept_vocab`, :func:`concept_labels`). Our
-  choice: function words (:data:`STOPWORDS`) are left out of the concept set by default
-  (``drop_stopwords``), otherwise a top-3 multi-label evaluation only ever sees "a", "in", "the".
-* **Concept head** ``ŝ = σ(W f + b)`` on the precomputed CNN feature ``f``. The CNN itself is frozen
-  (features are precomputed), so this is the paper's "Fix" variant: only the prediction layer is
-  learned, as in the paper's first CNN pre-training phase. Our addition (``feature_norm``, default
-  on): the feature is standardised over its channels (a LayerNorm without parameters) first. Loss: Eq. 5, the binary cross-entropy
+  after Fang et al.: "which cover 92% of word occurrences"); a training image's ground-truth label
+  vector ``s ∈ {0,1}^k`` marks the concepts that occur in any of its captions
+  (:func:`concept_vocab`, :func:`concept_labels`, :func:`concept_coverage`). Function words are
+  kept, as in the seed (``drop_stopwords: false``); ``drop_stopwords: true`` leaves
+  :data:`STOPWORDS` out. The share of training word occurrences the k words cover is logged and
+  saved (``concept_coverage`` in the config and in ``train_metrics.json``).
+* **Concept head** ``ŝ = σ(W f + b)`` on the CNN's pooled feature ``f``. This module is the part
+  above the CNN (the models layer knows no image backbone): with ``scnn.cnn: end_to_end`` (the
+  seed) :mod:`r2m.supervised.finetune` puts the dataset's ``sup_features`` backbone underneath and
+  trains it on the images' pixels; with ``scnn.cnn: frozen`` ``f`` is the precomputed
+  ``sup_features`` vector (only the prediction layer learns, "S-CNN-RNN (frozen CNN)"). Our addition
+  (``feature_norm``, default on): the feature is standardised over its channels (a LayerNorm
+  without parameters) first. Loss: Eq. 5, the binary cross-entropy
   ``ℓ_u = −Σ_j s_j log ŝ_j + (1 − s_j) log(1 − ŝ_j)`` summed over the k concepts (the paper
   prints the log-likelihood; the loss is its negative), averaged over the batch.
 * **LSTM** (n = 512 = word embedding size, as NIC v2): the concept vector goes through one FC
@@ -19,10 +24,15 @@ Shapes: B batch, T time steps, F image feature size, k concepts, n LSTM size, V 
   <#start>; ``logits = W_o · dropout(h_t)``. ``L_r`` = NLL summed over the caption's steps,
   averaged over the batch.
 * **Two-stage schedule** (two cached DAG steps, ``pretrain_sup`` then ``train_sup``).
-  Pre-training in parallel (phase ``pretrain``): the concept head on ``L_u`` and the LSTM on
+  Pre-training in parallel (phase ``pretrain``): the CNN + concept head on ``L_u`` and the LSTM on
   ``L_r`` fed the ground-truth ``s`` (the two losses share no parameter, so one optimiser step on
-  their sum is the same as two separate pre-trainings); then joint fine-tuning (phase ``joint``)
-  of ``L = L_u + L_r`` with the LSTM fed ``ŝ``. Inference: ``ŝ`` from the image, beam width 3.
+  their sum is the same as two separate pre-trainings; ``L_r`` never reaches the CNN); then joint
+  fine-tuning (phase ``joint``) of ``L = L_u + L_r`` with the LSTM fed ``ŝ``, gradients of both
+  into the CNN. Inference: ``ŝ`` from the image, beam width 3.
+* **Multi-label evaluation** (:func:`topk_multilabel`, the seed's §4.2 protocol with the top-3
+  labels per image): C-P / C-R averaged over *all* k classes, O-P / O-R over all images, F1 the
+  harmonic mean of the averaged P and R; every 0/0 (a class never predicted, a class or image
+  without a true label) counts as 0.
 
 Decoding interface (as :func:`r2m.decoding.beam.beam_search` expects): ``decode_init(v)`` takes
 ``encode``'s output (the pooled feature) and returns ``(h_0, c_0)`` from ŝ;
@@ -34,7 +44,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -51,12 +61,27 @@ STOPWORDS = frozenset(
     "some two three , . ' s".split())
 
 
-def concept_vocab(captions: Iterable[Sequence[str]], k: int, drop_stopwords: bool = True) -> list[str]:
-    """The ``k`` most frequent words of tokenised ``captions`` (ties broken alphabetically)."""
+def word_counts(captions: Iterable[Sequence[str]]) -> Counter[str]:
+    """Occurrences of every word of tokenised ``captions`` (special tokens ``<…>`` left out)."""
     counts: Counter[str] = Counter()
     for words in captions:
-        counts.update(w for w in words if not (drop_stopwords and w in STOPWORDS) and not w.startswith("<"))
-    return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
+        counts.update(w for w in words if not w.startswith("<"))
+    return counts
+
+
+def concept_vocab(captions: Iterable[Sequence[str]], k: int, drop_stopwords: bool = False) -> list[str]:
+    """The ``k`` most frequent words of tokenised ``captions`` (ties broken alphabetically);
+    ``drop_stopwords`` leaves :data:`STOPWORDS` out (the seed keeps them)."""
+    counts = word_counts(captions)
+    kept = ((w, n) for w, n in counts.items() if not (drop_stopwords and w in STOPWORDS))
+    return [w for w, _ in sorted(kept, key=lambda kv: (-kv[1], kv[0]))[:k]]
+
+
+def concept_coverage(counts: Counter[str], concepts: Sequence[str]) -> float:
+    """Share of all word occurrences in ``counts`` that are one of ``concepts`` (the seed: the
+    1,000 most frequent COCO caption words cover 92%); 0 when there are no words."""
+    total = sum(counts.values())
+    return sum(counts[w] for w in set(concepts)) / total if total else 0.0
 
 
 def concept_labels(captions_per_image: Sequence[Sequence[Sequence[str]]], concepts: Sequence[str]) -> Tensor:
@@ -85,6 +110,8 @@ class SCNNConfig:
     hidden: int = 512  # n (= embedding size)
     dropout: float = 0.5
     feature_norm: bool = True  # standardise the image feature over its channels (no parameters)
+    cnn: str = "frozen"  # end_to_end: the CNN under the head was fine-tuned (its own features; r2m.supervised.finetune)
+    concept_coverage: float | None = None  # share of the training word occurrences the concepts cover
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "image_dim", "hidden"):
@@ -102,16 +129,19 @@ class SCNNConfig:
 
 # the params section `scnn` (pydantic / typing names only: r2m.params reads it from this source)
 class SCNNParams(BaseModel):
-    """S-CNN-RNN sizes (Liu et al. 2017, the "Fix" variant on precomputed features; r2m.models.scnn)."""
+    """S-CNN-RNN sizes and CNN mode (Liu et al. 2017; r2m.models.scnn, r2m.supervised.finetune)."""
 
     num_concepts: int = Field(1000, ge=1, description="k: the most frequent training-caption words")
-    drop_stopwords: bool = Field(True, description="leave function words out of the concepts")
+    drop_stopwords: bool = Field(False, description="leave function words out of the concepts (the seed keeps them)")
+    cnn: Literal["end_to_end", "frozen"] = Field(
+        "end_to_end", description="end_to_end: the sup_features backbone fine-tuned on pixels (the seed); "
+        "frozen: the precomputed sup_features")
     hidden: int = Field(512, ge=1, description="LSTM size (= word embedding)")
     dropout: float = Field(0.5, ge=0, lt=1)
     feature_norm: bool = Field(True, description="standardise the image feature (no parameters)")
 
 
-@SUP_MODELS.register("scnn", label="S-CNN-RNN (Fix: frozen CNN features)", params=SCNNParams)
+@SUP_MODELS.register("scnn", label="S-CNN-RNN", params=SCNNParams)
 class SCNN(SupervisedCaptioner):
     config_cls = SCNNConfig
     feature_kinds = ("pooled",)
@@ -122,7 +152,7 @@ class SCNN(SupervisedCaptioner):
         super().__init__()
         self.cfg = cfg
         n, k = cfg.hidden, cfg.num_concepts
-        self.concept_head = nn.Linear(cfg.image_dim, k)  # the "Fix" CNN's prediction layer
+        self.concept_head = nn.Linear(cfg.image_dim, k)  # the CNN's prediction layer (ŝ's logits)
         self.init_fc = nn.Linear(k, n)  # FC(ŝ) → h_0
         self.embed = nn.Embedding(cfg.vocab_size, n, padding_idx=PAD)
         self.lstm = nn.LSTMCell(n, n)
@@ -144,8 +174,15 @@ class SCNN(SupervisedCaptioner):
         """The concept words from the training captions (``captions``: the sup_vocab table with
         ``split`` and ``caption``): the ``num_concepts`` most frequent."""
         train = [tokenize(c) for c, sp in zip(captions["caption"], captions["split"], strict=True) if sp == "train"]
-        words = concept_vocab(train, int(section.get("num_concepts", 1000)), bool(section.get("drop_stopwords", True)))
-        return {**section, "concepts": words}
+        words = concept_vocab(train, int(section.get("num_concepts", 1000)), bool(section.get("drop_stopwords", False)))
+        return {**section, "concepts": words, "concept_coverage": concept_coverage(word_counts(train), words)}
+
+    def train_info(self) -> dict[str, Any]:
+        """What ``train_metrics.json`` records: the report label of this configuration (the CNN
+        mode), the number of concepts and their coverage of the training word occurrences."""
+        mode = "end to end" if self.cfg.cnn == "end_to_end" else "frozen CNN"
+        return {"label": f"{self.label} ({mode})", "cnn": self.cfg.cnn, "concepts": self.cfg.num_concepts,
+                "concept_coverage": self.cfg.concept_coverage}
 
     def bind_data(self, captions: Any) -> None:
         """Ground-truth labels s per image: the concepts occurring in any of its captions."""
@@ -230,7 +267,8 @@ class SCNN(SupervisedCaptioner):
         if s is not None:
             n_words = lengths.sum().clamp(min=1) if lengths is not None else inputs.numel()
             aux["l_u"] = concept_bce(c_logits, s).sum() / n_words
-        rnn_in = s if (s is not None and self.phase == "pretrain") else torch.sigmoid(c_logits)
+        # pre-training feeds the ground truth s (data, detached: L_r reaches no parameter below the LSTM)
+        rnn_in = s.detach() if (s is not None and self.phase == "pretrain") else torch.sigmoid(c_logits)
         state = self.init_state(rnn_in)
         hs = []
         for prev in inputs.unbind(1):
@@ -240,30 +278,31 @@ class SCNN(SupervisedCaptioner):
         return {"logits": self.logits(hidden), "hidden": hidden, "concept_logits": c_logits, "aux": aux}
 
 
+def _ratio(num: Tensor, den: Tensor) -> Tensor:
+    """``num / den`` elementwise with 0/0 (and x/0) = 0: the protocol's convention."""
+    return torch.where(den > 0, num / den.clamp(min=1), torch.zeros_like(num))
+
+
+def _f1(p: float, r: float) -> float:
+    return 2 * p * r / (p + r) if p + r > 0 else 0.0
+
+
 def topk_multilabel(scores: Tensor, truth: Tensor, k: int = 3) -> dict[str, float]:
-    """The paper's multi-label protocol with the top-``k`` labels per image: per-class (C-P/C-R/C-F1,
-    averaged over the classes) and per-image / overall (O-P/O-R/O-F1, averaged over the images)
-    precision and recall, F1 = harmonic mean of the averaged P and R. ``scores``, ``truth`` [N, C].
-    Per-class figures average over the classes that occur in ``truth`` (a class never predicted
-    has precision 0); per-image recall averages over the images with at least one true label."""
+    """The seed's multi-label protocol (§4.2) with the top-``k`` labels per image. ``scores``,
+    ``truth`` [N, C]. Per class: precision = |y ∩ ŷ| / |ŷ| and recall = |y ∩ ŷ| / |y| over the
+    images, C-P / C-R their mean over **all** C classes; per image the same over the classes,
+    O-P / O-R their mean over all N images; C-F1 / O-F1 the harmonic mean of the averaged P and R.
+    Convention for 0/0: 0 (a class never predicted has precision 0, a class without a true image
+    recall 0; an image without a true label recall 0)."""
     N, C = scores.shape
+    if N == 0 or C == 0:
+        return {c: 0.0 for c in ("C-P", "C-R", "C-F1", "O-P", "O-R", "O-F1")}
     pred = torch.zeros_like(truth, dtype=torch.bool)
     pred.scatter_(1, scores.topk(min(k, C), dim=1).indices, True)
     y = truth.bool()
     tp = (pred & y).float()
-    # per image
-    p_img = tp.sum(1) / pred.sum(1).clamp(min=1)
-    has = y.sum(1) > 0
-    r_img = tp.sum(1)[has] / y.sum(1)[has].float()
-    # per class
-    present = y.sum(0) > 0
-    p_cls = tp.sum(0) / pred.sum(0).clamp(min=1)
-    r_cls = tp.sum(0)[present] / y.sum(0)[present].float()
-    p_cls = p_cls[present]  # classes that exist in the truth
-
-    def f1(p: float, r: float) -> float:
-        return 2 * p * r / (p + r) if p + r > 0 else 0.0
-
-    cp, cr = float(p_cls.mean()) if len(p_cls) else 0.0, float(r_cls.mean()) if len(r_cls) else 0.0
-    op, orr = float(p_img.mean()) if N else 0.0, float(r_img.mean()) if len(r_img) else 0.0
-    return {"C-P": cp, "C-R": cr, "C-F1": f1(cp, cr), "O-P": op, "O-R": orr, "O-F1": f1(op, orr)}
+    cp = float(_ratio(tp.sum(0), pred.sum(0).float()).mean())
+    cr = float(_ratio(tp.sum(0), y.sum(0).float()).mean())
+    op = float(_ratio(tp.sum(1), pred.sum(1).float()).mean())
+    orr = float(_ratio(tp.sum(1), y.sum(1).float()).mean())
+    return {"C-P": cp, "C-R": cr, "C-F1": _f1(cp, cr), "O-P": op, "O-R": orr, "O-F1": _f1(op, orr)}

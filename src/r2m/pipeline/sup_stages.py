@@ -51,17 +51,18 @@ def sup_stages() -> tuple[Stage, ...]:
         Stage(
             "pretrain_sup",
             impl="r2m.supervised.train:run_pretrain",
-            help="supervised baselines: a model's pretraining phase (S-CNN-RNN; others: a skip marker)",
+            help="supervised baselines: a model's pretraining phase (S-CNN-RNN: CNN + concept head and LSTM in "
+                 "parallel; others: a skip marker)",
             axes=("dataset", "model"),
-            deps={"sup_vocab": f"{D}/sup_vocab", "features": SF},
+            deps={"sup_vocab": f"{D}/sup_vocab", "features": SF, "prepared": f"{D}/prepared"},
             outs={
                 "model": Out(SP, directory=True, persist=True),
                 "loss": Out(f"{SPR}/loss.tsv", kind="plots", cache=False,
                             plot=(("x", "step"), ("y", "loss"), ("title", "pretrain_sup loss"))),
                 "metrics": Out(f"{SPR}/train_metrics.json", kind="metrics", cache=False),
             },
-            params=("train_sup", "{model}"),
-            src=SUP_SRC,
+            params=("train_sup", "{model}", "sup_features"),  # sup_features: S-CNN-RNN's CNN end to end
+            src=SUP_SRC + ("src/r2m/vision",),
             sources=SUP,
         ),
         Stage(
@@ -77,8 +78,8 @@ def sup_stages() -> tuple[Stage, ...]:
                             plot=(("x", "step"), ("y", "loss"), ("title", "train_sup loss"))),
                 "metrics": Out(f"{SR}/train_metrics.json", kind="metrics", cache=False),
             },
-            params=("train_sup", "{model}", "caption"),  # caption: select_by cider|bleu4
-            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation/inputs.py"),
+            params=("train_sup", "{model}", "caption", "sup_features"),  # caption: select_by cider|bleu4
+            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation/inputs.py", "src/r2m/vision"),
             sources=SUP,
             resources=GPU_JOB,
         ),
@@ -97,7 +98,7 @@ def sup_stages() -> tuple[Stage, ...]:
         ),
         Stage(
             "evaluate_sup",
-            impl="r2m.supervised.caption:evaluate",
+            impl="r2m.supervised.scores:evaluate",
             help="supervised baselines: coco-caption metrics of the captions",
             axes=("dataset", "model"),
             deps={"captions": f"{SR}/captions.json", "prepared": f"{D}/prepared", "sup_vocab": f"{D}/sup_vocab"},
@@ -123,7 +124,7 @@ def sup_stages() -> tuple[Stage, ...]:
         ),
         Stage(
             "mostfreq",
-            impl="r2m.supervised.caption:mostfreq",
+            impl="r2m.supervised.scores:mostfreq",
             help="supervised baselines' reference point: the most frequent training caption for every image",
             axes=("dataset",),
             deps={"sup_vocab": f"{D}/sup_vocab", "prepared": f"{D}/prepared"},

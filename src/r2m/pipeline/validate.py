@@ -32,18 +32,27 @@ _WEIGHT_HINTS = {
                     "the authors used: https://huggingface.co/timm/inception_v4.tf_in1k), or set this dataset's "
                     "catalog overrides extract_features: {backend: inception_v3_fid, options: {weights: null}}",
     "vgg16": "put torchvision's vgg16-397923af.pth there (https://download.pytorch.org/models/vgg16-397923af.pth)",
+    "vgg19": "put torchvision's vgg19-dcbb9e9a.pth there (https://download.pytorch.org/models/vgg19-dcbb9e9a.pth)",
 }
 
 
 def _missing_weights(view: P.Params, section: str = "extract_features") -> list[str]:
     """The feature backend's weights file of params ``section`` (``extract_features`` or
-    ``sup_features``), when named and absent, with where to get it."""
+    ``sup_features``), and those of its ``options.kinds_from`` backends, when named and absent, with
+    where to get it."""
     fp = getattr(view, section)
-    w = fp.options.get("weights")
-    if not isinstance(w, str) or not w or Path(w).expanduser().exists():
-        return []
-    hint = _WEIGHT_HINTS.get(fp.backend)
-    return [f"{section}.options.weights: file not found: {w}" + (f" ({fp.backend}: {hint})" if hint else "")]
+    nets = [(f"{section}.options", fp.backend, fp.options)]
+    for kind, spec in (fp.options.get("kinds_from") or {}).items():
+        if isinstance(spec, dict):
+            nets.append((f"{section}.options.kinds_from.{kind}.options", spec.get("backend"), spec.get("options") or {}))
+    out = []
+    for key, backend, options in nets:
+        w = options.get("weights")
+        if not isinstance(w, str) or not w or Path(w).expanduser().exists():
+            continue
+        hint = _WEIGHT_HINTS.get(backend)
+        out.append(f"{key}.weights: file not found: {w}" + (f" ({backend}: {hint})" if hint else ""))
+    return out
 
 
 def check_sup_files(params: P.Params, dataset: str, source: str = "params") -> None:

@@ -1,5 +1,6 @@
 """``reports/index.html``: one static, self-contained page (inline CSS, no scripts) with Tables 1–3
-and each dataset's figures and qualitative examples. Images are referenced by relative paths
+and each dataset's figures and qualitative examples, and a red "random weights" line for every
+dataset whose features or detector ran with random weights (:func:`random_weight_rows`). Images are referenced by relative paths
 (``figures/<dataset>/*.png``) so the page works when the ``reports/`` folder is opened or copied.
 
 The page comes from a Jinja2 template with auto-escaping, like the caption gallery
@@ -26,6 +27,7 @@ from markupsafe import Markup
 from r2m.reports.published import COLUMNS
 from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, SCOPE_COLUMNS, TABLES
 from r2m.utils.io import read_json, write_text
+from r2m.vision.weights import RANDOM_BY_DEFINITION, uses_random_weights
 
 # A trailing backslash joins a line to the next (one HTML line, short template lines).
 MACROS = """\
@@ -75,12 +77,22 @@ Empty cells: not reported in the paper, or not computed here \
 References:<ul>{% for r in e.references %}<li>{{ r }}</li>{% else %}<li><i>none</i></li>{% endfor %}</ul>\
 </div></div>
 {%- endmacro %}
+{% macro weights_section(rows) %}
+<section id="weights"><h2>Random weights</h2>
+{% for r in rows %}
+<p class="random"><span class="badge">random weights</span> <b>{{ r.dataset }}</b>: {{ r.what }} (<code>{{ r.section }}</code>, backend <code>{{ r.backend }}</code>: {{ r.why }}) &mdash; its numbers do not measure pretrained weights.</p>
+{% endfor %}
+</section>
+{%- endmacro %}
 {% macro dataset_section(d) %}
 {% if d.index_missing %}
 <section id="ds-{{ d.dataset }}"><h2>{{ d.dataset }}</h2><p class="note">{{ d.index_missing }} is missing: \
 run <code>r2m figures --dataset {{ d.dataset }}</code>.</p></section>
 {%- else %}
 <section id="ds-{{ d.dataset }}"><h2>{{ d.label }} <small>({{ d.dataset }})</small></h2>
+{% for r in d.random_weights %}
+<p class="random"><span class="badge">random weights</span> {{ r.what }} (<code>{{ r.section }}</code>, backend <code>{{ r.backend }}</code>: {{ r.why }})</p>
+{% endfor %}
 {% for n in d.notes %}
 <p class="note">{{ n }}</p>
 {% endfor %}
@@ -109,14 +121,14 @@ stage (R2M), and the references\
 {% endfor %}
 {% for f in a.figures %}
 <figure><img src="{{ f.src }}" alt="attention maps" style="max-width:100%"><figcaption>{{ f.dataset }}, \
-image {{ f.image_id }}: &ldquo;{{ f.caption }}&rdquo; (&alpha; per word, upsampled and smoothed)</figcaption></figure>
+{% if f.model %}{{ f.model }}, {% endif %}image {{ f.image_id }}: &ldquo;{{ f.caption }}&rdquo; (&alpha; per word, upsampled and smoothed)</figcaption></figure>
 {% endfor %}
 </section>
 {%- endmacro %}
 """
 
 PAGE = """\
-{% from "macros" import tables_section, extra_section, dataset_section, attention_section %}
+{% from "macros" import tables_section, extra_section, dataset_section, attention_section, weights_section %}
 <!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>R2M reproduction report</title><style>
@@ -145,6 +157,8 @@ color:#888}
 .example ul{margin:2px 0 6px;padding-left:18px} .example dt{font-weight:600;margin-top:4px}
 .example dd{margin:0 0 0 10px} .tag{display:inline-block;background:#e6eef6;border-radius:3px;padding:0 5px;margin:1px}
 footer{font-size:12px;color:#777;padding:0 32px 24px}
+.random{color:#7a1010;background:#fde8e8;border-left:3px solid #c62828;padding:4px 10px;font-size:13px;margin:4px 0}
+.badge{display:inline-block;background:#c62828;color:#fff;border-radius:3px;padding:0 6px;font-weight:600}
 </style></head>
 <body><header><h1>R&sup2;M: Recurrent Relational Memory for unsupervised image captioning &mdash; reproduction</h1>
 <p>Guo et al., IJCAI 2020. Tables 1&ndash;3 beside the published numbers; losses, attention and examples per \
@@ -152,6 +166,9 @@ dataset.</p></header>
 <nav>{% for link in nav %}{% if not loop.first %} {% endif %}<a href="#{{ link.id }}">{{ link.text }}</a>\
 {% endfor %}</nav>
 <main>
+{% if random_weights %}
+{{ weights_section(random_weights) }}
+{% endif %}
 {{ tables_section(tables, concept_note) }}
 {% for t in extra %}
 {{ extra_section(t) }}
@@ -290,9 +307,36 @@ def _figure_view(fig: Mapping[str, Any], fig_dir: Path, page_dir: Path) -> dict[
             "alt": fig.get("title", ""), "caption": fig.get("caption", "")}
 
 
-def dataset_view(dataset: str, fig_dir: Path, page_dir: Path) -> dict[str, Any]:
+# the params sections whose backend makes a dataset's inputs: (section, what it makes, which datasets)
+WEIGHT_SECTIONS = (("extract_features", "R2M image features", "datasets"),
+                   ("detect_concepts", "concept detector", "datasets"),
+                   ("sup_features", "supervised baselines' image features", "baselines"))
+
+
+def random_weight_rows(params: Any) -> list[dict[str, str]]:
+    """One row per dataset and params section whose backend runs with random weights
+    (:func:`r2m.vision.weights.uses_random_weights`: ``options.random_init: true``, or a backend
+    random by definition such as ``random_cnn``), read from the params each dataset's stages ran
+    with (its catalog overrides merged)."""
+    from r2m import params as P
+
+    chosen = {"datasets": list(params.datasets), "baselines": list(params.baselines.datasets)}
+    rows = []
+    for name in dict.fromkeys(chosen["datasets"] + chosen["baselines"]):
+        view = P.for_dataset(params, name)
+        for section, what, group in WEIGHT_SECTIONS:
+            sec = getattr(view, section)
+            if name in chosen[group] and uses_random_weights(sec.backend, sec.options):
+                why = ("random by definition" if sec.backend in RANDOM_BY_DEFINITION
+                       else "options.random_init: true")
+                rows.append({"dataset": name, "what": what, "section": section, "backend": sec.backend, "why": why})
+    return rows
+
+
+def dataset_view(dataset: str, fig_dir: Path, page_dir: Path,
+                 random_weights: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
     """A dataset's section from its ``figures`` stage's ``index.json`` (``index_missing``: its path
-    when the stage has not run)."""
+    when the stage has not run); ``random_weights``: its rows of :func:`random_weight_rows`."""
     index_path = fig_dir / "index.json"
     if not index_path.exists():
         return {"dataset": dataset, "index_missing": str(index_path)}
@@ -300,6 +344,7 @@ def dataset_view(dataset: str, fig_dir: Path, page_dir: Path) -> dict[str, Any]:
     figs = idx.get("figures", [])
     ex_fig = next((f for f in figs if f.get("kind") == "examples"), None)  # shown as cards; the PNG is linked
     return {"dataset": dataset, "index_missing": None, "label": idx.get("label") or dataset,
+            "random_weights": [dict(r) for r in random_weights if r["dataset"] == dataset],
             "notes": list(idx.get("notes", [])),
             "figures": [_figure_view(f, fig_dir, page_dir) for f in figs if f.get("kind") != "examples"],
             "examples": [example_view(e, fig_dir, page_dir) for e in idx.get("examples") or []],
@@ -318,21 +363,26 @@ def attention_view(fig_dir: Path, page_dir: Path) -> dict[str, Any] | None:
         return None
     return {"notes": list(idx.get("notes", [])),
             "figures": [{"src": _rel(Path(fig_dir) / f["file"], page_dir), "dataset": f["dataset"],
-                         "image_id": str(f["image_id"]), "caption": f["caption"]} for f in idx.get("figures", [])]}
+                         "image_id": str(f["image_id"]), "caption": f["caption"], "model": f.get("model", "")}
+                        for f in idx.get("figures", [])]}
 
 
 # --------------------------------------------------------------------------- page
 def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Path]], page_path: Path,
-                extra: Mapping[str, Path] | None = None, attention_dir: Path | None = None) -> str:
-    """The report page: Tables 1–3, the ``extra`` tables, each dataset's figures and (from
-    ``attention_dir``) Show, Attend and Tell's attention maps; every value auto-escaped."""
+                extra: Mapping[str, Path] | None = None, attention_dir: Path | None = None,
+                random_weights: Sequence[Mapping[str, str]] = ()) -> str:
+    """The report page: the random-weights lines (rows of :func:`random_weight_rows`), Tables 1–3,
+    the ``extra`` tables, each dataset's figures and (from ``attention_dir``) Show, Attend and Tell's
+    attention maps; every value auto-escaped."""
     page_dir = page_path.parent
     extra = extra or {}
-    nav = ([{"id": "tables", "text": "Tables"}] + [{"id": n, "text": n.capitalize()} for n in extra]
-           + [{"id": f"ds-{d}", "text": d} for d, _ in figure_dirs])
+    nav = ([{"id": "weights", "text": "Random weights"}] if random_weights else []) + (
+        [{"id": "tables", "text": "Tables"}] + [{"id": n, "text": n.capitalize()} for n in extra]
+        + [{"id": f"ds-{d}", "text": d} for d, _ in figure_dirs])
     return _env().get_template("page").render(
         nav=nav, tables=tables_view(tables), concept_note=CONCEPT_NOTE, extra=extra_tables_view(extra),
-        datasets=[dataset_view(d, Path(p), page_dir) for d, p in figure_dirs],
+        datasets=[dataset_view(d, Path(p), page_dir, random_weights) for d, p in figure_dirs],
+        random_weights=[dict(r) for r in random_weights],
         attention=attention_view(Path(attention_dir), page_dir) if attention_dir is not None else None,
         stamp=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
@@ -343,5 +393,6 @@ def run(ctx) -> None:
     out = ctx.outs["html"]
     extra = {name: ctx.deps[name] for name in EXTRA_TABLES if name in ctx.deps}
     attention = Path(ctx.deps["baselines_attention"]) if "baselines_attention" in ctx.deps else None
-    write_text(out, render_page(tables, figs, Path(out), extra, attention))
+    # the backends come from params: a change there changes the features or detections and so the tables above
+    write_text(out, render_page(tables, figs, Path(out), extra, attention, random_weight_rows(ctx.params)))
     ctx.log.info("report: wrote %s", out)

@@ -1,19 +1,65 @@
-"""``caption_sup`` and ``evaluate_sup``: captions of a supervised model for the ``caption.split``
-images (the same batched beam search as R²M, :func:`r2m.decoding.captioner.best_tokens` with
-``paper`` decoding and the ``caption`` params), scored like R²M's by the coco-caption scorers. A skipped dataset gets
-``captions.json`` = ``[]`` and ``eval.json`` = ``{"skipped": reason}``.
+"""``caption_sup``: captions of a supervised model for the ``caption.split`` images (scored by
+``evaluate_sup``, :mod:`r2m.supervised.scores`). A skipped dataset gets ``captions.json`` = ``[]``.
+
+``caption.decoder`` (:data:`SUP_DECODERS`) picks how a caption is made: ``beam`` (default; the same
+batched beam search as R²M, :func:`r2m.decoding.captioner.best_tokens` with ``paper`` decoding and
+width ``caption.beam``), ``greedy`` (the most probable word each step: width 1, as m-RNN's greedy
+inference, seed 001) or ``sample`` (each word drawn from the softmax at ``caption.temperature``,
+the draws seeded by ``caption.seed``: :func:`r2m.decoding.beam.sample_search`). R²M's ``caption``
+stage decodes by ``fidelity.decoding`` and does not read ``caption.decoder``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
+import torch
 
-from r2m.decoding.captioner import caption_features, load_checkpoint_model, words_of
-from r2m.supervised.data import Features
+from r2m.decoding.beam import sample_search
+from r2m.decoding.captioner import BANNED, caption_features, load_checkpoint_model, words_of
+from r2m.supervised.data import model_features
 from r2m.supervised.vocab import skip_reason
+from r2m.text.vocab import END
 from r2m.utils.io import write_json
+from r2m.utils.progress import progress
+
+
+def _sampled_tokens(model, feats: Any, image_ids: Sequence[str], cp: Any, device: Any,
+                    desc: str = "caption_sup") -> list[list[int]]:
+    """One sampled caption per image (``caption.temperature``, draws seeded by ``caption.seed`` on
+    ``device``): token ids up to (not including) <#end>, batched by ``caption.batch_size``."""
+    gen = torch.Generator(device=torch.device(device)).manual_seed(int(cp.seed))
+    out: list[list[int]] = []
+    for s in progress(range(0, len(image_ids), cp.batch_size), desc=desc):
+        rows = np.array([feats.row_of[i] for i in image_ids[s: s + cp.batch_size]], dtype=np.int64)
+        f = {k: v.to(device) for k, v in feats.get(rows).items()}
+        res = sample_search(model, model.encode(f), max_len=cp.max_len, banned=BANNED,
+                            temperature=cp.temperature, generator=gen)
+        for row, n in zip(res["tokens"][:, 0].tolist(), res["lengths"][:, 0].tolist(), strict=True):
+            row = row[: int(n)]
+            out.append(row[:-1] if row and row[-1] == END else row)
+    return out
+
+
+# ``caption.decoder`` -> (model, features, image ids, caption params, device) -> token ids per image
+SUP_DECODERS: dict[str, Callable[..., list[list[int]]]] = {
+    "beam": lambda model, feats, ids, cp, device: caption_features(model, feats, ids, cp.beam, cp.max_len,
+                                                                   cp.batch_size, device, desc="caption_sup"),
+    "greedy": lambda model, feats, ids, cp, device: caption_features(model, feats, ids, 1, cp.max_len,
+                                                                     cp.batch_size, device, desc="caption_sup"),
+    "sample": _sampled_tokens,
+}
+
+
+def decode_images(model, feats: Any, image_ids: Sequence[str], cp: Any, device: Any) -> list[list[int]]:
+    """Token ids (up to <#end>) per image by ``caption.decoder`` (:data:`SUP_DECODERS`)."""
+    if cp.decoder not in SUP_DECODERS:
+        raise ValueError(f"caption.decoder {cp.decoder!r}: choose from {sorted(SUP_DECODERS)}")
+    return SUP_DECODERS[cp.decoder](model, feats, list(image_ids), cp, device)
 
 
 def run(ctx) -> None:
@@ -26,69 +72,17 @@ def run(ctx) -> None:
     device = ctx.runtime.torch_device()
     model, _, itos = load_checkpoint_model(ctx.deps["model"], device, ctx.deps["sup_vocab"])
     images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
-    feats = Features(ctx.deps["features"], model.feature_kinds)
+    feats = model_features(ctx.deps["model"], ctx.deps["features"], model.feature_kinds)
     ids = [str(i) for i in images.loc[images["split"] == cp.split, "image_id"]]
     missing = [i for i in ids if i not in feats.row_of]
     ids = [i for i in ids if i in feats.row_of]
     if missing:
         ctx.log.warning("caption_sup: %d %s images have no features (unreadable?) and get no caption",
                         len(missing), cp.split)
-    best = caption_features(model, feats, ids, cp.beam, cp.max_len, cp.batch_size, device, desc="caption_sup")
+    best = decode_images(model, feats, ids, cp, device)
     feats.close()
     results = [{"image_id": i, "caption": words_of(toks, itos)} for i, toks in zip(ids, best, strict=True)]
     write_json(ctx.outs["captions"], results)
     ctx.save_params(Path(ctx.outs["captions"]).parent, "captions.params.yaml")
     ctx.log.info("caption_sup: %d captions for %s (%s), e.g. %r", len(results), cp.split, ctx.model,
                  results[0]["caption"] if results else "")
-
-
-def evaluate(ctx) -> None:
-    reason = skip_reason(ctx.deps["sup_vocab"])
-    if reason:
-        write_json(ctx.outs["metrics"], {"skipped": reason})
-        write_json(ctx.outs["per_image"], {"skipped": reason})
-        ctx.log.info("evaluate_sup: %s", reason)
-        return
-    from r2m.evaluation.stage import run as evaluate_stage
-
-    evaluate_stage(ctx)
-
-
-def most_frequent_caption(sup_vocab: str | Path) -> tuple[str, int]:
-    """The most frequent training caption (tokenised, lower-case; ties: alphabetical) and its count."""
-    from collections import Counter
-
-    import pyarrow.compute as pc
-
-    from r2m.text.tokenize import tokenize
-
-    t = pq.read_table(Path(sup_vocab) / "captions.parquet", columns=["split", "caption"])
-    caps = t.filter(pc.equal(t["split"], "train"))["caption"].to_pylist()
-    if not caps:
-        raise ValueError(f"{sup_vocab}: no training captions")
-    counts = Counter(" ".join(tokenize(c)) for c in caps)
-    best = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return best
-
-
-def mostfreq(ctx) -> None:
-    """DAG stage ``mostfreq``: the "most frequent training caption" reference point — every image of
-    ``caption.split`` gets the same sentence — scored like the models (``eval.json``)."""
-    reason = skip_reason(ctx.deps["sup_vocab"])
-    if reason:
-        write_json(ctx.outs["captions"], [])
-        write_json(ctx.outs["metrics"], {"skipped": reason})
-        ctx.log.info("mostfreq: %s", reason)
-        return
-    from r2m.evaluation.stage import evaluate_files
-
-    sentence, count = most_frequent_caption(ctx.deps["sup_vocab"])
-    images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
-    ids = [str(i) for i in images.loc[images["split"] == ctx.params.caption.split, "image_id"]]
-    write_json(ctx.outs["captions"], [{"image_id": i, "caption": sentence} for i in ids])
-    ctx.log.info("mostfreq: %r (%d times among the training captions) for %d images", sentence, count, len(ids))
-    res = evaluate_files(ctx.outs["captions"], Path(ctx.deps["prepared"]) / "references.json",
-                         list(ctx.params.evaluate.scorers), workers=ctx.runtime.workers or None, logger=ctx.log)
-    write_json(ctx.outs["metrics"], {**res["metrics"], "caption": sentence, "count": count, "split": res["split"],
-                                     "n_images": len(res["images"]), "missing_images": len(res["missing"])})
-    ctx.save_params(Path(ctx.outs["metrics"]).parent, "eval.params.yaml")

@@ -1,6 +1,9 @@
 """Image–caption pairs for the supervised models: caption ids from ``sup_vocab/captions.parquet``
 and the image features each model reads (``pooled`` and/or ``grid``) from ``features/features.h5``.
 
+A trained model folder may hold its own ``features/`` (S-CNN-RNN end to end: its fine-tuned
+CNN's, :mod:`r2m.supervised.finetune`); :func:`model_features` opens those in place of the stage's.
+
 Features are read per batch (sorted unique rows, as h5py wants), so memory stays flat in dataset
 size. Batches are a pure function of ``(seed, step)``: resuming at step s draws what a run that
 never stopped would have drawn.
@@ -80,6 +83,16 @@ class Features:
 
     def close(self) -> None:
         self.h5.close()
+
+
+OWN_FEATURES = "features"  # a model folder's own features (its fine-tuned CNN's), same format
+
+
+def model_features(model_dir: str | Path, features_dir: str | Path, kinds: Sequence[str]) -> Features:
+    """The features a trained model reads: its folder's own ``features/`` when it wrote them (a
+    fine-tuned CNN), else the stage's ``features_dir`` (``D/sup_features``)."""
+    own = Path(model_dir) / OWN_FEATURES
+    return Features(own if (own / "features.h5").exists() else features_dir, kinds)
 
 
 class PairedSet:

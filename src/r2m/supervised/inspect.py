@@ -1,12 +1,13 @@
 """``inspect_sup``: what a supervised model can show beyond its captions, per model (a registry).
 
-* ``sat`` (Show, Attend and Tell): per-word attention maps of a few test images (α upsampled to
-  the image and smoothed, the paper's Figs. 2–3) as PNGs, and — when the prepared dataset knows
-  its objects' boxes (``prepared/detections.jsonl``, as the synthetic ``tiny`` writes) — how often
+* ``sat``, ``sat_hard`` (Show, Attend and Tell, soft / hard attention): per-word attention maps of
+  a few test images (α upsampled to the image and smoothed, the paper's Figs. 2–3) as PNGs,
+  and — when the prepared dataset knows its objects' boxes (``prepared/detections.jsonl``, as the synthetic ``tiny`` writes) — how often
   the attention for a generated object word lands on that object, against chance
   (:mod:`r2m.evaluation.attention_hits`).
 * ``scnn`` (S-CNN-RNN): its concept head as a multi-label classifier of the test images: per-class
-  and per-image precision / recall / F1 of the top-3 concepts (the paper's protocol) against the
+  and per-image precision / recall / F1 of the top-3 concepts (the seed's protocol,
+  :func:`r2m.models.scnn.topk_multilabel`: averages over all concepts / all images, 0/0 = 0) against the
   concepts of each image's reference captions, beside a frequency baseline (the 3 concepts most
   frequent in the training labels, for every image).
 * any other model: ``{"skipped": ...}``.
@@ -30,7 +31,9 @@ from r2m.utils.io import write_json
 from r2m.utils.registry import Registry
 
 INSPECTORS: Registry[Callable[..., dict[str, Any]]] = Registry("model inspector")
-BOX_SCORE = 0.3  # prepared/detections.jsonl: true objects score >= 0.8, its false positives < 0.25
+BOX_SCORE = 0.3
+ML_PROTOCOL = ("top-3 labels per image; C-P/C-R averaged over all concepts, O-P/O-R over all test images, "
+               "F1 = harmonic mean of the averaged P and R; 0/0 = 0 (seed 002, Sec. 4.2)")  # prepared/detections.jsonl: true objects score >= 0.8, its false positives < 0.25
 
 
 def _split_ids(prepared: Path, split: str) -> list[str]:
@@ -62,6 +65,7 @@ def ground_truth_boxes(prepared: Path) -> dict[str, dict[str, list[list[float]]]
     return out
 
 
+@INSPECTORS.register("sat_hard")  # its maps: α_t, the distribution its location s_t is drawn from
 @INSPECTORS.register("sat")
 def inspect_sat(ctx, model, feats, itos: list[str], out_dir: Path, device) -> dict[str, Any]:
     from PIL import Image
@@ -107,14 +111,14 @@ def inspect_sat(ctx, model, feats, itos: list[str], out_dir: Path, device) -> di
                 fig = attention_maps_figure(img, words, al, title=f"image {iid}")
                 fig.savefig(out_dir / name, dpi=90)
                 figures.append({"image_id": iid, "file": name, "caption": " ".join(words[:-1])})
-    out: dict[str, Any] = {"model": "sat", "grid": list(grid_hw), "images": len(ids), "figures": figures}
+    out: dict[str, Any] = {"model": model.name, "grid": list(grid_hw), "images": len(ids), "figures": figures}
     if boxes is None:
         out["attention_hits"] = {"skipped": f"{prepared}/detections.jsonl absent: no ground-truth boxes"}
     else:
         vocab_words = {w for w in itos[4:]}
         w2o = {w: sing.singular(w) for w in vocab_words}
         out["attention_hits"] = attention_hit_rate(records, w2o)
-        ctx.log.info("inspect_sup sat: attention on the named object %s", out["attention_hits"])
+        ctx.log.info("inspect_sup %s: attention on the named object %s", model.name, out["attention_hits"])
     return out
 
 
@@ -145,7 +149,8 @@ def inspect_scnn(ctx, model, feats, itos: list[str], out_dir: Path, device) -> d
     uniq = sorted(set(map(str, train)))
     freq = model.labels_of(uniq).mean(0) if uniq else torch.zeros(model.cfg.num_concepts)
     k = 3
-    out = {"model": "scnn", "images": len(ids), "concepts": model.cfg.num_concepts, "top_k": k,
+    out = {"model": "scnn", "label": model.train_info()["label"], "images": len(ids),
+           "concepts": model.cfg.num_concepts, "top_k": k, "protocol": ML_PROTOCOL,
            "multilabel": topk_multilabel(scores_t, truth, k),
            "frequency_baseline": topk_multilabel(freq.expand(len(ids), -1), truth, k),
            "labels_per_image": float(truth.sum(1).mean()) if len(ids) else None}
@@ -156,7 +161,7 @@ def inspect_scnn(ctx, model, feats, itos: list[str], out_dir: Path, device) -> d
 
 def run(ctx) -> None:
     from r2m.decoding.captioner import load_checkpoint_model
-    from r2m.supervised.data import Features
+    from r2m.supervised.data import model_features
     from r2m.supervised.vocab import skip_reason
 
     out_dir = Path(ctx.outs["inspect"])
@@ -167,7 +172,7 @@ def run(ctx) -> None:
     else:
         device = ctx.runtime.torch_device()
         model, _, itos = load_checkpoint_model(ctx.deps["model"], device, ctx.deps["sup_vocab"])
-        feats = Features(ctx.deps["features"], model.feature_kinds)
+        feats = model_features(ctx.deps["model"], ctx.deps["features"], model.feature_kinds)
         try:
             result = INSPECTORS.get(ctx.model)(ctx, model, feats, itos, out_dir, device)
         finally:

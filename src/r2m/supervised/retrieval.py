@@ -3,9 +3,14 @@ papers: R@1, R@5, R@10 (percent of queries with a ground truth among the top K) 
 rank of the first ground truth).
 
 * **Sentence retrieval** (image → sentences): for an image query I, sentences D are ranked by
-  ``P(D | I) / P(D)`` with ``P(D) = mean_{I'} P(D | I')`` over sampled images I'
-  (``retrieval.prior_images``; 0 = every image of the split) — without it, generic, short
-  sentences would top every list.
+  ``P(D | I) / P(D)`` with ``P(D) = Σ_{I'} P(D | I') · P(I')`` over sampled images I′, ``P(I′)``
+  uniform (m-RNN, seed 003) — without it, generic, short sentences would top every list. I′ are
+  ``retrieval.prior_images`` images drawn without replacement with ``retrieval.seed`` from the
+  **training** images (:func:`prior_image_ids`): the split the model was fitted to stands for the
+  image distribution, it is disjoint from the queries (so a query's own P(D | I) never enters the
+  normaliser of its ground truth, and the normaliser does not change with the candidate set), and
+  it is the largest pool. ``prior_images: 0`` is the former estimate over the queried split's own
+  images, kept as an explicit option. The sampled ids are written into ``retrieval.json``.
 * **Image retrieval** (sentence → images): for a sentence query Q, images are ranked by ``P(Q | I)``.
 
 A supervised model scores all pairs with one teacher-forced pass per block of
@@ -20,6 +25,7 @@ the best match ranks ahead of it (rank = 1 + #non-matching candidates scoring �
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +116,24 @@ def sup_logp(model, feats, rows: np.ndarray, inputs, targets, lengths, block: in
     return out
 
 
+def prior_image_ids(pool: Sequence[str], n: int, seed: int) -> list[str]:
+    """I′ for P(sentence): ``n`` ids drawn without replacement from ``pool`` with ``seed``, in pool
+    order (all of it when ``n`` ≥ its size). Same ``pool``, ``n``, ``seed`` → same ids."""
+    if n <= 0:
+        raise ValueError(f"retrieval.prior_images {n}: the sampled prior needs at least one image")
+    pick = np.random.default_rng(seed).choice(len(pool), min(n, len(pool)), replace=False)
+    return [pool[k] for k in sorted(pick)]
+
+
+def sampled_prior(model, feats, pool: Sequence[str], n: int, seed: int, inputs, targets, lengths, block: int,
+                  device) -> tuple[list[str], np.ndarray]:
+    """The sampled images I′ (:func:`prior_image_ids` over the ``pool`` images that have features)
+    and log P(sentence | I′) for each of them × all sentences → ``(ids, [n, S])``."""
+    ids = prior_image_ids([i for i in pool if i in feats.row_of], n, seed)
+    rows = np.array([feats.row_of[i] for i in ids], dtype=np.int64)
+    return ids, sup_logp(model, feats, rows, inputs, targets, lengths, block, device)
+
+
 def split_pairs(sup_vocab: Path, split: str, row_of: dict[str, int]) -> tuple[list[str], pa.Table]:
     """The split's images (in first-seen order, with features) and their sentences."""
     t = pq.read_table(sup_vocab / "captions.parquet")
@@ -124,7 +148,7 @@ def split_pairs(sup_vocab: Path, split: str, row_of: dict[str, int]) -> tuple[li
 def run_sup(ctx) -> None:
     """DAG stage ``retrieval_sup``: one supervised model on ``retrieval.split``."""
     from r2m.decoding.captioner import load_checkpoint_model
-    from r2m.supervised.data import Features, teacher_forcing
+    from r2m.supervised.data import model_features, teacher_forcing
     from r2m.supervised.vocab import skip_reason
 
     out = Path(ctx.outs["retrieval"])
@@ -136,7 +160,7 @@ def run_sup(ctx) -> None:
     rp = ctx.params.retrieval
     device = ctx.runtime.torch_device()
     model, _, _ = load_checkpoint_model(ctx.deps["model"], device)
-    feats = Features(ctx.deps["features"], model.feature_kinds)
+    feats = model_features(ctx.deps["model"], ctx.deps["features"], model.feature_kinds)
     images, t = split_pairs(Path(ctx.deps["sup_vocab"]), rp.split, feats.row_of)
     if not images:
         raise ValueError(f"{ctx.deps['sup_vocab']}: no {rp.split} image-sentence pairs with features")
@@ -146,16 +170,19 @@ def run_sup(ctx) -> None:
     inputs, targets, lengths = teacher_forcing(t["ids"].combine_chunks(), max_len)
     rows = np.array([feats.row_of[i] for i in images], dtype=np.int64)
     logp = sup_logp(model, feats, rows, inputs, targets, lengths, rp.image_block, device)
-    prior = None
+    prior, prior_ids = None, None
     if rp.prior_images:
-        train_ids = [i for i in _split_images(ctx, "train") if i in feats.row_of]
-        pick = np.random.default_rng(rp.seed).choice(len(train_ids), min(rp.prior_images, len(train_ids)), replace=False)
-        prior_rows = np.array([feats.row_of[train_ids[k]] for k in sorted(pick)], dtype=np.int64)
-        prior = sup_logp(model, feats, prior_rows, inputs, targets, lengths, rp.image_block, device)
+        prior_ids, prior = sampled_prior(model, feats, _split_images(ctx, "train"), rp.prior_images, rp.seed,
+                                         inputs, targets, lengths, rp.image_block, device)
+        if not prior_ids:
+            raise ValueError(f"{ctx.deps['prepared']}: no train images with features to sample "
+                             "retrieval.prior_images from (set retrieval.prior_images: 0 for the split's own images)")
     feats.close()
     res = retrieval_scores(logp, sentence_image, prior)
     res.update(model=ctx.model, dataset=ctx.dataset, split=rp.split,
-               prior=f"{len(prior)} sampled training images" if prior is not None else f"the {len(images)} {rp.split} images",
+               prior=(f"{len(prior_ids)} training images sampled with seed {rp.seed}" if prior_ids
+                      else f"the {len(images)} {rp.split} images"),
+               prior_image_ids=prior_ids,
                scoring="log P(sentence | image); sentence retrieval normalised by P(sentence)")
     write_json(out, res)
     ctx.save_params(out.parent, "retrieval.params.yaml")

@@ -11,19 +11,26 @@ Outputs: ``model.pt`` (the final weights; ``r2m.models.load_model``), ``params.y
 ``loss.tsv`` (``step split loss xe …aux``; a ``val`` row every ``eval_every`` steps = the val pairs'
 per-word NLL) and ``train_metrics.json`` (``sentences_per_s``, ``val_perplexity``,
 ``test_perplexity``: exp of the per-word NLL over all held-out pairs, <#end> included).
-A dataset without paired captions gets ``skipped.json`` and metrics ``{"skipped": reason}``.
+S-CNN-RNN with ``scnn.cnn: end_to_end`` trains its CNN on the prepared images' pixels and also
+writes ``cnn.pt`` (+ ``features/`` in ``train_sup``): :mod:`r2m.supervised.finetune`.
+
+A dataset without paired captions gets ``skipped.json`` and metrics ``{"skipped": reason}``; a
+skipped step's output folder holds nothing else (no older ``model.pt``: the folder is
+``persist=True`` under DVC), and ``train_sup`` never starts from a skip-marked ``pretrain_sup``.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from r2m.models import build_sup_model
+from r2m.supervised import finetune
 from r2m.supervised.data import Features, PairedSet
 from r2m.supervised.vocab import skip_reason
 from r2m.text.vocab import load_itos
@@ -40,9 +47,22 @@ def model_section(ctx) -> dict[str, Any]:
     return getattr(ctx.params, ctx.model).model_dump()
 
 
+def reset_folder(out_dir: Path) -> None:
+    """Empty a stage's model folder: nothing of an older run (``model.pt``, ``cnn.pt``,
+    ``features/``, ``skipped.json``) may outlive the run that writes it now."""
+    if out_dir.is_dir():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def pretrained(folder: Path | None) -> bool:
+    """A pretrain_sup folder to start from: it has a ``model.pt`` and no skip marker."""
+    return folder is not None and (folder / "model.pt").exists() and not (folder / "skipped.json").exists()
+
+
 def write_skipped(ctx, reason: str) -> None:
     out_dir = Path(ctx.outs["model"])
-    out_dir.mkdir(parents=True, exist_ok=True)
+    reset_folder(out_dir)
     write_json(out_dir / "skipped.json", {"skipped": reason})
     ctx.save_params(out_dir)
     write_text(ctx.outs["loss"], "step\tsplit\tloss\txe\n")
@@ -101,43 +121,60 @@ def _train(ctx, phase: str) -> None:
     device = ctx.runtime.torch_device()
     args = getattr(ctx, "args", None)
     out_dir = Path(ctx.outs["model"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "skipped.json").unlink(missing_ok=True)
+    reset_folder(out_dir)
     torch.manual_seed(tp.seed)
     itos = load_itos(ctx.deps["sup_vocab"])
 
-    from r2m.models import SUP_MODELS
-
-    kinds = SUP_MODELS.get(name).feature_kinds
-    feats = Features(ctx.deps["features"], kinds)
-    train = PairedSet(ctx.deps["sup_vocab"], feats, "train", tp.max_len)
-    val = PairedSet(ctx.deps["sup_vocab"], feats, "val", tp.max_len)
-    test = PairedSet(ctx.deps["sup_vocab"], feats, "test", tp.max_len)
-    ctx.log.info("train_sup: %s on %d training pairs (%d val, %d test); %d pairs lack features", name,
-                 len(train), len(val), len(test), train.n_missing + val.n_missing + test.n_missing)
     import pyarrow.parquet as pq
+
+    from r2m.models import SUP_MODELS
 
     cls = SUP_MODELS.get(name)
     captions = pq.read_table(Path(ctx.deps["sup_vocab"]) / "captions.parquet",
                              columns=["image_id", "split", "caption"]).to_pydict()
     section = cls.prepare_params(model_section(ctx), captions)
-    model = build_sup_model(name, section, len(itos), feats.shapes)
-    model.fit_feature_norm(feats.channel_stats(train.rows))
+    e2e = finetune.end_to_end(section)
+    feats = Features(ctx.deps["features"], cls.feature_kinds)
+    source, backbone = feats, None
+    sf = ctx.params.sup_features
+    if e2e:  # the CNN reads the prepared images (those sup_features could read)
+        backbone = finetune.build_cnn(sf.backend, sf.options)
+        source = finetune.Pixels(ctx.deps["prepared"], ctx.root, backbone.prepare, backbone.size, feats.row_of)
+    train = PairedSet(ctx.deps["sup_vocab"], source, "train", tp.max_len)
+    val = PairedSet(ctx.deps["sup_vocab"], source, "val", tp.max_len)
+    test = PairedSet(ctx.deps["sup_vocab"], source, "test", tp.max_len)
+    ctx.log.info("train_sup: %s on %d training pairs (%d val, %d test); %d pairs lack features", name,
+                 len(train), len(val), len(test), train.n_missing + val.n_missing + test.n_missing)
+    if e2e:
+        model = finetune.SCNNEndToEnd.from_params(section, len(itos), feats.shapes).attach_cnn(backbone.model)
+        ctx.log.info("train_sup: %s end to end: the %s CNN trains on %s images", name, sf.backend,
+                     "x".join(map(str, backbone.size)))
+    else:
+        model = build_sup_model(name, section, len(itos), feats.shapes)
+    model.fit_feature_norm(source.channel_stats(train.rows))
     model.to(device)
     model.bind_data(captions)
     model.set_phase(phase)
-    init = Path(ctx.deps["pretrain"]) / "model.pt" if "pretrain" in ctx.deps else None
-    if phase == "train" and init is not None and init.exists():
+    info = model.train_info() if hasattr(model, "train_info") else {}
+    if info:
+        ctx.log.info("train_sup: %s", ", ".join(f"{k} {v}" for k, v in info.items()))
+    pre_dir = Path(ctx.deps["pretrain"]) if "pretrain" in ctx.deps else None
+    if phase == "train" and pretrained(pre_dir):
         from r2m.models import load_model
 
-        pre, _ = load_model(init)
-        model.load_state_dict(pre.state_dict())
-        ctx.log.info("train_sup: starting from the pretrained %s", init)
+        pre, _ = load_model(pre_dir)
+        if e2e:
+            model.load_state_dict({**model.state_dict(), **pre.state_dict()})
+            if finetune.load_cnn(model, pre_dir, sf.backend):
+                ctx.log.info("train_sup: the CNN starts from the pretrained %s", pre_dir / finetune.CNN_FILE)
+        else:
+            model.load_state_dict(pre.state_dict())
+        ctx.log.info("train_sup: starting from the pretrained %s", pre_dir / "model.pt")
     selector = None
     if tp.select_by != "last":
         from r2m.supervised.select import val_selector
 
-        selector = val_selector(ctx, feats, itos, tp.select_by, device)
+        selector = val_selector(ctx, source, itos, tp.select_by, device)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=tp.lr,
                            weight_decay=tp.weight_decay)
     columns = ("xe", *model.aux_losses)
@@ -156,6 +193,12 @@ def _train(ctx, phase: str) -> None:
     if res.best is not None:
         ctx.log.info("train_sup: keeping step %d (val %s %.4f)", selected, tp.select_by, res.best.score)
     save_torch(out_dir / "model.pt", model.checkpoint(stage=ctx.stage.name, step=selected, dataset=ctx.dataset or ""))
+    if e2e:
+        finetune.save_cnn(model, out_dir, sf.backend, sf.options)
+        if phase == "train":  # what captioning, retrieval and inspection read
+            n = finetune.write_features(model, source, out_dir, max(tp.batch_size, 64), device, sf.backend)
+            ctx.log.info("train_sup: the fine-tuned CNN's features of %d images -> %s", n,
+                         out_dir / finetune.OWN_FEATURES)
     ctx.save_params(out_dir)
     L.write_loss(Path(ctx.outs["loss"]), columns, res.rows)
     bs = max(tp.batch_size, 64)
@@ -168,11 +211,12 @@ def _train(ctx, phase: str) -> None:
         "test_perplexity": perplexity(model, test, bs, device),
         "sentences_per_s": res.seen / res.elapsed if res.elapsed > 0 else None,
         "wall_s": res.elapsed, "device": str(device), "parameters": model.param_count(),
-        "train_pairs": len(train), "vocab_size": len(itos),
+        "train_pairs": len(train), "vocab_size": len(itos), **info,
     }
     metrics = L.finite_or_none(metrics)
     write_json(Path(ctx.outs["metrics"]), metrics)
     feats.close()
+    source.close()
     RS.clear(spec.work)  # outputs complete: the resumable state is no longer needed
     ctx.log.info("train_sup: done, %d steps in %.1f s; perplexity val %s test %s", res.step, res.elapsed,
                  metrics["val_perplexity"], metrics["test_perplexity"])

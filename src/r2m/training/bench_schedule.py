@@ -7,33 +7,48 @@ of every stage's steps (at least one each; on CPU use a tiny fraction, e.g. 0.00
 per-stage seconds and sentences (images)/s, and the whole schedule's time extrapolated to
 ``--scale 1``.
 
-Each step is the training loop's own objective (:func:`r2m.training.objectives.text_objective` /
-``image_objective``), backward, global-norm clipping 10 and Adam. What the GPU path does, all
-guarded so CPU runs are the plain eager loop:
+Each step is the training loop's own step (:mod:`r2m.training.step`: the objective of
+:func:`r2m.training.objectives.text_objective` / ``image_objective``, backward, global-norm clipping
+10 and Adam), in the mode the stages would use on that device (:func:`r2m.training.step.step_mode`):
 
+* static shapes on CUDA (sentences padded to the stage's ``max_len``, L_XE a masked mean, greedy
+  decoding for the fixed 40 steps without the early-stop test; ``R2M_STATIC_STEP`` as in the stages);
+* the whole step as one CUDA graph on CUDA (``--no-graph`` or ``R2M_CUDA_GRAPH=0`` to compare);
+* TF32 matmuls on CUDA (``R2M_TF32=0`` for full fp32); ``--bf16``: bf16 autocast (CUDA only);
 * data already on the device: a pool of synthetic batches is made there once and cycled;
 * no host synchronisation inside the step: losses are summed on the device and checked for NaN/Inf
-  once per stage (``--check-every`` to check sooner); greedy decoding runs its 40 steps without
-  the early-stop test (as the training loop's GPU path, see ``R2M.greedy``);
-* ``--bf16``: bf16 autocast (CUDA only);
-* ``--compile``: ``torch.compile`` of the memory units' recurrent step (``auto``: on CUDA only;
-  ``reduce-overhead`` adds CUDA graphs).
+  once per stage (``--check-every`` to check sooner);
+* ``--compile``: ``torch.compile`` of the memory units' recurrent step (``auto``: on CUDA without
+  the graph only; ``reduce-overhead`` adds CUDA graphs of its own).
+
+:data:`COUNT_OPS` is where an op counter plugs in (ops per step, printed per stage).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from r2m import runtime as R
 from r2m.bench import parser
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import END, START
-from r2m.training.data import ImageBatch, TextBatch
+from r2m.training import step as ST
+from r2m.training.data import ImageBatch, TextBatch, pad_image, pad_text
 from r2m.training.objectives import image_objective, text_objective
 from r2m.training.stages import make_adam
+
+log = logging.getLogger("r2m.bench.schedule")
+
+COUNT_OPS: Callable[[Callable[[], Any]], dict[str, Any] | None] | None = None
+"""Op-counter hook: ``COUNT_OPS(one_step) -> {"ops_per_step": …, …}`` (``one_step()`` runs one more
+training step); its result is kept as each stage's ``ops`` and printed. ``None``: no count."""
 
 PAPER_VOCAB = 18679
 IMAGE_DIM = 1536
@@ -93,9 +108,9 @@ def image_batches(n: int, batch: int, vocab: int, device: torch.device, seed: in
     return out
 
 
-def _compile(model: R2M, mode: str, device: torch.device) -> str:
+def _compile(model: R2M, mode: str, device: torch.device, graph: bool) -> str:
     if mode == "auto":
-        mode = "default" if device.type == "cuda" else "none"
+        mode = "default" if device.type == "cuda" and not graph else "none"
     if mode == "none":
         return "none"
     for mem in (model.decoder, model.reconstructor):
@@ -103,32 +118,32 @@ def _compile(model: R2M, mode: str, device: torch.device) -> str:
     return mode
 
 
-def _step(model: R2M, opt: torch.optim.Optimizer, compute, batch, use_bf16: bool) -> torch.Tensor:
-    """One training step; returns the loss as a device tensor (no host synchronisation)."""
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
-        loss, _ = compute(batch)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-    opt.step()
-    return loss.detach().float()
+def _static(plan: StagePlan, batch: Any, on: bool) -> Any:
+    if not on:
+        return batch
+    return pad_text(batch, plan.max_len, 5) if plan.kind == "text" else pad_image(batch, 5)
 
 
 def run_schedule(device: str = "cpu", scale: float = 0.001, batch: int = 256, vocab: int = PAPER_VOCAB,
                  d: int = 512, heads: int = 2, d_k: int = 256, bf16: bool = False, compile_mode: str = "auto",
-                 pool: int = 4, check_every: int = 0, seed: int = 0, stages: tuple[str, ...] | None = None) -> dict:
+                 pool: int = 4, check_every: int = 0, seed: int = 0, stages: tuple[str, ...] | None = None,
+                 graph: bool = True) -> dict:
     torch.manual_seed(seed)
     dev = torch.device(device)
+    rt = R.Runtime.from_env(device=device)
+    tf32 = R.apply_tf32(dev, rt.tf32)
+    mode = ST.step_mode(dev, False, graph and rt.cuda_graph, rt.static_step)
     model = R2M(R2MConfig.for_variant("r2m", vocab_size=vocab, d=d, heads=heads, d_k=d_k,
                                       image_dim=IMAGE_DIM)).to(dev).train()
-    compiled = _compile(model, compile_mode, dev)
+    compiled = _compile(model, compile_mode, dev, mode.graph)
     use_bf16 = bf16 and dev.type == "cuda"
     results = []
+    used_graph, why = False, mode.why
     for plan in SCHEDULE:
         if stages and plan.name not in stages:
             continue
         steps = max(1, math.ceil(plan.steps * scale))
-        opt = make_adam(model, plan.lr)
+        opt = make_adam(model, plan.lr, capturable=mode.graph)
         if plan.kind == "text":
             data = text_batches(pool, batch, plan.max_len, vocab, dev, seed)
             compute = lambda b, p=plan: text_objective(model, b, p.beta)  # noqa: E731
@@ -136,26 +151,36 @@ def run_schedule(device: str = "cpu", scale: float = 0.001, batch: int = 256, vo
             data = image_batches(pool, batch, vocab, dev, seed)
             tp = _TP(margin=0.2, max_len=plan.max_len)
             compute = lambda b, p=plan, tp=tp: image_objective(model, b, p.gamma, tp.margin, tp.max_len)  # noqa: E731
-        total = _step(model, opt, compute, data[0], use_bf16)  # warm-up (compilation, allocator); not timed
+        data = [_static(plan, b, mode.static) for b in data]
+        autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16,  # noqa: E731
+                                          cache_enabled=not mode.graph)
+        step = ST.make_step(ST.EagerStep(model, opt, compute, 10.0, autocast), mode, log, plan.name)
+        warm = (step.warmup + 1) if isinstance(step, ST.GraphStep) else 1  # warm-up (+ capture); not timed
+        total = sum(step(data[k % len(data)])[0][0] for k in range(warm))
         if dev.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         for k in range(steps):
-            total = total + _step(model, opt, compute, data[(k + 1) % len(data)], use_bf16)
+            total = total + step(data[(warm + k) % len(data)])[0][0]
             if check_every and (k + 1) % check_every == 0 and not torch.isfinite(total):
                 raise FloatingPointError(f"{plan.name}: non-finite loss by step {k + 1}")
         if dev.type == "cuda":
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
-        mean_loss = float(total) / (steps + 1)  # the deferred check: one sync per stage
+        mean_loss = float(total) / (steps + warm)  # the deferred check: one sync per stage
         if not math.isfinite(mean_loss):
             raise FloatingPointError(f"{plan.name}: non-finite loss in the stage")
+        ops = COUNT_OPS(lambda s=step, b=data[0]: s(b)) if COUNT_OPS is not None else None
+        used_graph = used_graph or bool(getattr(step, "used_graph", False))
+        why = getattr(step, "why", "") or why
         results.append({"stage": plan.name, "kind": plan.kind, "steps": steps, "paper_steps": plan.steps,
                         "seconds": dt, "per_s": steps * batch / dt, "mean_loss": mean_loss,
-                        "full_stage_seconds": dt / steps * plan.steps})
+                        "full_stage_seconds": dt / steps * plan.steps, "graph": bool(getattr(step, "used_graph", False)),
+                        "ops": ops})
     return {"device": str(dev), "dtype": "bf16" if use_bf16 else "fp32", "compile": compiled,
             "threads": torch.get_num_threads(), "batch": batch, "vocab": vocab, "scale": scale,
             "params": model.param_count(include_image_proj=False), "stages": results,
+            "tf32": tf32, "graph": used_graph, "graph_off": "" if used_graph else why, "static": mode.static,
             "seconds": sum(r["seconds"] for r in results),
             "full_schedule_seconds": sum(r["full_stage_seconds"] for r in results)}
 
@@ -174,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch.compile of the recurrent step (auto: CUDA only)")
     p.add_argument("--check-every", type=int, default=0, help="NaN check every k steps (0: once per stage)")
     p.add_argument("--stages", default="", help="comma-separated subset (default: all four)")
+    p.add_argument("--no-graph", action="store_true", help="eager steps instead of one CUDA graph per step (CUDA)")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -181,13 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     for dev in devices:
         scale = a.scale if a.scale is not None else (1.0 if dev.startswith("cuda") else 0.001)
         r = run_schedule(dev, scale, a.batch, a.vocab, a.d, a.heads, a.d_k, a.bf16, a.compile,
-                         check_every=a.check_every, stages=tuple(s for s in a.stages.split(",") if s) or None)
-        print(f"schedule on {r['device']} ({r['dtype']}, compile={r['compile']}, {r['threads']} threads), "
+                         check_every=a.check_every, stages=tuple(s for s in a.stages.split(",") if s) or None,
+                         graph=not a.no_graph)
+        print(f"schedule on {r['device']} ({r['dtype']}, tf32={'on' if r['tf32'] else 'off'}, "
+              f"cuda graph={'on' if r['graph'] else 'off (' + r['graph_off'] + ')'}, "
+              f"static shapes={'on' if r['static'] else 'off'}, compile={r['compile']}, {r['threads']} threads), "
               f"vocab {r['vocab']}, batch {r['batch']}, {r['params'] / 1e6:.1f}M params, scale {r['scale']:g}:")
         for s in r["stages"]:
             unit = "sentences/s" if s["kind"] == "text" else "images/s"
+            ops = "".join(f", {k} {v}" for k, v in (s["ops"] or {}).items())
             print(f"  {s['stage']:<9} {s['steps']:>5}/{s['paper_steps']} steps {s['seconds']:8.1f} s "
-                  f"{s['per_s']:9.1f} {unit}  (full stage ~{s['full_stage_seconds']:.0f} s)")
+                  f"{s['per_s']:9.1f} {unit}  (full stage ~{s['full_stage_seconds']:.0f} s{ops})")
         print(f"  total {r['seconds']:.1f} s; whole paper schedule extrapolated: {r['full_schedule_seconds']:.0f} s "
               f"({r['full_schedule_seconds'] / 60:.1f} min)", flush=True)
     return 0

@@ -12,12 +12,14 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from r2m.text.dictionary import image_concept_lists
@@ -41,17 +43,43 @@ class TextBatch:
     inputs: Tensor  # [B, T] <#start> w_1 …
     targets: Tensor  # [B, T] w_1 … <#end>, 0 after
     lengths: Tensor  # [B] valid steps
+    static: ClassVar[bool] = False  # padded to fixed shapes (:func:`pad_text`): host-read-free objectives
 
     @property
     def mask(self) -> Tensor:
         return torch.arange(self.inputs.shape[1], device=self.inputs.device)[None, :] < self.lengths[:, None]
 
+    def _map(self, fn) -> TextBatch:
+        return type(self)(*(fn(t) for t in (self.concepts, self.concept_lens, self.inputs, self.targets,
+                                            self.lengths)))
+
     def to(self, device: torch.device) -> TextBatch:
-        return TextBatch(*(t.to(device, non_blocking=True) for t in (self.concepts, self.concept_lens,
-                                                                        self.inputs, self.targets, self.lengths)))
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
+    def pin_memory(self) -> TextBatch:
+        return self._map(lambda t: t.pin_memory())
 
     def __len__(self) -> int:
         return self.inputs.shape[0]
+
+
+class StaticTextBatch(TextBatch):
+    """A :class:`TextBatch` padded to the stage's ``max_len`` and a fixed concept width."""
+
+    static: ClassVar[bool] = True
+
+
+def _pad_cols(t: Tensor, width: int) -> Tensor:
+    """``t`` [B, n] right-padded with 0 (<pad>) to ``width`` columns."""
+    return F.pad(t, (0, width - t.shape[1])) if width > t.shape[1] else t
+
+
+def pad_text(batch: TextBatch, max_len: int, concept_width: int = 0) -> StaticTextBatch:
+    """``batch`` with inputs/targets padded to ``max_len`` steps and concepts to ``concept_width``
+    columns. Nothing it computes changes: the recurrences are causal, ṽ and v are gathered at
+    each row's last valid step and the loss masks the padded positions."""
+    return StaticTextBatch(_pad_cols(batch.concepts, concept_width), batch.concept_lens,
+                           _pad_cols(batch.inputs, max_len), _pad_cols(batch.targets, max_len), batch.lengths)
 
 
 def teacher_forcing(ids: pa.Array | Sequence[Sequence[int]], max_len: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -169,12 +197,31 @@ class ImageBatch:
     concept_lens: Tensor
     feats: Tensor
     image_ids: list[str]
+    static: ClassVar[bool] = False  # concepts at a fixed width (:func:`pad_image`), fixed-length greedy
+
+    def _map(self, fn) -> ImageBatch:
+        return type(self)(fn(self.concepts), fn(self.concept_lens), fn(self.feats), self.image_ids)
 
     def to(self, device: torch.device) -> ImageBatch:
-        return ImageBatch(self.concepts.to(device), self.concept_lens.to(device), self.feats.to(device), self.image_ids)
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
+    def pin_memory(self) -> ImageBatch:
+        return self._map(lambda t: t.pin_memory())
 
     def __len__(self) -> int:
         return len(self.image_ids)
+
+
+class StaticImageBatch(ImageBatch):
+    """An :class:`ImageBatch` with concepts padded to a fixed width; its captions are decoded for the
+    stage's ``max_len`` steps without the early-stop test."""
+
+    static: ClassVar[bool] = True
+
+
+def pad_image(batch: ImageBatch, concept_width: int = 0) -> StaticImageBatch:
+    return StaticImageBatch(_pad_cols(batch.concepts, concept_width), batch.concept_lens, batch.feats,
+                            batch.image_ids)
 
 
 class ImageSet:

@@ -8,9 +8,15 @@ A trainer builds its model, optimiser, data and objective, and hands them to :fu
   written every ``checkpoint_every`` steps, at the last step and on preemption (rank 0 only);
 * **preemption** — SIGTERM/SIGINT stop at the next step boundary after saving ``last.pt``
   (:class:`r2m.utils.resume.Preemption`); the fault suite's ``R2M_FAULT`` hook fires after each step;
-* **the step** — forward under autocast (through DDP when distributed), the non-finite loss check
-  (:class:`NonFiniteLoss`, one line naming the run, step and the learning rate to lower), then
-  ``zero_grad``, ``backward``, global-norm clipping and ``optimizer.step``;
+* **the step** — :mod:`r2m.training.step`: forward under autocast (through DDP when distributed),
+  ``zero_grad``, ``backward``, global-norm clipping and ``optimizer.step``; with a static mode the
+  batch is padded to fixed shapes first (``Loop.static``), and on CUDA the whole step may be one
+  CUDA graph. The step returns its losses as a device vector: no host read per step;
+* **the deferred non-finite check** — the step losses stay on the device and are read in one host
+  read every ``checkpoint_every`` steps, before every validation, selection or ``last.pt`` write
+  and at the end (:class:`Pending`); a NaN/Inf raises :class:`NonFiniteLoss` (one line naming the
+  run, the first bad step and the learning rate to lower) before anything is written, so no
+  ``last.pt`` holds poisoned weights;
 * **validation and selection** — every ``eval_every`` steps and at the last: the mean validation
   components (a ``val`` row) and, given a selector, its score; the best-scoring weights are kept;
 * **loss rows** — ``[step, split, loss, *columns]``, written as ``loss.tsv`` by :func:`write_loss`.
@@ -36,6 +42,7 @@ import torch
 from torch import Tensor
 
 from r2m.training import distributed
+from r2m.training import step as ST
 from r2m.utils import resume as RS
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint
 from r2m.utils.digest import tree_digest
@@ -204,6 +211,8 @@ class Loop:
     dist: distributed.Dist = field(default_factory=distributed.Dist)
     autocast: Callable[[], Any] = contextlib.nullcontext
     desc: str = ""
+    mode: ST.StepMode = ST.StepMode()
+    static: Callable[[Any], Any] | None = None  # pads a batch to static shapes (used when mode.static)
 
 
 @dataclass
@@ -224,6 +233,7 @@ class Result:
     selections: list[tuple[int, float]]
     elapsed: float
     seen: int
+    step_info: dict[str, Any] = field(default_factory=dict)  # :func:`r2m.training.step.graph_record`
 
     def keep_best(self, model) -> int:
         """Load the best-scoring weights into ``model`` (when there was a selection); the step kept."""
@@ -238,6 +248,34 @@ def state_snapshot(model) -> dict[str, Tensor]:
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
+# --------------------------------------------------------------------------- deferred check
+@dataclass
+class Pending:
+    """Train rows whose values are still on the device: ``(row index, step, stats, names)`` with
+    ``stats`` the step's :func:`r2m.training.step.pack` vector."""
+
+    items: list[tuple[int, int, Tensor, tuple[str, ...]]] = field(default_factory=list)
+
+    def add(self, row: int, step: int, stats: Tensor, names: tuple[str, ...]) -> None:
+        self.items.append((row, step, stats, names))
+
+    def flush(self, rows: list[list[Any]], columns: tuple[str, ...]) -> tuple[int, float, dict[str, float]] | None:
+        """Fill the pending rows in (one host read); the first step whose loss is not finite as
+        ``(step, loss, components)``, else ``None``."""
+        if not self.items:
+            return None
+        values = torch.cat([s.reshape(-1) for _, _, s, _ in self.items]).tolist()
+        bad, at = None, 0
+        for row, step, _, names in self.items:
+            loss, comp = values[at], dict(zip(names, values[at + 1: at + 1 + len(names)], strict=True))
+            at += 1 + len(names)
+            rows[row][2:] = [loss, *(comp.get(c) for c in columns)]
+            if bad is None and not math.isfinite(loss):
+                bad = (step, loss, comp)
+        self.items.clear()
+        return bad
+
+
 # --------------------------------------------------------------------------- the loop
 def _restored_best(b: dict[str, Any] | None) -> Best | None:
     if not b:
@@ -249,6 +287,10 @@ def fit(spec: Loop) -> Result:
     """Train ``spec.model`` for ``spec.schedule.steps`` steps (resuming when it can); see the module."""
     model, opt, obj, tp, dist = spec.model, spec.optimizer, spec.objective, spec.schedule, spec.dist
     step_fn = dist.wrap(model, obj.loss, spec.device)
+    train_step = ST.make_step(ST.EagerStep(model, opt, step_fn, tp.clip, spec.autocast, dist.mean),
+                              spec.mode, spec.log, spec.desc or spec.name)
+    static = spec.static if spec.mode.static and spec.static is not None else (lambda b: b)
+    pending = Pending()
     last_path = spec.work / "last.pt"
     step, rows, best, selections = 0, [], None, []
     elapsed_prev, seen = 0.0, 0
@@ -293,22 +335,14 @@ def fit(spec: Loop) -> Result:
                                "selections": selections,
                                "elapsed": elapsed_prev + (time.perf_counter() - t0), "seen": seen})
 
-    def train_step(batch) -> tuple[float, dict[str, Tensor]]:
-        """One optimiser step; the loss value (of the global batch) and its components."""
-        with spec.autocast():
-            loss, comp = step_fn(batch)
-        if dist.enabled:  # log the global batch's loss
-            comp = {k: dist.mean(v) for k, v in comp.items()}
-        value = float(dist.mean(loss.detach()))
-        if not math.isfinite(value):  # the one place a (deferred) non-finite check goes
-            raise NonFiniteLoss(f"{spec.desc or spec.name}: loss is {value} at step {step + 1} "
-                                f"({', '.join(f'{k}={float(v.detach()):.4g}' for k, v in comp.items())}); "
+    def check() -> None:
+        """The deferred non-finite check: read the pending step losses (one host read)."""
+        bad = pending.flush(rows, obj.columns)
+        if bad is not None:
+            at, value, comp = bad
+            raise NonFiniteLoss(f"{spec.desc or spec.name}: loss is {value} at step {at} "
+                                f"({', '.join(f'{k}={v:.4g}' for k, v in comp.items())}); "
                                 f"try a lower learning rate (params: {spec.lr_param})")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tp.clip)
-        opt.step()
-        return value, comp
 
     model.train()
     t0 = time.perf_counter()
@@ -317,22 +351,29 @@ def fit(spec: Loop) -> Result:
     stop = RS.Preemption()  # SIGTERM/SIGINT: finish the step, save last.pt, stop
     with stop:
         while step < tp.steps:
-            batch = dist.shard(next(batches)).to(spec.device)
-            value, comp = train_step(batch)
+            batch = ST.to_device(static(dist.shard(next(batches))), spec.device)
+            stats, names = train_step(batch)
             step += 1
             seen += dist.global_rows(len(batch))
-            rows.append([step, "train", value,
-                         *(float(comp[c].detach()) if c in comp else None for c in obj.columns)])
+            rows.append([step, "train", None, *(None for _ in obj.columns)])  # filled in by check()
+            pending.add(len(rows) - 1, step, stats, names)
             bar.update(1)
-            if step % tp.eval_every == 0 or step == tp.steps:
+            evaluating = step % tp.eval_every == 0 or step == tp.steps
+            checkpoint = step % tp.checkpoint_every == 0 or step == tp.steps
+            if evaluating or checkpoint:
+                check()
+            if evaluating:
                 eval_and_select()
-            if (step % tp.checkpoint_every == 0 or step == tp.steps) and dist.is_main:
+            if checkpoint and dist.is_main:
                 save_last()
             RS.inject(spec.name, step)  # fault suite (R2M_FAULT), a no-op otherwise
             if stop.requested:
+                check()
                 if step % tp.checkpoint_every and step != tp.steps and dist.is_main:
                     save_last()
                 bar.close()
                 stop.check(f"step {step} of {tp.steps}", last_path)
+    check()
     bar.close()
-    return Result(step, rows, best, selections, elapsed_prev + time.perf_counter() - t0, seen)
+    return Result(step, rows, best, selections, elapsed_prev + time.perf_counter() - t0, seen,
+                  ST.graph_record(train_step, spec.mode))

@@ -39,10 +39,15 @@ def token_xe(model: R2M, hidden: Tensor, targets: Tensor) -> Tensor:
 
 def text_objective(model: R2M, batch: TextBatch, beta: float | None, rec: str = "sum_normalized",
                    xe_reduction: str = "token_mean", similarity: str = "cosine") -> tuple[Tensor, dict[str, Tensor]]:
-    """L_XE (``beta is None``) or L_S (``rec``: the L_rec form); logits only at valid positions."""
+    """L_XE (``beta is None``) or L_S (``rec``: the L_rec form). Logits only at valid positions, or,
+    for a static batch (:func:`r2m.training.data.pad_text`), at every position with L_XE their masked
+    mean (no boolean indexing, no host read: the same value and gradients)."""
     out = model(batch.concepts, batch.concept_lens, batch.inputs, batch.lengths, reconstruct=beta is not None)
     mask = batch.mask
-    xe = token_xe(model, out["hidden"][mask], batch.targets[mask])
+    if getattr(batch, "static", False):
+        xe = xe_loss(model.logits(out["hidden"]), batch.targets, mask)
+    else:
+        xe = token_xe(model, out["hidden"][mask], batch.targets[mask])
     if xe_reduction != "token_mean":  # Eq. 10's per-sentence sum (DDP: each rank's sentence mean is averaged)
         xe = reduce_xe(xe_reduction, xe, mask.sum(), mask.shape[0])
     elif distributed.current().enabled:  # DDP: this rank's share of the global token mean
@@ -54,9 +59,10 @@ def text_objective(model: R2M, batch: TextBatch, beta: float | None, rec: str = 
 
 def image_objective(model: R2M, batch, gamma: float, margin: float, max_len: int,
                     rec: str = "sum_normalized", rank: str = "vsepp", similarity: str = "cosine"):
-    """L_M^I (γ = 0) or L_I on greedy free-running captions (gradients through hidden states)."""
+    """L_M^I (γ = 0) or L_I on greedy free-running captions (gradients through hidden states); a
+    static batch decodes for all ``max_len`` steps without the early-stop test (no host read)."""
     v = model.encode(batch.concepts, batch.concept_lens)
-    g = model.greedy(v, max_len)
+    g = model.greedy(v, max_len, stop_early=not getattr(batch, "static", False))
     img, v_tilde = model.project_image(batch.feats), g["v_tilde_raw"]
     if model.training:  # DDP: in-batch negatives over the whole global batch
         img, v, v_tilde = (distributed.gather_rows(x) for x in (img, v, v_tilde))

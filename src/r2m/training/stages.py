@@ -18,6 +18,12 @@ when its fingerprint (resolved params and the init checkpoint) matches; the fold
 the outputs are written. SIGTERM/SIGINT stop the loop at the next step boundary after saving
 ``last.pt`` (:class:`r2m.utils.resume.Preempted`). ``r2m`` holds an exclusive lock per stage output.
 
+**The step** (:mod:`r2m.training.step`): on CUDA batches are padded to static shapes
+(:func:`static_shape`), each step is replayed as one CUDA graph (capturable Adam) and fp32 matmuls use
+TF32 (``R2M_CUDA_GRAPH=0``, ``R2M_TF32=0``, ``R2M_STATIC_STEP``: :mod:`r2m.runtime`); on CPU the
+dynamic eager step of before. ``train_metrics.json`` records ``tf32``, ``cuda_graph``,
+``cuda_graph_off`` and ``static_step``.
+
 **Checkpoint selection** (e.g. by validation CIDEr): call :func:`train` with
 ``select=fn(model, step) -> float`` (higher is better). It is called at every ``eval_every`` step
 and the final step; ``model.pt`` then holds the best-scoring weights (``selected_step`` and
@@ -34,12 +40,14 @@ from typing import Any
 
 import torch
 
+from r2m import runtime as R
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.dictionary import concept_order
 from r2m.text.vocab import load_itos
 from r2m.training import distributed
 from r2m.training import loop as L
-from r2m.training.data import ImageSet, TextStream
+from r2m.training import step as ST
+from r2m.training.data import ImageSet, TextStream, pad_image, pad_text
 from r2m.training.loop import NonFiniteLoss, Selector  # noqa: F401  (public names of this stage)
 from r2m.training.objectives import OBJECTIVES, Objective, text_objective, val_gamma  # noqa: F401
 from r2m.utils import resume as RS
@@ -101,13 +109,23 @@ def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
         raise CheckpointError(f"{path}: {err}; {hint}") from None
 
 
-def make_adam(model: torch.nn.Module, lr: float) -> torch.optim.Adam:
-    """Adam with the fused kernel when the build has it (same update; ~7x faster step on CPU)."""
+def make_adam(model: torch.nn.Module, lr: float, capturable: bool = False) -> torch.optim.Adam:
+    """Adam with the fused kernel when the build has it (same update; ~7x faster step on CPU);
+    ``capturable`` (CUDA graphs: the step count stays on the device) only when asked."""
     params = [p for p in model.parameters() if p.requires_grad]
+    extra = {"capturable": True} if capturable else {}
     try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
+        return torch.optim.Adam(params, lr=lr, fused=True, **extra)
     except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=lr)
+        return torch.optim.Adam(params, lr=lr, **extra)
+
+
+def static_shape(obj: Objective, tp, ctx) -> ST.StaticShape:
+    """The stage's pad-to-static-shape function: text to ``max_len`` steps, concepts to a width that
+    starts at ``concepts.max_per_image`` (image stages) or 8 (corpus sentences) and only grows."""
+    if obj.data == "text":
+        return ST.StaticShape(lambda b, w: pad_text(b, tp.max_len, w), 8)
+    return ST.StaticShape(pad_image, ctx.params.concepts.max_per_image)
 
 
 # --------------------------------------------------------------------------- the stage
@@ -186,12 +204,20 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
     data = _Data(ctx, obj, tp, itos)
     model = build_model(ctx, len(itos), data.image_dim).to(device)
     use_bf16 = (bool(getattr(args, "bf16", False)) or getattr(ctx.runtime, "bf16", False)) and device.type == "cuda"
+    tf32 = R.apply_tf32(device, getattr(ctx.runtime, "tf32", True))
+    mode = ST.step_mode(device, dist.enabled, getattr(ctx.runtime, "cuda_graph", True),
+                        getattr(ctx.runtime, "static_step", "auto"))
+
+    def bf16():  # autocast's weight cache cannot live across graph replays
+        return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not mode.graph)
+
     spec = L.Loop(
-        name=name, model=model, optimizer=make_adam(model, tp.lr), objective=loop_objective(ctx, obj, tp),
+        name=name, model=model, optimizer=make_adam(model, tp.lr, capturable=mode.graph),
+        objective=loop_objective(ctx, obj, tp),
         schedule=tp, batches=data.train, val_batches=data.val, device=device, work=L.resume_folder(ctx),
         fingerprint=L.fingerprint(ctx), log=ctx.log, lr_param=f"{name}.lr = {tp.lr}",
         fresh=getattr(args, "fresh", False), select=select, dist=dist,
-        autocast=(lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext)
+        autocast=bf16 if use_bf16 else contextlib.nullcontext, mode=mode, static=static_shape(obj, tp, ctx))
     ctx.log.info("%s: %s on %s, %d parameters, %d steps x %d", name, ctx.variant, device,
                  model.param_count(), tp.steps, tp.batch_size)
     res = L.fit(spec)
@@ -219,6 +245,7 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
             (res.seen / res.elapsed) if res.elapsed > 0 else None,
         "wall_s": res.elapsed, "device": str(device), "parameters": model.param_count(),
         "selected_step": res.best.step if res.best else None, "selected_score": res.best.score if res.best else None,
+        "tf32": tf32, **res.step_info,
     }
     write_json(Path(ctx.outs["metrics"]), L.finite_or_none(metrics))
     data.close()

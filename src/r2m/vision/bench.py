@@ -2,7 +2,9 @@
 
 Model-only by default (synthetic uint8 images already resized, as the loader yields them);
 ``--files`` writes synthetic JPEGs first and times the whole path (decode + resize in ``--workers``
-loader processes + model), which is what the stage does. Weights do not change speed, so the
+loader processes + model), which is what the stage does; on CUDA twice: JPEGs decoded on the CPU
+(mode ``files(w=N,cpu)``) and on the GPU (``files(w=N,gpu)``, the stage's default there,
+``r2m.vision.extractors.gpu_decode``). Weights do not change speed, so the
 backends that need downloaded weights run with random ones here.
 """
 
@@ -61,26 +63,36 @@ def bench_model(backend: str, device: str, n: int, batch: int, size: int) -> dic
             "images_per_s": done / dt, "input": f"{h}x{w}"}
 
 
-def bench_files(backend: str, device: str, n: int, batch: int, size: int, workers: int) -> dict[str, Any]:
+def write_jpegs(folder: str | Path, n: int, size: int) -> list[str]:
+    """``n`` synthetic ``size`` x ``size`` JPEGs (smooth noise, quality 90) in ``folder``."""
     from PIL import Image
 
+    rng = np.random.default_rng(0)
+    files = []
+    for i in range(n):
+        arr = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        files.append(str(Path(folder) / f"{i}.jpg"))
+        Image.fromarray(arr).save(files[-1], quality=90)
+    return files
+
+
+def bench_files(backend: str, device: str, n: int, batch: int, size: int, workers: int,
+                gpu_decode: bool = False, files: list[str] | None = None) -> dict[str, Any]:
+    """Images/s of ``extract_arrays`` over JPEG files (decode + resize + model); ``gpu_decode``:
+    JPEGs decoded on the GPU (CUDA only)."""
     from r2m.vision import extractors as F
 
-    rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        files = []
-        for i in range(n):
-            arr = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-            files.append(str(Path(d) / f"{i}.jpg"))
-            Image.fromarray(arr).save(files[-1], quality=90)
+        files = files or write_jpegs(d, n, size)
         ex = F.build_extractor(backend, RANDOM_OK.get(backend, {}))
-        F.extract_arrays(ex, files[:batch], batch, device, 0, show=False)  # warm-up
+        F.extract_arrays(ex, files[:batch], batch, device, 0, show=False, gpu_decode=gpu_decode)  # warm-up
         t0 = time.perf_counter()
-        F.extract_arrays(ex, files, batch, device, workers, show=False)
+        F.extract_arrays(ex, files, batch, device, workers, show=False, gpu_decode=gpu_decode)
         dt = time.perf_counter() - t0
-    return {"backend": backend, "device": device, "mode": f"files(w={workers})", "images": n, "seconds": dt,
-            "images_per_s": n / dt, "input": f"{size}x{size} jpg"}
+    decode = "gpu" if gpu_decode else "cpu"
+    return {"backend": backend, "device": device, "mode": f"files(w={workers},{decode})", "images": len(files),
+            "seconds": dt, "images_per_s": len(files) / dt, "input": f"{size}x{size} jpg"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,14 +112,19 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     rows = []
     print(f"# r2m bench features: {args.images} images, batch {args.batch}, torch threads {torch.get_num_threads()}")
-    print(f"{'backend':<18} {'device':<6} {'mode':<12} {'input':<12} {'images/s':>10}")
-    for device in _devices(args.device):
-        for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
-            if args.files:
-                r = bench_files(backend, device, args.images, args.batch, args.size, args.workers)
-            else:
-                r = bench_model(backend, device, args.images, args.batch, args.size)
-            rows.append(r)
-            print(f"{r['backend']:<18} {r['device']:<6} {r['mode']:<12} {r['input']:<12} {r['images_per_s']:>10.1f}",
-                  flush=True)
+    print(f"{'backend':<18} {'device':<6} {'mode':<16} {'input':<12} {'images/s':>10}")
+    with tempfile.TemporaryDirectory() as d:
+        files = write_jpegs(d, args.images, args.size) if args.files else None
+        for device in _devices(args.device):
+            for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+                if args.files:
+                    decodes = (False, True) if torch.device(device).type == "cuda" else (False,)
+                    got = [bench_files(backend, device, args.images, args.batch, args.size, args.workers, g, files)
+                           for g in decodes]
+                else:
+                    got = [bench_model(backend, device, args.images, args.batch, args.size)]
+                for r in got:
+                    rows.append(r)
+                    print(f"{r['backend']:<18} {r['device']:<6} {r['mode']:<16} {r['input']:<12} "
+                          f"{r['images_per_s']:>10.1f}", flush=True)
     return 0

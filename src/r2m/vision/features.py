@@ -35,6 +35,7 @@ from r2m.utils import resume as RS
 from r2m.vision import feature_store as FS
 from r2m.vision.extractors import Extractor, build_extractor, extract_arrays
 from r2m.vision.images import read_image_index
+from r2m.vision.weights import uses_random_weights
 
 log = logging.getLogger("r2m")
 
@@ -105,7 +106,8 @@ def extract_dataset(
             FS.publish_parts(parts, Path(parts_dir), [j for j in range(len(ranges)) if j % shard[1] == shard[0]])
         log.info("features: shard %d of %d done; assemble with --merge", shard[0], shard[1])
         return None
-    meta = {"backend": backend, "options": options, "format": FS.FORMAT_VERSION, "fingerprint": fingerprint}
+    meta = {"backend": backend, "options": options, "format": FS.FORMAT_VERSION, "fingerprint": fingerprint,
+            "random_weights": uses_random_weights(backend, options)}
     return FS.assemble(out, ids, files, len(ranges), meta, parts, finalize)
 
 

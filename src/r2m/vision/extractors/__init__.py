@@ -7,13 +7,19 @@
     timm Inception-V4, TF-slim weights, the authors' TF1 preprocessing 346 -> centre crop 299
     (``tf1.py``): ``pooled`` 1536, ``grid`` 8x8x1536.
 ``vgg16`` (``vgg16.py``)
-    torchvision VGG-16, ``options.weights`` file, else random (warning): ``pooled`` 4096 (fc7),
+    torchvision VGG-16, ``options.weights`` file (default ``data/weights/vgg16-397923af.pth``; missing:
+    one-line error): ``pooled`` 4096 (fc7),
     ``grid`` 14x14x512 (conv5_3).
+``vgg19`` (``vgg19.py``; Show, Attend and Tell's)
+    torchvision VGG-19, ``options.weights`` file (``vgg19-dcbb9e9a.pth``), else random (warning): ``pooled``
+    4096 (fc7), ``grid`` 14x14x512 (conv5_4, before the last max-pool).
 ``random_cnn`` (``random_cnn.py``)
     a small seeded random CNN (synthetic ``tiny`` data, tests): ``pooled`` ``dim``, optional ``grid``.
 
 Common options: ``kinds`` (subset of the backend's kinds), ``random_init: true`` (no weights, for
-tests/benchmarks), ``weights`` + optional ``sha256``.
+tests/benchmarks; the only way to random weights, recorded as ``random_weights`` in the features
+folder's ``meta.json`` and shown on the report page), ``weights`` + optional ``sha256``, ``kinds_from: {kind: {backend, options}}`` (those
+kinds from another network, into the same folder: ``combined.py``).
 
 Add a backend: a new module here with ``@FEATURES.register(name)`` on its factory (build the network,
 pick the kinds with ``base.select_kinds``, wrap it in ``base.Scaled`` with the input mean/std and return an
@@ -30,8 +36,10 @@ from r2m.vision.extractors import (  # noqa: F401  (register)
     inception_v4,
     random_cnn,
     vgg16,
+    vgg19,
 )
 from r2m.vision.extractors.base import FEATURES, Extractor
+from r2m.vision.extractors.combined import build_combined
 from r2m.vision.extractors.compute import extract_arrays, features_of_batch, to_device
 from r2m.vision.extractors.tf1 import OfficialResizeCrop, tf1_resize_bilinear
 
@@ -42,5 +50,9 @@ __all__ = [
 
 
 def build_extractor(backend: str, options: dict[str, Any] | None = None) -> Extractor:
-    """The registered backend ``backend`` built with ``options`` (unknown name: ``KeyError`` naming the known ones)."""
-    return FEATURES.get(backend)(dict(options or {}))
+    """The registered backend ``backend`` built with ``options`` (unknown name: ``KeyError`` naming the known
+    ones); ``options.kinds_from`` takes some kinds from other backends (``combined.py``)."""
+    options = dict(options or {})
+    if options.get("kinds_from"):
+        return build_combined(lambda b, o: FEATURES.get(b)(o), backend, options)
+    return FEATURES.get(backend)(options)

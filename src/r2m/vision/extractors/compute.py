@@ -1,8 +1,10 @@
-"""Running an ``Extractor`` over image files: decode in loader workers, batched forward passes
-(bf16 autocast + channels_last on CUDA), float16 arrays per kind, bad images listed."""
+"""Running an ``Extractor`` over image files: decode in loader workers (on CUDA: plain JPEGs decoded
+in batches on the GPU, ``gpu_decode.py``), batched forward passes (bf16 autocast + channels_last on
+CUDA), float16 arrays per kind, bad images listed."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,8 +12,11 @@ import numpy as np
 import torch
 
 from r2m.utils.progress import progress
+from r2m.vision.extractors import gpu_decode as G
 from r2m.vision.extractors.base import Extractor
 from r2m.vision.images import make_loader
+
+log = logging.getLogger("r2m")
 
 
 def to_device(ex: Extractor, device: torch.device):
@@ -40,25 +45,55 @@ def extract_arrays(
     device: Any = "cpu",
     workers: int = 0,
     show: bool = True,
+    gpu_decode: bool | None = None,
 ) -> tuple[dict[str, np.ndarray], list[int], list[tuple[int, str]]]:
-    """Features of ``files`` (in order): ``({kind: [n_good, ...]}, good positions, [(pos, reason)])``."""
+    """Features of ``files`` (in order): ``({kind: [n_good, ...]}, good positions, [(pos, reason)])``.
+
+    ``gpu_decode``: decode plain JPEGs on the CUDA device (default: on, unless ``R2M_GPU_DECODE=0``);
+    never on other devices."""
     device = torch.device(device)
     model = to_device(ex, device)
     chunks: dict[str, list[np.ndarray]] = {k: [] for k in ex.kinds}
     good: list[int] = []
     bad: list[tuple[int, str]] = []
-    loader = make_loader(files, ex.prepare, batch_size, workers, min_side=1, pin_memory=device.type == "cuda")
+    prep, why = _gpu_prep(ex, device, gpu_decode)
+    if device.type == "cuda":
+        log.info("features: JPEG decode %s", f"on the GPU ({why})" if prep is not None else f"on the CPU ({why})")
+    loader = make_loader(files, ex.prepare, batch_size, workers, min_side=1,
+                         pin_memory=device.type == "cuda" and prep is None, encoded=prep is not None)
     bar = progress(total=len(files), desc=f"features {ex.name}", unit="img", disable=None if show else True)
+    on_cpu = 0
     for batch in loader:
         bad.extend(batch.bad)
-        if batch.indices:
-            out = features_of_batch(ex, model, batch.data, device)
+        x, indices = batch.data, batch.indices
+        if prep is not None and indices:
+            x, indices, more_bad, n_cpu = G.device_batch(ex, prep, batch, files, device)
+            bad.extend(more_bad)
+            on_cpu += n_cpu
+        if indices:
+            out = features_of_batch(ex, model, x, device)
             for k in ex.kinds:
                 chunks[k].append(out[k])
-            good.extend(batch.indices)
+            good.extend(indices)
         bar.update(len(batch.indices) + len(batch.bad))
     bar.close()
+    if prep is not None:
+        bad.sort(key=lambda item: item[0])  # a refused file's entry came after its batch's loader ones
+    if prep is not None and on_cpu:
+        log.info("features: %d of %d file(s) decoded on the CPU (not plain JPEG, or refused by the GPU decoder)",
+                 on_cpu, len(files))
     arrays = {
         k: (np.concatenate(v) if v else np.zeros((0, *ex.kinds[k]), np.float16)) for k, v in chunks.items()
     }
     return arrays, good, bad
+
+
+def _gpu_prep(ex: Extractor, device: torch.device, enabled: bool | None):
+    """``(tensor twin of ex's transform, why)`` when JPEGs are to be decoded on ``device``, else ``(None, why)``."""
+    on, why = G.wanted(device, enabled)
+    if not on:
+        return None, why
+    prep = G.tensor_prep(ex)
+    if prep is None:
+        return None, f"backend {ex.name}: its transform {type(ex.prepare).__name__} has no GPU twin"
+    return prep, why

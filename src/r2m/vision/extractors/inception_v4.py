@@ -12,16 +12,20 @@ from r2m.vision import weights as W
 from r2m.vision.extractors.base import FEATURES, Extractor, Scaled, load_state, select_kinds
 from r2m.vision.extractors.tf1 import OfficialResizeCrop
 
+HOW = ("set options.weights to a local checkpoint of timm's inception_v4.tf_in1k (its model.safetensors, "
+       "https://huggingface.co/timm/inception_v4.tf_in1k)")
 OPTIONS = frozenset({"kinds", "weights", "sha256", "random_init", "preprocess", "resize", "crop"})
 
 
 def _network(options: dict[str, Any]):
-    """The timm network without its classifier: local weights, random (tests), or timm's download."""
+    """The timm network without its classifier: local weights, random (``random_init``), or timm's
+    download; neither → one-line :class:`r2m.vision.weights.MissingWeights`."""
     import timm
 
+    W.check_random_init("inception_v4", options)
     if options.get("weights"):
         net = timm.create_model("inception_v4", pretrained=False, num_classes=0)
-        path = W.user_file(options["weights"], options.get("sha256"))
+        path = W.user_file(options["weights"], options.get("sha256"), "inception_v4", HOW)
         net.load_state_dict(load_state(path, ("last_linear.", "fc.", "classifier.")), strict=True)
         return net
     if options.get("random_init"):
@@ -30,10 +34,9 @@ def _network(options: dict[str, Any]):
     try:
         return timm.create_model("inception_v4.tf_in1k", pretrained=True, num_classes=0)
     except Exception as err:
-        raise RuntimeError(
+        raise W.MissingWeights(
             f"inception_v4: could not fetch timm's pretrained weights inception_v4.tf_in1k ({type(err).__name__}: "
-            f"{err}); set extract_features.options.weights to a local checkpoint (e.g. that model's "
-            "model.safetensors), or use the offline backend inception_v3_fid"
+            f"{' '.join(str(err).split())}); {HOW}, or use the offline backend inception_v3_fid"
         ) from None
 
 

@@ -1,4 +1,7 @@
-"""Backend ``random_cnn``: a small seeded random CNN (synthetic ``tiny`` data, tests; fast, deterministic)."""
+"""Backend ``random_cnn``: a small seeded random CNN (synthetic ``tiny`` data, tests; fast, deterministic).
+
+Random by name and definition (``r2m.vision.weights.RANDOM_BY_DEFINITION``): it needs no
+``random_init`` option, and its features folder and the report page still say "random weights"."""
 
 from __future__ import annotations
 

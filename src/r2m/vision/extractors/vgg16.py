@@ -1,15 +1,51 @@
-"""Backend ``vgg16``: torchvision VGG-16 at 224x224 (``options.weights`` file, else random with a warning)."""
+"""Backend ``vgg16``: torchvision VGG-16 at 224x224, weights from a local file (``options.weights``,
+default :data:`DEFAULT_WEIGHTS`); no file → one-line error (:class:`r2m.vision.weights.MissingWeights`),
+random weights only with ``options.random_init: true``. :func:`load_weights` and :func:`vgg_kinds` serve
+``vgg19`` too."""
 
 from __future__ import annotations
 
-import logging
 import warnings
 from typing import Any
 
 from r2m.vision import weights as W
 from r2m.vision.extractors.base import FEATURES, Extractor, Scaled, load_state, select_kinds
 
-log = logging.getLogger("r2m")
+# where the backend looks when ``options.weights`` is not given (relative to the repository root)
+DEFAULT_WEIGHTS = "data/weights/vgg16-397923af.pth"
+KINDS = {"pooled": (4096,), "grid": (14, 14, 512)}
+
+
+def how_to_get(file: str) -> str:
+    """The hint of the missing-weights error for one of torchvision's ImageNet files."""
+    return (f"download torchvision's {file} (https://download.pytorch.org/models/{file}) there, or name your "
+            "copy in options.weights")
+
+
+def load_weights(net, what: str, options: dict[str, Any], default: str) -> None:
+    """Weights into ``net``: the named or ``default`` file (missing: one-line error), or none with
+    ``random_init: true``."""
+    W.check_random_init(what, options)
+    if options.get("random_init"):
+        warnings.warn(f"{what}: random weights (options.random_init) — features are meaningless", stacklevel=3)
+        return
+    path = W.user_file(options.get("weights") or default, options.get("sha256"), what,
+                       how_to_get(default.rsplit("/", 1)[-1]))
+    net.load_state_dict(load_state(path), strict=True)
+
+
+def vgg_kinds(net, x, kinds) -> dict[str, Any]:
+    """The ``kinds`` of a torchvision VGG on a normalised 224x224 batch: ``grid`` = the last conv layer
+    before the last max-pool (conv5_3 of VGG-16, conv5_4 of VGG-19) as [N, 14, 14, 512], ``pooled`` =
+    fc7 [N, 4096] (after its ReLU)."""
+    conv5 = net.features[:-1](x)  # [N, 512, 14, 14]
+    out = {}
+    if "grid" in kinds:
+        out["grid"] = conv5.permute(0, 2, 3, 1)
+    if "pooled" in kinds:
+        h = net.avgpool(net.features[-1](conv5)).flatten(1)
+        out["pooled"] = net.classifier[:5](h)  # fc6, relu, dropout, fc7, relu
+    return out
 
 
 @FEATURES.register("vgg16")
@@ -17,27 +53,8 @@ def vgg16(options: dict[str, Any]) -> Extractor:
     """torchvision VGG-16 at 224x224: ``pooled`` = fc7 (4096, after ReLU), ``grid`` = conv5_3 14x14x512."""
     import torchvision
 
-    kinds = select_kinds({"pooled": (4096,), "grid": (14, 14, 512)}, options, ["pooled", "grid"])
+    kinds = select_kinds(KINDS, options, ["pooled", "grid"])
     net = torchvision.models.vgg16(weights=None)
-    if options.get("weights"):
-        net.load_state_dict(load_state(W.user_file(options["weights"], options.get("sha256"))), strict=True)
-    else:
-        warnings.warn(
-            "vgg16: no options.weights given — using RANDOM weights; features are meaningless "
-            "(set extract_features.options.weights to torchvision's vgg16-397923af.pth)", stacklevel=2
-        )
-        if not options.get("random_init"):
-            log.warning("vgg16: no options.weights; features come from a randomly initialised network")
-
-    def fn(net, x):
-        conv5 = net.features[:-1](x)  # before the last max-pool: [N, 512, 14, 14]
-        out = {}
-        if "grid" in kinds:
-            out["grid"] = conv5.permute(0, 2, 3, 1)
-        if "pooled" in kinds:
-            h = net.avgpool(net.features[-1](conv5)).flatten(1)
-            out["pooled"] = net.classifier[:5](h)  # fc6, relu, dropout, fc7, relu
-        return out
-
-    return Extractor("vgg16", Scaled(net, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], fn).eval(),
-                     (224, 224), kinds)
+    load_weights(net, "vgg16", options, DEFAULT_WEIGHTS)
+    return Extractor("vgg16", Scaled(net, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225],
+                                     lambda net, x: vgg_kinds(net, x, kinds)).eval(), (224, 224), kinds)
