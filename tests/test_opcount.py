@@ -8,11 +8,12 @@ is checked at small sizes. Before the fused RM recurrence (r2m.models.rm_fused) 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import END, START
-from r2m.training.data import TextBatch
+from r2m.training.data import TextBatch, pad_text
 from r2m.training.objectives import text_objective
 from r2m.training.opcount import count_ops
 from r2m.training.stages import make_adam
@@ -56,15 +57,18 @@ def test_counter_counts_top_level_aten_ops_only():
     assert c.summary(2).startswith(f"{c.aten_ops:,} aten ops/step (") and "GPU" not in c.summary()
 
 
-def test_ops_per_training_step_within_budget():
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_ops_per_training_step_within_budget(static):
+    """Both steps the stages run: the dynamic one (CPU default) and the static-shape one (CUDA)."""
     torch.manual_seed(0)
     model = R2M(R2MConfig.for_variant("r2m", vocab_size=50, d=32, heads=2, d_k=16)).train()
     opt = make_adam(model, 1e-4)
     counts = {}
     for name, (T, beta, budget) in BUDGET.items():
-        c = count_ops(_train_step(model, opt, _batch(4, T, 50), beta), cuda=False)
+        batch = pad_text(_batch(4, T, 50), T) if static else _batch(4, T, 50)
+        c = count_ops(_train_step(model, opt, batch, beta), cuda=False)
         counts[name] = c.aten_ops
-        print(f"{name} T={T}: {c.aten_ops} top-level aten ops per step ({c.per_step(T):.1f} per time step; "
-              f"budget {budget}); most frequent: {c.top(5)}")
+        print(f"{'static' if static else 'dynamic'} {name} T={T}: {c.aten_ops} top-level aten ops per step "
+              f"({c.per_step(T):.1f} per time step; budget {budget}); most frequent: {c.top(5)}")
     for name, (T, _, budget) in BUDGET.items():
         assert counts[name] <= budget, f"{name} (T={T}): {counts[name]} ops per step > {budget}"
