@@ -15,7 +15,7 @@ from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import END, START
 from r2m.training.data import TextBatch, pad_text
 from r2m.training.objectives import text_objective
-from r2m.training.opcount import count_ops
+from r2m.training.opcount import bench_counts, count_ops
 from r2m.training.stages import make_adam
 
 BUDGET = {"L_XE": (30, None, 1500), "L_S": (40, 1.0, 4000)}  # name: (T, beta, max ops per step)
@@ -55,6 +55,8 @@ def test_counter_counts_top_level_aten_ops_only():
     assert c.aten_ops == sum(c.by_name.values()) and c.kernels is None
     assert c.per_step(2) == c.aten_ops / 2
     assert c.summary(2).startswith(f"{c.aten_ops:,} aten ops/step (") and "GPU" not in c.summary()
+    if not torch.cuda.is_available():
+        assert bench_counts(lambda: torch.nn.functional.linear(x, w)) == {"ops_per_step": 1}
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])

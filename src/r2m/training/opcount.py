@@ -99,3 +99,12 @@ def count_ops(step: Callable[[], object], warmup: int = 1, cuda: bool | None = N
     names = top_level_aten(events)
     return OpCount(aten_ops=sum(names.values()), kernels=_device_kernels(events) if cuda else None,
                    by_name=dict(names))
+
+
+def bench_counts(step: Callable[[], object]) -> dict[str, int]:
+    """:func:`count_ops` as a benchmark's per-stage record: ``{"ops_per_step": top-level aten ops}``
+    plus ``"kernels_per_step"`` on CUDA — the shape ``r2m.training.bench_schedule.COUNT_OPS`` takes
+    (``COUNT_OPS = bench_counts``). Count an eager step: a replayed CUDA graph is one launch to the
+    profiler, whatever it runs."""
+    c = count_ops(step)
+    return {"ops_per_step": c.aten_ops, **({"kernels_per_step": c.kernels} if c.kernels is not None else {})}
