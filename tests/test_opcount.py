@@ -17,6 +17,7 @@ from r2m.training.data import TextBatch, pad_text
 from r2m.training.objectives import text_objective
 from r2m.training.opcount import bench_counts, count_ops
 from r2m.training.stages import make_adam
+from r2m.training.step import clip_grad_norm
 
 BUDGET = {"L_XE": (30, None, 1500), "L_S": (40, 1.0, 4000)}  # name: (T, beta, max ops per step)
 
@@ -42,7 +43,7 @@ def _train_step(model: R2M, opt: torch.optim.Optimizer, batch: TextBatch, beta: 
         loss, _ = text_objective(model, batch, beta)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        clip_grad_norm(list(model.parameters()), 10.0)  # the loop's (r2m.training.step)
         opt.step()
     return step
 

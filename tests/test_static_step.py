@@ -389,3 +389,21 @@ def test_bench_schedule_runs_the_shared_step_and_its_op_hook(monkeypatch) -> Non
                         stages=("train_xe", "train_m"))
     assert (r["tf32"], r["graph"], r["static"]) == (False, False, False) and "cpu" in r["graph_off"]
     assert [s["ops"] for s in r["stages"]] == [{"ops_per_step": 7}] * 2 and calls == ["xe", "rank"]
+
+
+def test_clip_grad_norm_equals_torchs():
+    """The step's clipping is torch's ``clip_grad_norm_`` bit for bit (clipped and unclipped cases)."""
+    from r2m.training.step import clip_grad_norm
+
+    g = torch.Generator().manual_seed(3)
+    for scale, max_norm in ((10.0, 1.0), (0.01, 5.0)):
+        grads = [torch.randn(s, generator=g) * scale for s in ((7, 5), (5,), (3, 4, 2))]
+        ours = [torch.nn.Parameter(torch.zeros_like(x)) for x in grads]
+        ref = [torch.nn.Parameter(torch.zeros_like(x)) for x in grads]
+        for p, q, x in zip(ours, ref, grads, strict=True):
+            p.grad, q.grad = x.clone(), x.clone()
+        clip_grad_norm(ours, max_norm)
+        torch.nn.utils.clip_grad_norm_(ref, max_norm)
+        for p, q in zip(ours, ref, strict=True):
+            assert torch.equal(p.grad, q.grad)
+        assert any(not torch.equal(p.grad, x) for p, x in zip(ours, grads, strict=True)) == (scale == 10.0)

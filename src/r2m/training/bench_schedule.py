@@ -21,7 +21,8 @@ Each step is the training loop's own step (:mod:`r2m.training.step`: the objecti
 * ``--compile``: ``torch.compile`` of the memory units' recurrent step (``auto``: on CUDA without
   the graph only; ``reduce-overhead`` adds CUDA graphs of its own).
 
-:data:`COUNT_OPS` is where an op counter plugs in (ops per step, printed per stage).
+:data:`COUNT_OPS` counts each stage's top-level aten ops per step (and GPU kernels on CUDA) on one
+more eager step (:func:`r2m.training.opcount.bench_counts`; a CUDA graph replays the same kernels).
 """
 
 from __future__ import annotations
@@ -42,13 +43,14 @@ from r2m.text.vocab import END, START
 from r2m.training import step as ST
 from r2m.training.data import ImageBatch, TextBatch, pad_image, pad_text
 from r2m.training.objectives import image_objective, text_objective
+from r2m.training.opcount import bench_counts
 from r2m.training.stages import make_adam
 
 log = logging.getLogger("r2m.bench.schedule")
 
-COUNT_OPS: Callable[[Callable[[], Any]], dict[str, Any] | None] | None = None
-"""Op-counter hook: ``COUNT_OPS(one_step) -> {"ops_per_step": …, …}`` (``one_step()`` runs one more
-training step); its result is kept as each stage's ``ops`` and printed. ``None``: no count."""
+COUNT_OPS: Callable[[Callable[[], Any]], dict[str, Any] | None] | None = bench_counts
+"""Op counter: ``COUNT_OPS(one_step) -> {"ops_per_step": …, …}`` (``one_step()`` runs one more
+eager training step); its result is kept as each stage's ``ops`` and printed. ``None``: no count."""
 
 PAPER_VOCAB = 18679
 IMAGE_DIM = 1536
@@ -170,7 +172,8 @@ def run_schedule(device: str = "cpu", scale: float = 0.001, batch: int = 256, vo
         mean_loss = float(total) / (steps + warm)  # the deferred check: one sync per stage
         if not math.isfinite(mean_loss):
             raise FloatingPointError(f"{plan.name}: non-finite loss in the stage")
-        ops = COUNT_OPS(lambda s=step, b=data[0]: s(b)) if COUNT_OPS is not None else None
+        eager = getattr(step, "eager", step)  # a graph step's eager twin: the ops its capture recorded
+        ops = COUNT_OPS(lambda s=eager, b=data[0]: s(b)) if COUNT_OPS is not None else None
         used_graph = used_graph or bool(getattr(step, "used_graph", False))
         why = getattr(step, "why", "") or why
         results.append({"stage": plan.name, "kind": plan.kind, "steps": steps, "paper_steps": plan.steps,

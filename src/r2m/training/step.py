@@ -78,6 +78,22 @@ def pack(loss: Tensor, comp: dict[str, Tensor]) -> tuple[Tensor, tuple[str, ...]
     return torch.stack([loss.detach().float(), *(comp[n].detach().float() for n in names)]), names
 
 
+def clip_grad_norm(params: Any, max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm)`` (the same global L2 norm, coefficient
+    ``max_norm / (norm + 1e-6)`` clamped at 1, the same floating-point operations) in fewer ops when
+    every gradient shares one device and dtype: torch's version adds a ``to`` per gradient, ~50 ops
+    a step of a launch-bound model. Mixed devices or dtypes go to torch's."""
+    params = list(params)
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    if len({(g.device, g.dtype) for g in grads}) > 1:
+        torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)
+        return
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+
+
 @dataclass
 class EagerStep:
     """Forward (under ``autocast``), ``zero_grad``, ``backward``, global-norm clipping, ``optimizer.step``.
@@ -99,7 +115,7 @@ class EagerStep:
         out = pack(self.reduce(loss.detach()), comp)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        clip_grad_norm(list(self.model.parameters()), self.clip)
         self.optimizer.step()
         return out
 
