@@ -270,7 +270,8 @@ STAGES: tuple[Stage, ...] = (
             "figures": Gather("reports/figures/{dataset}", over=("dataset",), dvc_path="reports/figures"),
         },
         outs={"html": Out("reports/index.html", cache=False)},
-        params=("datasets",),
+        # the rest: the "random weights" lines (each dataset's feature and detector backends)
+        params=("datasets", "baselines.datasets", "catalog", "extract_features", "detect_concepts", "sup_features"),
         src=COMMON_SRC + ("src/r2m/reports",),
     ),
 )

@@ -316,20 +316,26 @@ WEIGHT_SECTIONS = (("extract_features", "R2M image features", "datasets"),
 def random_weight_rows(params: Any) -> list[dict[str, str]]:
     """One row per dataset and params section whose backend runs with random weights
     (:func:`r2m.vision.weights.uses_random_weights`: ``options.random_init: true``, or a backend
-    random by definition such as ``random_cnn``), read from the params each dataset's stages ran
-    with (its catalog overrides merged)."""
-    from r2m import params as P
+    random by definition such as ``random_cnn``), as each dataset's stages see the section: the top
+    level with the dataset's catalog ``overrides`` of it deep-merged over (only those sections are
+    read, so the stage declares exactly them)."""
+    from r2m.params import deep_merge
 
     chosen = {"datasets": list(params.datasets), "baselines": list(params.baselines.datasets)}
     rows = []
     for name in dict.fromkeys(chosen["datasets"] + chosen["baselines"]):
-        view = P.for_dataset(params, name)
+        entry = params.catalog.get(name)
+        overrides = entry.overrides if entry is not None else {}
         for section, what, group in WEIGHT_SECTIONS:
-            sec = getattr(view, section)
-            if name in chosen[group] and uses_random_weights(sec.backend, sec.options):
-                why = ("random by definition" if sec.backend in RANDOM_BY_DEFINITION
+            if name not in chosen[group]:
+                continue
+            sec = getattr(params, section)
+            view = deep_merge({"backend": sec.backend, "options": dict(sec.options)}, overrides.get(section) or {})
+            if uses_random_weights(view["backend"], view["options"]):
+                why = ("random by definition" if view["backend"] in RANDOM_BY_DEFINITION
                        else "options.random_init: true")
-                rows.append({"dataset": name, "what": what, "section": section, "backend": sec.backend, "why": why})
+                rows.append({"dataset": name, "what": what, "section": section, "backend": view["backend"],
+                             "why": why})
     return rows
 
 
