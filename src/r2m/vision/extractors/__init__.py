@@ -8,11 +8,10 @@
     (``tf1.py``): ``pooled`` 1536, ``grid`` 8x8x1536.
 ``vgg16`` (``vgg16.py``)
     torchvision VGG-16, ``options.weights`` file (default ``data/weights/vgg16-397923af.pth``; missing:
-    one-line error): ``pooled`` 4096 (fc7),
-    ``grid`` 14x14x512 (conv5_3).
+    one-line error): ``pooled`` 4096 (fc7), ``grid`` 14x14x512 (conv5_3).
 ``vgg19`` (``vgg19.py``; Show, Attend and Tell's)
-    torchvision VGG-19, ``options.weights`` file (``vgg19-dcbb9e9a.pth``), else random (warning): ``pooled``
-    4096 (fc7), ``grid`` 14x14x512 (conv5_4, before the last max-pool).
+    torchvision VGG-19, the same rule (default ``data/weights/vgg19-dcbb9e9a.pth``): ``pooled`` 4096 (fc7),
+    ``grid`` 14x14x512 (conv5_4, before the last max-pool).
 ``random_cnn`` (``random_cnn.py``)
     a small seeded random CNN (synthetic ``tiny`` data, tests): ``pooled`` ``dim``, optional ``grid``.
 

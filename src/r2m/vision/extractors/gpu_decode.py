@@ -27,12 +27,11 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from r2m.vision.extractors.base import Extractor, ResizeToUint8
-from r2m.vision.extractors.tf1 import OfficialResizeCrop
+from r2m.vision.extractors.tf1 import OfficialResizeCrop, tf1_axis
 from r2m.vision.images import BadImage, Batch, Encoded, load_image
 
 ENV = "R2M_GPU_DECODE"
@@ -62,12 +61,8 @@ def resize_uint8(t: ResizeToUint8, x: torch.Tensor) -> torch.Tensor:
 
 def _tf1_axis(n_in: int, n_out: int, first: int, count: int, device) -> tuple[torch.Tensor, ...]:
     """Rows (or columns) ``first .. first + count - 1`` of a TF1 bilinear resize ``n_in -> n_out``:
-    low and high source indices and the float32 weight of the high one (``tf1.tf1_resize_bilinear``)."""
-    src = np.arange(n_out, dtype=np.float64)[first:first + count] * (n_in / n_out)
-    lo = np.floor(src).astype(np.int64)
-    hi = np.minimum(lo + 1, n_in - 1)
-    frac = (src - lo).astype(np.float32)
-    return tuple(torch.from_numpy(a).to(device) for a in (lo, hi, frac))
+    low and high source indices and the float32 weight of the high one (``tf1.tf1_axis``)."""
+    return tuple(torch.from_numpy(a[first:first + count]).to(device) for a in tf1_axis(n_in, n_out))
 
 
 @tensor_twin(OfficialResizeCrop)

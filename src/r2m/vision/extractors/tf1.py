@@ -7,20 +7,22 @@ import numpy as np
 import torch
 
 
+def tf1_axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One axis of a TF1 bilinear resize ``n_in -> n_out``: per output pixel, the low and high source
+    indices and the float32 weight of the high one (also used by the GPU twin, ``gpu_decode.py``)."""
+    src = np.arange(n_out, dtype=np.float64) * (n_in / n_out)
+    lo = np.floor(src).astype(np.int64)
+    hi = np.minimum(lo + 1, n_in - 1)
+    return lo, hi, (src - lo).astype(np.float32)
+
+
 def tf1_resize_bilinear(a: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     """TensorFlow 1's ``tf.image.resize_images`` (bilinear, ``align_corners=False``, no half-pixel
     centres, no antialiasing) of an ``[H, W, C]`` float array: output pixel ``i`` samples the input at
     ``i * in / out``, interpolating between the two neighbouring pixels (the last one repeated)."""
     h, w = a.shape[:2]
-
-    def axis(n_in: int, n_out: int):
-        src = np.arange(n_out, dtype=np.float64) * (n_in / n_out)
-        lo = np.floor(src).astype(np.int64)
-        hi = np.minimum(lo + 1, n_in - 1)
-        return lo, hi, (src - lo).astype(np.float32)
-
-    y0, y1, dy = axis(h, out_h)
-    x0, x1, dx = axis(w, out_w)
+    y0, y1, dy = tf1_axis(h, out_h)
+    x0, x1, dx = tf1_axis(w, out_w)
     top = a[y0][:, x0] * (1 - dx)[None, :, None] + a[y0][:, x1] * dx[None, :, None]
     bottom = a[y1][:, x0] * (1 - dx)[None, :, None] + a[y1][:, x1] * dx[None, :, None]
     return top * (1 - dy)[:, None, None] + bottom * dy[:, None, None]

@@ -1,7 +1,6 @@
 """Backend ``vgg16``: torchvision VGG-16 at 224x224, weights from a local file (``options.weights``,
 default :data:`DEFAULT_WEIGHTS`); no file → one-line error (:class:`r2m.vision.weights.MissingWeights`),
-random weights only with ``options.random_init: true``. :func:`load_weights` and :func:`vgg_kinds` serve
-``vgg19`` too."""
+random weights only with ``options.random_init: true``. :func:`build_vgg` builds ``vgg19`` too."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ def load_weights(net, what: str, options: dict[str, Any], default: str) -> None:
     ``random_init: true``."""
     W.check_random_init(what, options)
     if options.get("random_init"):
-        warnings.warn(f"{what}: random weights (options.random_init) — features are meaningless", stacklevel=3)
+        warnings.warn(f"{what}: random weights (options.random_init) — features are meaningless", stacklevel=4)
         return
     path = W.user_file(options.get("weights") or default, options.get("sha256"), what,
                        how_to_get(default.rsplit("/", 1)[-1]))
@@ -48,13 +47,19 @@ def vgg_kinds(net, x, kinds) -> dict[str, Any]:
     return out
 
 
-@FEATURES.register("vgg16")
-def vgg16(options: dict[str, Any]) -> Extractor:
-    """torchvision VGG-16 at 224x224: ``pooled`` = fc7 (4096, after ReLU), ``grid`` = conv5_3 14x14x512."""
+def build_vgg(arch: str, options: dict[str, Any], default: str) -> Extractor:
+    """torchvision's ``arch`` (``vgg16``, ``vgg19``) at 224x224 with the weights of :func:`load_weights`
+    (``default``: the file looked for when ``options.weights`` is not given) and the kinds of :func:`vgg_kinds`."""
     import torchvision
 
     kinds = select_kinds(KINDS, options, ["pooled", "grid"])
-    net = torchvision.models.vgg16(weights=None)
-    load_weights(net, "vgg16", options, DEFAULT_WEIGHTS)
-    return Extractor("vgg16", Scaled(net, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225],
-                                     lambda net, x: vgg_kinds(net, x, kinds)).eval(), (224, 224), kinds)
+    net = getattr(torchvision.models, arch)(weights=None)
+    load_weights(net, arch, options, default)
+    return Extractor(arch, Scaled(net, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225],
+                                  lambda net, x: vgg_kinds(net, x, kinds)).eval(), (224, 224), kinds)
+
+
+@FEATURES.register("vgg16")
+def vgg16(options: dict[str, Any]) -> Extractor:
+    """torchvision VGG-16 at 224x224: ``pooled`` = fc7 (4096, after ReLU), ``grid`` = conv5_3 14x14x512."""
+    return build_vgg("vgg16", options, DEFAULT_WEIGHTS)

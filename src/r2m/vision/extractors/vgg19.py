@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from r2m.vision.extractors.base import FEATURES, Extractor, Scaled, select_kinds
-from r2m.vision.extractors.vgg16 import KINDS, load_weights, vgg_kinds
+from r2m.vision.extractors.base import FEATURES, Extractor
+from r2m.vision.extractors.vgg16 import build_vgg
 
 DEFAULT_WEIGHTS = "data/weights/vgg19-dcbb9e9a.pth"
 
@@ -21,10 +21,4 @@ DEFAULT_WEIGHTS = "data/weights/vgg19-dcbb9e9a.pth"
 @FEATURES.register("vgg19")
 def vgg19(options: dict[str, Any]) -> Extractor:
     """torchvision VGG-19 at 224x224: ``grid`` = conv5_4 14x14x512, ``pooled`` = fc7 (4096)."""
-    import torchvision
-
-    kinds = select_kinds(KINDS, options, ["pooled", "grid"])
-    net = torchvision.models.vgg19(weights=None)
-    load_weights(net, "vgg19", options, DEFAULT_WEIGHTS)
-    return Extractor("vgg19", Scaled(net, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225],
-                                     lambda net, x: vgg_kinds(net, x, kinds)).eval(), (224, 224), kinds)
+    return build_vgg("vgg19", options, DEFAULT_WEIGHTS)
