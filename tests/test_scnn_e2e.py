@@ -169,6 +169,13 @@ def tiny(tmp_path):
     return make, tmp_path
 
 
+def _inputs_and_pretraining(run) -> None:
+    """prepare → extract_features_sup → sup_vocab → pretrain_sup (scnn)."""
+    for stage in ("prepare", "extract_features_sup", "sup_vocab"):
+        run(stage)
+    run("pretrain_sup", "scnn")
+
+
 def _cnn_state(folder):
     return torch.load(folder / "cnn.pt", weights_only=True)["state_dict"]
 
@@ -179,9 +186,7 @@ def test_end_to_end_stages_on_a_tiny_fixture(tiny) -> None:
 
     make, root = tiny
     run = make(pretrain_steps=3)
-    for stage in ("prepare", "extract_features_sup", "sup_vocab"):
-        run(stage)
-    run("pretrain_sup", "scnn")
+    _inputs_and_pretraining(run)
     pre, out = root / "models/syn/scnn/pretrain_sup", root / "models/syn/scnn/train_sup"
     initial = build_extractor("random_cnn", {"size": 32, "dim": 16}).model.state_dict()
     pre_cnn = _cnn_state(pre)
@@ -208,9 +213,7 @@ def test_a_skipped_pretraining_leaves_no_model_and_is_never_loaded(tiny) -> None
 
     make, root = tiny
     run = make(pretrain_steps=2)
-    for stage in ("prepare", "extract_features_sup", "sup_vocab"):
-        run(stage)
-    run("pretrain_sup", "scnn")
+    _inputs_and_pretraining(run)
     pre = root / "models/syn/scnn/pretrain_sup"
     assert (pre / "model.pt").exists() and (pre / "cnn.pt").exists()
     run = make(pretrain_steps=0)  # later written as skipped: the older model must go

@@ -18,6 +18,14 @@ from torch import Tensor
 from r2m.text.vocab import END, PAD, START
 
 
+def end_lengths(tokens: Tensor) -> Tensor:
+    """Caption lengths of ``tokens`` [..., T]: up to and including the first <#end>; T when none."""
+    is_end = tokens == END
+    T = tokens.shape[-1]
+    return torch.where(is_end.any(-1), is_end.float().argmax(-1) + 1,
+                       torch.full(tokens.shape[:-1], T, dtype=torch.long, device=tokens.device))
+
+
 @torch.no_grad()
 def beam_search(model, v: Tensor, beam: int = 3, max_len: int = 20, length_penalty: float = 0.0,
                 banned: Sequence[int] = (PAD, START)) -> dict[str, Tensor]:
@@ -55,8 +63,7 @@ def beam_search(model, v: Tensor, beam: int = 3, max_len: int = 20, length_penal
         if bool(done.all()):
             break
     T = tokens.shape[-1]
-    is_end = tokens == END
-    lengths = torch.where(is_end.any(-1), is_end.float().argmax(-1) + 1, torch.full_like(scores, T, dtype=torch.long))
+    lengths = end_lengths(tokens)
     if length_penalty > 0:
         scores = scores / lengths.float().pow(length_penalty)
     order = scores.argsort(dim=-1, descending=True)
@@ -176,9 +183,7 @@ def sample_search(model, v: Tensor, beam: int = 1, max_len: int = 20, banned: Se
         if bool(done.all()):
             break
     tokens = torch.stack(steps, 1) if steps else torch.zeros(B, 0, dtype=torch.long, device=v.device)
-    T = tokens.shape[-1]
-    is_end = tokens == END
-    lengths = torch.where(is_end.any(-1), is_end.float().argmax(-1) + 1, torch.full((B,), T, device=v.device).long())
+    lengths = end_lengths(tokens)
     return {"tokens": tokens.unsqueeze(1), "scores": scores.unsqueeze(1), "lengths": lengths.unsqueeze(1)}
 
 

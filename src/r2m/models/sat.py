@@ -140,7 +140,7 @@ class SAT(SupervisedCaptioner):
         if "grid" not in shapes:
             raise ValueError("Show, Attend and Tell needs a 'grid' of image features; the features file has "
                              f"{sorted(shapes)} (set extract_features.options.kinds: [pooled, grid])")
-        return cls(SATConfig(vocab_size=vocab_size, feat_dim=int(shapes["grid"][-1]), **section))
+        return cls(cls.config_cls(vocab_size=vocab_size, feat_dim=int(shapes["grid"][-1]), **section))
 
     # ------------------------------------------------------------------ pieces
     def encode(self, feats: dict[str, Tensor]) -> Tensor:

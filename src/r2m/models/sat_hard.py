@@ -113,13 +113,6 @@ class SATHard(SAT):
         super().__init__(cfg)
         self.register_buffer("reward_baseline", torch.zeros(()))  # b, the moving average
 
-    @classmethod
-    def from_params(cls, section: dict[str, Any], vocab_size: int, shapes: dict[str, tuple[int, ...]]) -> SATHard:
-        if "grid" not in shapes:
-            raise ValueError("Show, Attend and Tell needs a 'grid' of image features; the features file has "
-                             f"{sorted(shapes)} (set extract_features.options.kinds: [pooled, grid])")
-        return cls(SATHardConfig(vocab_size=vocab_size, feat_dim=int(shapes["grid"][-1]), **section))
-
     # ------------------------------------------------------------------ test time
     def test_weights(self, alpha: Tensor) -> Tensor:
         """The location weights at test time: α (``expected``) or the one-hot argmax (``argmax``)."""

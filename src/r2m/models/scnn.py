@@ -204,7 +204,8 @@ class SCNN(SupervisedCaptioner):
         """Training batches also carry the ground-truth concept labels (``concepts`` [B, k])."""
         if not self._labels:
             return feats
-        return {**feats, "concepts": self.labels_of(image_ids).to(feats["pooled"].device)}
+        device = next(iter(feats.values())).device  # ``pooled``, or the images under an end-to-end CNN
+        return {**feats, "concepts": self.labels_of(image_ids).to(device)}
 
     def set_phase(self, phase: str) -> None:
         """``pretrain`` (the pretrain_sup stage) or ``train`` / ``joint`` (train_sup)."""

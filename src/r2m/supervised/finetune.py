@@ -22,7 +22,7 @@ the one kind ``image``; decoded by :mod:`r2m.vision.images`, kept in memory when
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +103,6 @@ class SCNNEndToEnd(SCNN):
             pooled = self.cnn(feats["image"])["pooled"]
             feats = {**{k: v for k, v in feats.items() if k != "image"}, "pooled": pooled}
         return super().encode(feats)
-
-    def batch_features(self, feats: dict[str, Tensor], image_ids: Sequence[str]) -> dict[str, Tensor]:
-        if not self._labels:
-            return feats
-        device = next(iter(feats.values())).device
-        return {**feats, "concepts": self.labels_of(image_ids).to(device)}
 
     def head_state(self) -> dict[str, Tensor]:
         return {k: v for k, v in self.state_dict().items() if not k.startswith("cnn.")}

@@ -31,9 +31,9 @@ from r2m.utils.io import write_json
 from r2m.utils.registry import Registry
 
 INSPECTORS: Registry[Callable[..., dict[str, Any]]] = Registry("model inspector")
-BOX_SCORE = 0.3
+BOX_SCORE = 0.3  # prepared/detections.jsonl: true objects score >= 0.8, its false positives < 0.25
 ML_PROTOCOL = ("top-3 labels per image; C-P/C-R averaged over all concepts, O-P/O-R over all test images, "
-               "F1 = harmonic mean of the averaged P and R; 0/0 = 0 (seed 002, Sec. 4.2)")  # prepared/detections.jsonl: true objects score >= 0.8, its false positives < 0.25
+               "F1 = harmonic mean of the averaged P and R; 0/0 = 0 (seed 002, Sec. 4.2)")
 
 
 def _split_ids(prepared: Path, split: str) -> list[str]:
