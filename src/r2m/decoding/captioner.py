@@ -177,7 +177,12 @@ def best_tokens(model, encoded: Any, beam: int, max_len: int, decoding: str = "p
     """Best beam per row of one encoded batch: token ids up to (not including) <#end>."""
     search, banned = searcher(decoding, ban_unk)
     with torch.no_grad():
-        res = search(model, encoded, beam=beam, max_len=max_len, banned=banned)
+        return first_tokens(search(model, encoded, beam=beam, max_len=max_len, banned=banned))
+
+
+def first_tokens(res: dict[str, Any]) -> list[list[int]]:
+    """The first hypothesis per row of a search result (``tokens`` [B, K, T], ``lengths`` [B, K]):
+    token ids up to (not including) <#end>."""
     out = []
     for row, n in zip(res["tokens"][:, 0].tolist(), res["lengths"][:, 0].tolist(), strict=True):
         row = row[: int(n)]
@@ -187,15 +192,20 @@ def best_tokens(model, encoded: Any, beam: int, max_len: int, decoding: str = "p
 
 @torch.no_grad()
 def caption_features(model, feats: Any, image_ids: Sequence[str], beam: int, max_len: int, batch_size: int,
-                     device: Any, desc: str = "caption_sup") -> list[list[int]]:
-    """A supervised captioner's best beam per image (``paper`` decoding): token ids up to (not
-    including) <#end>, batched. ``feats`` gives feature rows by image id (``row_of``) and the
-    per-kind tensors of some rows (``get``), as :class:`r2m.supervised.data.Features`."""
+                     device: Any, desc: str = "caption_sup",
+                     decode: Callable[[Any, Any], list[list[int]]] | None = None) -> list[list[int]]:
+    """A supervised captioner's best beam per image (``paper`` decoding; ``decode(model, encoded)``
+    instead, when given): token ids up to (not including) <#end>, batched. ``feats`` gives feature
+    rows by image id (``row_of``) and the per-kind tensors of some rows (``get``), as
+    :class:`r2m.supervised.data.Features`."""
+    if decode is None:
+        def decode(model, encoded):
+            return best_tokens(model, encoded, beam, max_len, "paper")
     out: list[list[int]] = []
     for s in progress(range(0, len(image_ids), batch_size), desc=desc):
         rows = np.array([feats.row_of[i] for i in image_ids[s: s + batch_size]], dtype=np.int64)
         f = {k: v.to(device) for k, v in feats.get(rows).items()}
-        out += best_tokens(model, model.encode(f), beam, max_len, "paper")
+        out += decode(model, model.encode(f))
     return out
 
 

@@ -15,34 +15,26 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 import torch
 
 from r2m.decoding.beam import sample_search
-from r2m.decoding.captioner import BANNED, caption_features, load_checkpoint_model, words_of
+from r2m.decoding.captioner import BANNED, caption_features, first_tokens, load_checkpoint_model, words_of
 from r2m.supervised.data import model_features
 from r2m.supervised.vocab import skip_reason
-from r2m.text.vocab import END
 from r2m.utils.io import write_json
-from r2m.utils.progress import progress
 
 
-def _sampled_tokens(model, feats: Any, image_ids: Sequence[str], cp: Any, device: Any,
-                    desc: str = "caption_sup") -> list[list[int]]:
+def _sampled_tokens(model, feats: Any, image_ids: Sequence[str], cp: Any, device: Any) -> list[list[int]]:
     """One sampled caption per image (``caption.temperature``, draws seeded by ``caption.seed`` on
     ``device``): token ids up to (not including) <#end>, batched by ``caption.batch_size``."""
     gen = torch.Generator(device=torch.device(device)).manual_seed(int(cp.seed))
-    out: list[list[int]] = []
-    for s in progress(range(0, len(image_ids), cp.batch_size), desc=desc):
-        rows = np.array([feats.row_of[i] for i in image_ids[s: s + cp.batch_size]], dtype=np.int64)
-        f = {k: v.to(device) for k, v in feats.get(rows).items()}
-        res = sample_search(model, model.encode(f), max_len=cp.max_len, banned=BANNED,
-                            temperature=cp.temperature, generator=gen)
-        for row, n in zip(res["tokens"][:, 0].tolist(), res["lengths"][:, 0].tolist(), strict=True):
-            row = row[: int(n)]
-            out.append(row[:-1] if row and row[-1] == END else row)
-    return out
+
+    def draw(model, encoded) -> list[list[int]]:
+        return first_tokens(sample_search(model, encoded, max_len=cp.max_len, banned=BANNED,
+                                          temperature=cp.temperature, generator=gen))
+
+    return caption_features(model, feats, image_ids, 1, cp.max_len, cp.batch_size, device, decode=draw)
 
 
 # ``caption.decoder`` -> (model, features, image ids, caption params, device) -> token ids per image
