@@ -74,6 +74,10 @@ class SupervisedCaptioner(nn.Module):
         """Hook: what a *training* batch gives :meth:`encode` (default: the image features)."""
         return feats
 
+    def train_info(self) -> dict[str, Any]:
+        """Hook: extra entries for ``train_metrics.json`` (S-CNN-RNN: its label, CNN mode, coverage)."""
+        return {}
+
     def set_phase(self, phase: str) -> None:
         """Hook: switch the training phase (one of :attr:`phases`, or "train" for train_sup)."""
         if phase not in (*self.phases, "train"):

@@ -155,7 +155,7 @@ def _train(ctx, phase: str) -> None:
     model.to(device)
     model.bind_data(captions)
     model.set_phase(phase)
-    info = model.train_info() if hasattr(model, "train_info") else {}
+    info = model.train_info()
     if info:
         ctx.log.info("train_sup: %s", ", ".join(f"{k} {v}" for k, v in info.items()))
     pre_dir = Path(ctx.deps["pretrain"]) if "pretrain" in ctx.deps else None
