@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from r2m.training import loop as L
 from r2m.training import step as ST
 from r2m.training.data import ImageBatch, StaticImageBatch, StaticTextBatch, TextBatch, pad_image, pad_text
 from r2m.training.objectives import image_objective, text_objective
+from test_loop import Batch, Sched  # the loop's toy batch and schedule
 
 V, IMAGE_DIM, MAX_LEN = 23, 10, 9
 
@@ -267,26 +267,6 @@ def test_graph_record_says_why() -> None:
 
 
 # --------------------------------------------------------------------------- the deferred check
-@dataclass
-class _Batch:
-    x: torch.Tensor
-    y: torch.Tensor
-
-    def to(self, device):
-        return self
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-
-@dataclass
-class _Sched:
-    steps: int = 12
-    eval_every: int = 6
-    checkpoint_every: int = 4
-    clip: float = 1.0
-
-
 class _Toy(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -296,24 +276,32 @@ class _Toy(torch.nn.Module):
         return {"state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()}, **meta}
 
 
+def _toy_spec(work: Path, x: torch.Tensor, loss, schedule: Sched) -> L.Loop:
+    """The loop on :class:`_Toy` fitting ``x``'s first column, every batch ``x``, no validation."""
+    model = _Toy()
+    return L.Loop(name="toy", model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.05),
+                  objective=L.LoopObjective(("mse",), loss, lambda m, b: loss(m, b)[1], lambda ev: ev["mse"]),
+                  schedule=schedule, batches=lambda s: iter(lambda: Batch(x, x[:, :1]), None),
+                  val_batches=lambda: [], device=torch.device("cpu"), work=work, fingerprint="fp",
+                  log=logging.getLogger("toy"), lr_param="toy.lr = 0.05")
+
+
+def _poisoned_mse(at: int, bad: float, calls: list[int]):
+    """The toy's mean squared error, times ``bad`` at its ``at``-th call (counted in ``calls[0]``)."""
+    def loss(model, b):
+        calls[0] += 1
+        err = ((model.lin(b.x) - b.y) ** 2).mean()
+        return (err * bad if calls[0] == at else err), {"mse": err}
+    return loss
+
+
 def test_deferred_check_stops_at_the_planted_step_and_keeps_last_pt_clean(tmp_path: Path) -> None:
     torch.manual_seed(0)
     x = torch.randn(8, 3)
     calls = [0]
-
-    def loss(model, b):
-        calls[0] += 1
-        err = ((model.lin(b.x) - b.y) ** 2).mean()
-        return (err * float("nan") if calls[0] == 6 else err), {"mse": err}
-
-    model = _Toy()
-    spec = L.Loop(name="toy", model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.05),
-                  objective=L.LoopObjective(("mse",), loss, lambda m, b: loss(m, b)[1], lambda ev: ev["mse"]),
-                  schedule=_Sched(), batches=lambda s: iter(lambda: _Batch(x, x[:, :1]), None),
-                  val_batches=lambda: [], device=torch.device("cpu"), work=tmp_path, fingerprint="fp",
-                  log=logging.getLogger("toy"), lr_param="toy.lr = 0.05")
+    loss = _poisoned_mse(6, float("nan"), calls)
     with pytest.raises(L.NonFiniteLoss) as err:
-        L.fit(spec)
+        L.fit(_toy_spec(tmp_path, x, loss, Sched(eval_every=6)))
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("toy: loss is nan at step 6 (mse=") and "toy.lr = 0.05" in msg
     assert calls[0] == 6  # read at step 6 (a validation step), before validation or a last.pt write
@@ -328,20 +316,9 @@ def test_deferred_check_reads_between_checkpoints(tmp_path: Path) -> None:
     torch.manual_seed(0)
     x = torch.randn(8, 3)
     calls = [0]
-
-    def loss(model, b):
-        calls[0] += 1
-        err = ((model.lin(b.x) - b.y) ** 2).mean()
-        return (err * float("inf") if calls[0] == 5 else err), {"mse": err}
-
-    model = _Toy()
-    spec = L.Loop(name="toy", model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.05),
-                  objective=L.LoopObjective(("mse",), loss, lambda m, b: loss(m, b)[1], lambda ev: ev["mse"]),
-                  schedule=_Sched(steps=12, eval_every=100), batches=lambda s: iter(lambda: _Batch(x, x[:, :1]), None),
-                  val_batches=lambda: [], device=torch.device("cpu"), work=tmp_path, fingerprint="fp",
-                  log=logging.getLogger("toy"), lr_param="toy.lr = 0.05")
+    loss = _poisoned_mse(5, float("inf"), calls)
     with pytest.raises(L.NonFiniteLoss, match=r"^toy: loss is inf at step 5 \(mse="):
-        L.fit(spec)
+        L.fit(_toy_spec(tmp_path, x, loss, Sched(steps=12, eval_every=100)))
     assert calls[0] == 8
     assert torch.load(tmp_path / "last.pt", weights_only=True)["step"] == 4
 
