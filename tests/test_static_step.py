@@ -6,6 +6,7 @@ buffers' copy-in, the deferred non-finite check and the TF32 switch."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 from pathlib import Path
@@ -15,9 +16,10 @@ import torch
 
 from r2m import runtime as R
 from r2m.models.r2m import R2M, R2MConfig
-from r2m.text.vocab import END, START
+from r2m.text.vocab import END
 from r2m.training import loop as L
 from r2m.training import step as ST
+from r2m.training.bench_schedule import synthetic_text
 from r2m.training.data import ImageBatch, StaticImageBatch, StaticTextBatch, TextBatch, pad_image, pad_text
 from r2m.training.objectives import image_objective, text_objective
 from test_loop import Batch, Sched  # the loop's toy batch and schedule
@@ -38,20 +40,10 @@ def _model(cfg: str, seed: int = 0) -> R2M:
 
 def _text_batch(seed: int) -> TextBatch:
     g = torch.Generator().manual_seed(seed)
-    B, K = 7, 4
-    lengths = torch.randint(1, MAX_LEN + 1, (B,), generator=g)
+    lengths = torch.randint(1, MAX_LEN + 1, (7,), generator=g)
     lengths[0] = 2  # ragged, and shorter than max_len
-    T = int(lengths.max())
-    targets = torch.randint(4, V, (B, T), generator=g)
-    pos = torch.arange(T)[None, :]
-    targets[pos == (lengths - 1)[:, None]] = END
-    targets[pos >= lengths[:, None]] = 0
-    inputs = torch.cat([torch.full((B, 1), START), targets[:, :-1]], 1)
-    inputs[pos >= lengths[:, None]] = 0
-    clens = torch.randint(1, K + 1, (B,), generator=g)
-    concepts = torch.randint(4, V, (B, K), generator=g) * (torch.arange(K)[None, :] < clens[:, None])
-    k = int(clens.max())
-    return TextBatch(concepts[:, :k], clens, inputs, targets, lengths)
+    b = synthetic_text(g, lengths, V, 4)
+    return dataclasses.replace(b, concepts=b.concepts[:, :int(b.concept_lens.max())])
 
 
 def _image_batch(seed: int) -> ImageBatch:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from r2m import runtime as R
 from r2m.bench import parser
@@ -81,22 +82,26 @@ class _TP:  # the few schedule fields image_objective reads
     max_len: int
 
 
+def synthetic_text(g: torch.Generator, lengths: Tensor, vocab: int, concept_width: int) -> TextBatch:
+    """A random :class:`TextBatch` of sentences with these ``lengths`` (incl. <#end>), 0 after them in
+    inputs and targets, with 1..``concept_width`` concepts each (0-padded to ``concept_width``)."""
+    B, T = len(lengths), int(lengths.max())
+    targets = torch.randint(4, vocab, (B, T), generator=g)
+    pos = torch.arange(T)[None, :]
+    targets[pos == (lengths - 1)[:, None]] = END
+    targets[pos >= lengths[:, None]] = 0
+    inputs = torch.cat([torch.full((B, 1), START), targets[:, :-1]], 1) * (pos < lengths[:, None])
+    clens = torch.randint(1, concept_width + 1, (B,), generator=g)
+    concepts = torch.randint(4, vocab, (B, concept_width), generator=g) * (
+        torch.arange(concept_width)[None, :] < clens[:, None])
+    return TextBatch(concepts, clens, inputs, targets, lengths)
+
+
 def text_batches(n: int, batch: int, max_len: int, vocab: int, device: torch.device, seed: int) -> list[TextBatch]:
     """Synthetic sentences of 10..max_len tokens (incl. <#end>), 1–5 concepts each, on ``device``."""
     g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n):
-        lengths = torch.randint(10, max_len + 1, (batch,), generator=g)
-        T = int(lengths.max())
-        targets = torch.randint(4, vocab, (batch, T), generator=g)
-        pos = torch.arange(T)[None, :]
-        targets[pos == (lengths - 1)[:, None]] = END
-        targets[pos >= lengths[:, None]] = 0
-        inputs = torch.cat([torch.full((batch, 1), START), targets[:, :-1]], 1)
-        clens = torch.randint(1, 6, (batch,), generator=g)
-        concepts = torch.randint(4, vocab, (batch, 5), generator=g) * (torch.arange(5)[None, :] < clens[:, None])
-        out.append(TextBatch(concepts, clens, inputs, targets, lengths).to(device))
-    return out
+    return [synthetic_text(g, torch.randint(10, max_len + 1, (batch,), generator=g), vocab, 5).to(device)
+            for _ in range(n)]
 
 
 def image_batches(n: int, batch: int, vocab: int, device: torch.device, seed: int) -> list[ImageBatch]:
