@@ -19,7 +19,7 @@ from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import END
 from r2m.training import loop as L
 from r2m.training import step as ST
-from r2m.training.bench_schedule import synthetic_text
+from r2m.training.bench_schedule import synthetic_image, synthetic_text
 from r2m.training.data import ImageBatch, StaticImageBatch, StaticTextBatch, TextBatch, pad_image, pad_text
 from r2m.training.objectives import image_objective, text_objective
 from test_loop import Batch, Sched  # the loop's toy batch and schedule
@@ -47,11 +47,7 @@ def _text_batch(seed: int) -> TextBatch:
 
 
 def _image_batch(seed: int) -> ImageBatch:
-    g = torch.Generator().manual_seed(seed)
-    B, K = 6, 3
-    clens = torch.randint(1, K + 1, (B,), generator=g)
-    concepts = torch.randint(4, V, (B, K), generator=g) * (torch.arange(K)[None, :] < clens[:, None])
-    return ImageBatch(concepts, clens, torch.randn(B, IMAGE_DIM, generator=g), [str(i) for i in range(B)])
+    return synthetic_image(torch.Generator().manual_seed(seed), [str(i) for i in range(6)], V, 3, IMAGE_DIM)
 
 
 def _loss_and_grads(model: R2M, fn) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:

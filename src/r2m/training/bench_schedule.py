@@ -91,10 +91,20 @@ def synthetic_text(g: torch.Generator, lengths: Tensor, vocab: int, concept_widt
     targets[pos == (lengths - 1)[:, None]] = END
     targets[pos >= lengths[:, None]] = 0
     inputs = torch.cat([torch.full((B, 1), START), targets[:, :-1]], 1) * (pos < lengths[:, None])
-    clens = torch.randint(1, concept_width + 1, (B,), generator=g)
-    concepts = torch.randint(4, vocab, (B, concept_width), generator=g) * (
-        torch.arange(concept_width)[None, :] < clens[:, None])
-    return TextBatch(concepts, clens, inputs, targets, lengths)
+    return TextBatch(*_concepts(g, B, vocab, concept_width), inputs, targets, lengths)
+
+
+def synthetic_image(g: torch.Generator, ids: list[str], vocab: int, concept_width: int, image_dim: int) -> ImageBatch:
+    """A random :class:`ImageBatch` of ``len(ids)`` images: concepts as :func:`synthetic_text`'s, features N(0, 1)."""
+    concepts, clens = _concepts(g, len(ids), vocab, concept_width)
+    return ImageBatch(concepts, clens, torch.randn(len(ids), image_dim, generator=g), ids)
+
+
+def _concepts(g: torch.Generator, batch: int, vocab: int, width: int) -> tuple[Tensor, Tensor]:
+    """1..``width`` random concepts per row, 0-padded to ``width``, and their counts."""
+    clens = torch.randint(1, width + 1, (batch,), generator=g)
+    concepts = torch.randint(4, vocab, (batch, width), generator=g) * (torch.arange(width)[None, :] < clens[:, None])
+    return concepts, clens
 
 
 def text_batches(n: int, batch: int, max_len: int, vocab: int, device: torch.device, seed: int) -> list[TextBatch]:
@@ -106,13 +116,7 @@ def text_batches(n: int, batch: int, max_len: int, vocab: int, device: torch.dev
 
 def image_batches(n: int, batch: int, vocab: int, device: torch.device, seed: int) -> list[ImageBatch]:
     g = torch.Generator().manual_seed(seed + 1)
-    out = []
-    for k in range(n):
-        clens = torch.randint(1, 6, (batch,), generator=g)
-        concepts = torch.randint(4, vocab, (batch, 5), generator=g) * (torch.arange(5)[None, :] < clens[:, None])
-        feats = torch.randn(batch, IMAGE_DIM, generator=g)
-        out.append(ImageBatch(concepts, clens, feats, [f"{k}-{i}" for i in range(batch)]).to(device))
-    return out
+    return [synthetic_image(g, [f"{k}-{i}" for i in range(batch)], vocab, 5, IMAGE_DIM).to(device) for k in range(n)]
 
 
 def _compile(model: R2M, mode: str, device: torch.device, graph: bool) -> str:
