@@ -149,7 +149,7 @@ def run_schedule(device: str = "cpu", scale: float = 0.001, batch: int = 256, vo
     compiled = _compile(model, compile_mode, dev, mode.graph)
     use_bf16 = bf16 and dev.type == "cuda"
     results = []
-    used_graph, why = False, mode.why
+    why = mode.why
     for plan in SCHEDULE:
         if stages and plan.name not in stages:
             continue
@@ -183,12 +183,12 @@ def run_schedule(device: str = "cpu", scale: float = 0.001, batch: int = 256, vo
             raise FloatingPointError(f"{plan.name}: non-finite loss in the stage")
         eager = getattr(step, "eager", step)  # a graph step's eager twin: the ops its capture recorded
         ops = COUNT_OPS(lambda s=eager, b=data[0]: s(b)) if COUNT_OPS is not None else None
-        used_graph = used_graph or bool(getattr(step, "used_graph", False))
         why = getattr(step, "why", "") or why
         results.append({"stage": plan.name, "kind": plan.kind, "steps": steps, "paper_steps": plan.steps,
                         "seconds": dt, "per_s": steps * batch / dt, "mean_loss": mean_loss,
-                        "full_stage_seconds": dt / steps * plan.steps, "graph": bool(getattr(step, "used_graph", False)),
+                        "full_stage_seconds": dt / steps * plan.steps, "graph": step.used_graph,
                         "ops": ops})
+    used_graph = any(r["graph"] for r in results)
     return {"device": str(dev), "dtype": "bf16" if use_bf16 else "fp32", "compile": compiled,
             "threads": torch.get_num_threads(), "batch": batch, "vocab": vocab, "scale": scale,
             "params": model.param_count(include_image_proj=False), "stages": results,
