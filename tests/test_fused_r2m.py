@@ -75,14 +75,19 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("kw", CASES, ids=[str(c) or "default" for c in CASES])
-def test_fused_matches_reference(kw):
+def _unit(kw: dict, seed: int, T: int) -> tuple[RelationalMemory, Tensor, Tensor]:
+    """An RM unit of one of :data:`CASES` with random weights (``seed``), inputs x [3, T, ·] that
+    require grad, and random output weights w [3, T, d] for a scalar to differentiate."""
     torch.manual_seed(0)
     args = dict(input_dim=12, d=12, slots=1, heads=2, d_k=8, mlp_layers=2) | kw
     mem = RelationalMemory(**args)
-    _randomise(mem, 1)
-    x = torch.randn(3, 7, args["input_dim"], requires_grad=True)
-    w = torch.randn(3, 7, args["d"])
+    _randomise(mem, seed)
+    return mem, torch.randn(3, T, args["input_dim"], requires_grad=True), torch.randn(3, T, args["d"])
+
+
+@pytest.mark.parametrize("kw", CASES, ids=[str(c) or "default" for c in CASES])
+def test_fused_matches_reference(kw):
+    mem, x, w = _unit(kw, 1, 7)
     assert mem.can_fuse(False, x)
     ref, fused = reference_run(mem, x), mem.run_fused(x)
     torch.testing.assert_close(fused, ref, rtol=1e-5, atol=1e-5)
@@ -95,12 +100,7 @@ def test_fused_matches_reference(kw):
 @pytest.mark.parametrize("kw", CASES, ids=[str(c) or "default" for c in CASES])
 def test_closed_form_step_matches_reference(kw):
     """The one-slot ``step`` (greedy decoding, beam search) in closed form: same values and gradients."""
-    torch.manual_seed(0)
-    args = dict(input_dim=12, d=12, slots=1, heads=2, d_k=8, mlp_layers=2) | kw
-    mem = RelationalMemory(**args)
-    _randomise(mem, 3)
-    x = torch.randn(3, 5, args["input_dim"], requires_grad=True)
-    w = torch.randn(3, 5, args["d"])
+    mem, x, w = _unit(kw, 3, 5)
     ref, got = reference_run(mem, x), stepwise_run(mem, x)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
     for gr, gf in zip(_grads(mem, x, ref, w), _grads(mem, x, got, w), strict=True):

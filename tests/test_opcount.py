@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from r2m.models.r2m import R2M, R2MConfig
-from r2m.text.vocab import END, START
+from r2m.training.bench_schedule import synthetic_text
 from r2m.training.data import TextBatch, pad_text
 from r2m.training.objectives import text_objective
 from r2m.training.opcount import bench_counts, count_ops
@@ -27,14 +27,7 @@ def _batch(B: int, T: int, vocab: int, seed: int = 0) -> TextBatch:
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(2, T + 1, (B,), generator=g)
     lengths[0] = T
-    targets = torch.randint(4, vocab, (B, T), generator=g)
-    pos = torch.arange(T)[None, :]
-    targets[pos == (lengths - 1)[:, None]] = END
-    targets[pos >= lengths[:, None]] = 0
-    inputs = torch.cat([torch.full((B, 1), START), targets[:, :-1]], 1) * (pos < lengths[:, None])
-    clens = torch.randint(1, 4, (B,), generator=g)
-    concepts = torch.randint(4, vocab, (B, 3), generator=g) * (torch.arange(3)[None, :] < clens[:, None])
-    return TextBatch(concepts, clens, inputs, targets, lengths)
+    return synthetic_text(g, lengths, vocab, 3)
 
 
 def _train_step(model: R2M, opt: torch.optim.Optimizer, batch: TextBatch, beta: float | None):

@@ -6,9 +6,9 @@ buffers' copy-in, the deferred non-finite check and the TF32 switch."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,11 +16,13 @@ import torch
 
 from r2m import runtime as R
 from r2m.models.r2m import R2M, R2MConfig
-from r2m.text.vocab import END, START
+from r2m.text.vocab import END
 from r2m.training import loop as L
 from r2m.training import step as ST
+from r2m.training.bench_schedule import synthetic_image, synthetic_text
 from r2m.training.data import ImageBatch, StaticImageBatch, StaticTextBatch, TextBatch, pad_image, pad_text
 from r2m.training.objectives import image_objective, text_objective
+from test_loop import Batch, Sched  # the loop's toy batch and schedule
 
 V, IMAGE_DIM, MAX_LEN = 23, 10, 9
 
@@ -38,28 +40,14 @@ def _model(cfg: str, seed: int = 0) -> R2M:
 
 def _text_batch(seed: int) -> TextBatch:
     g = torch.Generator().manual_seed(seed)
-    B, K = 7, 4
-    lengths = torch.randint(1, MAX_LEN + 1, (B,), generator=g)
+    lengths = torch.randint(1, MAX_LEN + 1, (7,), generator=g)
     lengths[0] = 2  # ragged, and shorter than max_len
-    T = int(lengths.max())
-    targets = torch.randint(4, V, (B, T), generator=g)
-    pos = torch.arange(T)[None, :]
-    targets[pos == (lengths - 1)[:, None]] = END
-    targets[pos >= lengths[:, None]] = 0
-    inputs = torch.cat([torch.full((B, 1), START), targets[:, :-1]], 1)
-    inputs[pos >= lengths[:, None]] = 0
-    clens = torch.randint(1, K + 1, (B,), generator=g)
-    concepts = torch.randint(4, V, (B, K), generator=g) * (torch.arange(K)[None, :] < clens[:, None])
-    k = int(clens.max())
-    return TextBatch(concepts[:, :k], clens, inputs, targets, lengths)
+    b = synthetic_text(g, lengths, V, 4)
+    return dataclasses.replace(b, concepts=b.concepts[:, :int(b.concept_lens.max())])
 
 
 def _image_batch(seed: int) -> ImageBatch:
-    g = torch.Generator().manual_seed(seed)
-    B, K = 6, 3
-    clens = torch.randint(1, K + 1, (B,), generator=g)
-    concepts = torch.randint(4, V, (B, K), generator=g) * (torch.arange(K)[None, :] < clens[:, None])
-    return ImageBatch(concepts, clens, torch.randn(B, IMAGE_DIM, generator=g), [str(i) for i in range(B)])
+    return synthetic_image(torch.Generator().manual_seed(seed), [str(i) for i in range(6)], V, 3, IMAGE_DIM)
 
 
 def _loss_and_grads(model: R2M, fn) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -267,26 +255,6 @@ def test_graph_record_says_why() -> None:
 
 
 # --------------------------------------------------------------------------- the deferred check
-@dataclass
-class _Batch:
-    x: torch.Tensor
-    y: torch.Tensor
-
-    def to(self, device):
-        return self
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-
-@dataclass
-class _Sched:
-    steps: int = 12
-    eval_every: int = 6
-    checkpoint_every: int = 4
-    clip: float = 1.0
-
-
 class _Toy(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -296,24 +264,32 @@ class _Toy(torch.nn.Module):
         return {"state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()}, **meta}
 
 
+def _toy_spec(work: Path, x: torch.Tensor, loss, schedule: Sched) -> L.Loop:
+    """The loop on :class:`_Toy` fitting ``x``'s first column, every batch ``x``, no validation."""
+    model = _Toy()
+    return L.Loop(name="toy", model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.05),
+                  objective=L.LoopObjective(("mse",), loss, lambda m, b: loss(m, b)[1], lambda ev: ev["mse"]),
+                  schedule=schedule, batches=lambda s: iter(lambda: Batch(x, x[:, :1]), None),
+                  val_batches=lambda: [], device=torch.device("cpu"), work=work, fingerprint="fp",
+                  log=logging.getLogger("toy"), lr_param="toy.lr = 0.05")
+
+
+def _poisoned_mse(at: int, bad: float, calls: list[int]):
+    """The toy's mean squared error, times ``bad`` at its ``at``-th call (counted in ``calls[0]``)."""
+    def loss(model, b):
+        calls[0] += 1
+        err = ((model.lin(b.x) - b.y) ** 2).mean()
+        return (err * bad if calls[0] == at else err), {"mse": err}
+    return loss
+
+
 def test_deferred_check_stops_at_the_planted_step_and_keeps_last_pt_clean(tmp_path: Path) -> None:
     torch.manual_seed(0)
     x = torch.randn(8, 3)
     calls = [0]
-
-    def loss(model, b):
-        calls[0] += 1
-        err = ((model.lin(b.x) - b.y) ** 2).mean()
-        return (err * float("nan") if calls[0] == 6 else err), {"mse": err}
-
-    model = _Toy()
-    spec = L.Loop(name="toy", model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.05),
-                  objective=L.LoopObjective(("mse",), loss, lambda m, b: loss(m, b)[1], lambda ev: ev["mse"]),
-                  schedule=_Sched(), batches=lambda s: iter(lambda: _Batch(x, x[:, :1]), None),
-                  val_batches=lambda: [], device=torch.device("cpu"), work=tmp_path, fingerprint="fp",
-                  log=logging.getLogger("toy"), lr_param="toy.lr = 0.05")
+    loss = _poisoned_mse(6, float("nan"), calls)
     with pytest.raises(L.NonFiniteLoss) as err:
-        L.fit(spec)
+        L.fit(_toy_spec(tmp_path, x, loss, Sched(eval_every=6)))
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("toy: loss is nan at step 6 (mse=") and "toy.lr = 0.05" in msg
     assert calls[0] == 6  # read at step 6 (a validation step), before validation or a last.pt write
@@ -328,20 +304,9 @@ def test_deferred_check_reads_between_checkpoints(tmp_path: Path) -> None:
     torch.manual_seed(0)
     x = torch.randn(8, 3)
     calls = [0]
-
-    def loss(model, b):
-        calls[0] += 1
-        err = ((model.lin(b.x) - b.y) ** 2).mean()
-        return (err * float("inf") if calls[0] == 5 else err), {"mse": err}
-
-    model = _Toy()
-    spec = L.Loop(name="toy", model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.05),
-                  objective=L.LoopObjective(("mse",), loss, lambda m, b: loss(m, b)[1], lambda ev: ev["mse"]),
-                  schedule=_Sched(steps=12, eval_every=100), batches=lambda s: iter(lambda: _Batch(x, x[:, :1]), None),
-                  val_batches=lambda: [], device=torch.device("cpu"), work=tmp_path, fingerprint="fp",
-                  log=logging.getLogger("toy"), lr_param="toy.lr = 0.05")
+    loss = _poisoned_mse(5, float("inf"), calls)
     with pytest.raises(L.NonFiniteLoss, match=r"^toy: loss is inf at step 5 \(mse="):
-        L.fit(spec)
+        L.fit(_toy_spec(tmp_path, x, loss, Sched(steps=12, eval_every=100)))
     assert calls[0] == 8
     assert torch.load(tmp_path / "last.pt", weights_only=True)["step"] == 4
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from r2m.utils.guard import BadInput, env_number, parse_number  # noqa: F401  (BadInput: raised)
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+STATIC_CHOICES = ("auto", "0", "1")  # R2M_STATIC_STEP (r2m.training.step.step_mode)
 
 
 def check_device(value: str, what: str = "--device") -> str:
@@ -76,7 +77,7 @@ class Runtime:
             tf32=_switch("R2M_TF32"),
             cuda_graph=_switch("R2M_CUDA_GRAPH"),
             static_step=check_choice(os.environ.get("R2M_STATIC_STEP") or "auto", "R2M_STATIC_STEP",
-                                     ("auto", "0", "1")),
+                                     STATIC_CHOICES),
         )
 
     def torch_device(self):

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from r2m import runtime as R
 from r2m.bench import parser
@@ -81,33 +82,41 @@ class _TP:  # the few schedule fields image_objective reads
     max_len: int
 
 
+def synthetic_text(g: torch.Generator, lengths: Tensor, vocab: int, concept_width: int) -> TextBatch:
+    """A random :class:`TextBatch` of sentences with these ``lengths`` (incl. <#end>), 0 after them in
+    inputs and targets, with 1..``concept_width`` concepts each (0-padded to ``concept_width``)."""
+    B, T = len(lengths), int(lengths.max())
+    targets = torch.randint(4, vocab, (B, T), generator=g)
+    pos = torch.arange(T)[None, :]
+    targets[pos == (lengths - 1)[:, None]] = END
+    targets[pos >= lengths[:, None]] = 0
+    inputs = torch.cat([torch.full((B, 1), START), targets[:, :-1]], 1) * (pos < lengths[:, None])
+    return TextBatch(*_concepts(g, B, vocab, concept_width), inputs, targets, lengths)
+
+
+def synthetic_image(g: torch.Generator, ids: list[str], vocab: int, concept_width: int, image_dim: int) -> ImageBatch:
+    """A random :class:`ImageBatch` of ``len(ids)`` images: concepts as :func:`synthetic_text`'s, features N(0, 1)."""
+    concepts, clens = _concepts(g, len(ids), vocab, concept_width)
+    return ImageBatch(concepts, clens, torch.randn(len(ids), image_dim, generator=g), ids)
+
+
+def _concepts(g: torch.Generator, batch: int, vocab: int, width: int) -> tuple[Tensor, Tensor]:
+    """1..``width`` random concepts per row, 0-padded to ``width``, and their counts."""
+    clens = torch.randint(1, width + 1, (batch,), generator=g)
+    concepts = torch.randint(4, vocab, (batch, width), generator=g) * (torch.arange(width)[None, :] < clens[:, None])
+    return concepts, clens
+
+
 def text_batches(n: int, batch: int, max_len: int, vocab: int, device: torch.device, seed: int) -> list[TextBatch]:
     """Synthetic sentences of 10..max_len tokens (incl. <#end>), 1–5 concepts each, on ``device``."""
     g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n):
-        lengths = torch.randint(10, max_len + 1, (batch,), generator=g)
-        T = int(lengths.max())
-        targets = torch.randint(4, vocab, (batch, T), generator=g)
-        pos = torch.arange(T)[None, :]
-        targets[pos == (lengths - 1)[:, None]] = END
-        targets[pos >= lengths[:, None]] = 0
-        inputs = torch.cat([torch.full((batch, 1), START), targets[:, :-1]], 1)
-        clens = torch.randint(1, 6, (batch,), generator=g)
-        concepts = torch.randint(4, vocab, (batch, 5), generator=g) * (torch.arange(5)[None, :] < clens[:, None])
-        out.append(TextBatch(concepts, clens, inputs, targets, lengths).to(device))
-    return out
+    return [synthetic_text(g, torch.randint(10, max_len + 1, (batch,), generator=g), vocab, 5).to(device)
+            for _ in range(n)]
 
 
 def image_batches(n: int, batch: int, vocab: int, device: torch.device, seed: int) -> list[ImageBatch]:
     g = torch.Generator().manual_seed(seed + 1)
-    out = []
-    for k in range(n):
-        clens = torch.randint(1, 6, (batch,), generator=g)
-        concepts = torch.randint(4, vocab, (batch, 5), generator=g) * (torch.arange(5)[None, :] < clens[:, None])
-        feats = torch.randn(batch, IMAGE_DIM, generator=g)
-        out.append(ImageBatch(concepts, clens, feats, [f"{k}-{i}" for i in range(batch)]).to(device))
-    return out
+    return [synthetic_image(g, [f"{k}-{i}" for i in range(batch)], vocab, 5, IMAGE_DIM).to(device) for k in range(n)]
 
 
 def _compile(model: R2M, mode: str, device: torch.device, graph: bool) -> str:
@@ -140,7 +149,7 @@ def run_schedule(device: str = "cpu", scale: float = 0.001, batch: int = 256, vo
     compiled = _compile(model, compile_mode, dev, mode.graph)
     use_bf16 = bf16 and dev.type == "cuda"
     results = []
-    used_graph, why = False, mode.why
+    why = mode.why
     for plan in SCHEDULE:
         if stages and plan.name not in stages:
             continue
@@ -174,12 +183,12 @@ def run_schedule(device: str = "cpu", scale: float = 0.001, batch: int = 256, vo
             raise FloatingPointError(f"{plan.name}: non-finite loss in the stage")
         eager = getattr(step, "eager", step)  # a graph step's eager twin: the ops its capture recorded
         ops = COUNT_OPS(lambda s=eager, b=data[0]: s(b)) if COUNT_OPS is not None else None
-        used_graph = used_graph or bool(getattr(step, "used_graph", False))
         why = getattr(step, "why", "") or why
         results.append({"stage": plan.name, "kind": plan.kind, "steps": steps, "paper_steps": plan.steps,
                         "seconds": dt, "per_s": steps * batch / dt, "mean_loss": mean_loss,
-                        "full_stage_seconds": dt / steps * plan.steps, "graph": bool(getattr(step, "used_graph", False)),
+                        "full_stage_seconds": dt / steps * plan.steps, "graph": step.used_graph,
                         "ops": ops})
+    used_graph = any(r["graph"] for r in results)
     return {"device": str(dev), "dtype": "bf16" if use_bf16 else "fp32", "compile": compiled,
             "threads": torch.get_num_threads(), "batch": batch, "vocab": vocab, "scale": scale,
             "params": model.param_count(include_image_proj=False), "stages": results,

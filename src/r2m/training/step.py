@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from r2m.runtime import STATIC_CHOICES
+
 LossFn = Callable[[Any], tuple[Tensor, dict[str, Tensor]]]
 
 CUDA_API: Any = torch.cuda
@@ -54,8 +56,6 @@ GRAPH_BLOCKERS: tuple[tuple[Callable[..., bool], str], ...] = (
     (lambda distributed, **_: distributed, "DDP (torchrun) trains eagerly"),
     (lambda static, **_: not static, "dynamic shapes (R2M_STATIC_STEP=0)"),
 )
-
-STATIC_CHOICES = ("auto", "0", "1")
 
 
 def step_mode(device: torch.device, distributed: bool = False, want_graph: bool = True,
