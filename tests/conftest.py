@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -29,15 +30,45 @@ def raw(repo_root: Path) -> dict:
     return yaml.safe_load((repo_root / "params.yaml").read_text())
 
 
+# folders a pipeline run writes under data/<dataset>/ (git-ignored); the fallback when the checkout is not a git
+# work tree (an sdist, an exported copy) leaves them out, as git leaves them out otherwise
+GENERATED_NAMES = {"prepared", "concepts", "corpus", "features", "sup_features", "sup_vocab", "vocab",
+                   "inputs.json", "__pycache__"}
+
+
+def source_files(root: Path, names: Sequence[str]) -> list[Path]:
+    """The files under ``names`` (relative to ``root``) that belong to the project, never a run's outputs:
+    git's tracked files plus new files it does not ignore; without git, every file but generated ones."""
+    r = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+                        "--", *names], capture_output=True)
+    if r.returncode == 0 and r.stdout:
+        return sorted({Path(p) for p in r.stdout.decode().split("\0") if p and (root / p).is_file()})
+    files = []
+    for name in names:
+        top = root / name
+        for path in ([top] if top.is_file() else sorted(top.rglob("*"))):
+            rel = path.relative_to(root)
+            if path.is_file() and not GENERATED_NAMES.intersection(rel.parts) and not any(
+                    part.endswith(".egg-info") or part.endswith(".pyc") for part in rel.parts):
+                files.append(rel)
+    return files
+
+
+def copy_sources(root: Path, wd: Path, names: Sequence[str]) -> None:
+    """Copy the project's own files under ``names`` from ``root`` into ``wd``: a checkout that holds a finished
+    ``make run`` (data/demo/prepared, models/, results/ ...) gives the same copy as a clean clone."""
+    for rel in source_files(root, names):
+        dst = wd / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, dst)
+    for name in names:  # an empty tracked folder still exists in the copy
+        if (root / name).is_dir():
+            (wd / name).mkdir(parents=True, exist_ok=True)
+
+
 def copy_workflow(root: Path, wd: Path) -> None:
     """A scratch copy of what Snakemake and DVC need, so a DAG run leaves the repository clean."""
-    for name in WORKFLOW:
-        src, dst = root / name, wd / name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, dst)
+    copy_sources(root, wd, WORKFLOW)
 
 
 def tiny_dag_env() -> dict[str, str]:

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from conftest import copy_sources
 from r2m.datasets.base import RECIPES, resolve_image_path
 from r2m.params import DatasetEntry
 
@@ -87,7 +88,8 @@ def test_tampered_checksum_names_the_photo(tmp_path):
     from r2m.datasets.demo import ChecksumError
 
     src = tmp_path / "src"
-    shutil.copytree(DEMO, src, ignore=shutil.ignore_patterns("prepared"))
+    copy_sources(ROOT, tmp_path / "checkout", ["data/demo"])
+    shutil.copytree(tmp_path / "checkout/data/demo", src)
     doc = yaml.safe_load((src / "photos.yaml").read_text())
     doc["photos"][1]["sha256"] = "0" * 64
     (src / "photos.yaml").write_text(yaml.safe_dump(doc))
@@ -100,7 +102,8 @@ def test_tampered_checksum_names_the_photo(tmp_path):
 
 def test_missing_package_is_a_clear_error(tmp_path):
     src = tmp_path / "src"
-    shutil.copytree(DEMO, src, ignore=shutil.ignore_patterns("prepared"))
+    copy_sources(ROOT, tmp_path / "checkout", ["data/demo"])
+    shutil.copytree(tmp_path / "checkout/data/demo", src)
     doc = yaml.safe_load((src / "photos.yaml").read_text())
     doc["photos"][0]["package"] = "no_such_package_r2m"
     (src / "photos.yaml").write_text(yaml.safe_dump(doc))

@@ -22,6 +22,7 @@ import torch
 import yaml
 from pydantic import BaseModel
 
+from conftest import copy_sources
 from r2m import params as P
 from r2m.pipeline import stages as S
 from r2m.pipeline.context import StageContext
@@ -260,11 +261,7 @@ def test_snakemake_reruns_prepare_after_the_demo_references_changed(tmp_path):
     import os
     import time
 
-    for name in ("Snakefile", "workflow", "params.yaml", "src", "data/demo", "data/dictionaries"):
-        src, dst = ROOT / name, tmp_path / name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
-         else shutil.copy2(src, dst))
+    copy_sources(ROOT, tmp_path, ("Snakefile", "workflow", "params.yaml", "src", "data/demo", "data/dictionaries"))
     later = time.time() + 5  # the outputs are newer than every input
     for out in ("data/demo/inputs.json", "data/demo/prepared"):
         p = tmp_path / out

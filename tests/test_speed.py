@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
+from conftest import copy_sources
 
 BIN = Path(sys.executable).parent
 
@@ -38,11 +39,7 @@ BF16_TOL = {"loss_rel": 5e-2, "metric_abs": 15.0}
 
 
 def _tiny_dag(root: Path, wd: Path, env: dict[str, str]) -> Path:
-    for name in ("Snakefile", "workflow", "src", "data/dictionaries"):
-        src, dst = root / name, wd / name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
-         else shutil.copy2(src, dst))
+    copy_sources(root, wd, ("Snakefile", "workflow", "src", "data/dictionaries"))
     raw = yaml.safe_load((root / "params.yaml").read_text())
     raw.update(datasets=["tiny"], variants=["r2m"])
     (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
