@@ -13,6 +13,7 @@ import yaml
 
 from r2m.pipeline import dag
 from r2m.pipeline import stages as S
+from r2m.pipeline.resolved import code_files
 from r2m.pipeline.stages import STAGES, Gather
 
 BIN = Path(sys.executable).parent
@@ -32,8 +33,9 @@ def test_registry_has_the_required_stages_with_logs_and_sources(repo_root):
     assert REQUIRED <= names
     for s in STAGES:
         assert s.log.startswith(f"logs/{s.name}/")
-        assert s.src, f"{s.name} lists no source files"
-        for src in s.src:
+        code = code_files(s)
+        assert s.impl.partition(":")[0].replace(".", "/") in " ".join(code), f"{s.name}: its entry is not a dependency"
+        for src in code:
             assert (repo_root / src).exists(), f"{s.name}: source {src} does not exist"
 
 
@@ -66,9 +68,10 @@ def test_dag_check_detects_drift(tmp_path, repo_root):
 def test_dvc_yaml_uses_params_for_matrix_values():
     doc = yaml.safe_load(dag.render())["stages"]
     assert doc["train_xe"]["matrix"] == {"dataset": "${datasets}", "variant": "${variants}"}
-    assert "src/r2m/training" in doc["train_xe"]["deps"]
+    assert "src/r2m/training/stages.py" in doc["train_xe"]["deps"]
     assert {"models/${item.dataset}/${item.variant}/train_xe": {"persist": True}} in doc["train_xe"]["outs"]
-    assert "catalog.${item.dataset}" in doc["train_s"]["params"]  # train_s reads its entry's beta
+    assert ".params/train_s/${item.dataset}-${item.variant}.json" in doc["train_s"]["deps"]  # its resolved params
+    assert "params" not in doc["train_s"] and doc["resolve_params"]["params"] == [{"params.yaml": None}]
 
 
 def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):

@@ -17,16 +17,16 @@ gone), the import cycles and the upward imports, without pytest.
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 import sys
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from r2m.utils.imports import Edge, import_graph, module_files
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "r2m"
@@ -101,71 +101,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("r2m.reports",),
     ("r2m.pipeline", "r2m.cli", "r2m.bench"),
 )
-
-
-@dataclass(frozen=True)
-class Edge:
-    src: str  # importing module
-    dst: str  # imported module
-    line: int
-
-
-def module_files(pkg: Path = PKG) -> dict[str, Path]:
-    """Dotted module name -> file for every ``.py`` under ``pkg`` (a package is its ``__init__``)."""
-    base = pkg.parent
-    mods = {}
-    for f in sorted(pkg.rglob("*.py")):
-        parts = list(f.relative_to(base).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        mods[".".join(parts)] = f
-    return mods
-
-
-def _resolve(name: str, modules: set[str]) -> str | None:
-    """The longest prefix of ``name`` that is one of ``modules``."""
-    parts = name.split(".")
-    for k in range(len(parts), 0, -1):
-        cand = ".".join(parts[:k])
-        if cand in modules:
-            return cand
-    return None
-
-
-def imports_of(mod: str, path: Path, modules: set[str]) -> list[Edge]:
-    """The arrows from ``mod`` to modules in ``modules`` (every import statement, at any depth)."""
-    is_pkg = path.name == "__init__.py"
-    package = mod if is_pkg else mod.rpartition(".")[0]
-    edges = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        targets: list[str] = []
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                up = node.level - 1
-                if up > len(parts) - 1:
-                    continue  # beyond the top package: not ours
-                base = ".".join(parts[: len(parts) - up])
-                base = f"{base}.{node.module}" if node.module else base
-            else:
-                base = node.module or ""
-            for a in node.names:
-                sub = f"{base}.{a.name}"
-                targets.append(sub if sub in modules else base)
-        for t in targets:
-            dst = _resolve(t, modules)
-            if dst is not None and dst != mod:
-                edges.append(Edge(mod, dst, node.lineno))
-    return edges
-
-
-def import_graph(pkg: Path = PKG) -> tuple[dict[str, Path], list[Edge]]:
-    files = module_files(pkg)
-    names = set(files)
-    edges = {e for mod, f in files.items() for e in imports_of(mod, f, names)}  # one per (line, target)
-    return files, sorted(edges, key=lambda e: (e.src, e.line, e.dst))
 
 
 def _sccs(nodes: Iterable[str], succ: dict[str, set[str]]) -> list[list[str]]:

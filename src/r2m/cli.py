@@ -19,6 +19,8 @@ from r2m.pipeline import stages as S
 # tools that are not DAG stages: name -> (module:function, help)
 TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
+    "resolve-params": ("r2m.pipeline.resolve_cmd:main",
+                       "write .params/<stage>/<instance>.json (each stage instance's resolved params; DVC's deps)"),
     "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts"),
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }

@@ -22,6 +22,7 @@ for _stage in S.STAGES:
             },
             **({"shards": shard_inputs(_stage, _n)} if _n > 1 else {}),
             **({"external": external_inputs(_stage, PARAMS)} if _stage.external else {}),
+            code=code_digest_file(_stage),
         output:
             **{
                 k: (directory(snake_template(o.path)) if o.directory else snake_template(o.path))

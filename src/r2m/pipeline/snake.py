@@ -4,14 +4,13 @@ they are plain, testable Python)."""
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from r2m import params as P
-from r2m.pipeline.axes import ALL_DATASETS, all_datasets, axis_values, pick
+from r2m.pipeline.axes import ALL_DATASETS, all_datasets, axis_values
 from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage
 
 
@@ -53,20 +52,11 @@ def external_inputs(stage: Stage, params: P.Params):
 
 
 def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
-    """The params a stage reads, as its dataset sees them: changing them re-runs the rule."""
-    dataset = getattr(wildcards, "dataset", None)
-    view = P.for_dataset(params, dataset) if dataset else params
-    dumped = view.model_dump(mode="json")
-    data: dict[str, Any] = {}
-    for name in stage.params:
-        name = name.format(**{a: getattr(wildcards, a) for a in stage.axes})
-        if name == "catalog" and dataset:
-            # the profile name is not a dependency itself: the items it resolves to are (``fidelity``
-            # section), so switching a profile re-runs only the stages whose items change
-            data[name] = {k: v for k, v in dumped["catalog"][dataset].items() if k != "fidelity"}
-        else:
-            pick(dumped, name, data)
-    return json.dumps(data, sort_keys=True)
+    """The resolved params one job reads (:func:`r2m.pipeline.resolved.instance_params`): Snakemake's
+    params trigger re-runs the job when they change, and nothing else does."""
+    from r2m.pipeline.resolved import canonical, instance_params
+
+    return canonical(instance_params(params, stage, {a: getattr(wildcards, a) for a in stage.axes}))
 
 
 def stage_command(r2m: str, stage: Stage, wildcards: Any, params_file: str) -> str:

@@ -73,7 +73,9 @@ class Stage:
     deps: dict[str, str | Gather] = field(default_factory=dict)
     outs: dict[str, Out] = field(default_factory=dict)
     params: tuple[str, ...] = ()  # params.yaml sections the stage reads
-    src: tuple[str, ...] = ()  # source files/folders the stage's code lives in
+    # files besides deps and code that the stage reads (e.g. data/dictionaries); its code dependencies are
+    # not declared: they are the files its ``impl`` imports, transitively (r2m.pipeline.resolved.code_files)
+    data: tuple[str, ...] = ()
     fanout: FanOut | None = None
     resources: Resources = Resources()
     sources: tuple[tuple[str, str], ...] = ()  # axis -> value list (DVC matrix) other than the default
@@ -99,5 +101,3 @@ class Stage:
 D = "data/{dataset}"
 M = "models/{dataset}/{variant}"
 R = "results/{dataset}/{variant}/{ckpt}"
-COMMON_SRC = ("src/r2m/params.py", "src/r2m/pipeline/context.py", "src/r2m/pipeline/axes.py",
-              "src/r2m/pipeline/validate.py", "src/r2m/utils")

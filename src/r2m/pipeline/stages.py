@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from r2m.params import TRAIN_STAGES
 from r2m.pipeline.spec import (  # noqa: F401  (re-exported: the registry's types)
-    COMMON_SRC,
     GPU_JOB,
     D,
     FanOut,
@@ -32,10 +31,6 @@ from r2m.pipeline.spec import (  # noqa: F401  (re-exported: the registry's type
     Stage,
 )
 from r2m.pipeline.sup_stages import sup_stages
-
-MODEL_SRC = ("src/r2m/models", "src/r2m/losses", "src/r2m/training", "src/r2m/text/vocab.py",
-             "src/r2m/text/dictionary.py", "src/r2m/decoding/settings.py")
-
 
 # the ``fidelity`` items each stage reads (so switching one re-runs only the stages it changes)
 FIDELITY_CORPUS = ("fidelity.tokenizer", "fidelity.count_specials", "fidelity.plurals")
@@ -50,22 +45,19 @@ FIDELITY_TRAIN = {
     "train_i": (*FIDELITY_MODEL, "fidelity.rec_loss", "fidelity.rank_loss", "fidelity.similarity"),
 }
 FIDELITY_IMAGES = ("fidelity.image_concepts", "fidelity.decoding", "fidelity.ban_unk")
-# the training stages whose loss reads the catalog entry (train_s: beta, train_i: gamma); the others
-# read nothing of it (its overrides reach them through the sections they declare)
-READS_CATALOG = ("train_s", "train_i")
+# the catalog entry's own items a training stage's loss reads (Eq. 11's beta, Eq. 13's gamma); no stage
+# reads the entry's `overrides` as such: they reach a stage through the sections it declares
+CATALOG_ITEMS = {"train_s": ("catalog.beta",), "train_i": ("catalog.gamma",)}
 
 
 def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
     deps: dict[str, str | Gather] = {"vocab": f"{D}/vocab"}
     if prev:
         deps["init"] = f"{M}/{prev}"
-    params: tuple[str, ...] = ("model", name, *(("catalog",) if name in READS_CATALOG else ()),
-                               *FIDELITY_TRAIN[name])
-    src = COMMON_SRC + MODEL_SRC
+    params: tuple[str, ...] = ("model", name, *CATALOG_ITEMS.get(name, ()), *FIDELITY_TRAIN[name])
     if uses_images:  # image stages also caption the val images to select the checkpoint by CIDEr
         deps.update(concepts=f"{D}/concepts", features=f"{D}/features", prepared=f"{D}/prepared")
         params += ("caption", "concepts", *FIDELITY_IMAGES)
-        src += ("src/r2m/decoding",)
     else:
         deps["corpus"] = f"{D}/corpus"
     return Stage(
@@ -81,7 +73,6 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
             "metrics": Out(f"results/{{dataset}}/{{variant}}/{name}/train_metrics.json", kind="metrics", cache=False),
         },
         params=params,
-        src=src,
         resources=GPU_JOB,
     )
 
@@ -94,7 +85,6 @@ STAGES: tuple[Stage, ...] = (
         axes=("dataset",),
         outs={"inputs": Out(f"{D}/inputs.json", cache=False)},
         params=("catalog",),
-        src=COMMON_SRC + ("src/r2m/datasets/inputs.py", "src/r2m/datasets/base.py", "src/r2m/datasets/demo.py"),
         external="r2m.datasets.inputs:input_files",
         always_changed=True,
         resources=Resources(mem_mb=1000),
@@ -107,7 +97,6 @@ STAGES: tuple[Stage, ...] = (
         deps={"inputs": f"{D}/inputs.json"},  # the entry's external files, digested: edit one, prepare re-runs
         outs={"prepared": Out(f"{D}/prepared", directory=True)},
         params=("catalog",),  # the recipe reads its entry only
-        src=COMMON_SRC + ("src/r2m/datasets",),
     ),
     Stage(
         "detect_concepts",
@@ -120,7 +109,7 @@ STAGES: tuple[Stage, ...] = (
             "bad_images": Out("reports/{dataset}/bad_images.csv", cache=False),
         },
         params=("concepts", "detect_concepts"),
-        src=COMMON_SRC + ("src/r2m/vision", "src/r2m/text/dictionary.py", "data/dictionaries"),
+        data=("data/dictionaries",),
         resources=GPU_JOB,
     ),
     Stage(
@@ -131,7 +120,6 @@ STAGES: tuple[Stage, ...] = (
         deps={"prepared": f"{D}/prepared"},
         outs={"features": Out(f"{D}/features", directory=True, persist=True)},
         params=("extract_features",),
-        src=COMMON_SRC + ("src/r2m/vision",),
         fanout=FanOut(f"{D}/feature_shards"),
         resources=GPU_JOB,
     ),
@@ -144,7 +132,7 @@ STAGES: tuple[Stage, ...] = (
         outs={"corpus": Out(f"{D}/corpus", directory=True)},
         params=("concepts", "corpus_concepts", *FIDELITY_CORPUS, "fidelity.vocab_counts"),  # vocab_counts: the
         # split value of sentences kept only for the vocabulary counts
-        src=COMMON_SRC + ("src/r2m/text", "data/dictionaries"),
+        data=("data/dictionaries",),
     ),
     Stage(
         "build_vocab",
@@ -154,7 +142,7 @@ STAGES: tuple[Stage, ...] = (
         deps={"corpus": f"{D}/corpus"},
         outs={"vocab": Out(f"{D}/vocab", directory=True)},
         params=("concepts", "build_vocab", *FIDELITY_VOCAB),
-        src=COMMON_SRC + ("src/r2m/text", "data/dictionaries"),
+        data=("data/dictionaries",),
     ),
     _train("train_xe", None, False, "stage 1: L_XE on the text corpus"),
     _train("train_s", "train_xe", False, "stage 2: L_S = L_XE + beta * L_rec^S on the text corpus"),
@@ -178,8 +166,6 @@ STAGES: tuple[Stage, ...] = (
             "info": Out(f"{R}/caption_info.json", cache=False),
         },
         params=("caption", "concepts", *FIDELITY_IMAGES),
-        src=COMMON_SRC + ("src/r2m/caption_cli.py", "src/r2m/decoding", "src/r2m/models", "src/r2m/text/vocab.py",
-                          "src/r2m/text/dictionary.py", "src/r2m/vision/feature_store.py"),
         resources=Resources(gpu=1, mem_mb=8000),
     ),
     Stage(
@@ -194,7 +180,6 @@ STAGES: tuple[Stage, ...] = (
             "per_image": Out(f"{R}/eval_per_image.json", cache=False),
         },
         params=("evaluate",),
-        src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/text"),
     ),
     *sup_stages(),
     Stage(
@@ -208,7 +193,6 @@ STAGES: tuple[Stage, ...] = (
         },
         outs={"csv": Out("reports/table1.csv", cache=False), "md": Out("reports/table1.md", cache=False)},
         params=("datasets",),
-        src=COMMON_SRC + ("src/r2m/reports",),
     ),
     Stage(
         "table2",
@@ -221,7 +205,6 @@ STAGES: tuple[Stage, ...] = (
         },
         outs={"csv": Out("reports/table2.csv", cache=False), "md": Out("reports/table2.md", cache=False)},
         params=("datasets", "variants"),
-        src=COMMON_SRC + ("src/r2m/reports",),
     ),
     Stage(
         "table3",
@@ -234,7 +217,6 @@ STAGES: tuple[Stage, ...] = (
         },
         outs={"csv": Out("reports/table3.csv", cache=False), "md": Out("reports/table3.md", cache=False)},
         params=("datasets",),
-        src=COMMON_SRC + ("src/r2m/reports",),
     ),
     Stage(
         "figures",
@@ -252,7 +234,6 @@ STAGES: tuple[Stage, ...] = (
         },
         outs={"figures": Out("reports/figures/{dataset}", directory=True, cache=False)},
         params=("report", "variants", "concepts"),  # variants: the loss curves gathered; concepts: examples' concepts
-        src=COMMON_SRC + ("src/r2m/reports",),
     ),
     Stage(
         "report",
@@ -272,7 +253,6 @@ STAGES: tuple[Stage, ...] = (
         outs={"html": Out("reports/index.html", cache=False)},
         # the rest: the "random weights" lines (each dataset's feature and detector backends)
         params=("datasets", "baselines.datasets", "catalog", "extract_features", "detect_concepts", "sup_features"),
-        src=COMMON_SRC + ("src/r2m/reports",),
     ),
 )
 

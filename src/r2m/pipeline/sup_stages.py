@@ -10,7 +10,7 @@ fc7 + conv5 grid of their papers on the benchmarks), never R²M's ``D/features``
 
 from __future__ import annotations
 
-from r2m.pipeline.spec import COMMON_SRC, GPU_JOB, D, FanOut, Gather, Out, Resources, Stage
+from r2m.pipeline.spec import GPU_JOB, D, FanOut, Gather, Out, Resources, Stage
 
 # supervised baselines (m-RNN, ...): datasets from `baselines.datasets`, models from `baselines.models`
 SB = "models/{dataset}/{model}/train_sup"
@@ -18,7 +18,6 @@ SR = "results/{dataset}/{model}/train_sup"
 SP = "models/{dataset}/{model}/pretrain_sup"
 SPR = "results/{dataset}/{model}/pretrain_sup"
 SUP = (("dataset", "baselines.datasets"),)
-SUP_SRC = COMMON_SRC + ("src/r2m/supervised", "src/r2m/models", "src/r2m/text/vocab.py", "src/r2m/training")
 SF = f"{D}/sup_features"  # the baselines' features (the key "features" in their deps)
 
 
@@ -32,7 +31,6 @@ def sup_stages() -> tuple[Stage, ...]:
             deps={"prepared": f"{D}/prepared"},
             outs={"sup_features": Out(SF, directory=True, persist=True)},
             params=("sup_features",),
-            src=COMMON_SRC + ("src/r2m/vision",),
             sources=SUP,
             fanout=FanOut(f"{D}/sup_feature_shards"),
             resources=GPU_JOB,
@@ -45,7 +43,6 @@ def sup_stages() -> tuple[Stage, ...]:
             deps={"prepared": f"{D}/prepared"},
             outs={"sup_vocab": Out(f"{D}/sup_vocab", directory=True)},
             params=("sup_vocab",),
-            src=COMMON_SRC + ("src/r2m/supervised", "src/r2m/text"),
             sources=SUP,
         ),
         Stage(
@@ -62,7 +59,6 @@ def sup_stages() -> tuple[Stage, ...]:
                 "metrics": Out(f"{SPR}/train_metrics.json", kind="metrics", cache=False),
             },
             params=("train_sup", "{model}", "sup_features"),  # sup_features: S-CNN-RNN's CNN end to end
-            src=SUP_SRC + ("src/r2m/vision",),
             sources=SUP,
         ),
         Stage(
@@ -79,7 +75,6 @@ def sup_stages() -> tuple[Stage, ...]:
                 "metrics": Out(f"{SR}/train_metrics.json", kind="metrics", cache=False),
             },
             params=("train_sup", "{model}", "caption", "sup_features"),  # caption: select_by cider|bleu4
-            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation/inputs.py", "src/r2m/vision"),
             sources=SUP,
             resources=GPU_JOB,
         ),
@@ -92,7 +87,6 @@ def sup_stages() -> tuple[Stage, ...]:
                   "prepared": f"{D}/prepared"},
             outs={"captions": Out(f"{SR}/captions.json", cache=False)},
             params=("caption",),
-            src=SUP_SRC + ("src/r2m/decoding",),
             sources=SUP,
             resources=Resources(gpu=1, mem_mb=8000),
         ),
@@ -107,7 +101,6 @@ def sup_stages() -> tuple[Stage, ...]:
                 "per_image": Out(f"{SR}/eval_per_image.json", cache=False),
             },
             params=("evaluate",),
-            src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/supervised"),
             sources=SUP,
         ),
         Stage(
@@ -119,7 +112,6 @@ def sup_stages() -> tuple[Stage, ...]:
                   "prepared": f"{D}/prepared"},
             outs={"inspect": Out(f"{SR}/inspect", directory=True, cache=False)},
             params=("caption", "report"),
-            src=SUP_SRC + ("src/r2m/decoding", "src/r2m/evaluation", "src/r2m/reports/attention_maps.py"),
             sources=SUP,
         ),
         Stage(
@@ -131,7 +123,6 @@ def sup_stages() -> tuple[Stage, ...]:
             outs={"captions": Out("results/{dataset}/mostfreq/captions.json", cache=False),
                   "metrics": Out("results/{dataset}/mostfreq/eval.json", kind="metrics", cache=False)},
             params=("caption", "evaluate"),
-            src=COMMON_SRC + ("src/r2m/evaluation", "src/r2m/supervised"),
             sources=SUP,
         ),
         Stage(
@@ -143,7 +134,6 @@ def sup_stages() -> tuple[Stage, ...]:
                   "prepared": f"{D}/prepared"},
             outs={"retrieval": Out(f"{SR}/retrieval.json", kind="metrics", cache=False)},
             params=("retrieval", "train_sup"),
-            src=SUP_SRC,
             sources=SUP,
         ),
         Stage(
@@ -155,7 +145,6 @@ def sup_stages() -> tuple[Stage, ...]:
                   "prepared": f"{D}/prepared"},
             outs={"retrieval": Out("results/{dataset}/r2m/train_i/retrieval.json", kind="metrics", cache=False)},
             params=("retrieval", "concepts", "train_s"),
-            src=SUP_SRC,
         ),
         Stage(
             "baselines",
@@ -174,7 +163,6 @@ def sup_stages() -> tuple[Stage, ...]:
                   "multilabel": Out("reports/baselines_multilabel.csv", cache=False),
                   "attention": Out("reports/figures/baselines", directory=True, cache=False)},
             params=("baselines",),
-            src=COMMON_SRC + ("src/r2m/reports",),
         ),
         Stage(
             "retrieval",
@@ -187,6 +175,5 @@ def sup_stages() -> tuple[Stage, ...]:
             },
             outs={"csv": Out("reports/retrieval.csv", cache=False), "md": Out("reports/retrieval.md", cache=False)},
             params=("datasets", "baselines"),
-            src=COMMON_SRC + ("src/r2m/reports",),
         ),
     )

@@ -1,0 +1,182 @@
+"""What each stage instance depends on besides its input files: its resolved params and its code.
+
+* **Params.** A stage instance (a stage at one value of each of its axes: dataset, variant, model,
+  ckpt) reads the sections its registry entry declares, *as its dataset sees them*: the catalog
+  entry's ``overrides`` merged in, the fidelity profile resolved, a baseline's ``per_model`` keys
+  applied (:func:`instance_params`). Snakemake uses that mapping as the rule's ``params`` (its params
+  trigger); DVC cannot compute it, so ``r2m resolve-params`` (the ``resolve_params`` stage of
+  ``dvc.yaml``) writes one canonical JSON file per instance under ``.params/`` — only when its content
+  changes — and each DVC stage depends on its file. A change that means nothing (a comment, the order
+  of keys, an override restating the default) leaves every file as it was; an override of section X
+  for dataset D changes exactly the files of D's instances that read X.
+* **Code.** A stage's code dependencies are the files under ``src/r2m`` that its entry (``impl``) and
+  the stage runner (:mod:`r2m.pipeline.context`) import, transitively — any import statement, lazy
+  ones included (:func:`r2m.utils.imports.closure`) — plus its declared :attr:`Stage.data`. DVC lists
+  them as deps (``r2m dag --check`` fails when an import moves them); Snakemake gets one digest file
+  per stage under ``.snakemake/r2m/code/``, rewritten only when one of those files' content changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from r2m import params as P
+from r2m.pipeline.axes import ALL_DATASETS, AXIS_SOURCES, all_datasets, axis_values, pick
+from r2m.pipeline.spec import Gather, Stage
+from r2m.pipeline.stages import STAGES
+from r2m.utils.imports import PKG, closure
+
+PARAMS_DIR = ".params"  # git-ignored, NOT dvc-ignored: DVC stages depend on the files in it
+CODE_DIR = ".snakemake/r2m/code"
+RUNNER = "r2m.pipeline.context"  # runs every stage's impl
+# the registry itself: what it says of a stage (command, inputs, outputs, params) is the stage's
+# definition, which both engines compare on their own; its files are not code a stage runs
+REGISTRY = ("r2m.pipeline.stages", "r2m.pipeline.sup_stages", "r2m.pipeline.spec")
+# catalog entry items that are not the recipe's: they reach stages through the sections they feed
+# (overrides, fidelity) or are declared on their own (beta, gamma: ``catalog.beta``)
+NOT_RECIPE = ("overrides", "fidelity", "beta", "gamma")
+
+
+# --------------------------------------------------------------------------- params
+def instance_params(params: P.Params, stage: Stage, bound: Mapping[str, str]) -> dict[str, Any]:
+    """The resolved values one stage instance reads (``bound``: its axis values)."""
+    dataset = bound.get("dataset")
+    view = P.for_dataset(params, dataset) if dataset else params
+    dumped = view.model_dump(mode="json")
+    data: dict[str, Any] = {}
+    for name in stage.params:
+        name = name.format(**{a: bound[a] for a in stage.axes})
+        head, _, item = name.partition(".")
+        if head == "catalog" and dataset:
+            entry = dumped["catalog"][dataset]
+            data.setdefault("catalog", {}).update(
+                {item: entry.get(item)} if item else {k: v for k, v in entry.items() if k not in NOT_RECIPE})
+        elif head == "train_sup" and not item and "model" in bound:
+            data[head] = view.train_sup.for_model(bound["model"]).model_dump(mode="json")
+        else:
+            pick(dumped, name, data)
+    return data
+
+
+def canonical(data: Mapping[str, Any]) -> str:
+    """One text per meaning: sorted keys, fixed separators."""
+    return json.dumps(data, sort_keys=True, indent=1) + "\n"
+
+
+def instance_key(stage: Stage, bound: Mapping[str, str]) -> str:
+    return "-".join(str(bound[a]) for a in stage.axes) or "all"
+
+
+def params_file(stage: Stage, key: str | None = None) -> str:
+    """``.params/<stage>/<axis values>.json``; ``key`` defaults to the ``{axis}`` template."""
+    if key is None:
+        key = "-".join(f"{{{a}}}" for a in stage.axes) or "all"
+    return f"{PARAMS_DIR}/{stage.name}/{key}.json"
+
+
+@functools.cache
+def needed_by_other_datasets(stages: tuple[Stage, ...] = STAGES) -> frozenset[str]:
+    """Stages over the default dataset list whose outputs (transitively) feed a stage over another list
+    (``prepare`` for the baselines' datasets): they run over ``all_datasets``."""
+    default = AXIS_SOURCES["dataset"]
+
+    def produces(stage: Stage, path: str) -> bool:
+        return any(out.path == path for out in stage.outs.values())
+
+    needed: set[str] = set()
+    frontier = [s for s in stages if "dataset" in s.axes and s.source("dataset") != default]
+    while frontier:
+        stage = frontier.pop()
+        for dep in stage.deps.values():
+            if isinstance(dep, Gather):
+                continue
+            for s in stages:
+                if s.name not in needed and "dataset" in s.axes and s.source("dataset") == default \
+                        and produces(s, dep):
+                    needed.add(s.name)
+                    frontier.append(s)
+    return frozenset(needed)
+
+
+def axis_source(stage: Stage, axis: str) -> str:
+    """The value list ``axis`` of ``stage`` is expanded over."""
+    if axis == "dataset" and stage.name in needed_by_other_datasets():
+        return ALL_DATASETS
+    return stage.source(axis)
+
+
+def instances(params: P.Params, stages: tuple[Stage, ...] = STAGES) -> Iterator[tuple[Stage, dict[str, str]]]:
+    """Every stage instance the params ask for (the DVC matrix's items; Snakemake builds the subset a
+    target needs)."""
+    values = {**axis_values(params), ALL_DATASETS: all_datasets(params)}
+    for stage in stages:
+        lists = [values[axis_source(stage, a)] for a in stage.axes]
+        for combo in itertools.product(*lists):
+            yield stage, dict(zip(stage.axes, combo, strict=True))
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write ``text`` unless the file already holds it (its mtime and hash then stay as they were)."""
+    from r2m.utils.io import write_text
+
+    if path.exists() and path.read_text() == text:
+        return False
+    write_text(path, text)
+    return True
+
+
+def write_params_files(params: P.Params, root: Path = Path(".")) -> list[str]:
+    """Every instance's resolved-params file; returns the ones whose content changed."""
+    changed = []
+    for stage, bound in instances(params):
+        rel = params_file(stage, instance_key(stage, bound))
+        if write_if_changed(root / rel, canonical(instance_params(params, stage, bound))):
+            changed.append(rel)
+    return changed
+
+
+# --------------------------------------------------------------------------- code
+def entry_module(stage: Stage) -> str:
+    return stage.impl.partition(":")[0]
+
+
+def code_files(stage: Stage, pkg: Path = PKG) -> list[str]:
+    """The files ``stage`` depends on as code, relative to the project root (``src/r2m/...``), then its data."""
+    root = pkg.parent.parent
+    code = [str(f.relative_to(root)) for f in closure([entry_module(stage), RUNNER], pkg, stop=REGISTRY)]
+    return code + list(stage.data)
+
+
+def _digest(path: Path) -> str:
+    if path.is_dir():
+        h = hashlib.sha256()
+        for f in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            h.update(f.relative_to(path).as_posix().encode() + b"\0" + f.read_bytes())
+        return h.hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_code_digests(root: Path = Path("."), out: str = CODE_DIR, stages: tuple[Stage, ...] = STAGES) -> list[str]:
+    """One file per stage naming the digest of each of its code files (Snakemake's code dependency);
+    rewritten only when a digest changes. Returns the stages whose file changed."""
+    digests: dict[str, str] = {}
+    changed = []
+    for stage in stages:
+        lines = []
+        for rel in code_files(stage):
+            if rel not in digests:
+                digests[rel] = _digest(root / rel) if (root / rel).exists() else "missing"
+            lines.append(f"{digests[rel]}  {rel}\n")
+        if write_if_changed(root / out / f"{stage.name}.sha256", "".join(lines)):
+            changed.append(stage.name)
+    return changed
+
+
+def code_digest_file(stage: Stage) -> str:
+    return f"{CODE_DIR}/{stage.name}.sha256"

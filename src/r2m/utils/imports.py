@@ -1,0 +1,114 @@
+"""The import graph of the ``r2m`` package, read from the source (``ast``; nothing is imported).
+
+Two users: the house rules (tests/test_house.py: no cycles, no upward imports) and the stage
+registry's code dependencies (:func:`closure`: a stage depends on the files its entry imports,
+transitively, and on nothing else in ``src/r2m``).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1]  # src/r2m
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: str  # importing module
+    dst: str  # imported module
+    line: int
+
+
+def module_files(pkg: Path = PKG) -> dict[str, Path]:
+    """Dotted module name -> file for every ``.py`` under ``pkg`` (a package is its ``__init__``)."""
+    base = pkg.parent
+    mods = {}
+    for f in sorted(pkg.rglob("*.py")):
+        parts = list(f.relative_to(base).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = f
+    return mods
+
+
+def _resolve(name: str, modules: set[str]) -> str | None:
+    """The longest prefix of ``name`` that is one of ``modules``."""
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        cand = ".".join(parts[:k])
+        if cand in modules:
+            return cand
+    return None
+
+
+def imports_of(mod: str, path: Path, modules: set[str]) -> list[Edge]:
+    """The arrows from ``mod`` to modules in ``modules`` (every import statement, at any depth)."""
+    is_pkg = path.name == "__init__.py"
+    package = mod if is_pkg else mod.rpartition(".")[0]
+    edges = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                up = node.level - 1
+                if up > len(parts) - 1:
+                    continue  # beyond the top package: not ours
+                base = ".".join(parts[: len(parts) - up])
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                targets.append(sub if sub in modules else base)
+        for t in targets:
+            dst = _resolve(t, modules)
+            if dst is not None and dst != mod:
+                edges.append(Edge(mod, dst, node.lineno))
+    return edges
+
+
+def import_graph(pkg: Path = PKG) -> tuple[dict[str, Path], list[Edge]]:
+    files = module_files(pkg)
+    names = set(files)
+    edges = {e for mod, f in files.items() for e in imports_of(mod, f, names)}  # one per (line, target)
+    return files, sorted(edges, key=lambda e: (e.src, e.line, e.dst))
+
+
+def parents(mod: str) -> list[str]:
+    """The packages whose ``__init__`` runs before ``mod`` does (``r2m.a.b`` -> ``r2m``, ``r2m.a``)."""
+    parts = mod.split(".")
+    return [".".join(parts[:k]) for k in range(1, len(parts))]
+
+
+@functools.cache
+def _graph(pkg: Path) -> tuple[dict[str, Path], dict[str, frozenset[str]]]:
+    files, edges = import_graph(pkg)
+    succ: dict[str, set[str]] = {m: set() for m in files}
+    for e in edges:
+        succ[e.src].add(e.dst)
+    return files, {m: frozenset(s) for m, s in succ.items()}
+
+
+def closure(roots: Iterable[str], pkg: Path = PKG, stop: Iterable[str] = ()) -> list[Path]:
+    """The source files of ``roots`` and of every module they import, transitively (any import
+    statement, lazy ones included, and the ``__init__`` of every package on the way); the modules in
+    ``stop`` are neither included nor followed."""
+    files, succ = _graph(pkg)
+    seen: set[str] = set(stop)
+    todo = [r for r in roots]
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        if mod not in files:
+            raise KeyError(f"{mod}: not a module under {pkg}")
+        seen.add(mod)
+        todo += [m for m in (*succ[mod], *parents(mod)) if m in files and m not in seen]
+    return sorted(files[m] for m in seen - set(stop))

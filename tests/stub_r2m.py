@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""A stand-in for ``r2m`` in DAG tests that check *what* the engines run, not what a stage computes:
+``stub_r2m.py <stage> --dataset D [--variant V …] [--params F] [--no-log-file]`` creates the stage's
+outputs (from the registry) holding the command line, and appends the line to ``$STUB_R2M_LOG``.
+``stub_r2m.py resolve-params`` runs the real resolver (it is what DVC's first stage runs)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    if argv[0] == "resolve-params":
+        from r2m.pipeline.resolve_cmd import main as resolve
+
+        return resolve(argv[1:])
+    from r2m.pipeline.stages import get
+
+    stage = get(argv[0])
+    bound, i = {}, 1
+    while i < len(argv):
+        if argv[i].startswith("--") and argv[i][2:] in stage.axes:
+            bound[argv[i][2:]] = argv[i + 1]
+            i += 2
+        else:
+            i += 1
+    line = " ".join(argv)
+    for out in stage.outs.values():
+        path = Path(out.path.format(**bound))
+        if out.directory:
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "stub.txt").write_text(line + "\n")
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(line + "\n")
+    if os.environ.get("STUB_R2M_LOG"):
+        with open(os.environ["STUB_R2M_LOG"], "a") as f:
+            f.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
