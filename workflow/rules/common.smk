@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from r2m import params as P  # noqa: E402
 from r2m.pipeline import validate as V  # noqa: E402
 from r2m.pipeline import stages as S  # noqa: E402
-from r2m.pipeline.resolved import code_digest_file, write_code_digests  # noqa: E402
+from r2m.pipeline.resolved import code_digest  # noqa: E402
 from r2m.pipeline.snake import (  # noqa: E402
     expand_gather,
     external_inputs,
@@ -41,8 +41,6 @@ except (P.ParamsError, ValueError, yaml.YAMLError) as err:
     raise WorkflowError(str(err))
 
 R2M_PARAMS = write_merged_params(with_derived(_params_cfg, PARAMS), ".snakemake/r2m/params.yaml")
-# each stage's code dependency: a digest of the files its entry imports, rewritten only when one changes
-write_code_digests()
 # the r2m beside the Python running Snakemake (works without activating .venv), else PATH's
 _r2m_here = Path(sys.executable).parent / "r2m"
 R2M = _runtime_cfg.get("r2m_command", shlex.quote(str(_r2m_here)) if _r2m_here.exists() else "r2m")

@@ -6,6 +6,8 @@
 # rule: N parallel jobs (e.g. cluster jobs) whose results the stage's own job merges.
 # Every rule declares the registry's resources (gpu, mem_mb): `--resources gpu=N` caps concurrent
 # GPU jobs on one box; the SLURM executor requests `--gpus`/`--mem` from them.
+# Params a job depends on: exactly the resolved values its instance reads (`resolved`) and a digest of
+# its code (`code`), both compared by content by Snakemake's params trigger (r2m.pipeline.resolved).
 # The job's shell `exec`s r2m (killing the shell kills r2m) and every path is quoted ({log:q}).
 
 
@@ -22,7 +24,6 @@ for _stage in S.STAGES:
             },
             **({"shards": shard_inputs(_stage, _n)} if _n > 1 else {}),
             **({"external": external_inputs(_stage, PARAMS)} if _stage.external else {}),
-            code=code_digest_file(_stage),
         output:
             **{
                 k: (directory(snake_template(o.path)) if o.directory else snake_template(o.path))
@@ -33,6 +34,7 @@ for _stage in S.STAGES:
         params:
             cmd=lambda wc, _s=_stage, _k=_n: merge_command(R2M, _s, wc, R2M_PARAMS, _k),
             resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
+            code=code_digest(_stage, Path(workflow.basedir)),  # the files its entry imports (by content)
         threads: 1
         resources:
             **_stage.resources.snakemake(),

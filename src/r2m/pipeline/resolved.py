@@ -12,8 +12,9 @@
 * **Code.** A stage's code dependencies are the files under ``src/r2m`` that its entry (``impl``) and
   the stage runner (:mod:`r2m.pipeline.context`) import, transitively — any import statement, lazy
   ones included (:func:`r2m.utils.imports.closure`) — plus its declared :attr:`Stage.data`. DVC lists
-  them as deps (``r2m dag --check`` fails when an import moves them); Snakemake gets one digest file
-  per stage under ``.snakemake/r2m/code/``, rewritten only when one of those files' content changes.
+  them as deps (``r2m dag --check`` fails when an import moves them); Snakemake gets their digest as a
+  rule param (:func:`code_digest`), so both engines re-run a stage when, and only when, the content of
+  one of its code files changes. The registry modules are not counted (:data:`REGISTRY`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from r2m.pipeline.stages import STAGES
 from r2m.utils.imports import PKG, closure
 
 PARAMS_DIR = ".params"  # git-ignored, NOT dvc-ignored: DVC stages depend on the files in it
-CODE_DIR = ".snakemake/r2m/code"
 RUNNER = "r2m.pipeline.context"  # runs every stage's impl
 # the registry itself: what it says of a stage (command, inputs, outputs, params) is the stage's
 # definition, which both engines compare on their own; its files are not code a stage runs
@@ -162,21 +162,17 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def write_code_digests(root: Path = Path("."), out: str = CODE_DIR, stages: tuple[Stage, ...] = STAGES) -> list[str]:
-    """One file per stage naming the digest of each of its code files (Snakemake's code dependency);
-    rewritten only when a digest changes. Returns the stages whose file changed."""
-    digests: dict[str, str] = {}
-    changed = []
-    for stage in stages:
-        lines = []
-        for rel in code_files(stage):
-            if rel not in digests:
-                digests[rel] = _digest(root / rel) if (root / rel).exists() else "missing"
-            lines.append(f"{digests[rel]}  {rel}\n")
-        if write_if_changed(root / out / f"{stage.name}.sha256", "".join(lines)):
-            changed.append(stage.name)
-    return changed
+@functools.cache
+def _file_digest(path: Path, mtime_ns: int) -> str:
+    return _digest(path)
 
 
-def code_digest_file(stage: Stage) -> str:
-    return f"{CODE_DIR}/{stage.name}.sha256"
+def code_digest(stage: Stage, root: Path = Path(".")) -> str:
+    """One digest of the contents of ``stage``'s :func:`code_files` (Snakemake's code dependency: a rule
+    param, so only a content change re-runs the rule — an edit undone re-runs nothing)."""
+    h = hashlib.sha256()
+    for rel in code_files(stage):
+        path = root / rel
+        h.update(rel.encode() + b"\0" + (_file_digest(path, path.stat().st_mtime_ns).encode()
+                                           if path.exists() else b"missing") + b"\n")
+    return h.hexdigest()
