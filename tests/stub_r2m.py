@@ -1,14 +1,27 @@
 #!/usr/bin/env python3
 """A stand-in for ``r2m`` in DAG tests that check *what* the engines run, not what a stage computes:
 ``stub_r2m.py <stage> --dataset D [--variant V …] [--params F] [--no-log-file]`` creates the stage's
-outputs (from the registry) holding the command line, and appends the line to ``$STUB_R2M_LOG``.
+outputs (from the registry) holding the stage and its axis values,.
 ``stub_r2m.py resolve-params`` runs the real resolver (it is what DVC's first stage runs)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
+
+
+def make_outputs(stage, bound: dict[str, str], root: Path) -> str:
+    """Create ``stage``'s outputs at ``bound`` under ``root``; returns what they hold."""
+    line = " ".join([stage.name, *(f"--{a} {bound[a]}" for a in stage.axes if a in bound)])  # engine-independent
+    for out in stage.outs.values():
+        path = root / out.path.format(**bound)
+        if out.directory:
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "stub.txt").write_text(line + "\n")
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(line + "\n")
+    return line
 
 
 def main(argv: list[str]) -> int:
@@ -26,18 +39,7 @@ def main(argv: list[str]) -> int:
             i += 2
         else:
             i += 1
-    line = " ".join(argv)
-    for out in stage.outs.values():
-        path = Path(out.path.format(**bound))
-        if out.directory:
-            path.mkdir(parents=True, exist_ok=True)
-            (path / "stub.txt").write_text(line + "\n")
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(line + "\n")
-    if os.environ.get("STUB_R2M_LOG"):
-        with open(os.environ["STUB_R2M_LOG"], "a") as f:
-            f.write(line + "\n")
+    make_outputs(stage, bound, Path("."))
     return 0
 
 

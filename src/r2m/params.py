@@ -353,6 +353,12 @@ class TrainSupParams(_Section):
             bad = set(over) - (set(type(self).model_fields) - {"per_model"})
             if bad:
                 raise ValueError(f"per_model.{name}: unknown key(s) {sorted(bad)}")
+            try:  # the values too, as the model will see them (one line: the first problem)
+                self.for_model(name)
+            except ValidationError as err:
+                first = err.errors()[0]
+                where = ".".join(str(x) for x in first["loc"])
+                raise ValueError(f"per_model.{name}.{where}: {first['msg']}") from None
         return self
 
     def for_model(self, name: str) -> TrainSupParams:

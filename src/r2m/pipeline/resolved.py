@@ -44,11 +44,21 @@ NOT_RECIPE = ("overrides", "fidelity", "beta", "gamma")
 
 
 # --------------------------------------------------------------------------- params
-def instance_params(params: P.Params, stage: Stage, bound: Mapping[str, str]) -> dict[str, Any]:
+def _view(params: P.Params, dataset: str | None, cache: dict | None) -> tuple[P.Params, dict[str, Any]]:
+    if cache is not None and dataset in cache:
+        return cache[dataset]
+    view = P.for_dataset(params, dataset) if dataset else params
+    out = (view, view.model_dump(mode="json"))
+    if cache is not None:
+        cache[dataset] = out
+    return out
+
+
+def instance_params(params: P.Params, stage: Stage, bound: Mapping[str, str],
+                    _views: dict | None = None) -> dict[str, Any]:
     """The resolved values one stage instance reads (``bound``: its axis values)."""
     dataset = bound.get("dataset")
-    view = P.for_dataset(params, dataset) if dataset else params
-    dumped = view.model_dump(mode="json")
+    view, dumped = _view(params, dataset, _views)
     data: dict[str, Any] = {}
     for name in stage.params:
         name = name.format(**{a: bound[a] for a in stage.axes})
@@ -57,11 +67,23 @@ def instance_params(params: P.Params, stage: Stage, bound: Mapping[str, str]) ->
             entry = dumped["catalog"][dataset]
             data.setdefault("catalog", {}).update(
                 {item: entry.get(item)} if item else {k: v for k, v in entry.items() if k not in NOT_RECIPE})
+        elif head == "catalog":  # a stage over no dataset reading every entry: as each dataset sees it
+            others = [n for n in stage.params if n.partition(".")[0] not in ("catalog", "datasets", "baselines")]
+            data["catalog"] = {ds: _entry_view(params, ds, others, _views) for ds in params.catalog}
         elif head == "train_sup" and not item and "model" in bound:
             data[head] = view.train_sup.for_model(bound["model"]).model_dump(mode="json")
         else:
             pick(dumped, name, data)
     return data
+
+
+def _entry_view(params: P.Params, dataset: str, sections: list[str], views: dict | None) -> dict[str, Any]:
+    """A catalog entry's recipe items, and the given sections as that dataset sees them."""
+    _, dumped = _view(params, dataset, views)
+    out = {k: v for k, v in dumped["catalog"][dataset].items() if k not in NOT_RECIPE}
+    for name in sections:
+        pick(dumped, name, out)
+    return out
 
 
 def canonical(data: Mapping[str, Any]) -> str:
@@ -131,14 +153,16 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
+def all_instance_params(params: P.Params) -> dict[str, str]:
+    """``.params/...`` file -> its canonical text, for every instance the params ask for."""
+    views: dict = {}
+    return {params_file(stage, instance_key(stage, bound)): canonical(instance_params(params, stage, bound, views))
+            for stage, bound in instances(params)}
+
+
 def write_params_files(params: P.Params, root: Path = Path(".")) -> list[str]:
     """Every instance's resolved-params file; returns the ones whose content changed."""
-    changed = []
-    for stage, bound in instances(params):
-        rel = params_file(stage, instance_key(stage, bound))
-        if write_if_changed(root / rel, canonical(instance_params(params, stage, bound))):
-            changed.append(rel)
-    return changed
+    return [rel for rel, text in all_instance_params(params).items() if write_if_changed(root / rel, text)]
 
 
 # --------------------------------------------------------------------------- code

@@ -1,0 +1,391 @@
+"""Change one setting, recompute only what depends on it — under Snakemake and DVC alike.
+
+Generated from the registry, not hand-listed:
+
+* every params key some stage reads (top-level section keys, a dataset's override of each, the
+  baselines' ``per_model`` keys, the catalog entry's own items, the fidelity items): changing it changes
+  the resolved params of exactly the stage instances that declare it and see the new value (and nothing
+  else) — the values both engines depend on (:mod:`r2m.pipeline.resolved`);
+* on a small workspace run with a stub ``r2m`` (outputs created, nothing computed): an edit of each kind
+  makes ``snakemake -n`` plan exactly those instances and their descendants, and ``dvc status`` (after the
+  resolver stage) report exactly those instances; edits that mean nothing stale nothing; a code edit
+  re-runs the stages whose entry imports the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import typing
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import copy_workflow
+from r2m import params as P
+from r2m.pipeline import validate as V
+from r2m.pipeline.resolved import (
+    NOT_RECIPE,
+    all_instance_params,
+    code_files,
+    instance_key,
+    instance_params,
+    instances,
+)
+from r2m.pipeline.snake import gather_paths
+from r2m.pipeline.spec import Gather
+from stub_r2m import make_outputs
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+STUB = ROOT / "tests" / "stub_r2m.py"
+Edit = tuple[str, ...]  # a path into params.yaml
+
+
+def small_raw() -> dict[str, Any]:
+    """params.yaml on `tiny`, two variants and two baselines (every stage kind, few instances)."""
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw.update(datasets=["tiny"], all_datasets=["tiny"], variants=["r2m", "no_fm"])
+    raw["baselines"].update(datasets=["tiny"], models=["mrnn", "sat"])
+    return raw
+
+
+# --------------------------------------------------------------------------- the keys stages read
+def _choices(annotation: Any) -> list[Any]:
+    """The values a Literal (possibly optional) field allows."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return list(typing.get_args(annotation))
+    return [c for arg in typing.get_args(annotation) for c in _choices(arg)]
+
+
+def _candidates(value: Any, annotation: Any) -> list[Any]:
+    """Values different from ``value`` a field of this type may take."""
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [value + 1, value - 1]
+    if isinstance(value, float):
+        return [round(value * 1.5 + 0.1, 6), round(value / 2, 6)]
+    return [c for c in _choices(annotation) if c != value]
+
+
+def _field(section: str, key: str) -> Any:
+    model = P.Params.model_fields[section].annotation
+    fields = getattr(model, "model_fields", {})
+    return fields[key].annotation if key in fields else None
+
+
+def read_sections(params: P.Params) -> set[str]:
+    """Every params section some stage instance declares (``{model}`` resolved)."""
+    return {name.format(**bound).partition(".")[0] for stage, bound in instances(params) for name in stage.params}
+
+
+def params_edits(raw: dict[str, Any]) -> Iterator[tuple[Edit, Any]]:
+    """(path, new value) for every key a stage reads, each spelled every way params.yaml allows."""
+    params = V.validate(raw, "test")
+    dumped = params.model_dump(mode="json")
+    for section in sorted(read_sections(params) - {"catalog", "datasets", "variants", "baselines"}):
+        items = dumped.get(section)
+        if not isinstance(items, dict):
+            continue
+        for key, value in items.items():
+            if isinstance(value, (dict, list)):
+                continue  # backend options, per_model: below
+            field = _field(section, key)
+            for new in _candidates(value, field):
+                yield (section, key), new
+            for ds in raw["catalog"]:
+                for new in _candidates(_effective(params, ds, None, section, key), field):
+                    yield ("catalog", ds, "overrides", section, key), new
+            if section == "train_sup":
+                for model in raw["baselines"]["models"]:
+                    for new in _candidates(_effective(params, None, model, section, key), field):
+                        yield ("train_sup", "per_model", model, key), new
+    for ds, entry in raw["catalog"].items():
+        for key, value in entry.items():
+            if key in ("kind", "overrides", "fidelity") or isinstance(value, (dict, list, str)):
+                continue
+            for new in _candidates(value, None):
+                yield ("catalog", ds, key), new
+
+
+def set_path(raw: dict[str, Any], path: Edit, value: Any) -> dict[str, Any]:
+    out = json.loads(json.dumps(raw))
+    node = out
+    for k in path[:-1]:
+        node = node.setdefault(k, {})
+    node[path[-1]] = value
+    return out
+
+
+def resolved_all(params: P.Params) -> dict[tuple[str, str], str]:
+    """(stage, instance) -> its resolved params, as the .params/ files hold them."""
+    return {tuple(rel.removeprefix(".params/").removesuffix(".json").split("/")): text
+            for rel, text in all_instance_params(params).items()}
+
+
+def _effective(params: P.Params, dataset: str | None, model: str | None, section: str, key: str) -> Any:
+    view = P.for_dataset(params, dataset) if dataset else params
+    if section == "train_sup" and model:
+        return view.train_sup.for_model(model).model_dump(mode="json").get(key)
+    return (view.model_dump(mode="json").get(section) or {}).get(key)
+
+
+def declared_readers(before: P.Params, after: P.Params, path: Edit) -> set[tuple[str, str]]:
+    """The instances that, by the registry's declarations, read the value at ``path`` and see it change."""
+    out = set()
+    for stage, bound in instances(after):
+        names = [n.format(**bound) for n in stage.params]
+        ds, model = bound.get("dataset"), bound.get("model")
+        if path[0] == "catalog" and path[2] != "overrides":  # an entry's own item
+            item = path[2]
+            recipe = item not in NOT_RECIPE  # what a stage declaring "catalog" reads of it
+            if (ds in (None, path[1]) and "catalog" in names and recipe) or \
+                    (ds == path[1] and f"catalog.{item}" in names):
+                out.add((stage.name, instance_key(stage, bound)))
+            continue
+        section, key = (path[3], path[4]) if path[0] == "catalog" else (path[0], path[-1])
+        if ds is None and "catalog" in names:  # reads the section as every dataset sees it
+            if section in names and any(_effective(before, d, model, section, key)
+                                        != _effective(after, d, model, section, key) for d in after.catalog):
+                out.add((stage.name, instance_key(stage, bound)))
+            continue
+        if not (section in names or f"{section}.{key}" in names):
+            continue
+        if _effective(before, ds, model, section, key) != _effective(after, ds, model, section, key):
+            out.add((stage.name, instance_key(stage, bound)))
+    return out
+
+
+def test_every_key_a_stage_reads_changes_exactly_its_readers():
+    raw = small_raw()
+    base = V.validate(raw, "test")
+    before = resolved_all(base)
+    tested, invalid = 0, []
+    for path, new in params_edits(raw):
+        try:
+            after_params = V.validate(set_path(raw, path, new), "test")
+        except (P.ParamsError, ValueError):
+            invalid.append(path)
+            continue
+        after = resolved_all(after_params)
+        changed = {k for k in after if after[k] != before.get(k)}
+        want = declared_readers(base, after_params, path)
+        assert changed == want, f"{'.'.join(path)} -> {new!r}: changed {sorted(changed)}, declared {sorted(want)}"
+        tested += 1
+    print(f"{tested} edits checked ({len(invalid)} candidate values rejected by validation)")
+    assert tested > 300
+
+
+def test_meaningless_edits_change_no_resolved_params():
+    raw = small_raw()
+    before = resolved_all(V.validate(raw, "test"))
+    restated = set_path(raw, ("catalog", "tiny", "overrides", "train_xe", "clip"),
+                        V.validate(raw, "test").train_xe.clip)  # the value it has anyway, spelled out
+    reordered = {k: raw[k] for k in reversed(list(raw))}
+    for variant in (restated, reordered):
+        assert resolved_all(V.validate(variant, "test")) == before
+
+
+# --------------------------------------------------------------------------- the engines
+def instance_graph(params: P.Params) -> tuple[dict[tuple[str, str], set[str]], dict[tuple[str, str], set[str]]]:
+    """(outputs, inputs) of every instance, as paths."""
+    outs, ins = {}, {}
+    for stage, bound in instances(params):
+        key = (stage.name, instance_key(stage, bound))
+        outs[key] = {o.path.format(**bound) for o in stage.outs.values()}
+        paths: set[str] = set()
+        for dep in stage.deps.values():
+            paths |= set(gather_paths(dep, params, bound)) if isinstance(dep, Gather) else {dep.format(**bound)}
+        ins[key] = paths
+    return outs, ins
+
+
+def with_descendants(params: P.Params, start: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    outs, ins = instance_graph(params)
+    done, todo = set(start), list(start)
+    while todo:
+        made = outs[todo.pop()]
+        for key, needs in ins.items():
+            if key not in done and any(n == o or n.startswith(o + "/") for n in needs for o in made):
+                done.add(key)
+                todo.append(key)
+    return done
+
+
+def _env(bin_dir: Path) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{bin_dir}:{BIN}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
+            "PYTHONPATH": str(ROOT / "src")}
+
+
+class Workspace:
+    """A copy of the workflow on `small_raw()` built once by Snakemake with the stub r2m, then recorded by DVC
+    as it is (``dvc commit``: both engines see the same outputs, nothing runs twice)."""
+
+    def __init__(self, wd: Path):
+        self.sm = self.dvc = wd / "work"
+        self.raw = small_raw()
+        copy_workflow(ROOT, self.sm)
+        self.write(self.raw)
+        bin_dir = wd / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "r2m").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STUB}" "$@"\n')
+        (bin_dir / "r2m").chmod(0o755)
+        self.env = _env(bin_dir)
+        self.planned: set[tuple[str, str]] = set()
+        self.smk = [str(BIN / "snakemake"), "--cores", "2", "all", "--config", f"r2m_command={bin_dir / 'r2m'}"]
+
+    def write(self, raw: dict[str, Any], text: str | None = None) -> None:
+        (self.sm / "params.yaml").write_text(text if text is not None else yaml.safe_dump(raw, sort_keys=False))
+
+    def run(self, cmd: list[str], cwd: Path) -> str:
+        r = subprocess.run(cmd, cwd=cwd, env=self.env, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, f"{cmd}: {r.stdout[-3000:]}{r.stderr[-3000:]}"
+        return r.stdout + r.stderr
+
+    def snakemake_plan(self) -> set[tuple[str, str]]:
+        """(stage, instance) of every job ``snakemake -n`` would run (from each job's log path)."""
+        out = self.run([*self.smk, "-n", "-p"], self.sm)
+        jobs = set()
+        for line in out.splitlines():
+            if "exec " in line and "> logs/" in line:
+                log = line.split("> logs/", 1)[1].split()[0].rstrip("'")
+                stage, _, name = log.rpartition("/")
+                jobs.add((stage, name.removesuffix(".log")))
+        return jobs
+
+    def dvc_stale(self) -> set[tuple[str, str]]:
+        """(stage, instance) ``dvc status`` reports after the resolver stage ran (``always_changed`` ones aside)."""
+        self.run([str(BIN / "dvc"), "repro", "-s", "-q", "resolve_params"], self.dvc)
+        text = self.run([str(BIN / "dvc"), "status", "--json"], self.dvc).strip().splitlines()
+        status = json.loads(text[-1]) if text else {}
+        out = set()
+        for name, changes in status.items():
+            if changes == ["always changed"]:
+                continue
+            stage, _, key = name.partition("@")
+            out.add((stage, key or "all"))
+        return out
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Workspace:
+    w = Workspace(tmp_path_factory.mktemp("granular"))
+    w.planned = w.snakemake_plan()  # every job `all` needs (DVC's matrices hold a few more instances)
+    w.run(w.smk, w.sm)
+    w.run([str(BIN / "dvc"), "init", "--no-scm", "-q"], w.dvc)
+    w.run([str(BIN / "r2m"), "resolve-params"], w.dvc)
+    for stage, bound in instances(V.validate(w.raw, "test")):  # DVC's matrices hold a few more instances
+        if not all((w.dvc / o.path.format(**bound)).exists() for o in stage.outs.values()):
+            make_outputs(stage, bound, w.dvc)
+    w.run([str(BIN / "dvc"), "commit", "-f", "-q"], w.dvc)
+    assert w.snakemake_plan() == set() and w.dvc_stale() == set()
+    return w
+
+
+def _readers(raw: dict[str, Any], path: Edit, value: Any) -> tuple[dict[str, Any], set[tuple[str, str]]]:
+    after = set_path(raw, path, value)
+    before_p, after_p = V.validate(raw, "test"), V.validate(after, "test")
+    b, a = resolved_all(before_p), resolved_all(after_p)
+    return after, {k for k in a if a[k] != b.get(k)}
+
+
+ENGINE_EDITS: list[tuple[str, Edit, Callable[[Any], Any]]] = [
+    ("a dataset's override of a late stage (the issue's first case)",
+     ("catalog", "tiny", "overrides", "train_s", "steps"), lambda v: v + 1),
+    ("a dataset's override of a baseline's size (the issue's second case)",
+     ("catalog", "tiny", "overrides", "mrnn", "embed1"), lambda v: v + 8),
+    ("a top-level key no override masks", ("train_s", "margin"), lambda v: v + 0.1),
+    ("a baseline's per-model key", ("train_sup", "per_model", "sat", "weight_decay"), lambda v: 0.001),
+    ("a catalog entry's own item", ("catalog", "tiny", "gamma"), lambda v: 0.5),
+    ("a fidelity item", ("fidelity", "ban_unk"), lambda v: False),
+]
+
+
+def _value(raw: dict[str, Any], path: Edit) -> Any:
+    node: Any = raw
+    for k in path:
+        node = (node or {}).get(k) if isinstance(node, dict) else None
+    if node is None:
+        node = _effective(V.validate(raw, "test"), path[1] if path[0] == "catalog" else None, None,
+                          path[-2], path[-1]) if len(path) >= 2 else None
+    return node
+
+
+@pytest.mark.parametrize("what,path,change", ENGINE_EDITS, ids=[".".join(e[1]) for e in ENGINE_EDITS])
+def test_an_edit_stales_exactly_its_readers_and_their_descendants(ws, what, path, change):
+    after, readers = _readers(ws.raw, path, change(_value(ws.raw, path)))
+    assert readers, f"{what}: the edit changes nothing (pick another value)"
+    params = V.validate(after, "test")
+    ws.write(after)
+    try:
+        assert ws.snakemake_plan() == with_descendants(params, readers) & ws.planned, what
+        assert ws.dvc_stale() == readers, what
+    finally:
+        ws.write(ws.raw)
+        ws.dvc_stale()  # the resolver puts the files back: nothing stale
+    assert not any(s == "prepare" or s.startswith("train_xe") for s, _ in readers if "train_s" in path)
+
+
+def test_meaningless_edits_stale_nothing_under_either_engine(ws):
+    text = yaml.safe_dump(ws.raw, sort_keys=True, indent=4)  # reformatted, keys reordered
+    text = "# a comment\n" + text.replace("\ncatalog:", "\n# another comment\ncatalog:", 1)
+    restated = set_path(ws.raw, ("catalog", "tiny", "overrides", "train_xe", "clip"),
+                        V.validate(ws.raw, "test").train_xe.clip)
+    try:
+        for raw, body in ((ws.raw, text), (restated, None)):
+            ws.write(raw, body)
+            assert ws.snakemake_plan() == set()
+            assert ws.dvc_stale() == set()
+    finally:
+        ws.write(ws.raw)
+        ws.dvc_stale()
+
+
+@pytest.mark.parametrize("module", ["src/r2m/reports/tables.py", "src/r2m/supervised/__init__.py"])
+def test_a_code_edit_reruns_the_stages_that_import_it(ws, module):
+    params = V.validate(ws.raw, "test")
+    readers = {(s.name, instance_key(s, b)) for s, b in instances(params) if module in code_files(s)}
+    assert readers and len(readers) < len(list(instances(params)))
+    original = (ROOT / module).read_text()
+    (ws.sm / module).write_text(original + "\n# an edit\n")
+    try:
+        assert ws.snakemake_plan() == with_descendants(params, readers) & ws.planned
+        assert ws.dvc_stale() == readers
+    finally:
+        (ws.sm / module).write_text(original)
+    assert ws.snakemake_plan() == set() and ws.dvc_stale() == set()  # undone: nothing to run
+
+
+def test_resolved_params_files_are_rewritten_only_on_change(tmp_path):
+    from r2m.pipeline.resolved import write_params_files
+
+    params = V.validate(small_raw(), "test")
+    first = write_params_files(params, tmp_path)
+    assert len(first) == len(list(instances(params)))
+    stamp = {p: p.stat().st_mtime_ns for p in (tmp_path / ".params").rglob("*.json")}
+    assert write_params_files(params, tmp_path) == []
+    assert stamp == {p: p.stat().st_mtime_ns for p in (tmp_path / ".params").rglob("*.json")}
+
+
+def test_no_instance_depends_on_a_whole_catalog_entry():
+    """Overrides reach a stage through the sections it declares, never as the entry's ``overrides``."""
+    params = V.validate(small_raw(), "test")
+    for stage, bound in instances(params):
+        got = instance_params(params, stage, bound)
+        assert "overrides" not in (got.get("catalog") or {}), stage.name
+
+
+def test_dry_runs_on_an_up_to_date_workspace_are_quick(ws):
+    """Figures, not a timed assertion: printed for the benchmark log."""
+    import time
+
+    for name, cmd, cwd in (("snakemake -n", [*ws.smk, "-n"], ws.sm), ("dvc status", [str(BIN / "dvc"), "status"], ws.dvc)):
+        t0 = time.perf_counter()
+        ws.run(cmd, cwd)
+        print(f"{name}: {time.perf_counter() - t0:.2f} s")
