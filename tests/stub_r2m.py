@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A stand-in for ``r2m`` in DAG tests that check *what* the engines run, not what a stage computes:
 ``stub_r2m.py <stage> --dataset D [--variant V …] [--params F] [--no-log-file]`` creates the stage's
-outputs (from the registry) holding the stage and its axis values,.
+outputs (from the registry) holding the stage and its axis values.
 ``stub_r2m.py resolve-params`` runs the real resolver (it is what DVC's first stage runs)."""
 
 from __future__ import annotations

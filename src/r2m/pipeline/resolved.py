@@ -177,26 +177,18 @@ def code_files(stage: Stage, pkg: Path = PKG) -> list[str]:
     return code + list(stage.data)
 
 
-def _digest(path: Path) -> str:
-    if path.is_dir():
-        h = hashlib.sha256()
-        for f in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-            h.update(f.relative_to(path).as_posix().encode() + b"\0" + f.read_bytes())
-        return h.hexdigest()
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@functools.cache
-def _file_digest(path: Path, mtime_ns: int) -> str:
-    return _digest(path)
-
-
 def code_digest(stage: Stage, root: Path = Path(".")) -> str:
     """One digest of the contents of ``stage``'s :func:`code_files` (Snakemake's code dependency: a rule
     param, so only a content change re-runs the rule — an edit undone re-runs nothing)."""
     h = hashlib.sha256()
     for rel in code_files(stage):
-        path = root / rel
-        h.update(rel.encode() + b"\0" + (_file_digest(path, path.stat().st_mtime_ns).encode()
-                                           if path.exists() else b"missing") + b"\n")
+        h.update(f"{rel}\0{_tree_digest(root / rel)}\n".encode())
     return h.hexdigest()
+
+
+@functools.cache
+def _tree_digest(path: Path) -> str:
+    """Per Snakefile parse, once per file (every stage imports the same utils)."""
+    from r2m.utils.digest import tree_digest
+
+    return tree_digest(path) if path.exists() else "missing"
