@@ -84,8 +84,10 @@ class StageContext:
         dumped = self.params.model_dump(mode="json")
         for name in self.stage.params:
             name = name.format(**self.axes)  # "{model}": the section named like the model
-            if name == "catalog" and self.dataset:
-                data["dataset_entry"] = dumped["catalog"][self.dataset]
+            head, _, item = name.partition(".")
+            if head == "catalog" and self.dataset:
+                entry = dumped["catalog"][self.dataset]
+                data.setdefault("dataset_entry", {}).update({item: entry.get(item)} if item else entry)
             elif name.partition(".")[0] in dumped:
                 pick(dumped, name, data)
         return data
