@@ -33,9 +33,9 @@ def _sentence(rng: random.Random) -> str:
 
 @pytest.fixture(scope="module")
 def corpus(shared_meteor_pool):  # noqa: F811
-    """800 images × 5 references; two independent caption runs and their per-image statistics."""
+    """400 images × 5 references; two independent caption runs and their per-image statistics."""
     rng = random.Random(7)
-    refs = {f"i{k}": [_sentence(rng) for _ in range(5)] for k in range(800)}
+    refs = {f"i{k}": [_sentence(rng) for _ in range(5)] for k in range(400)}
     runs = []
     for _ in range(2):
         res = {}
@@ -120,17 +120,17 @@ def test_demo_identity_resample_equals_eval_json(tmp_path, repo_root, no_spice, 
 def test_interval_narrows_as_test_images_are_added(corpus):
     _, _, (rows, _) = corpus
     widths = {}
-    for n in (50, 200, 800):
+    for n in (25, 100, 400):
         ci = B.bootstrap_ci(rows.take(range(n)), resamples=500, seed=1)
         widths[n] = {m: iv.high - iv.low for m, iv in ci.items()}
         for m, iv in ci.items():
             assert iv.low <= iv.value <= iv.high, (n, m)
-    for m in widths[50]:
-        if m == "Bleu_4" and widths[50][m] == 0:
+    for m in widths[25]:
+        if m == "Bleu_4" and widths[25][m] == 0:
             continue
-        assert widths[50][m] > widths[200][m] > widths[800][m] > 0, m
+        assert widths[25][m] > widths[100][m] > widths[400][m] > 0, m
         # ~1/sqrt(n): 16x the images, about a quarter of the width
-        assert 0.1 < widths[800][m] / widths[50][m] < 0.5, m
+        assert 0.1 < widths[400][m] / widths[25][m] < 0.5, m
 
 
 def test_uniformly_better_system_is_significant(corpus):
@@ -139,7 +139,7 @@ def test_uniformly_better_system_is_significant(corpus):
     b, _ = _rows({i: refs[i][0] for i in refs}, refs)
     worse = np.flatnonzero(a.columns["ROUGE_L"] < 1)  # leave out A's captions that are a reference already
     a, b = a.take(worse), b.take(worse)
-    assert a.n > 700
+    assert a.n > 350
     for m in ("ROUGE_L", "CIDEr"):
         assert (b.columns[m] > a.columns[m]).all()
     diffs = B.paired_bootstrap(a, b, resamples=1000, seed=0)
@@ -163,7 +163,7 @@ def test_planted_null_is_not_marked_more_often_than_the_level(corpus):
     mixed, _ = _rows({i: runs[1][i] if p else runs[0][i] for i, p in zip(ids, pick, strict=True)},
                      {i: refs[i] for i in ids})
     for c in mixed.columns:
-        if c != "CIDEr":  # CIDEr-D's df comes from the 800 images' references in the runs
+        if c != "CIDEr":  # CIDEr-D's df comes from the 400 images' references in the runs
             assert np.array_equal(mixed.columns[c], np.where(pick, r2.columns[c], r1.columns[c])), c
 
     def draw() -> B.PerImage:

@@ -205,8 +205,11 @@ def _parts(stats: PerImage, metrics: Sequence[str]) -> list[_Part]:
     wanted = set(metrics)
     bleu = [m for m in metrics if m.startswith("Bleu_")]
     if bleu:
-        parts.append(_Part(np.stack([col[c] for c in BLEU_COLUMNS], axis=1),
-                           lambda s, b=tuple(bleu): {m: bleu_from_sums(s)[..., int(m[-1]) - 1] for m in b}))
+        def finish_bleu(s: np.ndarray, b: tuple[str, ...] = tuple(bleu)) -> dict[str, np.ndarray]:
+            scores = bleu_from_sums(s)
+            return {m: scores[..., int(m[-1]) - 1] for m in b}
+
+        parts.append(_Part(np.stack([col[c] for c in BLEU_COLUMNS], axis=1), finish_bleu))
     if "METEOR" in wanted:
         mat = np.stack([col[c] for c in METEOR_COLUMNS], axis=1)
         mat[meteor_perfect(mat), 20] = 0.0  # the EVAL sum leaves their single chunk out
@@ -256,14 +259,20 @@ def _corpus_many(systems: Sequence[PerImage], idx: np.ndarray, metrics: Sequence
     """:func:`corpus_metrics` of several systems on the same draws (one count matrix per chunk)."""
     n = systems[0].n
     parts = [_parts(s, metrics) for s in systems]
+    flat = [p for sys_parts in parts for p in sys_parts]
+    # every column of every system in one matrix: one matrix product per chunk of resamples
+    columns = np.concatenate([p.columns for p in flat], axis=1) if flat else np.zeros((n, 0))
+    bounds = np.cumsum([0] + [p.columns.shape[1] for p in flat])
     outs: list[dict[str, list[np.ndarray]]] = [{m: [] for m in metrics} for _ in systems]
     step = max(1, _CHUNK_CELLS // max(n, 1))
     for start in range(0, idx.shape[0], step):
-        counts = draw_counts(idx[start:start + step], n)
+        sums = draw_counts(idx[start:start + step], n) @ columns
+        k = 0
         for sys_parts, out in zip(parts, outs, strict=True):
             for part in sys_parts:
-                for m, v in part.finish(counts @ part.columns).items():
+                for m, v in part.finish(sums[:, bounds[k]:bounds[k + 1]]).items():
                     out[m].append(v)
+                k += 1
     return [{m: np.concatenate(v) for m, v in out.items()} for out in outs]
 
 
