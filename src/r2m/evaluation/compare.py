@@ -105,12 +105,20 @@ def compare(paths: list[str], references: str | Path, *, resamples: int = B.DEFA
     names = [chr(ord("A") + k) if k < 26 else f"S{k}" for k in range(len(paths))]
     systems = [locate(n, p) for n, p in zip(names, paths, strict=True)]
     check_same_images(systems)
+    wanted = list(scorers or coco.DEFAULT_SCORERS)
+    for name in list(wanted):
+        reason = coco.SCORERS.get(name).unavailable()
+        if reason:  # said once here, not once per system
+            logger.warning("%s", reason)
+            wanted.remove(name)
+    if not wanted:
+        raise CompareError("none of the requested scorers can run here")
     cache: dict[Path, B.PerImage] = {}
     stats = []
     for s in systems:
         key = s.path.resolve()
         if key not in cache:
-            cache[key] = score(s, refs, list(scorers or coco.DEFAULT_SCORERS), logger)
+            cache[key] = score(s, refs, wanted, logger)
         stats.append(cache[key])
     base = stats[0]
     rows = [st.aligned_to(base.ids) for st in stats]
