@@ -38,13 +38,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from r2m.evaluation.coco import BLEU_STATS, METEOR_STATS
+
 DEFAULT_RESAMPLES = 1000
 DEFAULT_LEVEL = 0.95
 _CHUNK_CELLS = 1 << 22  # resamples × images held at once (32 MiB of float64 counts)
 
-BLEU_COLUMNS = ("bleu_testlen", "bleu_reflen", *(f"bleu_guess_{n}" for n in range(1, 5)),
-                *(f"bleu_correct_{n}" for n in range(1, 5)))
-METEOR_COLUMNS = tuple(f"meteor_{k:02d}" for k in range(23))
+BLEU_COLUMNS = BLEU_STATS  # the scorers' names for their per-image statistics
+METEOR_COLUMNS = METEOR_STATS
 MEAN_METRICS = ("ROUGE_L", "CIDEr", "SPICE")
 CONCEPT_COLUMNS = ("concept_given", "concept_named")
 METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE",

@@ -363,23 +363,16 @@ def default_workers() -> int:
 
 
 # --------------------------------------------------------------------------- the evaluation
-def evaluate(
-    results: dict[str, str],
-    references: dict[str, list[str]],
-    scorers: Sequence[str] = DEFAULT_SCORERS,
-    *,
-    tokenizer: str = "ptb",
-    parallel: str = "hybrid",
-    workers: int | None = None,
-) -> tuple[dict[str, float | None], dict[str, dict[str, float | None]]]:
+def evaluate(results: dict[str, str], references: dict[str, list[str]], scorers: Sequence[str] = DEFAULT_SCORERS,
+             **options: Any) -> tuple[dict[str, float | None], dict[str, dict[str, float | None]]]:
     """Score ``results`` (``{image_id: caption}``) against ``references`` (``{image_id: [caption…]}``).
 
     Returns ``(metrics, per_image)``: aggregate metrics named as coco-caption names them, and
     ``{image_id: {metric: score}}``. A requested metric that cannot run here (SPICE without its
-    jars) is ``None`` in both, announced by one :class:`MetricUnavailableWarning`.
+    jars) is ``None`` in both, announced by one :class:`MetricUnavailableWarning`. ``options``:
+    ``tokenizer`` (default ``ptb``), ``parallel`` (``hybrid``), ``workers`` (:func:`evaluate_stats`).
     """
-    metrics, per_image, _ = evaluate_stats(results, references, scorers, tokenizer=tokenizer,
-                                           parallel=parallel, workers=workers)
+    metrics, per_image, _ = evaluate_stats(results, references, scorers, **options)
     return metrics, per_image
 
 
