@@ -271,3 +271,16 @@ def test_bench_prints_the_bootstrap_time(capsys):
     assert "bootstrap_ci, one system, all metrics:" in out and "max |diff| = " in out
     worst = float(out.split("max |diff| = ")[1].split()[0])
     assert worst < 1e-9
+
+
+def test_skipped_baseline_writes_an_empty_per_image_file(tmp_path, repo_root):
+    from r2m.supervised.scores import evaluate
+
+    vocab = tmp_path / "data/demo/sup_vocab"
+    vocab.mkdir(parents=True)
+    _write(vocab / "stats.json", {"paired": False, "reason": "no train_references.json"})
+    ctx = StageContext(stage=S.get("evaluate_sup"), params=_params(repo_root), dataset="demo", model="mrnn",
+                       root=tmp_path)
+    evaluate(ctx)
+    rows, meta = per_image.read(ctx.outs["stats"])
+    assert rows.n == 0 and meta["skipped"] == "no train_references.json"
