@@ -83,7 +83,8 @@ def test_meteor_aggregate_reproduces_the_jars_eval():
     assert segs == pytest.approx([0.4497196124097984, 1.0, 0.037037037037037035, 0.0], abs=1e-12)
 
 
-def test_demo_identity_resample_equals_eval_json(tmp_path, repo_root, no_spice, shared_meteor_pool):  # noqa: F811
+def test_demo_identity_resample_equals_eval_json(tmp_path, repo_root, no_spice, shared_meteor_pool,  # noqa: F811
+                                                monkeypatch):
     """The evaluate stage on the demo's committed references (captions written here, concepts for
     concept recall): per_image.parquet's identity resample is every number eval.json reports."""
     from r2m.datasets.base import references_json
@@ -114,6 +115,18 @@ def test_demo_identity_resample_equals_eval_json(tmp_path, repo_root, no_spice, 
                           "concept_recall", "concept_any"}  # SPICE is missing here: not resampled
     for m, v in ident.items():
         assert float(v) == pytest.approx(reported[m], abs=1e-9, rel=0), m
+    # r2m compare reuses the folder's statistics while they are those of its captions and references
+    from r2m.evaluation import compare, stage
+
+    def no_scoring(*a, **k):
+        raise AssertionError("scored again")
+
+    monkeypatch.setattr(stage, "evaluate_files", no_scoring)
+    got = compare.compare([str(R), str(R)], prepared / "references.json", resamples=50)
+    assert got["systems"][1]["metrics"]["CIDEr"]["value"] == pytest.approx(reported["CIDEr"], abs=1e-9)
+    _write(R / "captions.json", caps[::-1])  # same captions, another file: its digest no longer matches
+    with pytest.raises(AssertionError, match="scored again"):
+        compare.compare([str(R), str(R)], prepared / "references.json", resamples=50)
 
 
 # --------------------------------------------------------------------------- intervals
