@@ -158,7 +158,7 @@ def test_uniformly_better_system_is_significant(corpus):
     diffs = B.paired_bootstrap(a, b, resamples=1000, seed=0)
     assert set(diffs) == set(a.metrics())
     for m, d in diffs.items():
-        assert d.significant and d.low > 0 and d.delta > 0, m
+        assert d.significant and d.low > 0 and d.delta > 0 and d.p < 0.01, m
     back = B.paired_bootstrap(b, a, resamples=1000, seed=0)
     assert all(d.significant and d.high < 0 for d in back.values())
 
@@ -228,7 +228,7 @@ def test_compare_a_with_itself_is_exactly_zero(tmp_path, capsys, no_spice, share
     diffs = out["differences"][0]["metrics"]
     assert set(diffs) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr"}
     for m, d in diffs.items():
-        assert (d["delta"], d["low"], d["high"], d["significant"]) == (0.0, 0.0, 0.0, False), m
+        assert (d["delta"], d["low"], d["high"], d["significant"], d["p"]) == (0.0, 0.0, 0.0, False, 1.0), m
     assert out["systems"][0]["metrics"]["Bleu_1"]["value"] == pytest.approx(0.55)  # nlg-eval's published value
 
 

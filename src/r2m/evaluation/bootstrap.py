@@ -27,7 +27,8 @@ Intervals are **percentile** bootstrap intervals (not BCa): images are drawn wit
 share of the resampled corpus metrics. It describes the variation over test images for one fixed
 trained model; training seeds are the other half (:func:`t_interval`). The paired bootstrap (Koehn,
 EMNLP 2004) draws the image ids once per resample and recomputes both systems' corpus metrics on
-the same draw; B − A is significant when its interval excludes 0.
+the same draw; B − A is significant when its interval excludes 0 (``p``: twice the smaller share of
+resampled differences at or beyond 0 on either side, the sign count Koehn reads).
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ class Difference:
     low: float
     high: float
     level: float = DEFAULT_LEVEL
+    p: float = 1.0  # two-sided: twice the smaller share of resampled differences on either side of 0 (≤ 1)
 
     @property
     def significant(self) -> bool:
@@ -328,8 +330,10 @@ def paired_bootstrap(a: PerImage, b: PerImage, resamples: int = DEFAULT_RESAMPLE
     da, db = _corpus_many([a, b], resample_indices(a.n, resamples, seed), metrics)
     out = {}
     for m in metrics:
-        lo, hi = _percentiles(db[m] - da[m], level)
-        out[m] = Difference(float(pa[m][0]), float(pb[m][0]), float(pb[m][0] - pa[m][0]), lo, hi, level)
+        d = db[m] - da[m]
+        lo, hi = _percentiles(d, level)
+        p = min(1.0, 2 * min(float(np.mean(d <= 0)), float(np.mean(d >= 0))))
+        out[m] = Difference(float(pa[m][0]), float(pb[m][0]), float(pb[m][0] - pa[m][0]), lo, hi, level, p)
     return out
 
 

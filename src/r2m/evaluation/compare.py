@@ -169,7 +169,7 @@ def render(result: dict[str, Any]) -> str:
                 if d is not None:
                     mark = "*" if d["significant"] else "n.s."
                     row += (f"  {s['name']} − {result['systems'][0]['name']} {_fmt(d['delta'], True)} "
-                            f"[{_fmt(d['low'], True)}, {_fmt(d['high'], True)}] {mark}")
+                            f"[{_fmt(d['low'], True)}, {_fmt(d['high'], True)}] {mark:<4} p={d['p']:.3f}")
             lines.append(row.rstrip())
     return "\n".join(lines)
 
