@@ -239,7 +239,8 @@ def test_compare_errors_are_one_line(tmp_path, capsys):
     other = _write(tmp_path / "other.json", [{"image_id": "1", "caption": "a dog"}, {"image_id": "9", "caption": "x"}])
     bad = tmp_path / "bad.json"
     bad.write_text("[{")
-    cases = [([str(a), str(other)], r"other\.json: image ids differ from .*a\.json: 1 only in B, 1 only in A"),
+    unknown = _write(tmp_path / "unknown.json", [{"image_id": "1", "caption": "a"}, {"image_id": "7", "caption": "b"}])
+    cases = [([str(unknown), str(unknown)], r"unknown\.json: 1 image id\(s\) have no reference captions in .*refs\.json: '7'"),([str(a), str(other)], r"other\.json: image ids differ from .*a\.json: 1 only in B, 1 only in A"),
              ([str(a), str(bad)], r"bad\.json: line 1: not valid JSON"),
              ([str(a), str(tmp_path / "gone.json")], r"gone\.json: no such results file or folder")]
     for systems, pattern in cases:

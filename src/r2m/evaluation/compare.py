@@ -22,7 +22,7 @@ from typing import Any
 
 from r2m.evaluation import bootstrap as B
 from r2m.evaluation import coco
-from r2m.evaluation.inputs import EvalInputError, load_results
+from r2m.evaluation.inputs import EvalInputError, drop_empty_references, load_references, load_results, match
 from r2m.evaluation.per_image import PerImageError
 
 
@@ -105,6 +105,9 @@ def compare(paths: list[str], references: str | Path, *, resamples: int = B.DEFA
     names = [chr(ord("A") + k) if k < 26 else f"S{k}" for k in range(len(paths))]
     systems = [locate(n, p) for n, p in zip(names, paths, strict=True)]
     check_same_images(systems)
+    # every captioned image has references (checked before anything is announced or started)
+    references_of = drop_empty_references(load_references(refs))[0]
+    match(load_results(systems[0].captions), references_of, str(systems[0].captions), str(refs))
     wanted = list(scorers or coco.DEFAULT_SCORERS)
     for name in list(wanted):
         reason = coco.SCORERS.get(name).unavailable()
