@@ -153,6 +153,11 @@ def _fmt(x: float, sign: bool = False) -> str:
     return "n/a" if x != x else (f"{x:+.4f}" if sign else f"{x:.4f}")
 
 
+def _p(p: float, resamples: int) -> str:
+    """Koehn's sign share; 0 means no resample reached 0: below 1/resamples, not 0."""
+    return f"p<{1 / resamples:.2g}" if p == 0 else f"p={p:.3f}"
+
+
 def render(result: dict[str, Any]) -> str:
     pct = f"{result['level'] * 100:g} %"
     lines = [f"{len(result['systems'])} systems on {result['images']} images of {result['references']}; "
@@ -172,7 +177,7 @@ def render(result: dict[str, Any]) -> str:
                 if d is not None:
                     mark = "*" if d["significant"] else "n.s."
                     row += (f"  {s['name']} − {result['systems'][0]['name']} {_fmt(d['delta'], True)} "
-                            f"[{_fmt(d['low'], True)}, {_fmt(d['high'], True)}] {mark:<4} p={d['p']:.3f}")
+                            f"[{_fmt(d['low'], True)}, {_fmt(d['high'], True)}] {mark:<4} {_p(d['p'], result['resamples'])}")
             lines.append(row.rstrip())
     return "\n".join(lines)
 
