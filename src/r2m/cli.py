@@ -21,7 +21,9 @@ TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
     "resolve-params": ("r2m.pipeline.resolve_cmd:main",
                        "write .params/<stage>/<instance>.json (each stage instance's resolved params; DVC's deps)"),
-    "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts"),
+    "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts, bootstrap"),
+    "compare": ("r2m.evaluation.compare:main",
+                "metrics of two or more captioners with 95% bootstrap intervals and paired B - A significance"),
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 
