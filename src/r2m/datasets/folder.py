@@ -92,8 +92,11 @@ def _matcher(files: list[Path]) -> Any:
 
 
 def _corpus(path: Path) -> Iterator[str]:
-    for _, text in read_lines(path):
+    n = 0
+    for n, (_, text) in enumerate(read_lines(path), 1):
         yield text
+    if n == 0:  # nothing to learn the language from: every later stage would train on nothing
+        raise ValueError(f"catalog entry (kind folder): corpus: {path} has no sentence (empty or blank lines only)")
 
 
 @RECIPE_CHECKS.register("folder")
