@@ -92,10 +92,11 @@ def _matcher(files: list[Path]) -> Any:
 
 
 def _corpus(path: Path) -> Iterator[str]:
-    n = 0
-    for n, (_, text) in enumerate(read_lines(path), 1):
+    empty = True
+    for _, text in read_lines(path):
+        empty = False
         yield text
-    if n == 0:  # nothing to learn the language from: every later stage would train on nothing
+    if empty:  # nothing to learn the language from: every later stage would train on nothing
         raise ValueError(f"catalog entry (kind folder): corpus: {path} has no sentence (empty or blank lines only)")
 
 
