@@ -154,6 +154,10 @@ def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dic
 
     photos = load_photos(source)
     refs = load_references(source / "references.json", [p["id"] for p in photos])
+    corpus_path = source / "corpus.txt"
+    corpus = [text for _, text in read_lines(corpus_path)]  # read (and checked) before any photo is copied
+    if not corpus:
+        raise ValueError(f"{corpus_path}: empty corpus")
 
     img_dir = out_dir / "images"
     img_dir.mkdir(parents=True, exist_ok=True)
@@ -174,10 +178,6 @@ def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dic
         log.info("demo: %s <- %s/%s (sha256 ok)", p["id"], p["package"], p["resource"])
 
     references = references_json(test_imgs, refs)
-    corpus_path = source / "corpus.txt"
-    corpus = [text for _, text in read_lines(corpus_path)]
-    if not corpus:
-        raise ValueError(f"{corpus_path}: empty corpus")
     manifest = {
         "recipe": "demo",
         "image_paths": "relative to the prepared folder",

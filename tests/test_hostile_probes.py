@@ -1,0 +1,317 @@
+"""Issue 38, the further round of hostile and careless probes: each test here is a probe that was a
+security hole, destroyed user files, was silently wrong or gave an unclear error (a traceback, a
+message naming no file or record) before its fix. Beside :mod:`test_hostile_inputs` (what a user
+types), :mod:`test_hostile_results` and :mod:`test_faults`; the probes that held are not repeated.
+
+Kept fast: in-process calls on tiny hand-made fixtures; a subprocess only where the old behaviour
+was a hang (the YAML alias bomb), so a regression fails on a timeout instead of blocking the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_hostile_inputs import _env, base_params, cli, digest_tree, one_line
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = logging.getLogger("test_hostile_probes")
+
+
+@pytest.fixture
+def wd(tmp_path, monkeypatch) -> Path:
+    """An empty working folder with a valid params.yaml (datasets: [tiny])."""
+    folder = tmp_path / "wd"
+    folder.mkdir()
+    (folder / "params.yaml").write_text(yaml.safe_dump(base_params(), sort_keys=False))
+    monkeypatch.chdir(folder)
+    return folder
+
+
+# --------------------------------------------------------------------------- security: archive members
+@pytest.mark.parametrize("absolute", [False, True], ids=["dotdot_member", "absolute_member"])
+def test_zip_member_leaving_the_raw_folder_is_refused_and_moves_nothing(absolute, tmp_path):
+    """Before: ``_extract`` renamed ``tmp / member`` into place, so a member named ``/home/…`` or
+    ``../../…`` MOVED a file from outside the archive (the user's) into the raw folder."""
+    from r2m.datasets import benchmarks as B
+
+    raw = tmp_path / "raw"
+    (raw / "karpathy").mkdir(parents=True)
+    # the file the crafted member points at: raw/<tmp>/../../home/… is raw/home/…
+    user = (tmp_path / "home" if absolute else raw / "home") / "dataset_coco.json"
+    user.parent.mkdir(parents=True)
+    user.write_text("the user's own file")
+    member = str(user) if absolute else "../../home/dataset_coco.json"
+    archive = raw / "karpathy/caption_datasets.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr(member, "{}")
+    with pytest.raises(ValueError) as err:
+        B.ensure_source(B.SOURCES.get("karpathy_coco"), raw, None, LOG)
+    assert str(archive) in str(err.value) and member in str(err.value) and "\n" not in str(err.value)
+    assert user.read_text() == "the user's own file"  # not moved
+    assert sorted(p.name for p in (raw / "karpathy").iterdir()) == ["caption_datasets.zip"]  # nothing left
+
+
+def test_corrupt_zip_names_the_archive(tmp_path):
+    from r2m.datasets import benchmarks as B
+
+    raw = tmp_path / "raw"
+    (raw / "karpathy").mkdir(parents=True)
+    archive = raw / "karpathy/caption_datasets.zip"
+    archive.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(ValueError, match="caption_datasets.zip"):
+        B.ensure_source(B.SOURCES.get("karpathy_coco"), raw, None, LOG)
+
+
+# --------------------------------------------------------------------------- demo dataset records
+def _edit_photo(key: str, value):
+    def edit(src: Path) -> None:
+        doc = yaml.safe_load((src / "photos.yaml").read_text())
+        doc["photos"][0][key] = value
+        (src / "photos.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return edit
+
+
+def _traversal_id(src: Path) -> None:
+    _edit_photo("id", "../../../escaped")(src)
+    refs = json.loads((src / "references.json").read_text())
+    refs["../../../escaped"] = refs.pop("astronaut")  # so nothing else stops it
+    (src / "references.json").write_text(json.dumps(refs))
+
+
+def _photo_not_a_mapping(src: Path) -> None:
+    doc = yaml.safe_load((src / "photos.yaml").read_text())
+    doc["photos"][0] = "astronaut"
+    (src / "photos.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def _refs(value):
+    def edit(src: Path) -> None:
+        if value == "list":
+            (src / "references.json").write_text("[]")
+            return
+        refs = json.loads((src / "references.json").read_text())
+        refs["astronaut"] = value
+        (src / "references.json").write_text(json.dumps(refs))
+    return edit
+
+
+def _latin1_corpus(src: Path) -> None:
+    (src / "corpus.txt").write_bytes("a caf\u00e9 on a table\n".encode("latin-1"))
+
+
+DEMO_CASES = {  # id -> (edit of a copy of data/demo, words the one-line error names)
+    "photo_id_escapes_the_folder": (_traversal_id, ["photos.yaml", "photo #1", "../../../escaped"]),
+    "photo_not_a_mapping": (_photo_not_a_mapping, ["photos.yaml", "photo #1"]),
+    "photo_package_not_a_package": (_edit_photo("package", "os"), ["astronaut", "'os'"]),
+    "references_a_list": (_refs("list"), ["references.json", "list"]),
+    "references_a_string_not_a_list": (_refs("a woman in a suit"), ["references.json", "astronaut"]),
+    "references_not_strings": (_refs([1, None]), ["references.json", "astronaut"]),
+    "corpus_latin1": (_latin1_corpus, ["corpus.txt:1", "UTF-8"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEMO_CASES))
+def test_demo_records_are_checked_and_name_file_and_record(case, tmp_path):
+    """Before: a photo id ``../../../escaped`` wrote ``escaped.png`` outside the prepared folder; a
+    references string became one "caption" per character; the others were AttributeError,
+    TypeError or UnicodeDecodeError lines naming no file or record."""
+    import shutil
+
+    from r2m.datasets.demo import prepare_demo
+    from r2m.params import DatasetEntry
+
+    edit, words = DEMO_CASES[case]
+    src = tmp_path / "demo"
+    shutil.copytree(ROOT / "data/demo", src)
+    edit(src)
+    out = tmp_path / "a" / "b" / "prepared"
+    out.mkdir(parents=True)
+    with pytest.raises((ValueError, OSError)) as err:
+        prepare_demo(DatasetEntry(kind="demo", source_dir=str(src)), out, LOG)
+    msg = str(err.value)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg, (w, msg)
+    assert not list(tmp_path.rglob("escaped*"))
+    assert not (out / "images").exists() or not any((out / "images").iterdir())  # failed before copying photos
+
+
+# --------------------------------------------------------------------------- evaluate --out
+REFS = {"images": [{"id": 1}, {"id": 2}],
+        "annotations": [{"image_id": 1, "caption": "a dog on a bench"}, {"image_id": 2, "caption": "a cat on a mat"}]}
+RESULTS = [{"image_id": 1, "caption": "a dog"}, {"image_id": 2, "caption": "a cat"}]
+
+
+@pytest.mark.parametrize("target", ["folder", "references", "results"])
+def test_evaluate_out_never_replaces_a_folder_or_an_input(target, wd, capsys):
+    """Before: ``--out photos`` deleted the folder ``photos`` (and every photo in it) to write the
+    metrics there; ``--out refs.json`` overwrote the references with the metrics."""
+    (wd / "refs.json").write_text(json.dumps(REFS))
+    (wd / "res.json").write_text(json.dumps(RESULTS))
+    (wd / "photos").mkdir()
+    (wd / "photos/holiday.jpg").write_bytes(b"\xff\xd8 the user's photo")
+    before = digest_tree(wd)
+    out = {"folder": "photos", "references": "refs.json", "results": "res.json"}[target]
+    assert cli("evaluate", "--results", "res.json", "--references", "refs.json", "--scorers", "bleu", "--out", out) == 2
+    one_line(capsys.readouterr().err, "--out", out)
+    assert digest_tree(wd) == before
+
+
+# --------------------------------------------------------------------------- JSON inputs
+JSON_CASES = {  # id -> (results text, references text, file and words the line names)
+    "results_key_twice": ('[{"image_id": 1, "caption": "a cat", "caption": "a dog on a bench"},'
+                          ' {"image_id": 2, "caption": "a cat on a mat"}]', json.dumps(REFS), ["res.json", "'caption'"]),
+    "references_key_twice": (json.dumps(RESULTS), json.dumps(REFS)[:-1] + ', "annotations": []}',
+                             ["refs.json", "'annotations'"]),
+    "integer_id_of_5000_digits": ('[{"image_id": 1' + "0" * 5000 + ', "caption": "a"}]', json.dumps(REFS),
+                                  ["res.json"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(JSON_CASES))
+def test_json_inputs_refuse_keys_given_twice_and_name_the_file(case, wd, capsys):
+    """Before: ``json`` kept the last of a key given twice, silently (the first record above scored
+    BLEU 1.0 on the caption the user did not mean; the references lost every annotation); an
+    over-long integer was a line naming no file."""
+    results, refs, words = JSON_CASES[case]
+    (wd / "res.json").write_text(results)
+    (wd / "refs.json").write_text(refs)
+    assert cli("evaluate", "--results", "res.json", "--references", "refs.json", "--scorers", "bleu") == 2
+    one_line(capsys.readouterr().err, *words)
+
+
+# --------------------------------------------------------------------------- text corpora
+@pytest.mark.parametrize("content, expected", [
+    (b"\xef\xbb\xbfdog on a bench\na cat\n", [(1, "dog on a bench"), (2, "a cat")]),  # BOM (Windows editors)
+    (b"a dog on a bench\ra cat on a mat\r", [(1, "a dog on a bench"), (2, "a cat on a mat")]),  # old Mac line ends
+    (b"one\r\ntwo\rthree\n\nfour", [(1, "one"), (2, "two"), (3, "three"), (5, "four")]),  # mixed, a blank line
+], ids=["bom", "lone_cr", "mixed"])
+def test_corpus_line_ends_and_bom(content, expected, tmp_path):
+    """Before: a BOM stuck to the first word (``'\\ufeffdog'``, a word no dictionary has) and a file
+    with ``\\r`` line ends was ONE sentence."""
+    from r2m.text.corpus import read_lines
+    from r2m.text.tokenize import tokenize
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(content)
+    got = list(read_lines(path))
+    assert got == expected
+    assert tokenize(got[0][1])[0] == expected[0][1].split()[0]
+
+
+@pytest.mark.parametrize("content", [b"", b"\n \n\t\n"], ids=["empty", "blank_lines"])
+def test_folder_dataset_without_a_sentence_is_refused(content, tmp_path):
+    """Before: prepared with 0 sentences; the later stages trained on nothing (a warning at most)."""
+    from PIL import Image
+
+    from r2m.datasets.folder import folder
+    from r2m.params import DatasetEntry
+
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "img/a.png")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(content)
+    entry = DatasetEntry(kind="folder", images=str(tmp_path / "img"), corpus=str(corpus))
+    with pytest.raises(ValueError, match="corpus.txt has no sentence"):
+        folder(entry, tmp_path / "out", LOG)
+
+
+# --------------------------------------------------------------------------- params
+def _bomb(levels: int = 9) -> str:
+    lines = ["lol0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"lol{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_alias_bomb_is_refused_at_once(wd):
+    """Before: a 1 kB params file whose aliases expand to 10^9 values hung the command (> 60 s at
+    full CPU, no message). A subprocess, so that a regression fails on the timeout."""
+    path = wd / "bomb.yaml"
+    path.write_text((wd / "params.yaml").read_text() + _bomb())
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run([sys.executable, "-m", "r2m.cli", "datasets", "--params", str(path)], cwd=wd,
+                           env=_env(), capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the alias bomb still hangs the params reader")
+    assert r.returncode == 2, r.stderr[-2000:]
+    one_line(r.stderr, "bomb.yaml", "alias")
+    assert time.perf_counter() - t0 < 60
+
+
+def test_yaml_nested_too_deeply_is_one_line(wd, capsys):
+    """Before: a RecursionError traceback (~3000 lines)."""
+    path = wd / "deep.yaml"
+    path.write_text((wd / "params.yaml").read_text() + "deep: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert cli("prepare", "--dataset", "tiny", "--params", path) == 2
+    one_line(capsys.readouterr().err, "deep.yaml", "nested")
+
+
+@pytest.mark.parametrize("key, value", [
+    ("n_test_images", True),  # before: 1 test image, silently (a bool is an int in Python)
+    ("n_train_images", 10**12),  # before: prepare drew images for ever
+    ("image_size", 100_000),  # before: one 100000x100000 picture filled the memory (killed)
+    ("n_val_images", "16"),  # before: refused only when prepare ran, after a Snakemake dry run said all is well
+])
+def test_tiny_sizes_are_checked_up_front(key, value, wd):
+    from r2m.params import ParamsError
+    from r2m.pipeline import validate as V
+
+    raw = base_params()
+    raw["catalog"]["tiny"][key] = value
+    path = wd / "p.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(ParamsError) as err:
+        V.load(path)
+    assert "catalog.tiny" in str(err.value) and key in str(err.value) and repr(value) in str(err.value)
+
+
+# --------------------------------------------------------------------------- runtime environment
+@pytest.mark.parametrize("name, value", [("R2M_BF16", "true"), ("R2M_GPU_DECODE", "off"), ("R2M_NO_PROGRESS", "yes")])
+def test_switches_accept_only_0_or_1(name, value, monkeypatch):
+    """Before: ``R2M_BF16=true`` ran in fp32, ``R2M_GPU_DECODE=off`` decoded on the GPU, and
+    ``R2M_NO_PROGRESS=yes`` kept the bars: each the opposite of what was asked, silently."""
+    from r2m.runtime import BadInput, Runtime
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(BadInput) as err:
+        Runtime.from_env()
+    assert name in str(err.value) and repr(value) in str(err.value)
+    monkeypatch.setenv(name, "1")
+    assert Runtime.from_env().bf16 is (name == "R2M_BF16")  # 1 still means on
+
+
+def test_stage_with_a_bad_switch_is_one_line(wd, monkeypatch, capsys):
+    monkeypatch.setenv("R2M_BF16", "yes")
+    assert cli("prepare", "--dataset", "tiny") == 2
+    one_line(capsys.readouterr().err, "R2M_BF16", "yes")
+    assert not (wd / "data").exists()
+
+
+def test_missing_gpu_lock_dir_is_one_line(tmp_path, monkeypatch):
+    """Before: FileNotFoundError on ``…/r2m-gpu-0.lock`` (multi-GPU machines only), naming no setting."""
+    from r2m.runtime import BadInput, claim_gpu
+
+    monkeypatch.setenv("R2M_GPU_LOCK_DIR", str(tmp_path / "nope"))
+    with pytest.raises(BadInput, match="R2M_GPU_LOCK_DIR"):
+        claim_gpu(2)
+
+
+# --------------------------------------------------------------------------- faults
+def test_logs_being_a_file_is_one_line_and_kept(wd, capsys):
+    """Before: a NotADirectoryError traceback from the log set-up."""
+    (wd / "logs").write_text("the user's notes")
+    assert cli("prepare", "--dataset", "tiny") == 1
+    one_line(capsys.readouterr().err, "logs")
+    assert (wd / "logs").read_text() == "the user's notes"
+    assert sorted(os.listdir(wd)) == ["logs", "params.yaml"]  # nothing started
