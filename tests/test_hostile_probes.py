@@ -226,6 +226,33 @@ def test_folder_dataset_without_a_sentence_is_refused(content, tmp_path):
         folder(entry, tmp_path / "out", LOG)
 
 
+# --------------------------------------------------------------------------- precomputed detections
+DETECTION_CASES = {  # id -> (a field's hostile value, words the error names)
+    "score_in_percent": ({"score": 45}, ["score", "45"]),  # before: every box passed the 0.3 threshold
+    "score_negative": ({"score": -0.5}, ["score"]),
+    "score_a_bool": ({"score": True}, ["score", "True"]),  # before: read as 1.0
+    "box_inverted": ({"box": [10, 10, 0, 0]}, ["box", "x2 < x1"]),  # before: a box of no area, silently
+    "label_a_list": ({"label": ["Dog"]}, ["label", "['Dog']"]),  # before: the label "['Dog']", no concept
+    "image_id_a_bool": ({"image_id": True}, ["image_id", "True"]),  # before: the image "True"
+}
+
+
+@pytest.mark.parametrize("case", sorted(DETECTION_CASES))
+def test_precomputed_detections_refuse_values_that_would_be_misread(case, tmp_path):
+    from r2m.vision.detectors.precomputed import read_precomputed
+
+    change, words = DETECTION_CASES[case]
+    good = {"image_id": "a", "label": "Dog", "score": 0.9, "box": [0, 0, 10, 10]}
+    path = tmp_path / "detections.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, **change}) + "\n")
+    with pytest.raises(ValueError) as err:
+        read_precomputed(path)
+    for w in [f"{path}:2", *words]:
+        assert w in str(err.value), (w, str(err.value))
+    path.write_text(json.dumps(good) + "\n")
+    assert read_precomputed(path) == [("a", "Dog", 0.9, (0.0, 0.0, 10.0, 10.0))]
+
+
 # --------------------------------------------------------------------------- params
 def _bomb(levels: int = 9) -> str:
     lines = ["lol0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
