@@ -303,6 +303,20 @@ def test_tiny_sizes_are_checked_up_front(key, value, wd):
     assert "catalog.tiny" in str(err.value) and key in str(err.value) and repr(value) in str(err.value)
 
 
+def test_corpus_min_tokens_above_max_tokens_is_refused(wd):
+    """Before: accepted; ``corpus_concepts`` then dropped every sentence with a warning and the
+    vocabulary and training went on with an empty corpus."""
+    from r2m.params import ParamsError
+    from r2m.pipeline import validate as V
+
+    raw = base_params()
+    raw["corpus_concepts"].update(min_tokens=50, max_tokens=40)
+    path = wd / "p.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(ParamsError, match="corpus_concepts: min_tokens=50 is above max_tokens=40"):
+        V.load(path)
+
+
 # --------------------------------------------------------------------------- runtime environment
 @pytest.mark.parametrize("name, value", [("R2M_BF16", "true"), ("R2M_GPU_DECODE", "off"), ("R2M_NO_PROGRESS", "yes")])
 def test_switches_accept_only_0_or_1(name, value, monkeypatch):
