@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -349,10 +348,20 @@ def test_missing_gpu_lock_dir_is_one_line(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- faults
-def test_logs_being_a_file_is_one_line_and_kept(wd, capsys):
-    """Before: a NotADirectoryError traceback from the log set-up."""
-    (wd / "logs").write_text("the user's notes")
-    assert cli("prepare", "--dataset", "tiny") == 1
-    one_line(capsys.readouterr().err, "logs")
-    assert (wd / "logs").read_text() == "the user's notes"
-    assert sorted(os.listdir(wd)) == ["logs", "params.yaml"]  # nothing started
+@pytest.mark.parametrize("name, command", [("logs", ["prepare", "--dataset", "tiny"]), (".params", ["resolve-params"])])
+def test_a_file_where_a_folder_is_expected_is_one_line_and_kept(name, command, wd, capsys):
+    """Before: a NotADirectoryError traceback (the log set-up of a stage; ``r2m resolve-params``)."""
+    (wd / name).write_text("the user's notes")
+    assert cli(*command) == 1
+    one_line(capsys.readouterr().err, name)
+    assert (wd / name).read_text() == "the user's notes"
+
+
+def test_dag_write_never_replaces_a_folder(wd, capsys):
+    """Before: a folder in the way of a file output was deleted, files and all (``atomic_path``
+    replaces folders, for folder outputs): here a folder named ``dvc.yaml``; ``evaluate --out`` above."""
+    (wd / "dvc.yaml").mkdir()
+    (wd / "dvc.yaml/notes.txt").write_text("mine")
+    assert cli("dag", "--write") == 1
+    one_line(capsys.readouterr().err, "dvc.yaml", "folder")
+    assert (wd / "dvc.yaml/notes.txt").read_text() == "mine"

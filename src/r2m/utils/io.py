@@ -4,6 +4,7 @@ output that looks complete."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -39,6 +40,10 @@ def atomic_path(path: str | Path, suffix: str | None = None) -> Iterator[Path]:
 
 
 def write_text(path: str | Path, text: str) -> Path:
+    """``text`` into the file ``path`` atomically; a folder in the way is an error, never replaced
+    (``r2m evaluate --out photos``, a folder named ``dvc.yaml``: its files were deleted)."""
+    if Path(path).is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder, not replaced by a file", str(path))
     with atomic_path(path) as tmp:
         tmp.write_text(text)
     return Path(path)
