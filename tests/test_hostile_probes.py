@@ -365,3 +365,51 @@ def test_dag_write_never_replaces_a_folder(wd, capsys):
     assert cli("dag", "--write") == 1
     one_line(capsys.readouterr().err, "dvc.yaml", "folder")
     assert (wd / "dvc.yaml/notes.txt").read_text() == "mine"
+
+
+# --------------------------------------------------------------------------- image ids are data
+def test_sup_attention_figures_are_not_named_after_image_ids(tmp_path):
+    """Before: ``inspect_sup`` saved ``attention_<image id>.png``: an id with a ``/`` (a folder
+    dataset's references may use any string) crashed the stage after training (FileNotFoundError),
+    and ``../`` in it pointed the figure outside the results folder."""
+    import importlib
+
+    import pandas as pd
+
+    from r2m import params as P
+    from r2m.pipeline import stages as S
+    from r2m.pipeline.context import StageContext
+
+    raw = {"datasets": ["syn"], "baselines": {"datasets": ["syn"], "models": ["sat"]},
+           "catalog": {"syn": {"kind": "tiny", "seed": 3, "n_train_images": 8, "n_val_images": 2,
+                               "n_test_images": 2, "n_sentences": 20, "image_size": 32}},
+           "detect_concepts": {"backend": "precomputed"},
+           "sup_features": {"backend": "random_cnn", "options": {"kinds": ["pooled", "grid"]}},
+           "sup_vocab": {"min_count": 1},
+           "train_sup": {"steps": 2, "batch_size": 4, "lr": 1e-3, "max_len": 8, "eval_every": 2, "checkpoint_every": 2},
+           "sat": {"embed": 8, "hidden": 8, "att_dim": 8, "dropout": 0.0},
+           "caption": {"beam": 1, "max_len": 4, "batch_size": 2, "split": "test"}, "report": {"figure_images": 2}}
+    params = P.for_dataset(P.validate(raw), "syn")
+
+    def run(stage: str, model: str | None = None) -> None:
+        ctx = StageContext(stage=S.get(stage), params=params, dataset="syn", model=model, root=tmp_path)
+        mod, fn = S.get(stage).impl.split(":")
+        importlib.import_module(mod).__dict__[fn](ctx)
+
+    run("prepare")
+    prepared = tmp_path / "data/syn/prepared"
+    images = pd.read_parquet(prepared / "images.parquet")
+    test = images["split"] == "test"
+    hostile = {old: new for old, new in zip(images.loc[test, "image_id"], ["a/b", "../../../escaped"], strict=True)}
+    images["image_id"] = images["image_id"].replace(hostile)
+    images.to_parquet(prepared / "images.parquet", index=False)
+    for stage in ("extract_features_sup", "sup_vocab"):
+        run(stage)
+    run("train_sup", "sat")
+    run("inspect_sup", "sat")
+    folder = tmp_path / "results/syn/sat/train_sup/inspect"
+    ins = json.loads((folder / "inspect.json").read_text())
+    assert sorted(f["image_id"] for f in ins["figures"]) == sorted(hostile.values())
+    for f in ins["figures"]:
+        assert "/" not in f["file"] and (folder / f["file"]).is_file()
+    assert not list(tmp_path.rglob("*escaped*"))
