@@ -331,6 +331,26 @@ def test_switches_accept_only_0_or_1(name, value, monkeypatch):
     assert Runtime.from_env().bf16 is (name == "R2M_BF16")  # 1 still means on
 
 
+@pytest.mark.parametrize("flags, env, words", [
+    ({"threads": 99999999999999999999}, {}, ["--threads", "99999999999999999999"]),
+    ({}, {"R2M_THREADS": "99999999999999999999"}, ["R2M_THREADS"]),
+    ({}, {"R2M_WORKERS": "100000"}, ["R2M_WORKERS", "100000"]),
+])
+def test_thread_and_worker_counts_are_bounded(flags, env, words, monkeypatch):
+    """Before: ``--threads 99999999999999999999`` reached ``torch.set_num_threads`` when the stage
+    imported torch ("ValueError: Overflow when unpacking long long", naming no flag), and
+    ``R2M_WORKERS=100000`` asked the data loader for 100000 processes."""
+    from r2m.runtime import BadInput, Runtime
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(BadInput) as err:
+        Runtime.from_env(**flags)
+    for w in words:
+        assert w in str(err.value)
+    assert Runtime.from_env(threads=2, workers=1).threads == 2  # sane values still pass
+
+
 def test_stage_with_a_bad_switch_is_one_line(wd, monkeypatch, capsys):
     monkeypatch.setenv("R2M_BF16", "yes")
     assert cli("prepare", "--dataset", "tiny") == 2

@@ -42,6 +42,19 @@ def _switch(name: str, default: str = "1") -> bool:
     return check_choice(os.environ.get(name) or default, name, ("0", "1")) == "1"
 
 
+# far above any machine's cores: a typo (torch overflows past 2^63 threads; each worker is a process)
+MAX_THREADS, MAX_WORKERS = 4096, 512
+
+
+def _count(flag_value: int | None, flag: str, env: str, maximum: int) -> int:
+    """``--threads``/``--workers`` (else its ``R2M_*`` variable, else 0) in ``[0, maximum]``."""
+    value, what = ((parse_number(str(flag_value), flag, int, 0), flag) if flag_value is not None
+                   else (env_number(env, 0, int, 0), env))
+    if value > maximum:
+        raise BadInput(f"{what}={value!r}: expected an integer in [0, {maximum}]")
+    return int(value)
+
+
 # switches read elsewhere (progress bars, GPU JPEG decoding): checked here, when a command starts
 OTHER_SWITCHES = {"R2M_NO_PROGRESS": "0", "R2M_GPU_DECODE": "1"}
 
@@ -76,10 +89,8 @@ class Runtime:
             _switch(name, default)
         return cls(
             device=dev,
-            threads=int(parse_number(str(threads), "--threads", int, 0) if threads is not None
-                        else env_number("R2M_THREADS", 0, int, 0)),
-            workers=int(parse_number(str(workers), "--workers", int, 0) if workers is not None
-                        else env_number("R2M_WORKERS", 0, int, 0)),
+            threads=_count(threads, "--threads", "R2M_THREADS", MAX_THREADS),
+            workers=_count(workers, "--workers", "R2M_WORKERS", MAX_WORKERS),
             bf16=_switch("R2M_BF16", "0"),
             tf32=_switch("R2M_TF32"),
             cuda_graph=_switch("R2M_CUDA_GRAPH"),
