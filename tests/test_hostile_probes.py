@@ -433,3 +433,36 @@ def test_sup_attention_figures_are_not_named_after_image_ids(tmp_path):
     for f in ins["figures"]:
         assert "/" not in f["file"] and (folder / f["file"]).is_file()
     assert not list(tmp_path.rglob("*escaped*"))
+
+
+@pytest.mark.parametrize("stage, axes", [("caption", {"variant": "r2m", "ckpt": "train_i"}),
+                                         ("caption_sup", {"model": "mrnn"})])
+def test_captioning_a_split_without_images_is_refused(stage, axes, tmp_path):
+    """Before: ``caption.split: val`` on a dataset without val images (the demo has none) wrote an
+    empty ``captions.json`` over the good one and exited 0 ("wrote 0 captions")."""
+    import importlib
+
+    import pandas as pd
+
+    from r2m import params as P
+    from r2m.pipeline import stages as S
+    from r2m.pipeline.context import StageContext
+
+    raw = {"datasets": ["syn"], "baselines": {"datasets": ["syn"], "models": ["mrnn"]},
+           "catalog": {"syn": {"kind": "tiny", "n_train_images": 4, "n_val_images": 1, "n_test_images": 2,
+                               "n_sentences": 10, "image_size": 32}},
+           "caption": {"split": "val"}}
+    params = P.for_dataset(P.validate(raw), "syn")
+    ctx = StageContext(stage=S.get(stage), params=params, dataset="syn", root=tmp_path, **axes)
+    prep = StageContext(stage=S.get("prepare"), params=params, dataset="syn", root=tmp_path)
+    mod, fn = S.get("prepare").impl.split(":")
+    importlib.import_module(mod).__dict__[fn](prep)
+    path = tmp_path / "data/syn/prepared/images.parquet"
+    images = pd.read_parquet(path)
+    images[images["split"] != "val"].to_parquet(path, index=False)  # a dataset without val images
+    (tmp_path / "data/syn/sup_vocab").mkdir(parents=True)
+    (tmp_path / "data/syn/sup_vocab/stats.json").write_text('{"paired": true}')  # caption_sup's first read
+    mod, fn = S.get(stage).impl.split(":")
+    with pytest.raises(ValueError) as err:
+        importlib.import_module(mod).__dict__[fn](ctx)
+    assert str(path) in str(err.value) and "'val'" in str(err.value) and "'test': 2" in str(err.value)

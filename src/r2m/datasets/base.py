@@ -86,6 +86,21 @@ def write_prepared(
     return manifest
 
 
+def split_ids(prepared_dir: str | Path, split: str) -> list[str]:
+    """The image ids of one split of ``<prepared>/images.parquet``, in file order; a split with no
+    image is an error naming the file and the splits it has (``caption.split: val`` on a dataset
+    without val images used to write an empty captions file over the good one, and exit 0)."""
+    import pyarrow.parquet as pq
+
+    path = Path(prepared_dir) / "images.parquet"
+    images = pq.read_table(path, columns=["image_id", "split"]).to_pandas()
+    ids = [str(i) for i in images.loc[images["split"] == split, "image_id"]]
+    if not ids:
+        have = {str(k): int(v) for k, v in images["split"].value_counts().items()}
+        raise ValueError(f"{path}: no {split!r} image (split: {split}; the dataset has {have})")
+    return ids
+
+
 def resolve_image_path(prepared_dir: str | Path, path: str | Path) -> Path:
     """Where an ``images.parquet`` ``path`` points: absolute paths as they are; a relative path is
     taken relative to the prepared folder (the folder holding ``images.parquet``) when that file
