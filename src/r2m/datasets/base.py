@@ -73,7 +73,7 @@ def write_prepared(
     n = 0
     with open(out / "corpus.txt", "w", encoding="utf-8") as fh:
         for line in corpus:
-            fh.write(line.replace("\n", " ").strip() + "\n")
+            fh.write(" ".join(line.splitlines()).strip() + "\n")  # one line, whatever breaks it held
             n += 1
     manifest = {
         **manifest,
