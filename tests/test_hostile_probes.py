@@ -9,8 +9,10 @@ was a hang (the YAML alias bomb), so a regression fails on a timeout instead of 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -466,3 +468,48 @@ def test_captioning_a_split_without_images_is_refused(stage, axes, tmp_path):
     with pytest.raises(ValueError) as err:
         importlib.import_module(mod).__dict__[fn](ctx)
     assert str(path) in str(err.value) and "'val'" in str(err.value) and "'test': 2" in str(err.value)
+
+
+# --------------------------------------------------------------------------- special files
+def test_inputs_digest_skips_fifos_and_devices_in_a_folder(tmp_path):
+    """Before: ``r2m inputs`` (run before ``prepare`` by both engines) hung for ever on a FIFO, or a
+    link to /dev/zero, inside a folder dataset's images folder (the recipe itself skips them)."""
+    from r2m.utils.digest import digest_files, expand
+
+    images = tmp_path / "img"
+    images.mkdir()
+    (images / "a.png").write_bytes(b"png bytes")
+    os.mkfifo(images / "pipe.jpg")
+    (images / "zero.jpg").symlink_to("/dev/zero")
+    (images / "gone.jpg").symlink_to(tmp_path / "nowhere")  # a broken link is still recorded (missing)
+    files = expand([images])
+    assert sorted(f.name for f in files) == ["a.png", "gone.jpg"]
+    recs = {Path(r["path"]).name: r for r in digest_files(files)}
+    assert recs["a.png"]["sha256"] == hashlib.sha256(b"png bytes").hexdigest() and recs["gone.jpg"]["missing"]
+
+
+def test_inputs_digest_refuses_a_named_device(tmp_path):
+    from r2m.utils.digest import digest_files
+    from r2m.utils.guard import BadInput
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.symlink_to("/dev/null")  # (a FIFO here would block the reader before the fix)
+    with pytest.raises(BadInput, match="corpus.txt: not a regular file"):
+        digest_files([corpus])
+
+
+def test_folder_corpus_that_is_a_fifo_is_refused_up_front(tmp_path):
+    """Before: accepted by the checks; ``r2m prepare`` then blocked for ever reading it."""
+    from r2m.params import ParamsError
+    from r2m.pipeline import validate as V
+
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img/a.png").write_bytes(b"x")
+    os.mkfifo(tmp_path / "corpus.txt")
+    raw = base_params()
+    raw["catalog"]["mine"] = {"kind": "folder", "images": str(tmp_path / "img"), "corpus": str(tmp_path / "corpus.txt")}
+    raw["datasets"] = ["mine"]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(ParamsError, match="corpus.txt: not a regular file \\(a FIFO\\)"):
+        V.load(path)
