@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__version__)
         return 0
     name, rest = argv[0], argv[1:]
-    from r2m.utils.guard import BadInput, disk_full_message, is_disk_full
+    from r2m.utils.guard import BadInput, disk_full_message, is_disk_full, os_error_line
 
     old_handlers = _signals()
     try:
@@ -306,10 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as err:  # e.g. R2M_DEVICE=bogus in `r2m caption IMAGES`
         print(f"r2m {name}: {err}", file=sys.stderr)
         return 2
-    except OSError as err:
-        if not is_disk_full(err):
-            raise
-        print(f"r2m {name}: {disk_full_message(err)}", file=sys.stderr)
+    except OSError as err:  # outside a stage's own handling, e.g. `logs` is a file: one line naming the path
+        print(f"r2m {name}: {disk_full_message(err) if is_disk_full(err) else os_error_line(err)}", file=sys.stderr)
         return 1
     finally:
         import signal
