@@ -242,7 +242,9 @@ def _usage() -> str:
     lines += [f"  {s.name:<18} {s.help}" for s in S.STAGES]
     lines += ["", "tools:"]
     lines += [f"  {name:<18} {h}" for name, (_, h) in TOOLS.items()]
-    lines += ["", "Run `r2m <command> --help` for a command's options."]
+    lines += ["", "Run `r2m <command> --help` for a command's options.",
+              "After `make run`: open reports/index.html; caption your own photos with `r2m caption IMAGES...`;",
+              "compare two captioners with `r2m compare`. The user guide: docs/guide/README.md."]
     return "\n".join(lines)
 
 
