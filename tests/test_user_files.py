@@ -130,10 +130,37 @@ def test_r2m_replaces_its_own_and_empty_folders(tmp_path):
             tmp.mkdir()
             (tmp / "a.txt").write_text(text)
         assert (target / "a.txt").read_text() == text
+    (target / ".snakemake_timestamp").write_text("")  # Snakemake touches this in a folder output: still r2m's
+    with atomic_path(target) as tmp:
+        tmp.mkdir()
+        (tmp / "a.txt").write_text("three")
     (target / "a.txt").write_text("edited by hand")  # now the user's: refused
     with pytest.raises(ValueError, match="a.txt changed"):
         with atomic_path(target) as tmp:
             tmp.mkdir()
+
+
+def test_stage_outputs_of_an_older_r2m_are_adopted_user_folders_are_not(tmp_path):
+    """A workspace made before the marker: its stage output folders (each holds the ``params.yaml``
+    every stage writes) are adopted when the stage runs again, so DVC's ``persist`` outputs, which
+    r2m replaces itself, keep working; a folder without that file is not adopted, and stays refused."""
+    from r2m.utils.io import adopt_stage_outputs, atomic_path
+
+    old = tmp_path / "models/demo/r2m/train_xe"
+    old.mkdir(parents=True)
+    for name in ("model.pt", "params.yaml", "inference.json"):
+        (old / name).write_text(name)
+    user = tmp_path / "mine"
+    before = _user_folder(user)
+    assert adopt_stage_outputs([old, user, tmp_path / "absent"]) == [old]
+    with atomic_path(old) as tmp:
+        tmp.mkdir()
+        (tmp / "model.pt").write_text("new")
+    assert (old / "model.pt").read_text() == "new" and not (old / "params.yaml").exists()
+    with pytest.raises(ValueError, match="mine"):
+        with atomic_path(user) as tmp:
+            tmp.mkdir()
+    assert digest_tree(user) == before
 
 
 def test_shard_parts_dir_and_model_folder_reset_refuse_a_user_folder(tmp_path):

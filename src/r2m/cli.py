@@ -178,6 +178,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
     t0 = time.perf_counter()
     from r2m.utils.guard import disk_full_message, is_disk_full
+    from r2m.utils.io import adopt_stage_outputs
     from r2m.utils.resume import Preempted, StageBusy, StageLock
 
     shard = getattr(args, "shard", None)
@@ -188,6 +189,8 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     lock = StageLock(ctx.root, stage.name, axes, outs, extra=extra)
     try:
         with threads, lock:  # one run per stage output: a second one is refused at once, naming the holder
+            for folder in adopt_stage_outputs(ctx.outs.values()):
+                log.info("%s: an output of an older r2m (no ownership marker): adopted", folder)
             getattr(module, func)(ctx)
     except StageBusy as err:
         log.error("r2m %s refused: %s", stage.name, err)

@@ -18,13 +18,14 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from r2m.utils.guard import BadInput
 
 OWNER_MARK = ".r2m-owned.json"
+ENGINE_FILES = frozenset({".snakemake_timestamp"})  # what a workflow engine adds to a folder output
 
 
 @contextlib.contextmanager
@@ -73,13 +74,14 @@ class NotOwned(BadInput):
 
 
 def _files(folder: Path) -> list[str]:
-    """Every file (and link) below ``folder`` but the marker, as sorted POSIX paths relative to it."""
+    """Every file (and link) below ``folder`` but the marker and the engine's timestamp, as sorted
+    POSIX paths relative to it."""
     out = []
     for root, dirs, files in os.walk(folder):
         rel = Path(root).relative_to(folder)
         out += [(rel / f).as_posix() for f in files]
         out += [(rel / d).as_posix() for d in dirs if (Path(root) / d).is_symlink()]  # not walked into
-    return sorted(f for f in out if f != OWNER_MARK)
+    return sorted(f for f in out if f != OWNER_MARK and f not in ENGINE_FILES)
 
 
 def _entry(path: Path) -> list[Any]:
@@ -139,12 +141,28 @@ def check_owned(folder: str | Path, note: str = "") -> None:
         raise NotOwned(problem + note)
 
 
-def replace_folder(folder: str | Path) -> Path:
-    """Empty ``folder`` (only when r2m owns it, :func:`check_owned`) or create it, for a stage that
-    fills it in place; its marker records no files until :func:`mark_owned` is called at the end."""
+def adopt_stage_outputs(folders: Iterable[str | Path]) -> list[Path]:
+    """Mark as r2m's (a marker without a file list) the folders among a stage's declared outputs that
+    an r2m older than the marker wrote: no marker, and the ``params.yaml`` every stage writes into its
+    output folders. Only declared outputs (paths the registry derives from checked names, never a
+    user's choice) are adopted, so a workspace made before the marker keeps working under DVC (whose
+    ``persist`` outputs r2m replaces itself). Returns the folders adopted."""
+    adopted = []
+    for folder in map(Path, folders):
+        if (folder.is_dir() and not folder.is_symlink() and not (folder / OWNER_MARK).exists()
+                and (folder / "params.yaml").is_file()):
+            mark_owned(folder, files=False)
+            adopted.append(folder)
+    return adopted
+
+
+def replace_folder(folder: str | Path, empty: bool = True) -> Path:
+    """Empty ``folder`` (only when r2m owns it, :func:`check_owned`; ``empty=False``: keep what it
+    holds) or create it, for a stage that fills it in place; its marker records no files until
+    :func:`mark_owned` is called at the end (or the folder is replaced whole by :func:`atomic_path`)."""
     folder = Path(folder)
     check_owned(folder)
-    if folder.is_dir():
+    if empty and folder.is_dir():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     mark_owned(folder, files=False)
