@@ -398,3 +398,25 @@ def test_caption_help_documents_both_forms(capsys):
     out = capsys.readouterr().out
     for word in ("IMAGES", "--model", "--html", "--json", "--no-concepts", "--dataset", "--variant", "--ckpt"):
         assert word in out, word
+
+
+def test_recorded_backend_that_cannot_load_here_is_one_line(checkpoint, photo_folder, tmp_path, capsys,  # noqa: F811
+                                                            monkeypatch):
+    """Probe 4's "the failure is a full traceback", for a model folder that passes the check: its
+    recorded ``owl`` detector whose model is not on this machine (no download allowed). Before: a
+    ``RuntimeError`` traceback. After: one line naming the model folder and the reason."""
+    import socket
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a connection was attempted")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = tmp_path / "owl_model"
+    shutil.copytree(checkpoint, model)
+    info = json.loads((model / "inference.json").read_text())
+    info["detect_concepts"] = {"backend": "owl", "options": {}, "batch_size": 2, "min_side": 8}
+    (model / "inference.json").write_text(json.dumps(info))
+    assert cli("caption", photo_folder / "chelsea.png", "--model", model) == 1
+    one_line(capsys.readouterr().err, f"--model {model}", "owl")

@@ -154,8 +154,13 @@ def standalone(args: argparse.Namespace) -> int:
               "new images, so there is no detector for them; use a model trained with a detector backend",
               file=sys.stderr)
         return 2
-    results, bad = cap.caption(paths, args.batch_size, args.beam, args.max_len, args.no_concepts,
-                               attention=bool(args.html))
+    try:
+        results, bad = cap.caption(paths, args.batch_size, args.beam, args.max_len, args.no_concepts,
+                                   attention=bool(args.html))
+    except (FileNotFoundError, ValueError, RuntimeError, ImportError) as err:  # a detector or feature
+        # backend that cannot be built here (weights missing, an extra not installed): one line
+        print(f"r2m caption: --model {model_dir}: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
     bad += [{"path": item, "reason": reason} for item, reason in missing]
     for b in bad:
         print(f"r2m caption: bad image {path_field(b['path'])}: {' '.join(b['reason'].split())}", file=sys.stderr)
