@@ -21,7 +21,9 @@ TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
     "resolve-params": ("r2m.pipeline.resolve_cmd:main",
                        "write .params/<stage>/<instance>.json (each stage instance's resolved params; DVC's deps)"),
-    "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts"),
+    "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts, bootstrap"),
+    "compare": ("r2m.evaluation.compare:main",
+                "metrics of two or more captioners with 95% bootstrap intervals and paired B - A significance"),
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 
@@ -291,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__version__)
         return 0
     name, rest = argv[0], argv[1:]
-    from r2m.utils.guard import BadInput, disk_full_message, is_disk_full
+    from r2m.utils.guard import BadInput, disk_full_message, is_disk_full, os_error_line
 
     old_handlers = _signals()
     try:
@@ -308,10 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as err:  # e.g. R2M_DEVICE=bogus in `r2m caption IMAGES`
         print(f"r2m {name}: {err}", file=sys.stderr)
         return 2
-    except OSError as err:
-        if not is_disk_full(err):
-            raise
-        print(f"r2m {name}: {disk_full_message(err)}", file=sys.stderr)
+    except OSError as err:  # outside a stage's own handling, e.g. `logs` is a file: one line naming the path
+        print(f"r2m {name}: {disk_full_message(err) if is_disk_full(err) else os_error_line(err)}", file=sys.stderr)
         return 1
     finally:
         import signal

@@ -165,6 +165,13 @@ class CorpusParams(_Section):
     holdout: float = Field(0.01, ge=0, lt=1, description="fraction held out for validation")
     seed: int = 0
 
+    @model_validator(mode="after")
+    def _min_le_max(self) -> CorpusParams:
+        if self.min_tokens > self.max_tokens:  # every sentence would be dropped (a warning, then empty stages)
+            raise ValueError(f"min_tokens={self.min_tokens} is above max_tokens={self.max_tokens}: no sentence "
+                             "could be kept")
+        return self
+
 
 class VocabParams(_Section):
     min_count: int = Field(40, ge=1)

@@ -33,6 +33,7 @@ from r2m.datasets.base import RECIPE_CHECKS, RECIPES, option, references_json, w
 from r2m.params import DatasetEntry
 from r2m.text.corpus import read_lines
 from r2m.utils.coco import read_coco_captions
+from r2m.utils.guard import not_a_file
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"})
 
@@ -70,6 +71,8 @@ def _path_option(entry: DatasetEntry, key: str, required: bool, want_dir: bool =
         raise FileNotFoundError(f"catalog entry (kind folder): {key}: {path} does not exist")
     if want_dir != path.is_dir():
         raise ValueError(f"catalog entry (kind folder): {key}: {path} must be a {'directory' if want_dir else 'file'}")
+    if not want_dir and not_a_file(path):  # a FIFO would block the reader for ever, /dev/zero never end
+        raise ValueError(f"catalog entry (kind folder): {key}: {path}: {not_a_file(path)}")
     return path
 
 
@@ -112,8 +115,12 @@ def _matcher(files: list[Path]) -> Any:
 
 
 def _corpus(path: Path) -> Iterator[str]:
+    empty = True
     for _, text in read_lines(path):
+        empty = False
         yield text
+    if empty:  # nothing to learn the language from: every later stage would train on nothing
+        raise ValueError(f"catalog entry (kind folder): corpus: {path} has no sentence (empty or blank lines only)")
 
 
 @RECIPE_CHECKS.register("folder")

@@ -14,6 +14,7 @@ says so until :func:`mark_owned` records the files).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -170,6 +171,10 @@ def replace_folder(folder: str | Path, empty: bool = True) -> Path:
 
 
 def write_text(path: str | Path, text: str) -> Path:
+    """``text`` into the file ``path`` atomically; a folder in the way is an error, never replaced
+    (``r2m evaluate --out photos``, a folder named ``dvc.yaml``: its files were deleted)."""
+    if Path(path).is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder, not replaced by a file", str(path))
     with atomic_path(path) as tmp:
         tmp.write_text(text)
     return Path(path)
@@ -179,16 +184,34 @@ def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
     return write_text(path, json.dumps(obj, indent=indent, sort_keys=False) + "\n")
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json`` keeps the last of a key given twice; we refuse it (which one was meant is unknown)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"key {key!r} given twice in one object")
+        out[key] = value
+    return out
+
+
 def read_json(path: str | Path) -> Any:
+    """The JSON document at ``path``; every error is one line naming the file (a key given twice in
+    one object, too large an integer, not UTF-8 and invalid JSON included)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
     except FileNotFoundError:
         raise FileNotFoundError(f"missing input file: {path}") from None
     except UnicodeDecodeError as err:
         raise ValueError(not_utf8(path, err)) from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
+    except ValueError as err:  # a duplicate key, an integer of > 4300 digits, not UTF-8
+        raise ValueError(f"{path}: not usable JSON ({' '.join(str(err).split())})") from None
 
 
 def not_utf8(path: str | Path, err: UnicodeDecodeError) -> str:
