@@ -56,6 +56,16 @@ def cluster():
         subprocess.run(["bash", str(CLUSTER / "slurm_down.sh")], capture_output=True, text=True, timeout=300)
 
 
+def test_cluster_scripts_refuse_a_non_root_user_in_one_line():
+    if shutil.which("runuser") is None or subprocess.run(["id", "-u"], capture_output=True, text=True).stdout != "0\n":
+        pytest.skip("needs root (to run the scripts as user nobody)")
+    for script in ("slurm_up.sh", "slurm_down.sh"):
+        r = subprocess.run(["runuser", "-u", "nobody", "--", "bash", str(CLUSTER / script)], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and r.stdout == "", script
+        assert r.stderr.count("\n") == 1 and "needs root" in r.stderr, r.stderr
+
+
 def snakemake(wd: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 900):
     """``snakemake --workflow-profile workflow/profiles/slurm`` in ``wd``; args: targets, then options."""
     cmd = [str(BIN / "snakemake"), "--workflow-profile", PROFILE, *FAST, *args]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,7 +210,7 @@ def launch(nproc: int, argv: list[str]) -> int:
 SLURM_PORT_BASE = 20000  # MASTER_PORT under srun: this plus the job id modulo 20000 (unless MASTER_PORT is set)
 
 
-def adopt_slurm(env: dict[str, str] | None = None) -> bool:
+def adopt_slurm(env: MutableMapping[str, str] | None = None) -> bool:
     """Inside a Slurm step of several tasks (``srun``; ``SLURM_STEP_NUM_TASKS`` > 1) and outside torchrun,
     set torchrun's variables from Slurm's: ``RANK`` = ``SLURM_PROCID``, ``WORLD_SIZE`` =
     ``SLURM_STEP_NUM_TASKS``, ``LOCAL_RANK`` = ``SLURM_LOCALID``, ``MASTER_ADDR`` = the step's first node,
