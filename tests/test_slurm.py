@@ -165,6 +165,7 @@ def test_scancel_of_a_training_job_is_reported_and_the_rerun_resumes_bit_identic
         pytest.fail("snakemake still waits 240 s after scancel (the plugin's CANCELLED hang: status command?)")
     assert proc.returncode != 0
     assert f"SLURM-job '{ids[0]}' failed" in out and "CANCELLED" in out, out[-3000:]
+    assert f"r2m: train_xe: Slurm job {ids[0]} was cancelled; run the same command again to resume it" in out
     assert sacct(ids, "State")[ids[0]]["State"].startswith("CANCELLED")
     step = torch.load(wd / RESUME, weights_only=True)["step"]
     assert 20 <= step < 60 and not (wd / "models/tiny/r2m/train_xe").exists()
@@ -181,15 +182,18 @@ def test_scancel_of_a_training_job_is_reported_and_the_rerun_resumes_bit_identic
 
 
 def test_a_job_over_its_memory_limit_fails_with_a_one_line_reason(slurm_dag, tmp_path):
-    """train_xe given 300 MB (Snakemake's job wrapper and torch need more): Slurm kills it and Snakemake's
-    error carries Slurm's line; the finished upstream outputs stay."""
+    """train_xe given 300 MB (Snakemake's job wrapper and torch need more): Slurm kills it and the Snakefile's
+    onerror prints one line naming the rule, the job and both sizes; the finished upstream outputs stay."""
     wd = copy_run(slurm_dag[0], tmp_path / "oom")
     r = snakemake(wd, "models/tiny/r2m/train_xe", "--forcerun", "train_xe", "--set-resources", "train_xe:mem_mb=300")
     out = r.stdout + r.stderr
     assert r.returncode != 0
     assert "Error in rule train_xe:" in out, out[-3000:]
-    reason = [line for line in out.splitlines() if re.search(r"exceeded memory limit \(\d+ > 314572800\)", line)]
-    assert reason, out[-3000:]
+    reason = [line for line in out.splitlines() if line.startswith("r2m: train_xe: Slurm job ")]
+    assert len(reason) == 1, out[-3000:]
+    assert re.fullmatch(r"r2m: train_xe: Slurm job \d+ exceeded its memory limit \((\d+) MB > 300 MB\) and was "
+                        r"killed; raise mem_mb for train_xe \(set-resources in the Slurm profile\)", reason[0]), reason
+    assert int(re.search(r"\((\d+) MB", reason[0])[1]) > 300
     assert (wd / "data/tiny/vocab/vocab.json").exists() and (wd / "data/tiny/features/features.h5").exists()
 
 
