@@ -40,4 +40,5 @@ def test_one_line_per_failed_job_memory_time_cancel_other(tmp_path: Path) -> Non
         "caption: Slurm job 66 was cancelled; run the same command again to resume it",
         f"prepare: Slurm job 67 ended NODE_FAIL (log: {logs / '67.log'})",
     ]
-    assert failure_reasons(tmp_path / "missing.log") == []
+    assert failure_reasons([str(tmp_path / "run.snakemake.log")]) == failure_reasons(tmp_path / "run.snakemake.log")
+    assert failure_reasons(tmp_path / "missing.log") == [] == failure_reasons([])

@@ -6,6 +6,7 @@ log of the run; nothing here talks to Slurm."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 ERROR = re.compile(r"^Error in rule (\S+):\s*$")
@@ -30,14 +31,14 @@ def explain(rule: str, job: str, state: str, slurm_log: Path | None) -> str:
     return f"{rule}: Slurm job {job} ended {state}{where}"
 
 
-def failure_reasons(snakemake_log: str | Path) -> list[str]:
-    """One line per ``Error in rule X:`` block of Snakemake's log that names a failed Slurm job."""
-    path = Path(snakemake_log)
-    if not path.is_file():
-        return []
+def failure_reasons(snakemake_log: str | Path | Iterable[str | Path]) -> list[str]:
+    """One line per ``Error in rule X:`` block of Snakemake's log that names a failed Slurm job
+    (``onerror``'s ``log``: the run's log file, or a list of them)."""
+    paths = [snakemake_log] if isinstance(snakemake_log, str | Path) else list(snakemake_log)
+    text = "\n".join(Path(p).read_text(errors="replace") for p in paths if Path(p).is_file())
     out: list[str] = []
     rule = job = state = None
-    for line in path.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         start = ERROR.match(line)
         if start:
             rule, job, state = start[1], None, None
