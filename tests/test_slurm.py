@@ -66,10 +66,10 @@ def test_cluster_scripts_refuse_a_non_root_user_in_one_line():
         assert r.stderr.count("\n") == 1 and "needs root" in r.stderr, r.stderr
 
 
-def snakemake(wd: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 900):
+def snakemake(wd: Path, *args: str, timeout: int = 900):
     """``snakemake --workflow-profile workflow/profiles/slurm`` in ``wd``; args: targets, then options."""
     cmd = [str(BIN / "snakemake"), "--workflow-profile", PROFILE, *FAST, *args]
-    return subprocess.run(cmd, cwd=wd, env=env or tiny_dag_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=wd, env=tiny_dag_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def sacct(ids: list[str], *fields: str) -> dict[str, dict[str, str]]:
