@@ -47,7 +47,38 @@ def write_evals(root: Path, datasets=DATASETS, skip: tuple = ()) -> None:
                     continue
                 p = root / f"results/{ds}/{v}/{ck}/eval.json"
                 p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(json.dumps(fake_metrics(0.001 * k + 0.01 * VARIANT_NAMES.index(v))))
+                metrics = fake_metrics(0.001 * k + 0.01 * VARIANT_NAMES.index(v))
+                p.write_text(json.dumps(metrics))
+                write_stats(p.parent / "per_image.parquet", random_stats(8, seed=k), metrics)
+
+
+BLEU = ("bleu_testlen", "bleu_reflen", *(f"bleu_guess_{n}" for n in range(1, 5)),
+        *(f"bleu_correct_{n}" for n in range(1, 5)))
+
+
+def random_stats(n: int, seed: int = 0, ids=None):
+    """Per-image statistics of ``n`` images (BLEU counts, ROUGE-L, CIDEr, concepts; no METEOR)."""
+    import numpy as np
+
+    from r2m.evaluation.bootstrap import PerImage
+
+    rng = np.random.default_rng(seed)
+    length = rng.integers(6, 12, n).astype(float)
+    guess = np.stack([np.maximum(length - k, 0) for k in range(4)])
+    correct = np.floor(guess * rng.uniform(0.1, 0.8, (4, n)))
+    cols = {"bleu_testlen": length, "bleu_reflen": length + rng.integers(-2, 3, n)}
+    cols.update({f"bleu_guess_{k + 1}": guess[k] for k in range(4)})
+    cols.update({f"bleu_correct_{k + 1}": correct[k] for k in range(4)})
+    cols.update({"ROUGE_L": rng.uniform(0.1, 0.6, n), "CIDEr": rng.uniform(0.0, 1.5, n),
+                 "concept_given": rng.integers(0, 4, n).astype(float)})
+    cols["concept_named"] = np.floor(cols["concept_given"] * rng.uniform(0, 1, n))
+    return PerImage(tuple(ids or (f"img{i}" for i in range(n))), cols)
+
+
+def write_stats(path: Path, stats, metrics: dict) -> None:
+    from r2m.evaluation import per_image
+
+    per_image.write(path, stats, {"metrics": metrics})
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -61,8 +92,10 @@ def test_table1(tmp_path, repo_root):
     ctx = ctx_for("table1", make_params(repo_root), tmp_path)
     tables.table1(ctx)
     rows = read_csv(tmp_path / "reports/table1.csv")
-    assert list(rows[0]) == ["dataset", "method", "source", "B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S",
-                             "CR", "CR≥1", "split", "images", "note"]
+    metric_cols = ["B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S", "CR", "CR≥1"]
+    assert list(rows[0]) == ["dataset", "method", "source", *(x for c in metric_cols for x in (c, f"{c}_lo", f"{c}_hi")),
+                             "seeds", "images", "interval", "split", "note", "vs",
+                             *(x for c in metric_cols for x in (f"d_{c}", f"d_{c}_lo", f"d_{c}_hi", f"d_{c}_mark"))]
     tiny = [r for r in rows if r["dataset"] == "tiny"]
     assert len(tiny) == 1 and tiny[0]["source"] == "this run"  # no published rows for tiny
     ours = tiny[0]
@@ -74,7 +107,8 @@ def test_table1(tmp_path, repo_root):
     assert cs[0]["B-3"] == "11.2" and cs[1]["C"] == "29.0" and cs[1]["S"] == "9.1"
     md = (tmp_path / "reports/table1.md").read_text()
     assert "# Table 1" in md and "| MSCOCO↔Shutterstock | UC-GAN | published | 41.0 |" in md
-    assert "| tiny | R2M | this run | 40.3 | 25.0 | 12.3 | 6.5 | 13.0 | 31.3 | 29.0 |  |  |  |" in md
+    assert re.search(r"\| tiny \| R2M \| this run \| 40\.3 \[[\d.]+, [\d.]+\] \|", md)
+    assert (ours["seeds"], ours["images"], ours["interval"]) == ("1", "8", "bootstrap over images")
     assert "CR = concept recall" in md
 
 
@@ -130,7 +164,6 @@ def test_table_bad_eval_names_file(tmp_path, repo_root):
 
 def test_fmt():
     assert tables.fmt(None) == "" and tables.fmt(float("nan")) == "" and tables.fmt(6.449) == "6.4"
-    assert tables.run_row({"Bleu_1": 0.5, "CIDEr": 1.2421919}) == ["50.0", "", "", "", "", "", "124.2", ""]
 
 
 # --------------------------------------------------------------------------- figures + page
