@@ -338,3 +338,119 @@ def test_html_page_escapes_names_captions_notes_and_file_names(tmp_path):
                   f"hit {HOSTILE}", f"att {HOSTILE}", f"{HOSTILE} ({HOSTILE})", f"image {HOSTILE}", "x&y",
                   f"r2m figures --dataset {HOSTILE}", "table1.csv is missing"):
         assert shown in text, shown
+
+
+# --------------------------------------------------------------------------- intervals and paired marks (issue 33)
+def _const_stats(n: int, cider: float, ids=None):
+    """``n`` images with identical statistics (CIDEr ``cider`` each, the same BLEU counts)."""
+    import numpy as np
+
+    from r2m.evaluation.bootstrap import PerImage
+
+    one = {"bleu_testlen": 10.0, "bleu_reflen": 11.0, "bleu_guess_1": 10.0, "bleu_guess_2": 9.0,
+           "bleu_guess_3": 8.0, "bleu_guess_4": 7.0, "bleu_correct_1": 6.0, "bleu_correct_2": 3.0,
+           "bleu_correct_3": 2.0, "bleu_correct_4": 1.0, "ROUGE_L": 0.4, "CIDEr": cider}
+    return PerImage(tuple(ids or (f"img{i}" for i in range(n))), {k: np.full(n, v) for k, v in one.items()})
+
+
+def test_identical_images_give_a_zero_width_interval():
+    """Every image scores the same: every bootstrap resample is the same corpus, so low = value = high."""
+    from r2m.evaluation.bootstrap import corpus_metrics
+    from r2m.reports import intervals as I
+
+    stats = _const_stats(12, 0.5)
+    ev = {k: float(v) for k, v in corpus_metrics(stats).items()}
+    rows = tables.build_rows(tables.TABLES["table1"], ["demo"], ["r2m"], {("demo", "r2m"): I.RowEval([ev], [stats])})
+    ours = dict(zip(tables.HEADER, rows[0], strict=True))
+    for c in ("B-1", "B-4", "R", "C"):
+        assert ours[c] == ours[f"{c}_lo"] == ours[f"{c}_hi"] != "", c
+    assert ours["C"] == "50.0" and ours["R"] == "40.0"  # per-image means × 100
+    assert (ours["seeds"], ours["images"], ours["interval"]) == ("1", "12", "bootstrap over images")
+    assert ours["M_lo"] == "" and ours["S"] == ""  # no METEOR statistics, no SPICE: no interval
+
+
+def test_t_interval_over_two_seeds_by_hand():
+    """Two seeds with CIDEr 0.20 and 0.30: mean 0.25, s = 0.0707, t(0.975, df=1) = 12.706 (t table),
+    half-width 12.706 · 0.0707 / √2 = 0.6353 → 25.0 [-38.5, 88.5] × 100."""
+    from r2m.reports import intervals as I
+
+    evs = [{"CIDEr": 0.20, "Bleu_1": 0.5}, {"CIDEr": 0.30, "Bleu_1": 0.5}]
+    stats = [_const_stats(5, 0.20), _const_stats(5, 0.30)]
+    rows = tables.build_rows(tables.TABLES["table1"], ["demo"], ["r2m"], {("demo", "r2m"): I.RowEval(evs, stats)})
+    ours = dict(zip(tables.HEADER, rows[0], strict=True))
+    assert (ours["C"], ours["C_lo"], ours["C_hi"]) == ("25.0", "-38.5", "88.5")
+    assert (ours["B-1"], ours["B-1_lo"], ours["B-1_hi"]) == ("50.0", "50.0", "50.0")  # equal seeds: zero width
+    assert (ours["seeds"], ours["images"], ours["interval"]) == ("2", "5", "t over seeds")
+
+
+def _table2_files(root: Path, better: float) -> None:
+    """tiny: R2M with random per-image CIDEr, every other variant ``better`` higher on every image."""
+    from r2m.evaluation.bootstrap import PerImage, corpus_metrics
+
+    base = random_stats(20, seed=7)
+    for v in VARIANT_NAMES:
+        cols = dict(base.columns)
+        if v != "r2m":
+            cols["CIDEr"] = cols["CIDEr"] + better
+        stats = PerImage(base.ids, cols)
+        ev = {k: float(x) for k, x in corpus_metrics(stats).items()}
+        folder = root / f"results/tiny/{v}/train_i"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "eval.json").write_text(json.dumps({**ev, "n_images": 20, "split": "test"}))
+        write_stats(folder / "per_image.parquet", stats, ev)
+
+
+def test_row_better_on_every_image_is_marked_and_an_equal_one_is_not(tmp_path, repo_root):
+    _table2_files(tmp_path, better=0.05)
+    tables.table2(ctx_for("table2", make_params(repo_root, ["tiny"]), tmp_path))
+    rows = read_csv(tmp_path / "reports/table2.csv")
+    by = {r["method"]: r for r in rows}
+    for label in ("D w/o FM", "D&R w/o Memory in RM"):
+        r = by[label]
+        assert r["vs"] == "R2M" and r["d_C"] == "5.0" and float(r["d_C_lo"]) > 0 and r["d_C_mark"] == "*"
+        # the other metrics are the same statistics: difference exactly 0, not resolved
+        assert (r["d_B-4"], r["d_B-4_lo"], r["d_B-4_hi"], r["d_B-4_mark"]) == ("0.0", "0.0", "0.0", "n.s.")
+    assert by["R2M"]["vs"] == "" and by["R2M"]["d_C_mark"] == ""  # the reference is not compared with itself
+    md = (tmp_path / "reports/table2.md").read_text()
+    assert "## Paired differences" in md and "+5.0 [" in md
+    assert "D w/o FM (tiny) on C" in md and "20 test images" in md
+
+
+def test_paired_difference_pools_seeds_on_the_same_image_draws():
+    """Two seeds per row: each resample's CIDEr difference is the mean over both seeds of both rows on
+    one draw of image ids, recomputed here with plain numpy from the same draws."""
+    import numpy as np
+
+    from r2m.evaluation.bootstrap import resample_indices
+    from r2m.reports import intervals as I
+
+    a = [random_stats(15, seed=s) for s in (1, 2)]
+    b = [random_stats(15, seed=s) for s in (3, 4)]
+    got = I.paired(I.RowEval([{}, {}], b), I.RowEval([{}, {}], a), ["CIDEr"])["CIDEr"]
+    draws = resample_indices(15, 1000, I.BOOT_SEED)
+    ca = np.stack([s.columns["CIDEr"] for s in a])  # [seeds, images]
+    cb = np.stack([s.columns["CIDEr"] for s in b])
+    d = cb[:, draws].mean(axis=(0, 2)) - ca[:, draws].mean(axis=(0, 2))
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    assert got.delta == pytest.approx(cb.mean() - ca.mean(), abs=1e-12)
+    assert (got.low, got.high) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
+
+
+def test_published_rows_leave_interval_and_mark_cells_empty(tmp_path, repo_root):
+    write_evals(tmp_path)
+    tables.table2(ctx_for("table2", make_params(repo_root), tmp_path))
+    pub = [r for r in read_csv(tmp_path / "reports/table2.csv") if r["source"] == "published"]
+    assert pub and all(r["C"] and not r["C_lo"] and not r["seeds"] and not r["vs"] and not r["d_C_mark"] for r in pub)
+
+
+def test_stale_or_missing_per_image_file_is_one_line_naming_it(tmp_path, repo_root):
+    write_evals(tmp_path, ["tiny"])
+    p = tmp_path / "results/tiny/r2m/train_i/eval.json"
+    p.write_text(json.dumps({**json.loads(p.read_text()), "CIDEr": 0.5}))
+    with pytest.raises(ValueError, match=r"train_i/per_image\.parquet: per-image statistics of another evaluation "
+                                         r"\(CIDEr [\d.]+ here, 0\.5 in eval\.json\)") as err:
+        tables.table1(ctx_for("table1", make_params(repo_root, ["tiny"]), tmp_path))
+    assert "\n" not in str(err.value)
+    (p.parent / "per_image.parquet").unlink()
+    with pytest.raises(FileNotFoundError, match=r"missing per-image file .*r2m/train_i/per_image\.parquet"):
+        tables.table1(ctx_for("table1", make_params(repo_root, ["tiny"]), tmp_path))
