@@ -94,8 +94,9 @@ def test_table1(tmp_path, repo_root):
     rows = read_csv(tmp_path / "reports/table1.csv")
     metric_cols = ["B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S", "CR", "CR≥1"]
     assert list(rows[0]) == ["dataset", "method", "source", *(x for c in metric_cols for x in (c, f"{c}_lo", f"{c}_hi")),
-                             "seeds", "images", "interval", "split", "note", "vs",
-                             *(x for c in metric_cols for x in (f"d_{c}", f"d_{c}_lo", f"d_{c}_hi", f"d_{c}_mark"))]
+                             "seeds", "images", "interval", "split", "vs",
+                             *(x for c in metric_cols for x in (f"d_{c}", f"d_{c}_lo", f"d_{c}_hi", f"d_{c}_mark")),
+                             "note"]
     tiny = [r for r in rows if r["dataset"] == "tiny"]
     assert len(tiny) == 1 and tiny[0]["source"] == "this run"  # no published rows for tiny
     ours = tiny[0]
@@ -454,3 +455,34 @@ def test_stale_or_missing_per_image_file_is_one_line_naming_it(tmp_path, repo_ro
     (p.parent / "per_image.parquet").unlink()
     with pytest.raises(FileNotFoundError, match=r"missing per-image file .*r2m/train_i/per_image\.parquet"):
         tables.table1(ctx_for("table1", make_params(repo_root, ["tiny"]), tmp_path))
+
+
+def test_baselines_rows_compare_each_model_with_the_most_frequent_caption():
+    """A model better than the reference point on every image is marked *; a model equal to it is
+    n.s.; the skipped dataset's line and the published rows have no interval and no mark."""
+    from r2m.evaluation.bootstrap import PerImage, corpus_metrics
+    from r2m.reports import baselines
+    from r2m.reports import intervals as I
+
+    ref = random_stats(16, seed=3)
+
+    def row(stats):
+        ev = {k: float(v) for k, v in corpus_metrics(stats).items()}
+        return I.RowEval([{**ev, "n_images": 16, "split": "test"}], [stats])
+
+    better = PerImage(ref.ids, {**ref.columns, "CIDEr": ref.columns["CIDEr"] + 0.2, "ROUGE_L": ref.columns["ROUGE_L"] + 0.1})
+    skip = {"skipped": "no paired training captions"}
+    evals = {("tiny", "mrnn"): row(better), ("tiny", "sat"): row(ref), ("demo", "mrnn"): skip, ("demo", "sat"): skip}
+    rows = baselines.baseline_rows(["tiny", "demo"], ["mrnn", "sat"], evals, {}, {"tiny": row(ref), "demo": skip})
+    recs = [dict(zip(baselines.BASE_HEADER, r, strict=True)) for r in rows]
+    mrnn, sat, mf = recs[0], recs[1], recs[2]
+    assert mrnn["vs"] == "most frequent training caption"
+    assert (mrnn["d_C"], mrnn["d_C_mark"], mrnn["d_R"], mrnn["d_R_mark"]) == ("20.0", "*", "10.0", "*")
+    assert float(mrnn["d_C_lo"]) > 0 and mrnn["d_B-4_mark"] == "n.s." and mrnn["d_B-4"] == "0.0"
+    assert all(sat[f"d_{c}_mark"] == "n.s." for c in ("B-1", "B-4", "R", "C"))
+    assert mf["source"] == "reference point" and mf["vs"] == "" and mf["C_lo"] and mf["seeds"] == "1"
+    assert (mrnn["seeds"], mrnn["images"], mrnn["interval"]) == ("1", "16", "bootstrap over images")
+    demo = next(r for r in recs if r["dataset"] == "demo")
+    assert demo["source"] == "skipped" and demo["note"] == skip["skipped"] and not demo["C_lo"] and not demo["vs"]
+    pub = [r for r in recs if r["source"] == "published"]
+    assert pub and all(not r["B-4_lo"] and not r["seeds"] and not r["d_C_mark"] for r in pub)

@@ -238,6 +238,15 @@ def test_mostfreq_picks_the_most_frequent_training_caption(tmp_path: Path) -> No
     assert got == [{"image_id": "t0", "caption": "a dog runs"}, {"image_id": "t1", "caption": "a dog runs"}]
     ev = json.loads((tmp_path / "results/syn/mostfreq/eval.json").read_text())
     assert ev["caption"] == "a dog runs" and ev["count"] == 3
+    # its per-image statistics (the baselines table's paired reference) give back eval.json's numbers
+    from r2m.evaluation import per_image
+    from r2m.evaluation.bootstrap import corpus_metrics
+
+    rows, _ = per_image.read(tmp_path / "results/syn/mostfreq/per_image.parquet")
+    assert rows.ids == ("t0", "t1")
+    again = corpus_metrics(rows)
+    assert float(again["CIDEr"]) == pytest.approx(ev["CIDEr"], abs=1e-9)
+    assert float(again["Bleu_1"]) == pytest.approx(ev["Bleu_1"], abs=1e-9)
 
 
 # --------------------------------------------------------------------------- every stage under both profiles

@@ -40,8 +40,8 @@ SCOPE_NOTE = ("Split / Images: the split each row scored and how many of its ima
               "paper's test split); Note marks rows that are not a full test-set score.")
 METRIC_COLUMNS = (*P.COLUMNS, *CONCEPT_COLUMNS)
 METRIC_FOR = {**P.METRIC_OF, **CONCEPT_METRICS}  # table column -> eval.json / per-image metric name
-HEADER = ("dataset", "method", "source", *I.interval_header(METRIC_COLUMNS), *I.COUNT_COLUMNS, "split", "note",
-          *I.diff_header(METRIC_COLUMNS))
+HEADER = ("dataset", "method", "source", *I.interval_header(METRIC_COLUMNS), *I.COUNT_COLUMNS, "split",
+          *I.diff_header(METRIC_COLUMNS), "note")
 PUBLISHED_SCOPE = ("test", "", "")
 INTERVAL_NOTE = ("[low, high]: 95 % interval of this run's value — Student t over seeds when a row has ≥ 2 "
                  "seeds, else the percentile bootstrap over test images (1,000 resamples, fixed seed); Seeds / "
@@ -90,8 +90,8 @@ def fmt(value: float | None) -> str:
 def published_row(values: P.Row) -> list[str]:
     """A published row's cells after dataset/method/source: the paper's values, no interval, no comparison."""
     cells = [x for v in values for x in (fmt(v), "", "")] + [""] * (3 * len(CONCEPT_COLUMNS))
-    return [*cells, "", PUBLISHED_SCOPE[1], "", PUBLISHED_SCOPE[0], PUBLISHED_SCOPE[2],
-            *I.diff_cells(METRIC_COLUMNS, METRIC_FOR, "", None)]
+    return [*cells, "", PUBLISHED_SCOPE[1], "", PUBLISHED_SCOPE[0], *I.diff_cells(METRIC_COLUMNS, METRIC_FOR, "", None),
+            PUBLISHED_SCOPE[2]]
 
 
 def scope_notes(metrics: Mapping[str, Any]) -> list[str]:
@@ -125,8 +125,8 @@ def this_run_row(label: str, method: str, row: I.RowEval, summary: I.Summary,
     split, images, note = scope_cells(row.first)
     counts = I.count_cells(summary)
     counts[1] = counts[1] or images
-    return [label, method, THIS_RUN, *I.interval_cells(METRIC_COLUMNS, METRIC_FOR, summary), *counts, split, note,
-            *I.diff_cells(METRIC_COLUMNS, METRIC_FOR, vs, diffs)]
+    return [label, method, THIS_RUN, *I.interval_cells(METRIC_COLUMNS, METRIC_FOR, summary), *counts, split,
+            *I.diff_cells(METRIC_COLUMNS, METRIC_FOR, vs, diffs), note]
 
 
 def read_eval(path: Path, what: str) -> dict[str, float | None]:
@@ -220,15 +220,15 @@ def md_line(cells: Sequence[str]) -> str:
 
 
 def to_markdown(spec: TableSpec, rows: Sequence[Sequence[str]], notes: Sequence[str] = ()) -> str:
-    head = ["Dataset", "Method", "Source", *METRIC_COLUMNS, "Seeds", "Images", "Interval", "Split", "Note"]
+    head = ["Dataset", "Method", "Source", *METRIC_COLUMNS, "Seeds", "Interval", "Split", "Images", "Note"]
     out = [f"# Table {spec.number}: {spec.title}", "",
-           md_line(head), "|" + "|".join(["---"] * 3 + ["---:"] * (len(METRIC_COLUMNS) + 2) + ["---"] * 3) + "|"]
+           md_line(head), "|" + "|".join(["---"] * 3 + ["---:"] * (len(METRIC_COLUMNS) + 1) + ["---", "---", "---:", "---"]) + "|"]
     recs = [dict(zip(HEADER, r, strict=True)) for r in rows]
     prev = None
     for r in recs:
         out.append(md_line(["" if r["dataset"] == prev else r["dataset"], r["method"], r["source"],
                             *(I.cell_with_interval(r, c) for c in METRIC_COLUMNS),
-                            *(r[c] for c in (*I.COUNT_COLUMNS, "split", "note"))]))
+                            *(r[c] for c in ("seeds", "interval", "split", "images", "note"))]))
         prev = r["dataset"]
     out += ["", f"Scores × 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE); empty = not "
             f"reported / not computed. {INTERVAL_NOTE} {CONCEPT_NOTE} {SCOPE_NOTE} {spec.note}", ""]
