@@ -486,3 +486,30 @@ def test_baselines_rows_compare_each_model_with_the_most_frequent_caption():
     assert demo["source"] == "skipped" and demo["note"] == skip["skipped"] and not demo["C_lo"] and not demo["vs"]
     pub = [r for r in recs if r["source"] == "published"]
     assert pub and all(not r["B-4_lo"] and not r["seeds"] and not r["d_C_mark"] for r in pub)
+
+
+def test_retrieval_rows_give_a_bootstrap_interval_over_queries():
+    """Every query ranks its match first: R@1 = 100 with a zero-width interval; ranks 1..10 each once:
+    R@5 = 50 with an interval inside [0, 100] around it; no ranks (an older file): no interval, said so."""
+    from r2m.reports import baselines
+
+    def res(sent, img):
+        return {"sentence_retrieval": {"R@1": 100.0 * sum(r <= 1 for r in sent) / len(sent), "R@5": 100.0, "R@10": 100.0,
+                                       "Med r": 1.0},
+                "image_retrieval": {"R@1": 10.0, "R@5": 50.0, "R@10": 100.0, "Med r": 5.5},
+                "ranks": {"sentence_retrieval": sent, "image_retrieval": img},
+                "chance": {t: {"R@1": 1.0, "R@5": 5.0, "R@10": 10.0, "Med r": 50.0}
+                           for t in ("sentence_retrieval", "image_retrieval")},
+                "n_images": len(sent), "n_sentences": len(img)}
+
+    good = res([1] * 10, list(range(1, 11)))
+    old = {k: v for k, v in good.items() if k != "ranks"}
+    rows = baselines.retrieval_rows({("tiny", "mrnn"): good}, {"tiny": old}, ["tiny"], ["mrnn"], ["tiny"])
+    recs = [dict(zip(baselines.RET_HEADER, r, strict=True)) for r in rows]
+    mrnn, r2m = recs[0], recs[1]
+    assert (mrnn["Sent R@1"], mrnn["Sent R@1_lo"], mrnn["Sent R@1_hi"]) == ("100.0", "100.0", "100.0")
+    assert mrnn["Img R@5"] == "50.0" and 10.0 <= float(mrnn["Img R@5_lo"]) < 50.0 < float(mrnn["Img R@5_hi"]) <= 90.0
+    assert (mrnn["seeds"], mrnn["images"], mrnn["interval"]) == ("1", "10", "bootstrap over queries")
+    assert r2m["Sent R@1_lo"] == "" and r2m["interval"] == "" and "no per-query ranks" in r2m["note"]
+    chance = recs[2]
+    assert chance["source"] == "chance" and chance["Sent R@1"] == "1.0" and chance["Sent R@1_lo"] == ""

@@ -205,6 +205,7 @@ def test_retrieval_ties_count_against_the_query() -> None:
     sim = np.array([[1.0, 1.0], [0.0, 0.5]])  # image 0 ties its sentence with image 1's
     res = retrieval_scores(sim, np.array([0, 1]), normalise=False)
     assert res["sentence_retrieval"]["Med r"] == 1.5  # image 0: rank 2 (tie), image 1: rank 1
+    assert res["ranks"]["sentence_retrieval"] == [2, 1]  # kept per query: the table's bootstrap over queries
     assert res["image_retrieval"]["R@1"] == 50.0  # s0: image 0 (1.0) vs image 1 (0) → 1; s1: 1.0 > 0.5 → 2
 
 

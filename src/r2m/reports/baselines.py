@@ -36,7 +36,9 @@ BASE_COLUMNS = (*P.COLUMNS, "PPL")
 BASE_HEADER = ("dataset", "method", "source", *I.interval_header(P.COLUMNS), "PPL", *I.COUNT_COLUMNS, "split",
                *I.diff_header(P.COLUMNS), "note")
 RET_COLUMNS = ("Sent R@1", "Sent R@5", "Sent R@10", "Sent Med r", "Img R@1", "Img R@5", "Img R@10", "Img Med r")
-RET_HEADER = ("dataset", "method", "source", *RET_COLUMNS, "note")
+RET_HEADER = ("dataset", "method", "source", *I.interval_header(RET_COLUMNS), *I.COUNT_COLUMNS, "note")
+RET_METRIC = dict(zip(RET_COLUMNS, (f"{t}/{m}" for t in I.RET_TASKS for m in I.RET_METRICS), strict=True))
+NO_RANKS = "no per-query ranks in retrieval.json (made before they were kept): no interval; re-run its retrieval stage"
 
 # Published captioning numbers of the seeds (percent; PPL as printed), per model:
 # (dataset named as in the paper, method, values in BASE_COLUMNS order, where from)
@@ -121,15 +123,23 @@ def _csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _markdown(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], note: str) -> str:
-    head = [h.capitalize() if h in ("dataset", "method", "source", "note") else h for h in header]
-    out = [f"# {title}", "", "| " + " | ".join(head) + " |",
-           "|" + "|".join("---:" if h not in ("dataset", "method", "source", "note") else "---" for h in header) + "|"]
+    """A table as Markdown: each value with its interval in one cell, then (rows with ``vs``) the
+    paired differences and the sentence saying what stands behind the table."""
+    cols = I.display_columns(header)
+    recs = [dict(zip(header, r, strict=True)) for r in rows]
+    head = [h.capitalize() if h in ("dataset", "method", "source", "note", "seeds", "images", "interval") else h
+            for h in cols]
+    out = [f"# {title}", "", I.md_line(head),
+           "|" + "|".join("---" if h in ("dataset", "method", "source", "note", "interval", "split") else "---:"
+                          for h in cols) + "|"]
     prev = None
-    for r in rows:
-        shown = ["" if r[0] == prev else r[0], *r[1:]]
-        prev = r[0]
-        out.append("| " + " | ".join(c.replace("|", "\\|") for c in shown) + " |")
-    return "\n".join([*out, "", note, ""])
+    for r in recs:
+        out.append(I.md_line(["" if h == "dataset" and r["dataset"] == prev else I.display_cell(r, h) for h in cols]))
+        prev = r["dataset"]
+    out += ["", note, ""]
+    if "seeds" in header:
+        out += I.diff_markdown(recs, I.diff_columns(header)) + [I.table_sentence(recs, I.diff_columns(header)), ""]
+    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------- baselines table
@@ -299,47 +309,74 @@ def _ret_cells(res: dict[str, Any]) -> list[str]:
             _num(i["R@1"]), _num(i["R@5"]), _num(i["R@10"]), _num(i["Med r"], digits=0 if float(i["Med r"]).is_integer() else 1)]
 
 
-def retrieval_rows(sup: dict[tuple[str, str], dict[str, Any]], r2m: dict[str, dict[str, Any]],
+def _ret_run_cells(results: Sequence[dict[str, Any]]) -> tuple[list[str], str]:
+    """This run's retrieval cells (values as printed before, each with its interval) and counts; a
+    note when there is no interval to give."""
+    summary = I.retrieval_summary(results)
+    mean_cells = _ret_cells(results[0]) if len(results) == 1 else None
+    cells = []
+    for k, c in enumerate(RET_COLUMNS):
+        v, lo, hi = summary.values[RET_METRIC[c]]
+        cells += [mean_cells[k] if mean_cells else _num(v), _num(lo), _num(hi)]
+    return [*cells, *I.count_cells(summary)], ("" if summary.interval else NO_RANKS)
+
+
+def _seeds(value: dict[str, Any] | Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [value] if isinstance(value, dict) else list(value)
+
+
+def retrieval_rows(sup: dict[tuple[str, str], Any], r2m: dict[str, Any],
                    sup_datasets: Sequence[str], models: Sequence[str], r2m_datasets: Sequence[str]) -> list[list[str]]:
+    """Rows per dataset: each supervised model, R2M, the chance level; then the published rows. A
+    row's value is its ``retrieval.json`` (or a list of them, one per seed)."""
+    blank = [""] * len(I.interval_header(RET_COLUMNS)) + ["", "", ""]
+
+    def plain(cells: Sequence[str]) -> list[str]:  # values without interval or counts
+        return [x for c in cells for x in (c, "", "")] + ["", "", ""]
+
     rows: list[list[str]] = []
     for ds in dict.fromkeys([*sup_datasets, *r2m_datasets]):
         label = _label(ds)
         chance = None
         if ds in sup_datasets:
-            reason = next((sup[(ds, m)][SKIPPED] for m in models if sup[(ds, m)].get(SKIPPED)), None)
+            runs = {m: _seeds(sup[(ds, m)]) for m in models}
+            reason = next((r[0][SKIPPED] for r in runs.values() if r[0].get(SKIPPED)), None)
             if reason:
-                rows.append([label, ", ".join(MODEL_LABELS.get(m, m) for m in models), SKIPPED, *[""] * 8, reason])
+                rows.append([label, ", ".join(MODEL_LABELS.get(m, m) for m in models), SKIPPED, *blank, reason])
             else:
                 for m in models:
-                    res = sup[(ds, m)]
+                    res = runs[m][0]
                     chance = res
-                    rows.append([label, MODEL_LABELS.get(m, m), THIS_RUN, *_ret_cells(res),
-                                 f"{res['n_images']} images × {res['n_sentences']} sentences; by P(sentence given image), "
-                                 f"sentence retrieval normalised by P(sentence)"])
+                    cells, why = _ret_run_cells(runs[m])
+                    note = (f"{res['n_images']} images × {res['n_sentences']} sentences; by P(sentence given image), "
+                            f"sentence retrieval normalised by P(sentence)")
+                    rows.append([label, MODEL_LABELS.get(m, m), THIS_RUN, *cells, "; ".join(x for x in (note, why) if x)])
         if ds in r2m_datasets:
-            res = r2m[ds]
+            runs_r2m = _seeds(r2m[ds])
+            res = runs_r2m[0]
             chance = chance or res
-            rows.append([label, MODEL_LABELS["r2m"], THIS_RUN, *_ret_cells(res),
-                         f"{res['n_images']} images × {res['n_sentences']} sentences; v̂ · ṽ (unpaired training)"])
+            cells, why = _ret_run_cells(runs_r2m)
+            note = f"{res['n_images']} images × {res['n_sentences']} sentences; v̂ · ṽ (unpaired training)"
+            rows.append([label, MODEL_LABELS["r2m"], THIS_RUN, *cells, "; ".join(x for x in (note, why) if x)])
         if chance is not None:
             c = chance["chance"]
-            rows.append([label, "random ranking", CHANCE, *_ret_cells({"sentence_retrieval": c["sentence_retrieval"],
-                                                                        "image_retrieval": c["image_retrieval"]}),
+            rows.append([label, "random ranking", CHANCE,
+                         *plain(_ret_cells({"sentence_retrieval": c["sentence_retrieval"],
+                                            "image_retrieval": c["image_retrieval"]})),
                          "expected for this test set"])
     for m in models:
         for ds_label, method, values, note in PUBLISHED_RETRIEVAL.get(m, []):
             rows.append([ds_label, method, PUBLISHED,
-                         *[f"{v:g}" if "Med" in c else f"{v:.1f}" for c, v in zip(RET_COLUMNS, values, strict=True)],
+                         *plain([f"{v:g}" if "Med" in c else f"{v:.1f}" for c, v in zip(RET_COLUMNS, values, strict=True)]),
                          note])
     return rows
 
 
 def retrieval(ctx) -> None:
-    sup, r2m = {}, {}
-    for keys, path in ctx.gather("sup"):
-        sup[(keys["dataset"], keys["model"])] = _read(Path(path), f"retrieval of {keys['model']} on {keys['dataset']}")
-    for keys, path in ctx.gather("r2m"):
-        r2m[keys["dataset"]] = _read(Path(path), f"R2M retrieval on {keys['dataset']}")
+    sup = {k: [_read(p, f"retrieval of {k[1]} on {k[0]}") for p in paths]
+           for k, paths in I.group_paths(ctx.gather("sup"), lambda k: (k["dataset"], k["model"])).items()}
+    r2m = {k: [_read(p, f"R2M retrieval on {k}") for p in paths]
+           for k, paths in I.group_paths(ctx.gather("r2m"), lambda k: k["dataset"]).items()}
     rows = retrieval_rows(sup, r2m, list(ctx.params.baselines.datasets), list(ctx.params.baselines.models),
                           list(ctx.params.datasets))
     write_text(ctx.outs["csv"], _csv(RET_HEADER, rows))
@@ -347,5 +384,7 @@ def retrieval(ctx) -> None:
         "Image-sentence retrieval", RET_HEADER, rows,
         "Sent = sentence retrieval (image query, its 5 references relevant), Img = image retrieval "
         "(sentence query). R@K in percent, Med r = median rank of the first ground truth; ties count "
-        "against the query. Published rows name the paper's dataset and test set size."))
+        "against the query. [low, high] (`_lo`, `_hi`): 95 % interval — the percentile bootstrap over the "
+        "queries (1,000 resamples, fixed seed) for one seed, Student t over seeds for several. Published "
+        "rows name the paper's dataset and test set size."))
     ctx.log.info("wrote %s (%d rows)", ctx.outs["csv"], len(rows))

@@ -182,6 +182,49 @@ def paired(row: RowEval, ref: RowEval, metrics: Sequence[str], resamples: int = 
     return out
 
 
+# --------------------------------------------------------------------------- retrieval: over queries
+RET_TASKS = ("sentence_retrieval", "image_retrieval")
+RET_METRICS = ("R@1", "R@5", "R@10", "Med r")
+
+
+def _rank_stats(ranks: np.ndarray) -> dict[str, np.ndarray]:
+    """R@K (percent) and the median rank of each row of first-match ranks ``[resamples, queries]``."""
+    out = {m: 100.0 * (ranks <= int(m[2:])).mean(axis=1) for m in RET_METRICS if m.startswith("R@")}
+    out["Med r"] = np.median(ranks, axis=1)
+    return out
+
+
+def retrieval_summary(results: Sequence[Mapping[str, Any]], resamples: int = DEFAULT_RESAMPLES,
+                      level: float = DEFAULT_LEVEL) -> Summary:
+    """Per ``task/metric`` (e.g. ``sentence_retrieval/R@1``) the mean over seeds and its interval:
+    t over ≥ 2 seeds, else the percentile bootstrap over the queries of the one seed when its
+    ``retrieval.json`` keeps per-query ``ranks`` (else no interval)."""
+    keys = [(t, m) for t in RET_TASKS for m in RET_METRICS]
+    values: dict[str, tuple[float | None, float | None, float | None]] = {}
+    images = results[0].get("n_images") if results else None
+    if len(results) >= 2:
+        for t, m in keys:
+            ci = t_interval([float(r[t][m]) for r in results], level)
+            values[f"{t}/{m}"] = (ci.value, ci.low, ci.high)
+        return Summary(values, len(results), images, T_SEEDS)
+    res = results[0]
+    ranks = res.get("ranks") or {}
+    for t in RET_TASKS:
+        r = np.asarray(ranks.get(t) or [], dtype=np.float64)
+        draws: dict[str, list[np.ndarray]] = {m: [] for m in RET_METRICS}
+        if r.size:
+            idx = resample_indices(r.size, resamples, BOOT_SEED)
+            for start in range(0, resamples, _CHUNK):
+                for m, v in _rank_stats(r[idx[start:start + _CHUNK]]).items():
+                    draws[m].append(v)
+        for m in RET_METRICS:
+            lo = hi = None
+            if draws[m]:
+                lo, hi = (float(x) for x in np.percentile(np.concatenate(draws[m]), [50 * (1 - level), 50 * (1 + level)]))
+            values[f"{t}/{m}"] = (float(res[t][m]), lo, hi)
+    return Summary(values, 1, images, BOOT_QUERIES if ranks else "")
+
+
 def mark(diff: Difference | None) -> str:
     if diff is None:
         return ""
@@ -250,6 +293,38 @@ def diff_text(row: Mapping[str, str], column: str) -> str:
         return ""
     sign = "+" if not d.startswith("-") else ""
     return f"{sign}{d} [{row.get(f'd_{column}_lo', '')}, {row.get(f'd_{column}_hi', '')}] {row.get(f'd_{column}_mark', '')}"
+
+
+def display_columns(header: Sequence[str]) -> list[str]:
+    """The columns a reader sees: each value column once (its ``_lo``/``_hi`` shown beside it), no
+    comparison columns (they make their own table, :func:`diff_markdown`)."""
+    have = set(header)
+    return [h for h in header if h != "vs" and not h.startswith("d_")
+            and not ((h.endswith("_lo") or h.endswith("_hi")) and h[:-3] in have)]
+
+
+def display_cell(row: Mapping[str, str], column: str) -> str:
+    return cell_with_interval(row, column) if f"{column}_lo" in row else (row.get(column, "") or "")
+
+
+def diff_columns(header: Sequence[str]) -> list[str]:
+    return [c for c in display_columns(header) if f"d_{c}" in header]
+
+
+def md_line(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def diff_markdown(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -> list[str]:
+    """The paired differences of the compared rows as a Markdown table (none compared: no lines)."""
+    compared = [r for r in recs if r.get("vs")]
+    if not compared:
+        return []
+    out = ["## Paired differences (row − reference, × 100)", "",
+           md_line(["Dataset", "Method", "vs", *columns]), "|" + "|".join(["---"] * 3 + ["---:"] * len(columns)) + "|"]
+    out += [md_line([r["dataset"], r["method"], r["vs"], *(diff_text(r, c) for c in columns)]) for r in compared]
+    return out + ["", "Paired bootstrap over the test images (1,000 resamples, the same image draws for both rows, "
+                  "pooled over seeds); * = the 95 % interval excludes 0, n.s. = it does not.", ""]
 
 
 def table_sentence(rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> str:

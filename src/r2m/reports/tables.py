@@ -215,39 +215,23 @@ def eval_notes(evals: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
     return notes
 
 
-def md_line(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-
 def to_markdown(spec: TableSpec, rows: Sequence[Sequence[str]], notes: Sequence[str] = ()) -> str:
     head = ["Dataset", "Method", "Source", *METRIC_COLUMNS, "Seeds", "Interval", "Split", "Images", "Note"]
     out = [f"# Table {spec.number}: {spec.title}", "",
-           md_line(head), "|" + "|".join(["---"] * 3 + ["---:"] * (len(METRIC_COLUMNS) + 1) + ["---", "---", "---:", "---"]) + "|"]
+           I.md_line(head), "|" + "|".join(["---"] * 3 + ["---:"] * (len(METRIC_COLUMNS) + 1) + ["---", "---", "---:", "---"]) + "|"]
     recs = [dict(zip(HEADER, r, strict=True)) for r in rows]
     prev = None
     for r in recs:
-        out.append(md_line(["" if r["dataset"] == prev else r["dataset"], r["method"], r["source"],
+        out.append(I.md_line(["" if r["dataset"] == prev else r["dataset"], r["method"], r["source"],
                             *(I.cell_with_interval(r, c) for c in METRIC_COLUMNS),
                             *(r[c] for c in ("seeds", "interval", "split", "images", "note"))]))
         prev = r["dataset"]
     out += ["", f"Scores × 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE); empty = not "
             f"reported / not computed. {INTERVAL_NOTE} {CONCEPT_NOTE} {SCOPE_NOTE} {spec.note}", ""]
-    out += diff_markdown(recs, METRIC_COLUMNS)
+    out += I.diff_markdown(recs, METRIC_COLUMNS)
     out += [I.table_sentence(recs, METRIC_COLUMNS), ""]
     out += [f"Note: {n}" for n in notes] + ([""] if notes else [])
     return "\n".join(out)
-
-
-def diff_markdown(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -> list[str]:
-    """The paired differences of the compared rows as a second Markdown table (none: no lines)."""
-    compared = [r for r in recs if r.get("vs")]
-    if not compared:
-        return []
-    out = ["## Paired differences (row − reference, × 100)", "",
-           md_line(["Dataset", "Method", "vs", *columns]), "|" + "|".join(["---"] * 3 + ["---:"] * len(columns)) + "|"]
-    out += [md_line([r["dataset"], r["method"], r["vs"], *(I.diff_text(r, c) for c in columns)]) for r in compared]
-    return out + ["", "Paired bootstrap over the test images (1,000 resamples, the same image draws for both rows, "
-                  "pooled over seeds); * = the 95 % interval excludes 0, n.s. = it does not.", ""]
 
 
 # --------------------------------------------------------------------------- stage functions
