@@ -270,6 +270,10 @@ def test_html_page(tmp_path, repo_root):
     for s in srcs:
         assert (tmp_path / "reports" / s).exists(), s
     assert "&lt;b&gt;" in page  # captions escaped
+    # every number of this run with its interval, the paired differences, one sentence per table
+    assert re.search(r'<td class="num">29\.0<br><small class="ci">\[[\d.]+, [\d.]+\]</small></td>', page)
+    assert page.count("Paired differences</b>") == 2  # Tables 2 and 3 (Table 1 compares nothing)
+    assert page.count("seed(s) and 8 test images each; 95 % intervals: bootstrap over images.") == 3
     assert "reports/figures/coco_shutterstock/index.json is missing" in page
 
 
