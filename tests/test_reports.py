@@ -517,3 +517,19 @@ def test_retrieval_rows_give_a_bootstrap_interval_over_queries():
     assert r2m["Sent R@1_lo"] == "" and r2m["interval"] == "" and "no per-query ranks" in r2m["note"]
     chance = recs[2]
     assert chance["source"] == "chance" and chance["Sent R@1"] == "1.0" and chance["Sent R@1_lo"] == ""
+
+
+def test_loss_curves_over_seeds_are_a_mean_and_a_band():
+    """Two seeds' train losses 1.0 / 3.0 at step 0 and 2.0 / 2.0 at step 1: mean 2.0 and 2.0, band
+    [1, 3] then zero width; a step only one seed logged counts one seed. The figure draws the band."""
+    import pandas as pd
+
+    a = pd.DataFrame({"step": [0, 1, 2], "split": ["train"] * 3, "loss": [1.0, 2.0, 5.0]})
+    b = pd.DataFrame({"step": [0, 1], "split": ["train"] * 2, "loss": [3.0, 2.0]})
+    band = plots.seed_band([a, b], "train")
+    assert band["mean"].tolist() == [2.0, 2.0, 5.0] and band["low"].tolist() == [1.0, 2.0, 5.0]
+    assert band["high"].tolist() == [3.0, 2.0, 5.0] and band["seeds"].tolist() == [2, 2, 1]
+    fig = plots.loss_figure({("r2m", "train_xe"): [a, b], ("no_fm", "train_xe"): a})
+    ax = fig.axes[0]
+    assert len(ax.collections) == 1  # one shaded band: the variant with two seeds
+    assert any("mean of 2 seeds" in t.get_text() for t in ax.get_legend().get_texts())
