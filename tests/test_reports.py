@@ -144,6 +144,8 @@ def test_table2_and_table3(tmp_path, repo_root):
     assert cs[1]["source"] == "this run" and cs[1]["B-1"] == "41.3"  # no_fm (index 1), train_i (3): 0.4 + 0.01 + 0.003
     t3 = read_csv(tmp_path / "reports/table3.csv")
     assert [r["method"] for r in t3 if r["dataset"] == "tiny"] == ["L_XE", "+L_rec^S", "+L_M^I", "+L_rec^I"]
+    assert [r["vs"] for r in t3 if r["dataset"] == "tiny"] == ["R2M final (+L_rec^I)"] * 3 + [""]
+    assert all(r["d_C_mark"] in ("*", "n.s.") for r in t3 if r["vs"])
     pub = [r for r in t3 if r["source"] == "published"]
     assert [r["C"] for r in pub] == ["25.4", "27.0", "28.9", "29.0"]
     assert "# Table 3" in (tmp_path / "reports/table3.md").read_text()
