@@ -535,3 +535,14 @@ def test_loss_curves_over_seeds_are_a_mean_and_a_band():
     ax = fig.axes[0]
     assert len(ax.collections) == 1  # one shaded band: the variant with two seeds
     assert any("mean of 2 seeds" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def test_tables_are_reproducible_byte_for_byte(tmp_path, repo_root):
+    """The bootstrap draws come from a fixed seed: the same inputs give the same CSV and Markdown bytes."""
+    _table2_files(tmp_path, better=0.01)
+    params = make_params(repo_root, ["tiny"])
+    got = []
+    for _ in range(2):
+        tables.table2(ctx_for("table2", params, tmp_path))
+        got.append(((tmp_path / "reports/table2.csv").read_bytes(), (tmp_path / "reports/table2.md").read_bytes()))
+    assert got[0] == got[1] and b"bootstrap over images" in got[0][0]

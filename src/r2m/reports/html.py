@@ -227,6 +227,15 @@ def _cell(r: Mapping[str, str], column: str, num: bool) -> dict[str, Any]:
     return {"value": r.get(column, "") or "", "num": num, "ci": f"[{lo}, {hi}]" if lo and hi else ""}
 
 
+def _diff_cell(r: Mapping[str, str], column: str) -> dict[str, Any]:
+    """A paired difference: ``+1.2 n.s.`` with its interval below it."""
+    d = r.get(f"d_{column}", "") or ""
+    if not d:
+        return {"value": "", "num": True, "ci": ""}
+    return {"value": f"{'' if d.startswith('-') else '+'}{d} {r.get(f'd_{column}_mark', '')}", "num": True,
+            "ci": f"[{r.get(f'd_{column}_lo', '')}, {r.get(f'd_{column}_hi', '')}]"}
+
+
 def interval_parts(rows: Sequence[Mapping[str, str]], header: Sequence[str]) -> dict[str, Any]:
     """The paired differences of the rows compared with a reference (``vs``) as a table, and the
     sentence saying how many seeds and images stand behind the table (none without ``seeds``)."""
@@ -237,7 +246,7 @@ def interval_parts(rows: Sequence[Mapping[str, str]], header: Sequence[str]) -> 
     diffs = {"header": ["Dataset", "Method", "vs", *cols],
              "rows": [{"cls": "run", "cells": [{"value": r.get(k, "") or "", "num": False, "ci": ""}
                                                for k in ("dataset", "method", "vs")]
-                       + [{"value": I.diff_text(r, c), "num": True, "ci": ""} for c in cols]} for r in compared]}
+                       + [_diff_cell(r, c) for c in cols]} for r in compared]}
     return {"diffs": diffs if compared and cols else None, "sentence": I.table_sentence(rows, cols)}
 
 
