@@ -217,6 +217,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="how independent scorers run side by side (default: hybrid = Java scorers in threads, Python scorers in a worker process)")
 
 
+def _refused_out(out: str | None, *inputs: str) -> str | None:
+    """Why ``--out`` may not be written (a folder, or one of the input files), or None."""
+    if not out:
+        return None
+    path = Path(out)
+    if path.is_dir():
+        return "is a folder; name a file (a folder is never replaced)"
+    if path.exists() and any(Path(i).exists() and path.samefile(i) for i in inputs):
+        return "is one of the input files; name another file"
+    return None
+
+
 def standalone(args: argparse.Namespace) -> int:
     if not args.results or not args.references:
         print("r2m evaluate: give --dataset/--variant/--ckpt (pipeline stage) or "
@@ -224,6 +236,10 @@ def standalone(args: argparse.Namespace) -> int:
         return 2
     from r2m.pipeline.context import setup_logging
 
+    refused = _refused_out(args.out, args.results, args.references)
+    if refused:
+        print(f"r2m evaluate: --out {args.out}: {refused}", file=sys.stderr)
+        return 2
     logger = setup_logging(None)
     try:
         out = evaluate_files(args.results, args.references, args.scorers, tokenizer=args.tokenizer,
