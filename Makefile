@@ -13,12 +13,13 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # pip's own noise about this machine's local index folders is not ours to show
 PIPQ := 2>&1 | { grep -v -e 'is ignored: it is neither' -e '^$$' || true; }
 
-.PHONY: setup setup-tf setup-owl run test test-fast lint dag bench clean help
+.PHONY: setup setup-tf setup-owl setup-cluster run test test-fast lint dag bench clean help
 
 help:
 	@echo "make run    # the whole DAG on the embedded demo (reports/index.html, reports/table*.csv)"
 	@echo "make test   # the test suite (installs the optional extras tf + owl first, for their backends' tests)"
 	@echo "make setup-tf / make setup-owl   # optional extras: TensorFlow (tf_oid), transformers (owl)"
+	@echo "make setup-cluster   # optional extra: Snakemake's SLURM executor (workflow/profiles/slurm)"
 	@echo "make lint   # ruff + snakemake --lint + r2m dag --check"
 
 setup: $(STAMP)
@@ -34,9 +35,11 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	@echo "[setup] done"
 
 # optional extras (pinned, resolved against requirements.lock so they change none of its packages):
-# tf = TensorFlow for the paper's detector (backend tf_oid), owl = transformers for OWL-ViT/OWLv2
+# tf = TensorFlow for the paper's detector (backend tf_oid), owl = transformers for OWL-ViT/OWLv2,
+# cluster = Snakemake's SLURM executor plugin (workflow/profiles/slurm)
 setup-tf: setup $(VENV)/.r2m-tf
 setup-owl: setup $(VENV)/.r2m-owl
+setup-cluster: setup $(VENV)/.r2m-cluster
 
 $(VENV)/.r2m-%: requirements-%.lock requirements.lock | $(STAMP)
 	@echo "[setup] installing the optional extra '$*' into $(VENV) (requirements-$*.lock)"
@@ -47,8 +50,10 @@ run: setup
 	$(BIN)/snakemake --cores $(CORES) all
 
 # the tests of the tf_oid and owl backends need their extras: installed here (about 2-3 min the first
-# time, 1.5 GB); test-fast skips them (the skip reason says what to install)
-test: setup setup-tf setup-owl
+# time, 1.5 GB); test-fast skips them (the skip reason says what to install). tests/test_slurm.py starts a
+# one-node Slurm cluster (tests/cluster/slurm_up.sh: as root, installing the Debian packages when missing)
+# and stops it afterwards; where it cannot, its tests are skipped with one line saying why
+test: setup setup-tf setup-owl setup-cluster
 	$(BIN)/pytest -q
 
 test-fast: setup

@@ -19,3 +19,12 @@ rule all:
         "reports/retrieval.csv",
         "reports/index.html",
     default_target: True
+
+
+onerror:
+    # a failed Slurm job's reason (memory, time limit, scancel) in one line (r2m.pipeline.slurm)
+    import sys
+    from r2m.pipeline.slurm import failure_reasons
+
+    for _line in failure_reasons(log):
+        print(f"r2m: {_line}", file=sys.stderr)

@@ -77,17 +77,22 @@ def tiny_dag_env() -> dict[str, str]:
             "R2M_NO_PROGRESS": "1", "R2M_THREADS": "1", "R2M_DEVICE": "cpu"}
 
 
+def tiny_workflow(root: Path, wd: Path) -> None:
+    """A scratch copy of the workflow whose params.yaml runs ``tiny`` only (datasets and baselines)."""
+    copy_workflow(root, wd)
+    raw = yaml.safe_load((root / "params.yaml").read_text())
+    raw["datasets"] = ["tiny"]
+    raw["baselines"]["datasets"] = ["tiny"]
+    (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
 @pytest.fixture(scope="session")
 def tiny_dag(tmp_path_factory, pytestconfig) -> Path:
     """The whole DAG (``snakemake all``) on ``tiny`` with the default params (datasets and baselines:
     ``[tiny]``), run once per session; returns its working folder."""
     root = Path(pytestconfig.rootpath)
     wd = tmp_path_factory.mktemp("dag")
-    copy_workflow(root, wd)
-    raw = yaml.safe_load((root / "params.yaml").read_text())
-    raw["datasets"] = ["tiny"]
-    raw["baselines"]["datasets"] = ["tiny"]
-    (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    tiny_workflow(root, wd)
     r = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "all"], cwd=wd, env=tiny_dag_env(),
                        capture_output=True, text=True, timeout=1500)
     logs = "\n".join(f"== {p}\n{p.read_text()[-2000:]}" for p in sorted((wd / "logs").rglob("*.log"))

@@ -63,18 +63,23 @@ def one_and_two(tmp_path_factory) -> tuple[Path, Path]:
     return one, two
 
 
+def assert_same_loss_curve(one: str, many: str, what: str) -> None:
+    """Two ``loss.tsv`` texts: the same rows (step, split) and columns, every loss within float summation
+    order (rel 1e-4) of the other, and a curve that moves."""
+    a, b = one.splitlines(), many.splitlines()
+    assert a[0] == b[0] and len(a) == len(b) > 3, what
+    ra = [[float(x) for x in r.split("\t")[2:] if x] for r in a[1:]]
+    rb = [[float(x) for x in r.split("\t")[2:] if x] for r in b[1:]]
+    assert [r.split("\t")[:2] for r in a[1:]] == [r.split("\t")[:2] for r in b[1:]], what
+    for x, y in zip(ra, rb, strict=True):
+        assert y == pytest.approx(x, rel=1e-4, abs=1e-6), what
+    assert len({round(r[0], 4) for r in ra}) > 2, what  # the curve moves
+
+
 def test_two_gloo_processes_follow_the_single_process_loss_curve(one_and_two) -> None:
     one, two = one_and_two
     for stage in STAGES:
-        a = _out(one, stage, "loss").read_text().splitlines()
-        b = _out(two, stage, "loss").read_text().splitlines()
-        assert a[0] == b[0] and len(a) == len(b) > 3
-        ra = [[float(x) for x in r.split("\t")[2:] if x] for r in a[1:]]
-        rb = [[float(x) for x in r.split("\t")[2:] if x] for r in b[1:]]
-        assert [r.split("\t")[:2] for r in a[1:]] == [r.split("\t")[:2] for r in b[1:]]
-        for x, y in zip(ra, rb, strict=True):
-            assert y == pytest.approx(x, rel=1e-4, abs=1e-6), stage
-        assert len({round(r[0], 4) for r in ra}) > 2  # the curve moves
+        assert_same_loss_curve(_out(one, stage, "loss").read_text(), _out(two, stage, "loss").read_text(), stage)
 
 
 def test_shard_splits_global_batch_and_rejects_uneven() -> None:
@@ -177,3 +182,25 @@ def test_ddp_resume_after_sigterm_is_bit_identical(one_and_two) -> None:
     b = torch.load(cut / "models/syn/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert _out(full, "train_xe", "loss").read_text() == _out(cut, "train_xe", "loss").read_text()
+
+
+def test_a_slurm_step_of_several_tasks_gives_rank_world_and_rendezvous() -> None:
+    """Under `srun -n 2` each task's rank, world size, local rank and rendezvous come from Slurm's step
+    variables; a batch script (no srun: no SLURM_STEP_NUM_TASKS) or torchrun's own variables are left alone."""
+    env = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2",
+           "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "123456"}
+    assert distributed.adopt_slurm(env)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "2", "1")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("gpu07", "23456")  # 20000 + 123456 mod 20000
+    batch = {"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "SLURM_JOB_ID": "7"}  # sbatch --ntasks=2, outside srun
+    assert not distributed.adopt_slurm(batch) and "WORLD_SIZE" not in batch
+    one = {"SLURM_STEP_NUM_TASKS": "1", "SLURM_PROCID": "0"}  # Snakemake's job step: srun -n1
+    assert not distributed.adopt_slurm(one) and "RANK" not in one
+    torchrun = {"WORLD_SIZE": "4", "RANK": "3", "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0"}
+    assert not distributed.adopt_slurm(torchrun) and torchrun["RANK"] == "3"
+    given = {**env, "MASTER_PORT": "4242"}
+    given.pop("WORLD_SIZE")
+    distributed.adopt_slurm(given)
+    assert given["MASTER_PORT"] == "4242"
+    assert [distributed.first_node(x) for x in ("node[03-05,07],gpu1", "a1,b2", "localhost", "")] == \
+        ["node03", "a1", "localhost", "127.0.0.1"]

@@ -47,7 +47,38 @@ def write_evals(root: Path, datasets=DATASETS, skip: tuple = ()) -> None:
                     continue
                 p = root / f"results/{ds}/{v}/{ck}/eval.json"
                 p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(json.dumps(fake_metrics(0.001 * k + 0.01 * VARIANT_NAMES.index(v))))
+                metrics = fake_metrics(0.001 * k + 0.01 * VARIANT_NAMES.index(v))
+                p.write_text(json.dumps(metrics))
+                write_stats(p.parent / "per_image.parquet", random_stats(8, seed=k), metrics)
+
+
+BLEU = ("bleu_testlen", "bleu_reflen", *(f"bleu_guess_{n}" for n in range(1, 5)),
+        *(f"bleu_correct_{n}" for n in range(1, 5)))
+
+
+def random_stats(n: int, seed: int = 0, ids=None):
+    """Per-image statistics of ``n`` images (BLEU counts, ROUGE-L, CIDEr, concepts; no METEOR)."""
+    import numpy as np
+
+    from r2m.evaluation.bootstrap import PerImage
+
+    rng = np.random.default_rng(seed)
+    length = rng.integers(6, 12, n).astype(float)
+    guess = np.stack([np.maximum(length - k, 0) for k in range(4)])
+    correct = np.floor(guess * rng.uniform(0.1, 0.8, (4, n)))
+    cols = {"bleu_testlen": length, "bleu_reflen": length + rng.integers(-2, 3, n)}
+    cols.update({f"bleu_guess_{k + 1}": guess[k] for k in range(4)})
+    cols.update({f"bleu_correct_{k + 1}": correct[k] for k in range(4)})
+    cols.update({"ROUGE_L": rng.uniform(0.1, 0.6, n), "CIDEr": rng.uniform(0.0, 1.5, n),
+                 "concept_given": rng.integers(0, 4, n).astype(float)})
+    cols["concept_named"] = np.floor(cols["concept_given"] * rng.uniform(0, 1, n))
+    return PerImage(tuple(ids or (f"img{i}" for i in range(n))), cols)
+
+
+def write_stats(path: Path, stats, metrics: dict) -> None:
+    from r2m.evaluation import per_image
+
+    per_image.write(path, stats, {"metrics": metrics})
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -61,8 +92,11 @@ def test_table1(tmp_path, repo_root):
     ctx = ctx_for("table1", make_params(repo_root), tmp_path)
     tables.table1(ctx)
     rows = read_csv(tmp_path / "reports/table1.csv")
-    assert list(rows[0]) == ["dataset", "method", "source", "B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S",
-                             "CR", "CR≥1", "split", "images", "note"]
+    metric_cols = ["B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S", "CR", "CR≥1"]
+    assert list(rows[0]) == ["dataset", "method", "source", *(x for c in metric_cols for x in (c, f"{c}_lo", f"{c}_hi")),
+                             "seeds", "images", "interval", "split", "vs",
+                             *(x for c in metric_cols for x in (f"d_{c}", f"d_{c}_lo", f"d_{c}_hi", f"d_{c}_mark")),
+                             "note"]
     tiny = [r for r in rows if r["dataset"] == "tiny"]
     assert len(tiny) == 1 and tiny[0]["source"] == "this run"  # no published rows for tiny
     ours = tiny[0]
@@ -74,7 +108,8 @@ def test_table1(tmp_path, repo_root):
     assert cs[0]["B-3"] == "11.2" and cs[1]["C"] == "29.0" and cs[1]["S"] == "9.1"
     md = (tmp_path / "reports/table1.md").read_text()
     assert "# Table 1" in md and "| MSCOCO↔Shutterstock | UC-GAN | published | 41.0 |" in md
-    assert "| tiny | R2M | this run | 40.3 | 25.0 | 12.3 | 6.5 | 13.0 | 31.3 | 29.0 |  |  |  |" in md
+    assert re.search(r"\| tiny \| R2M \| this run \| 40\.3 \[[\d.]+, [\d.]+\] \|", md)
+    assert (ours["seeds"], ours["images"], ours["interval"]) == ("1", "8", "bootstrap over images")
     assert "CR = concept recall" in md
 
 
@@ -109,6 +144,8 @@ def test_table2_and_table3(tmp_path, repo_root):
     assert cs[1]["source"] == "this run" and cs[1]["B-1"] == "41.3"  # no_fm (index 1), train_i (3): 0.4 + 0.01 + 0.003
     t3 = read_csv(tmp_path / "reports/table3.csv")
     assert [r["method"] for r in t3 if r["dataset"] == "tiny"] == ["L_XE", "+L_rec^S", "+L_M^I", "+L_rec^I"]
+    assert [r["vs"] for r in t3 if r["dataset"] == "tiny"] == ["R2M final (+L_rec^I)"] * 3 + [""]
+    assert all(r["d_C_mark"] in ("*", "n.s.") for r in t3 if r["vs"])
     pub = [r for r in t3 if r["source"] == "published"]
     assert [r["C"] for r in pub] == ["25.4", "27.0", "28.9", "29.0"]
     assert "# Table 3" in (tmp_path / "reports/table3.md").read_text()
@@ -130,7 +167,6 @@ def test_table_bad_eval_names_file(tmp_path, repo_root):
 
 def test_fmt():
     assert tables.fmt(None) == "" and tables.fmt(float("nan")) == "" and tables.fmt(6.449) == "6.4"
-    assert tables.run_row({"Bleu_1": 0.5, "CIDEr": 1.2421919}) == ["50.0", "", "", "", "", "", "124.2", ""]
 
 
 # --------------------------------------------------------------------------- figures + page
@@ -236,6 +272,10 @@ def test_html_page(tmp_path, repo_root):
     for s in srcs:
         assert (tmp_path / "reports" / s).exists(), s
     assert "&lt;b&gt;" in page  # captions escaped
+    # every number of this run with its interval, the paired differences, one sentence per table
+    assert re.search(r'<td class="num">29\.0<br><small class="ci">\[[\d.]+, [\d.]+\]</small></td>', page)
+    assert page.count("Paired differences</b>") == 2  # Tables 2 and 3 (Table 1 compares nothing)
+    assert page.count("seed(s) and 8 test images each; 95 % intervals: bootstrap over images.") == 3
     assert "reports/figures/coco_shutterstock/index.json is missing" in page
 
 
@@ -305,3 +345,204 @@ def test_html_page_escapes_names_captions_notes_and_file_names(tmp_path):
                   f"hit {HOSTILE}", f"att {HOSTILE}", f"{HOSTILE} ({HOSTILE})", f"image {HOSTILE}", "x&y",
                   f"r2m figures --dataset {HOSTILE}", "table1.csv is missing"):
         assert shown in text, shown
+
+
+# --------------------------------------------------------------------------- intervals and paired marks (issue 33)
+def _const_stats(n: int, cider: float, ids=None):
+    """``n`` images with identical statistics (CIDEr ``cider`` each, the same BLEU counts)."""
+    import numpy as np
+
+    from r2m.evaluation.bootstrap import PerImage
+
+    one = {"bleu_testlen": 10.0, "bleu_reflen": 11.0, "bleu_guess_1": 10.0, "bleu_guess_2": 9.0,
+           "bleu_guess_3": 8.0, "bleu_guess_4": 7.0, "bleu_correct_1": 6.0, "bleu_correct_2": 3.0,
+           "bleu_correct_3": 2.0, "bleu_correct_4": 1.0, "ROUGE_L": 0.4, "CIDEr": cider}
+    return PerImage(tuple(ids or (f"img{i}" for i in range(n))), {k: np.full(n, v) for k, v in one.items()})
+
+
+def test_identical_images_give_a_zero_width_interval():
+    """Every image scores the same: every bootstrap resample is the same corpus, so low = value = high."""
+    from r2m.evaluation.bootstrap import corpus_metrics
+    from r2m.reports import intervals as I
+
+    stats = _const_stats(12, 0.5)
+    ev = {k: float(v) for k, v in corpus_metrics(stats).items()}
+    rows = tables.build_rows(tables.TABLES["table1"], ["demo"], ["r2m"], {("demo", "r2m"): I.RowEval([ev], [stats])})
+    ours = dict(zip(tables.HEADER, rows[0], strict=True))
+    for c in ("B-1", "B-4", "R", "C"):
+        assert ours[c] == ours[f"{c}_lo"] == ours[f"{c}_hi"] != "", c
+    assert ours["C"] == "50.0" and ours["R"] == "40.0"  # per-image means × 100
+    assert (ours["seeds"], ours["images"], ours["interval"]) == ("1", "12", "bootstrap over images")
+    assert ours["M_lo"] == "" and ours["S"] == ""  # no METEOR statistics, no SPICE: no interval
+
+
+def test_t_interval_over_two_seeds_by_hand():
+    """Two seeds with CIDEr 0.20 and 0.30: mean 0.25, s = 0.0707, t(0.975, df=1) = 12.706 (t table),
+    half-width 12.706 · 0.0707 / √2 = 0.6353 → 25.0 [-38.5, 88.5] × 100."""
+    from r2m.reports import intervals as I
+
+    evs = [{"CIDEr": 0.20, "Bleu_1": 0.5}, {"CIDEr": 0.30, "Bleu_1": 0.5}]
+    stats = [_const_stats(5, 0.20), _const_stats(5, 0.30)]
+    rows = tables.build_rows(tables.TABLES["table1"], ["demo"], ["r2m"], {("demo", "r2m"): I.RowEval(evs, stats)})
+    ours = dict(zip(tables.HEADER, rows[0], strict=True))
+    assert (ours["C"], ours["C_lo"], ours["C_hi"]) == ("25.0", "-38.5", "88.5")
+    assert (ours["B-1"], ours["B-1_lo"], ours["B-1_hi"]) == ("50.0", "50.0", "50.0")  # equal seeds: zero width
+    assert (ours["seeds"], ours["images"], ours["interval"]) == ("2", "5", "t over seeds")
+
+
+def _table2_files(root: Path, better: float) -> None:
+    """tiny: R2M with random per-image CIDEr, every other variant ``better`` higher on every image."""
+    from r2m.evaluation.bootstrap import PerImage, corpus_metrics
+
+    base = random_stats(20, seed=7)
+    for v in VARIANT_NAMES:
+        cols = dict(base.columns)
+        if v != "r2m":
+            cols["CIDEr"] = cols["CIDEr"] + better
+        stats = PerImage(base.ids, cols)
+        ev = {k: float(x) for k, x in corpus_metrics(stats).items()}
+        folder = root / f"results/tiny/{v}/train_i"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "eval.json").write_text(json.dumps({**ev, "n_images": 20, "split": "test"}))
+        write_stats(folder / "per_image.parquet", stats, ev)
+
+
+def test_row_better_on_every_image_is_marked_and_an_equal_one_is_not(tmp_path, repo_root):
+    _table2_files(tmp_path, better=0.05)
+    tables.table2(ctx_for("table2", make_params(repo_root, ["tiny"]), tmp_path))
+    rows = read_csv(tmp_path / "reports/table2.csv")
+    by = {r["method"]: r for r in rows}
+    for label in ("D w/o FM", "D&R w/o Memory in RM"):
+        r = by[label]
+        assert r["vs"] == "R2M" and r["d_C"] == "5.0" and float(r["d_C_lo"]) > 0 and r["d_C_mark"] == "*"
+        # the other metrics are the same statistics: difference exactly 0, not resolved
+        assert (r["d_B-4"], r["d_B-4_lo"], r["d_B-4_hi"], r["d_B-4_mark"]) == ("0.0", "0.0", "0.0", "n.s.")
+    assert by["R2M"]["vs"] == "" and by["R2M"]["d_C_mark"] == ""  # the reference is not compared with itself
+    md = (tmp_path / "reports/table2.md").read_text()
+    assert "## Paired differences" in md and "+5.0 [" in md
+    assert "D w/o FM (tiny) on C" in md and "20 test images" in md
+
+
+def test_paired_difference_pools_seeds_on_the_same_image_draws():
+    """Two seeds per row: each resample's CIDEr difference is the mean over both seeds of both rows on
+    one draw of image ids, recomputed here with plain numpy from the same draws."""
+    import numpy as np
+
+    from r2m.evaluation.bootstrap import resample_indices
+    from r2m.reports import intervals as I
+
+    a = [random_stats(15, seed=s) for s in (1, 2)]
+    b = [random_stats(15, seed=s) for s in (3, 4)]
+    got = I.paired(I.RowEval([{}, {}], b), I.RowEval([{}, {}], a), ["CIDEr"])["CIDEr"]
+    draws = resample_indices(15, 1000, I.BOOT_SEED)
+    ca = np.stack([s.columns["CIDEr"] for s in a])  # [seeds, images]
+    cb = np.stack([s.columns["CIDEr"] for s in b])
+    d = cb[:, draws].mean(axis=(0, 2)) - ca[:, draws].mean(axis=(0, 2))
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    assert got.delta == pytest.approx(cb.mean() - ca.mean(), abs=1e-12)
+    assert (got.low, got.high) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
+
+
+def test_published_rows_leave_interval_and_mark_cells_empty(tmp_path, repo_root):
+    write_evals(tmp_path)
+    tables.table2(ctx_for("table2", make_params(repo_root), tmp_path))
+    pub = [r for r in read_csv(tmp_path / "reports/table2.csv") if r["source"] == "published"]
+    assert pub and all(r["C"] and not r["C_lo"] and not r["seeds"] and not r["vs"] and not r["d_C_mark"] for r in pub)
+
+
+def test_stale_or_missing_per_image_file_is_one_line_naming_it(tmp_path, repo_root):
+    write_evals(tmp_path, ["tiny"])
+    p = tmp_path / "results/tiny/r2m/train_i/eval.json"
+    p.write_text(json.dumps({**json.loads(p.read_text()), "CIDEr": 0.5}))
+    with pytest.raises(ValueError, match=r"train_i/per_image\.parquet: per-image statistics of another evaluation "
+                                         r"\(CIDEr [\d.]+ here, 0\.5 in eval\.json\)") as err:
+        tables.table1(ctx_for("table1", make_params(repo_root, ["tiny"]), tmp_path))
+    assert "\n" not in str(err.value)
+    (p.parent / "per_image.parquet").unlink()
+    with pytest.raises(FileNotFoundError, match=r"missing per-image file .*r2m/train_i/per_image\.parquet"):
+        tables.table1(ctx_for("table1", make_params(repo_root, ["tiny"]), tmp_path))
+
+
+def test_baselines_rows_compare_each_model_with_the_most_frequent_caption():
+    """A model better than the reference point on every image is marked *; a model equal to it is
+    n.s.; the skipped dataset's line and the published rows have no interval and no mark."""
+    from r2m.evaluation.bootstrap import PerImage, corpus_metrics
+    from r2m.reports import baselines
+    from r2m.reports import intervals as I
+
+    ref = random_stats(16, seed=3)
+
+    def row(stats):
+        ev = {k: float(v) for k, v in corpus_metrics(stats).items()}
+        return I.RowEval([{**ev, "n_images": 16, "split": "test"}], [stats])
+
+    better = PerImage(ref.ids, {**ref.columns, "CIDEr": ref.columns["CIDEr"] + 0.2, "ROUGE_L": ref.columns["ROUGE_L"] + 0.1})
+    skip = {"skipped": "no paired training captions"}
+    evals = {("tiny", "mrnn"): row(better), ("tiny", "sat"): row(ref), ("demo", "mrnn"): skip, ("demo", "sat"): skip}
+    rows = baselines.baseline_rows(["tiny", "demo"], ["mrnn", "sat"], evals, {}, {"tiny": row(ref), "demo": skip})
+    recs = [dict(zip(baselines.BASE_HEADER, r, strict=True)) for r in rows]
+    mrnn, sat, mf = recs[0], recs[1], recs[2]
+    assert mrnn["vs"] == "most frequent training caption"
+    assert (mrnn["d_C"], mrnn["d_C_mark"], mrnn["d_R"], mrnn["d_R_mark"]) == ("20.0", "*", "10.0", "*")
+    assert float(mrnn["d_C_lo"]) > 0 and mrnn["d_B-4_mark"] == "n.s." and mrnn["d_B-4"] == "0.0"
+    assert all(sat[f"d_{c}_mark"] == "n.s." for c in ("B-1", "B-4", "R", "C"))
+    assert mf["source"] == "reference point" and mf["vs"] == "" and mf["C_lo"] and mf["seeds"] == "1"
+    assert (mrnn["seeds"], mrnn["images"], mrnn["interval"]) == ("1", "16", "bootstrap over images")
+    demo = next(r for r in recs if r["dataset"] == "demo")
+    assert demo["source"] == "skipped" and demo["note"] == skip["skipped"] and not demo["C_lo"] and not demo["vs"]
+    pub = [r for r in recs if r["source"] == "published"]
+    assert pub and all(not r["B-4_lo"] and not r["seeds"] and not r["d_C_mark"] for r in pub)
+
+
+def test_retrieval_rows_give_a_bootstrap_interval_over_queries():
+    """Every query ranks its match first: R@1 = 100 with a zero-width interval; ranks 1..10 each once:
+    R@5 = 50 with an interval inside [0, 100] around it; no ranks (an older file): no interval, said so."""
+    from r2m.reports import baselines
+
+    def res(sent, img):
+        return {"sentence_retrieval": {"R@1": 100.0 * sum(r <= 1 for r in sent) / len(sent), "R@5": 100.0, "R@10": 100.0,
+                                       "Med r": 1.0},
+                "image_retrieval": {"R@1": 10.0, "R@5": 50.0, "R@10": 100.0, "Med r": 5.5},
+                "ranks": {"sentence_retrieval": sent, "image_retrieval": img},
+                "chance": {t: {"R@1": 1.0, "R@5": 5.0, "R@10": 10.0, "Med r": 50.0}
+                           for t in ("sentence_retrieval", "image_retrieval")},
+                "n_images": len(sent), "n_sentences": len(img)}
+
+    good = res([1] * 10, list(range(1, 11)))
+    old = {k: v for k, v in good.items() if k != "ranks"}
+    rows = baselines.retrieval_rows({("tiny", "mrnn"): good}, {"tiny": old}, ["tiny"], ["mrnn"], ["tiny"])
+    recs = [dict(zip(baselines.RET_HEADER, r, strict=True)) for r in rows]
+    mrnn, r2m = recs[0], recs[1]
+    assert (mrnn["Sent R@1"], mrnn["Sent R@1_lo"], mrnn["Sent R@1_hi"]) == ("100.0", "100.0", "100.0")
+    assert mrnn["Img R@5"] == "50.0" and 10.0 <= float(mrnn["Img R@5_lo"]) < 50.0 < float(mrnn["Img R@5_hi"]) <= 90.0
+    assert (mrnn["seeds"], mrnn["images"], mrnn["interval"]) == ("1", "10", "bootstrap over queries")
+    assert r2m["Sent R@1_lo"] == "" and r2m["interval"] == "" and "no per-query ranks" in r2m["note"]
+    chance = recs[2]
+    assert chance["source"] == "chance" and chance["Sent R@1"] == "1.0" and chance["Sent R@1_lo"] == ""
+
+
+def test_loss_curves_over_seeds_are_a_mean_and_a_band():
+    """Two seeds' train losses 1.0 / 3.0 at step 0 and 2.0 / 2.0 at step 1: mean 2.0 and 2.0, band
+    [1, 3] then zero width; a step only one seed logged counts one seed. The figure draws the band."""
+    import pandas as pd
+
+    a = pd.DataFrame({"step": [0, 1, 2], "split": ["train"] * 3, "loss": [1.0, 2.0, 5.0]})
+    b = pd.DataFrame({"step": [0, 1], "split": ["train"] * 2, "loss": [3.0, 2.0]})
+    band = plots.seed_band([a, b], "train")
+    assert band["mean"].tolist() == [2.0, 2.0, 5.0] and band["low"].tolist() == [1.0, 2.0, 5.0]
+    assert band["high"].tolist() == [3.0, 2.0, 5.0] and band["seeds"].tolist() == [2, 2, 1]
+    fig = plots.loss_figure({("r2m", "train_xe"): [a, b], ("no_fm", "train_xe"): a})
+    ax = fig.axes[0]
+    assert len(ax.collections) == 1  # one shaded band: the variant with two seeds
+    assert any("mean of 2 seeds" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def test_tables_are_reproducible_byte_for_byte(tmp_path, repo_root):
+    """The bootstrap draws come from a fixed seed: the same inputs give the same CSV and Markdown bytes."""
+    _table2_files(tmp_path, better=0.01)
+    params = make_params(repo_root, ["tiny"])
+    got = []
+    for _ in range(2):
+        tables.table2(ctx_for("table2", params, tmp_path))
+        got.append(((tmp_path / "reports/table2.csv").read_bytes(), (tmp_path / "reports/table2.md").read_bytes()))
+    assert got[0] == got[1] and b"bootstrap over images" in got[0][0]

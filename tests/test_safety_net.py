@@ -205,6 +205,7 @@ def test_retrieval_ties_count_against_the_query() -> None:
     sim = np.array([[1.0, 1.0], [0.0, 0.5]])  # image 0 ties its sentence with image 1's
     res = retrieval_scores(sim, np.array([0, 1]), normalise=False)
     assert res["sentence_retrieval"]["Med r"] == 1.5  # image 0: rank 2 (tie), image 1: rank 1
+    assert res["ranks"]["sentence_retrieval"] == [2, 1]  # kept per query: the table's bootstrap over queries
     assert res["image_retrieval"]["R@1"] == 50.0  # s0: image 0 (1.0) vs image 1 (0) → 1; s1: 1.0 > 0.5 → 2
 
 
@@ -238,6 +239,15 @@ def test_mostfreq_picks_the_most_frequent_training_caption(tmp_path: Path) -> No
     assert got == [{"image_id": "t0", "caption": "a dog runs"}, {"image_id": "t1", "caption": "a dog runs"}]
     ev = json.loads((tmp_path / "results/syn/mostfreq/eval.json").read_text())
     assert ev["caption"] == "a dog runs" and ev["count"] == 3
+    # its per-image statistics (the baselines table's paired reference) give back eval.json's numbers
+    from r2m.evaluation import per_image
+    from r2m.evaluation.bootstrap import corpus_metrics
+
+    rows, _ = per_image.read(tmp_path / "results/syn/mostfreq/per_image.parquet")
+    assert rows.ids == ("t0", "t1")
+    again = corpus_metrics(rows)
+    assert float(again["CIDEr"]) == pytest.approx(ev["CIDEr"], abs=1e-9)
+    assert float(again["Bleu_1"]) == pytest.approx(ev["Bleu_1"], abs=1e-9)
 
 
 # --------------------------------------------------------------------------- every stage under both profiles

@@ -266,7 +266,7 @@ def test_chance_levels():
 
 
 def test_tables_list_every_configured_dataset_and_model():
-    from r2m.reports.baselines import baseline_rows, retrieval_rows
+    from r2m.reports.baselines import BASE_HEADER, baseline_rows, retrieval_rows
 
     ev = {"Bleu_1": 0.5, "Bleu_2": 0.4, "Bleu_3": 0.3, "Bleu_4": 0.2, "METEOR": 0.1, "ROUGE_L": 0.3,
           "CIDEr": 0.9, "SPICE": None}
@@ -280,7 +280,9 @@ def test_tables_list_every_configured_dataset_and_model():
     assert len(demo) == 1 and demo[0][2] == "skipped" and "no paired" in demo[0][-1]
     tiny = [r for r in rows if r[0] == "tiny_paired"]
     assert [r[1] for r in tiny] == ["m-RNN", "other", "most frequent training caption"]
-    assert tiny[0][3:12] == ["50.0", "40.0", "30.0", "20.0", "10.0", "30.0", "90.0", "", "3.25"]
+    cells = dict(zip(BASE_HEADER, tiny[0], strict=True))
+    assert [cells[c] for c in ("B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S", "PPL")] == [
+        "50.0", "40.0", "30.0", "20.0", "10.0", "30.0", "90.0", "", "3.25"]
     assert any(r[2] == "published" and r[1] == "m-RNN-beam" for r in rows)
 
     res = {"sentence_retrieval": {"R@1": 10.0, "R@5": 20.0, "R@10": 30.0, "Med r": 12.0},

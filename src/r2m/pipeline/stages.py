@@ -191,6 +191,8 @@ STAGES: tuple[Stage, ...] = (
         deps={
             "evals": Gather(f"{R}/eval.json", over=("dataset",),
                             fixed=(("variant", "r2m"), ("ckpt", "train_i")), dvc_path="results"),
+            "stats": Gather(f"{R}/per_image.parquet", over=("dataset",),
+                            fixed=(("variant", "r2m"), ("ckpt", "train_i")), dvc_path="results"),
         },
         outs={"csv": Out("reports/table1.csv", cache=False), "md": Out("reports/table1.md", cache=False)},
         params=("datasets",),
@@ -203,6 +205,8 @@ STAGES: tuple[Stage, ...] = (
         deps={
             "evals": Gather(f"{R}/eval.json", over=("dataset", "variant"),
                             fixed=(("ckpt", "train_i"),), dvc_path="results"),
+            "stats": Gather(f"{R}/per_image.parquet", over=("dataset", "variant"),
+                            fixed=(("ckpt", "train_i"),), dvc_path="results"),
         },
         outs={"csv": Out("reports/table2.csv", cache=False), "md": Out("reports/table2.md", cache=False)},
         params=("datasets", "variants"),
@@ -214,6 +218,8 @@ STAGES: tuple[Stage, ...] = (
         axes=(),
         deps={
             "evals": Gather(f"{R}/eval.json", over=("dataset", "ckpt"),
+                            fixed=(("variant", "r2m"),), dvc_path="results"),
+            "stats": Gather(f"{R}/per_image.parquet", over=("dataset", "ckpt"),
                             fixed=(("variant", "r2m"),), dvc_path="results"),
         },
         outs={"csv": Out("reports/table3.csv", cache=False), "md": Out("reports/table3.md", cache=False)},

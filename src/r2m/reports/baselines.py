@@ -3,6 +3,11 @@ model, the "most frequent training caption" reference point, and the seeds' publ
 their dataset named) and ``reports/retrieval.csv|md`` (R@K, Med r for every supervised model and
 for R²M through its joint space, the chance level of this run's test set, and m-RNN's published
 rows). A dataset without paired training captions is one "skipped" line saying why.
+
+Every row of this run carries its 95 % intervals, ``seeds``, ``images`` and ``interval``
+(:mod:`r2m.reports.intervals`); each baseline is compared with the most-frequent-caption reference
+point by the paired bootstrap over images (``vs``, ``d_C``, ``d_C_lo``, ``d_C_hi``, ``d_C_mark``).
+R@K and Med r get a bootstrap interval over the queries when ``retrieval.json`` keeps per-query ranks.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.params import SUP_MODEL_LABELS
+from r2m.reports import intervals as I
 from r2m.reports import published as P
 from r2m.reports.tables import PUBLISHED, PUBLISHED_SCOPE, THIS_RUN, fmt, scope_cells
 from r2m.utils.io import read_json, write_text
@@ -27,9 +33,12 @@ CHANCE = "chance"
 MODEL_LABELS = {**SUP_MODEL_LABELS, "r2m": "R2M (joint space)", "mostfreq": "most frequent training caption"}
 
 BASE_COLUMNS = (*P.COLUMNS, "PPL")
-BASE_HEADER = ("dataset", "method", "source", *BASE_COLUMNS, "split", "images", "note")  # split/images: tables.SCOPE_COLUMNS
+BASE_HEADER = ("dataset", "method", "source", *I.interval_header(P.COLUMNS), "PPL", *I.COUNT_COLUMNS, "split",
+               *I.diff_header(P.COLUMNS), "note")
 RET_COLUMNS = ("Sent R@1", "Sent R@5", "Sent R@10", "Sent Med r", "Img R@1", "Img R@5", "Img R@10", "Img Med r")
-RET_HEADER = ("dataset", "method", "source", *RET_COLUMNS, "note")
+RET_HEADER = ("dataset", "method", "source", *I.interval_header(RET_COLUMNS), *I.COUNT_COLUMNS, "note")
+RET_METRIC = dict(zip(RET_COLUMNS, (f"{t}/{m}" for t in I.RET_TASKS for m in I.RET_METRICS), strict=True))
+NO_RANKS = "no per-query ranks in retrieval.json (made before they were kept): no interval; re-run its retrieval stage"
 
 # Published captioning numbers of the seeds (percent; PPL as printed), per model:
 # (dataset named as in the paper, method, values in BASE_COLUMNS order, where from)
@@ -114,50 +123,78 @@ def _csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _markdown(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], note: str) -> str:
-    head = [h.capitalize() if h in ("dataset", "method", "source", "note") else h for h in header]
-    out = [f"# {title}", "", "| " + " | ".join(head) + " |",
-           "|" + "|".join("---:" if h not in ("dataset", "method", "source", "note") else "---" for h in header) + "|"]
+    """A table as Markdown: each value with its interval in one cell, then (rows with ``vs``) the
+    paired differences and the sentence saying what stands behind the table."""
+    cols = I.display_columns(header)
+    recs = [dict(zip(header, r, strict=True)) for r in rows]
+    head = [h.capitalize() if h in ("dataset", "method", "source", "note", "seeds", "images", "interval") else h
+            for h in cols]
+    out = [f"# {title}", "", I.md_line(head),
+           "|" + "|".join("---" if h in ("dataset", "method", "source", "note", "interval", "split") else "---:"
+                          for h in cols) + "|"]
     prev = None
-    for r in rows:
-        shown = ["" if r[0] == prev else r[0], *r[1:]]
-        prev = r[0]
-        out.append("| " + " | ".join(c.replace("|", "\\|") for c in shown) + " |")
-    return "\n".join([*out, "", note, ""])
+    for r in recs:
+        out.append(I.md_line(["" if h == "dataset" and r["dataset"] == prev else I.display_cell(r, h) for h in cols]))
+        prev = r["dataset"]
+    out += ["", note, ""]
+    if "seeds" in header:
+        out += I.diff_markdown(recs, I.diff_columns(header)) + [I.table_sentence(recs, I.diff_columns(header)), ""]
+    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------- baselines table
-def baseline_rows(datasets: Sequence[str], models: Sequence[str], evals: dict[tuple[str, str], dict[str, Any]],
-                  train: dict[tuple[str, str], dict[str, Any]], mostfreq: dict[str, dict[str, Any]]) -> list[list[str]]:
-    """Rows per dataset (this run's models, the reference point, or one skipped line), then the
-    published rows of the configured models."""
-    n = len(BASE_COLUMNS)
+def _as_row(value: I.RowEval | dict[str, Any]) -> I.RowEval:
+    return value if isinstance(value, I.RowEval) else I.RowEval([value])
+
+
+def _published_cells(values: Sequence[float | None]) -> list[str]:
+    """A published baseline row after dataset/method/source (``values`` in BASE_COLUMNS order)."""
+    cells = [x for v in values[:len(P.COLUMNS)] for x in (fmt(v), "", "")]
+    return [*cells, fmt(values[-1]) if values[-1] is not None else "", "", PUBLISHED_SCOPE[1], "",
+            PUBLISHED_SCOPE[0]]
+
+
+def baseline_rows(datasets: Sequence[str], models: Sequence[str],
+                  evals: dict[tuple[str, str], I.RowEval | dict[str, Any]],
+                  train: dict[tuple[str, str], dict[str, Any]],
+                  mostfreq: dict[str, I.RowEval | dict[str, Any]]) -> list[list[str]]:
+    """Rows per dataset (this run's models, each against the reference point, then the reference
+    point itself; or one skipped line), then the published rows of the configured models."""
+    metrics = [P.METRIC_OF[c] for c in P.COLUMNS]
+    no_diff = I.diff_cells(P.COLUMNS, P.METRIC_OF, "", None)
+    width = len(BASE_HEADER) - 3 - 1  # every cell but dataset, method, source and the note
     rows: list[list[str]] = []
     for ds in datasets:
         label = _label(ds)
-        reason = mostfreq[ds].get(SKIPPED) or next((evals[(ds, m)][SKIPPED] for m in models
-                                                    if evals[(ds, m)].get(SKIPPED)), None)
+        ref = _as_row(mostfreq[ds])
+        runs = {m: _as_row(evals[(ds, m)]) for m in models}
+        reason = ref.first.get(SKIPPED) or next((r.first[SKIPPED] for r in runs.values() if r.first.get(SKIPPED)), None)
         if reason:
-            rows.append([label, ", ".join(MODEL_LABELS.get(m, m) for m in models), SKIPPED, *[""] * n, "", "", reason])
+            rows.append([label, ", ".join(MODEL_LABELS.get(m, m) for m in models), SKIPPED, *[""] * width, reason])
             continue
+        ref_label = MODEL_LABELS["mostfreq"]
         for m in models:
-            ev, tm = evals[(ds, m)], train.get((ds, m), {})
-            cells = [fmt(None if ev.get(P.METRIC_OF[c]) is None else 100.0 * float(ev[P.METRIC_OF[c]]))
-                     for c in P.COLUMNS]
-            split, images, scope = scope_cells(ev)
+            run, tm = runs[m], train.get((ds, m), {})
+            summary = I.summarise(run, metrics)
+            split, images, scope = scope_cells(run.first)
+            counts = I.count_cells(summary)
+            counts[1] = counts[1] or images
             note = "; ".join(x for x in (scope, f"{tm.get('steps', '')} steps, {tm.get('train_pairs', '')} "
                                                 "training pairs") if x)
             method = tm.get("label") or MODEL_LABELS.get(m, m)  # e.g. "S-CNN-RNN (end to end)"
-            rows.append([label, method, THIS_RUN, *cells, _num(tm.get("test_perplexity"), digits=2),
-                         split, images, note])
-        mf = mostfreq[ds]
-        cells = [fmt(None if mf.get(P.METRIC_OF[c]) is None else 100.0 * float(mf[P.METRIC_OF[c]])) for c in P.COLUMNS]
-        split, images, scope = scope_cells(mf)
-        note = "; ".join(x for x in (scope, f"“{mf.get('caption', '')}” for every image") if x)
-        rows.append([label, MODEL_LABELS["mostfreq"], REFERENCE, *cells, "", split, images, note])
+            rows.append([label, method, THIS_RUN, *I.interval_cells(P.COLUMNS, P.METRIC_OF, summary),
+                         _num(tm.get("test_perplexity"), digits=2), *counts, split,
+                         *I.diff_cells(P.COLUMNS, P.METRIC_OF, ref_label, I.paired(run, ref, metrics)), note])
+        summary = I.summarise(ref, metrics)
+        split, images, scope = scope_cells(ref.first)
+        counts = I.count_cells(summary)
+        counts[1] = counts[1] or images
+        note = "; ".join(x for x in (scope, f"“{ref.first.get('caption', '')}” for every image") if x)
+        rows.append([label, ref_label, REFERENCE, *I.interval_cells(P.COLUMNS, P.METRIC_OF, summary), "", *counts,
+                     split, *no_diff, note])
     for m in models:
         for ds_label, method, values, note in PUBLISHED_BASELINES.get(m, []):
-            rows.append([ds_label, method, PUBLISHED, *[fmt(v) if v is not None else "" for v in values],
-                         *PUBLISHED_SCOPE[:2], note])
+            rows.append([ds_label, method, PUBLISHED, *_published_cells(values), *no_diff, note])
     return rows
 
 
@@ -219,16 +256,25 @@ def copy_attention_figures(inspections: dict[tuple[str, str], dict[str, Any]], g
                                                    indent=2))
 
 
+def _seed_rows(ctx, evals: str, stats: str, key_of) -> dict[Any, I.RowEval]:
+    """Each row's seeds (gathered ``eval.json`` and, deps ``stats``, ``per_image.parquet``)."""
+    ev_paths = I.group_paths(ctx.gather(evals), key_of)
+    st_paths = I.group_paths(ctx.gather(stats), key_of) if stats in ctx.stage.deps else {}
+    out = {}
+    for k, paths in ev_paths.items():
+        evs = [_read(p, f"{k} evaluation") for p in paths]
+        out[k] = I.RowEval(evs, [I.read_stats(p, ev) for p, ev in zip(st_paths.get(k, []), evs, strict=False)])
+    return out
+
+
 def baselines(ctx) -> None:
     datasets = list(ctx.params.baselines.datasets)
     models = list(ctx.params.baselines.models)
-    evals, train, mostfreq = {}, {}, {}
-    for keys, path in ctx.gather("evals"):
-        evals[(keys["dataset"], keys["model"])] = _read(Path(path), f"{keys['model']} on {keys['dataset']}")
+    train = {}
     for keys, path in ctx.gather("train"):
         train[(keys["dataset"], keys["model"])] = _read(Path(path), f"{keys['model']} on {keys['dataset']}")
-    for keys, path in ctx.gather("mostfreq"):
-        mostfreq[keys["dataset"]] = _read(Path(path), f"most frequent caption on {keys['dataset']}")
+    evals = _seed_rows(ctx, "evals", "stats", lambda k: (k["dataset"], k["model"]))
+    mostfreq = _seed_rows(ctx, "mostfreq", "mostfreq_stats", lambda k: k["dataset"])
     rows = baseline_rows(datasets, models, evals, train, mostfreq)
     inspections = _inspections(ctx)
     write_text(ctx.outs["csv"], _csv(BASE_HEADER, rows))
@@ -263,47 +309,74 @@ def _ret_cells(res: dict[str, Any]) -> list[str]:
             _num(i["R@1"]), _num(i["R@5"]), _num(i["R@10"]), _num(i["Med r"], digits=0 if float(i["Med r"]).is_integer() else 1)]
 
 
-def retrieval_rows(sup: dict[tuple[str, str], dict[str, Any]], r2m: dict[str, dict[str, Any]],
+def _ret_run_cells(results: Sequence[dict[str, Any]]) -> tuple[list[str], str]:
+    """This run's retrieval cells (values as printed before, each with its interval) and counts; a
+    note when there is no interval to give."""
+    summary = I.retrieval_summary(results)
+    mean_cells = _ret_cells(results[0]) if len(results) == 1 else None
+    cells = []
+    for k, c in enumerate(RET_COLUMNS):
+        v, lo, hi = summary.values[RET_METRIC[c]]
+        cells += [mean_cells[k] if mean_cells else _num(v), _num(lo), _num(hi)]
+    return [*cells, *I.count_cells(summary)], ("" if summary.interval else NO_RANKS)
+
+
+def _seeds(value: dict[str, Any] | Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [value] if isinstance(value, dict) else list(value)
+
+
+def retrieval_rows(sup: dict[tuple[str, str], Any], r2m: dict[str, Any],
                    sup_datasets: Sequence[str], models: Sequence[str], r2m_datasets: Sequence[str]) -> list[list[str]]:
+    """Rows per dataset: each supervised model, R2M, the chance level; then the published rows. A
+    row's value is its ``retrieval.json`` (or a list of them, one per seed)."""
+    blank = [""] * len(I.interval_header(RET_COLUMNS)) + ["", "", ""]
+
+    def plain(cells: Sequence[str]) -> list[str]:  # values without interval or counts
+        return [x for c in cells for x in (c, "", "")] + ["", "", ""]
+
     rows: list[list[str]] = []
     for ds in dict.fromkeys([*sup_datasets, *r2m_datasets]):
         label = _label(ds)
         chance = None
         if ds in sup_datasets:
-            reason = next((sup[(ds, m)][SKIPPED] for m in models if sup[(ds, m)].get(SKIPPED)), None)
+            runs = {m: _seeds(sup[(ds, m)]) for m in models}
+            reason = next((r[0][SKIPPED] for r in runs.values() if r[0].get(SKIPPED)), None)
             if reason:
-                rows.append([label, ", ".join(MODEL_LABELS.get(m, m) for m in models), SKIPPED, *[""] * 8, reason])
+                rows.append([label, ", ".join(MODEL_LABELS.get(m, m) for m in models), SKIPPED, *blank, reason])
             else:
                 for m in models:
-                    res = sup[(ds, m)]
+                    res = runs[m][0]
                     chance = res
-                    rows.append([label, MODEL_LABELS.get(m, m), THIS_RUN, *_ret_cells(res),
-                                 f"{res['n_images']} images × {res['n_sentences']} sentences; by P(sentence given image), "
-                                 f"sentence retrieval normalised by P(sentence)"])
+                    cells, why = _ret_run_cells(runs[m])
+                    note = (f"{res['n_images']} images × {res['n_sentences']} sentences; by P(sentence given image), "
+                            f"sentence retrieval normalised by P(sentence)")
+                    rows.append([label, MODEL_LABELS.get(m, m), THIS_RUN, *cells, "; ".join(x for x in (note, why) if x)])
         if ds in r2m_datasets:
-            res = r2m[ds]
+            runs_r2m = _seeds(r2m[ds])
+            res = runs_r2m[0]
             chance = chance or res
-            rows.append([label, MODEL_LABELS["r2m"], THIS_RUN, *_ret_cells(res),
-                         f"{res['n_images']} images × {res['n_sentences']} sentences; v̂ · ṽ (unpaired training)"])
+            cells, why = _ret_run_cells(runs_r2m)
+            note = f"{res['n_images']} images × {res['n_sentences']} sentences; v̂ · ṽ (unpaired training)"
+            rows.append([label, MODEL_LABELS["r2m"], THIS_RUN, *cells, "; ".join(x for x in (note, why) if x)])
         if chance is not None:
             c = chance["chance"]
-            rows.append([label, "random ranking", CHANCE, *_ret_cells({"sentence_retrieval": c["sentence_retrieval"],
-                                                                        "image_retrieval": c["image_retrieval"]}),
+            rows.append([label, "random ranking", CHANCE,
+                         *plain(_ret_cells({"sentence_retrieval": c["sentence_retrieval"],
+                                            "image_retrieval": c["image_retrieval"]})),
                          "expected for this test set"])
     for m in models:
         for ds_label, method, values, note in PUBLISHED_RETRIEVAL.get(m, []):
             rows.append([ds_label, method, PUBLISHED,
-                         *[f"{v:g}" if "Med" in c else f"{v:.1f}" for c, v in zip(RET_COLUMNS, values, strict=True)],
+                         *plain([f"{v:g}" if "Med" in c else f"{v:.1f}" for c, v in zip(RET_COLUMNS, values, strict=True)]),
                          note])
     return rows
 
 
 def retrieval(ctx) -> None:
-    sup, r2m = {}, {}
-    for keys, path in ctx.gather("sup"):
-        sup[(keys["dataset"], keys["model"])] = _read(Path(path), f"retrieval of {keys['model']} on {keys['dataset']}")
-    for keys, path in ctx.gather("r2m"):
-        r2m[keys["dataset"]] = _read(Path(path), f"R2M retrieval on {keys['dataset']}")
+    sup = {k: [_read(p, f"retrieval of {k[1]} on {k[0]}") for p in paths]
+           for k, paths in I.group_paths(ctx.gather("sup"), lambda k: (k["dataset"], k["model"])).items()}
+    r2m = {k: [_read(p, f"R2M retrieval on {k}") for p in paths]
+           for k, paths in I.group_paths(ctx.gather("r2m"), lambda k: k["dataset"]).items()}
     rows = retrieval_rows(sup, r2m, list(ctx.params.baselines.datasets), list(ctx.params.baselines.models),
                           list(ctx.params.datasets))
     write_text(ctx.outs["csv"], _csv(RET_HEADER, rows))
@@ -311,5 +384,7 @@ def retrieval(ctx) -> None:
         "Image-sentence retrieval", RET_HEADER, rows,
         "Sent = sentence retrieval (image query, its 5 references relevant), Img = image retrieval "
         "(sentence query). R@K in percent, Med r = median rank of the first ground truth; ties count "
-        "against the query. Published rows name the paper's dataset and test set size."))
+        "against the query. [low, high] (`_lo`, `_hi`): 95 % interval — the percentile bootstrap over the "
+        "queries (1,000 resamples, fixed seed) for one seed, Student t over seeds for several. Published "
+        "rows name the paper's dataset and test set size."))
     ctx.log.info("wrote %s (%d rows)", ctx.outs["csv"], len(rows))

@@ -99,7 +99,7 @@ def _losses(ctx, out: Path, idx: FigureIndex) -> None:
     for keys, path in ctx.gather("losses"):
         path = Path(path)
         if path.exists():
-            curves[(keys["variant"], keys["ckpt"])] = read_loss(path)
+            curves.setdefault((keys["variant"], keys["ckpt"]), []).append(read_loss(path))  # one per seed
         else:
             missing.append(f"{keys['variant']}/{keys['ckpt']}")
     if missing:
@@ -111,7 +111,8 @@ def _losses(ctx, out: Path, idx: FigureIndex) -> None:
     save_figure(loss_figure(curves), out / "losses.png")
     idx.figures.append({"file": "losses.png", "kind": "losses", "title": "Training losses per stage",
                         "caption": "One panel per training stage, one colour per variant; "
-                                   "solid = training batches, dashed = validation."})
+                                   "solid = training batches, dashed = validation; with several seeds, the "
+                                   "mean over seeds and a shaded band (their range)."})
 
 
 def _attention(ctx, out: Path, idx: FigureIndex) -> None:

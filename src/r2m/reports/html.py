@@ -24,6 +24,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from r2m.reports import intervals as I
 from r2m.reports.published import COLUMNS
 from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, SCOPE_COLUMNS, TABLES
 from r2m.utils.io import read_json, write_text
@@ -34,8 +35,17 @@ MACROS = """\
 {% macro metrics_table(t) %}
 <table class="metrics"><thead><tr>{% for h in t.header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>\
 {% for r in t.rows %}<tr class="{{ r.cls }}">\
-{% for c in r.cells %}<td{% if c.num %} class="num"{% endif %}>{{ c.value }}</td>{% endfor %}</tr>{% endfor %}\
+{% for c in r.cells %}<td{% if c.num %} class="num"{% endif %}>{{ c.value }}\
+{% if c.ci %}<br><small class="ci">{{ c.ci }}</small>{% endif %}</td>{% endfor %}</tr>{% endfor %}\
 </tbody></table>
+{%- endmacro %}
+{% macro interval_parts(t) %}
+{% if t.diffs %}
+<p class="caption"><b>Paired differences</b> (row &minus; reference, &times; 100; paired bootstrap over the test \
+images, pooled over seeds; * = the 95&nbsp;% interval excludes 0, n.s. = it does not):</p>
+{{ metrics_table(t.diffs) }}
+{% endif %}
+{% if t.sentence %}<p class="caption">{{ t.sentence }}</p>{% endif %}
 {%- endmacro %}
 {% macro missing(path, command) %}
 <p class="note">{{ path }} is missing: run <code>r2m {{ command }}</code>.</p>
@@ -45,13 +55,16 @@ MACROS = """\
 <p class="caption">Scores &times; 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE). \
 <i>Italic grey</i> rows are the paper's published numbers, <b>bold</b> rows this run. \
 Empty cells: not reported in the paper, or not computed here \
-(SPICE needs Stanford CoreNLP jars that are not available offline). {{ concept_note }}</p>
+(SPICE needs Stanford CoreNLP jars that are not available offline). Below each value of this run: its \
+95&nbsp;% interval [low, high] &mdash; Student t over seeds when a row has several, else the percentile bootstrap \
+over the test images (1,000 resamples, fixed seed). {{ concept_note }}</p>
 {% for t in tables %}
 <h3 id="{{ t.name }}">Table {{ t.number }}: {{ t.title }}</h3>
 {% if t.table is none %}
 {{ missing(t.path, t.name) }}
 {% else %}
 {{ metrics_table(t.table) }}
+{{ interval_parts(t.table) }}
 <p class="caption">{{ t.note }} Source: <code>{{ t.source }}</code>.</p>
 {% endif %}
 {% endfor %}
@@ -63,6 +76,7 @@ Empty cells: not reported in the paper, or not computed here \
 {{ missing(t.path, t.name) }}</section>
 {%- else %}
 {{ metrics_table(t.table) }}
+{{ interval_parts(t.table) }}
 <p class="caption">{{ t.caption }} Source: <code>{{ t.source }}</code>.</p></section>
 {%- endif %}
 {% endmacro %}
@@ -146,6 +160,7 @@ table.metrics td.num{text-align:right;font-variant-numeric:tabular-nums}
 table.metrics tr.published td{color:#5f6b76;font-style:italic}
 table.metrics tr.run td{font-weight:600}
 table.metrics tr.first td{border-top:2px solid #8a98a6}
+table.metrics small.ci{color:#6b7680;font-weight:400;white-space:nowrap}
 .note{color:#8a5a00;background:#fff6e0;border-left:3px solid #e0a800;padding:4px 10px;font-size:13px;margin:4px 0}
 .caption{font-size:13px;color:#444;margin:2px 0 14px}
 figure{margin:12px 0} figure img{max-width:100%;border:1px solid #d5dbe1;background:#fff}
@@ -206,20 +221,55 @@ def _row_class(r: Mapping[str, str], prev: str | None) -> str:
     return " ".join(cls + (["first"] if r.get("dataset") != prev else []))
 
 
+def _cell(r: Mapping[str, str], column: str, num: bool) -> dict[str, Any]:
+    """A cell: its value and, when the CSV gives one, its interval ``[low, high]``."""
+    lo, hi = r.get(f"{column}_lo", "") or "", r.get(f"{column}_hi", "") or ""
+    return {"value": r.get(column, "") or "", "num": num, "ci": f"[{lo}, {hi}]" if lo and hi else ""}
+
+
+def _diff_cell(r: Mapping[str, str], column: str) -> dict[str, Any]:
+    """A paired difference: ``+1.2 n.s.`` with its interval below it."""
+    d = r.get(f"d_{column}", "") or ""
+    if not d:
+        return {"value": "", "num": True, "ci": ""}
+    return {"value": f"{'' if d.startswith('-') else '+'}{d} {r.get(f'd_{column}_mark', '')}", "num": True,
+            "ci": f"[{r.get(f'd_{column}_lo', '')}, {r.get(f'd_{column}_hi', '')}]"}
+
+
+def interval_parts(rows: Sequence[Mapping[str, str]], header: Sequence[str]) -> dict[str, Any]:
+    """The paired differences of the rows compared with a reference (``vs``) as a table, and the
+    sentence saying how many seeds and images stand behind the table (none without ``seeds``)."""
+    if "seeds" not in header:
+        return {"diffs": None, "sentence": ""}
+    cols = I.diff_columns(header)
+    compared = [r for r in rows if r.get("vs")]
+    diffs = {"header": ["Dataset", "Method", "vs", *cols],
+             "rows": [{"cls": "run", "cells": [{"value": r.get(k, "") or "", "num": False, "ci": ""}
+                                               for k in ("dataset", "method", "vs")]
+                       + [_diff_cell(r, c) for c in cols]} for r in compared]}
+    return {"diffs": diffs if compared and cols else None, "sentence": I.table_sentence(rows, cols)}
+
+
 def table_view(rows: Sequence[Mapping[str, str]]) -> dict[str, Any]:
-    """Tables 1–3 as data: the paper's columns, the concept columns and the scope columns (split,
-    images, note: what each row scored) present in the CSV; a dataset's name on its first row only."""
-    cols = [*COLUMNS, *(c for c in CONCEPT_COLUMNS if rows and c in rows[0])]
-    scope = [c for c in SCOPE_COLUMNS if rows and c in rows[0]]
+    """Tables 1–3 as data: the paper's columns, the concept columns (each value with its interval
+    below it), seeds and interval, and the scope columns (split, images, note: what each row scored)
+    present in the CSV; a dataset's name on its first row only; the paired differences and the
+    table's sentence (:func:`interval_parts`)."""
+    header = list(rows[0]) if rows else []
+    cols = [*COLUMNS, *(c for c in CONCEPT_COLUMNS if c in header)]
+    counts = [c for c in ("seeds", "interval") if c in header]
+    scope = [c for c in SCOPE_COLUMNS if c in header]
     body, prev = [], None
     for r in rows:
-        cells = [{"value": r.get("dataset", "") if r.get("dataset") != prev else "", "num": False},
-                 {"value": r.get("method", ""), "num": False}, {"value": r.get("source", ""), "num": False}]
-        cells += [{"value": r.get(c, "") or "", "num": True} for c in cols]
-        cells += [{"value": r.get(c, "") or "", "num": c == "images"} for c in scope]
+        cells = [{"value": r.get("dataset", "") if r.get("dataset") != prev else "", "num": False, "ci": ""},
+                 {"value": r.get("method", ""), "num": False, "ci": ""},
+                 {"value": r.get("source", ""), "num": False, "ci": ""}]
+        cells += [_cell(r, c, True) for c in cols]
+        cells += [_cell(r, c, c in ("seeds", "images")) for c in (*counts, *scope)]
         body.append({"cls": _row_class(r, prev), "cells": cells})
         prev = r.get("dataset")
-    return {"header": ["Dataset", "Method", "Source", *cols, *scope], "rows": body}
+    return {"header": ["Dataset", "Method", "Source", *cols, *counts, *scope], "rows": body,
+            **interval_parts(rows, header)}
 
 
 def table_html(rows: Sequence[Mapping[str, str]]) -> str:
@@ -229,15 +279,18 @@ def table_html(rows: Sequence[Mapping[str, str]]) -> str:
 
 def csv_table_view(rows: Sequence[Mapping[str, str]], header: Sequence[str]) -> dict[str, Any]:
     """A generic CSV table (the baselines and retrieval tables) as data: text columns left, numbers
-    right; published rows grey, skipped rows as notes."""
-    text = {"dataset", "method", "source", "note"}
+    right, each value with its interval below it; published rows grey, skipped rows as notes; the
+    paired differences and the table's sentence (:func:`interval_parts`)."""
+    text = {"dataset", "method", "source", "note", "interval", "split"}
+    cols = I.display_columns(header)
     body, prev = [], None
     for r in rows:
-        cells = [{"value": "" if h == "dataset" and r.get("dataset") == prev else r.get(h, "") or "",
-                  "num": h not in text} for h in header]
+        cells = [_cell(r, h, h not in text) for h in cols]
+        if r.get("dataset") == prev:
+            cells[cols.index("dataset")] = {"value": "", "num": False, "ci": ""}
         body.append({"cls": _row_class(r, prev), "cells": cells})
         prev = r.get("dataset")
-    return {"header": list(header), "rows": body}
+    return {"header": cols, "rows": body, **interval_parts(rows, header)}
 
 
 def tables_view(paths: Mapping[str, Path]) -> list[dict[str, Any]]:

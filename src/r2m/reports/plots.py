@@ -51,8 +51,22 @@ def read_loss(path: Path):
     return df
 
 
+def seed_band(frames: Sequence[Any], split: str):
+    """One split's loss over seeds: a DataFrame per step with ``mean``, ``low``, ``high`` (the range
+    over the seeds that logged that step) and ``seeds`` (how many did)."""
+    import pandas as pd
+
+    parts = [f.loc[f["split"] == split, ["step", "loss"]] for f in frames]
+    rows = pd.concat(parts) if parts else pd.DataFrame(columns=["step", "loss"])
+    rows = rows.dropna(subset=["loss"])
+    g = rows.groupby("step")["loss"]
+    return pd.DataFrame({"mean": g.mean(), "low": g.min(), "high": g.max(), "seeds": g.count()}).reset_index()
+
+
 def loss_figure(curves: Mapping[tuple[str, str], Any], ckpts: Sequence[str] = TRAIN_STAGES) -> Figure:
-    """One panel per training stage, one colour per variant; train solid, val dashed."""
+    """One panel per training stage, one colour per variant; train solid, val dashed. A curve may
+    be one ``loss.tsv`` frame or a list of them, one per seed: the mean over seeds with a shaded band
+    (the range over the seeds) when there are several."""
     fig = Figure(figsize=(4.2 * len(ckpts), 3.4))
     axes = fig.subplots(1, len(ckpts), squeeze=False)[0]
     variants = [v for v in VARIANT_NAMES if any(k[0] == v for k in curves)]
@@ -62,15 +76,19 @@ def loss_figure(curves: Mapping[tuple[str, str], Any], ckpts: Sequence[str] = TR
         ax.set_xlabel("step")
         drawn = False
         for v in variants:
-            df = curves.get((v, ckpt))
-            if df is None:
+            frames = curves.get((v, ckpt))
+            if frames is None:
                 continue
+            frames = frames if isinstance(frames, (list, tuple)) else [frames]
             for split, style in (("train", "-"), ("val", "--")):
-                part = df[df["split"] == split].sort_values("step")
-                if len(part):
-                    ax.plot(part["step"], part["loss"], style, color=colours[v], lw=1.3,
-                            marker="o" if len(part) < 3 else None, ms=3,
-                            label=f"{VARIANT_LABELS.get(v, v)} ({split})")
+                band = seed_band(frames, split)
+                if len(band):
+                    seeds = f", mean of {len(frames)} seeds" if len(frames) > 1 else ""
+                    ax.plot(band["step"], band["mean"], style, color=colours[v], lw=1.3,
+                            marker="o" if len(band) < 3 else None, ms=3,
+                            label=f"{VARIANT_LABELS.get(v, v)} ({split}{seeds})")
+                    if len(frames) > 1:
+                        ax.fill_between(band["step"], band["low"], band["high"], color=colours[v], alpha=0.2, lw=0)
                     drawn = True
         if drawn:
             ax.legend(fontsize=6.5, loc="best")

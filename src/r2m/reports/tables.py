@@ -2,7 +2,11 @@
 
 Numbers are percentages with one decimal like the paper (coco-caption scores × 100); a metric that
 was not computed (SPICE without its jars) or that the paper does not print is an empty cell.
-Every row says where it comes from: ``source = published`` or ``source = this run``.
+Every row says where it comes from: ``source = published`` or ``source = this run``. Each metric of
+a row of this run has its 95 % interval (``C``, ``C_lo``, ``C_hi``) with ``seeds``, ``images`` and
+``interval`` (which interval), and Tables 2 and 3 compare each row with R2M's final checkpoint
+(``vs``, ``d_C``, ``d_C_lo``, ``d_C_hi``, ``d_C_mark``): :mod:`r2m.reports.intervals`. Published
+rows leave those cells empty.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.params import TRAIN_STAGES, VARIANT_NAMES
+from r2m.reports import intervals as I
 from r2m.reports import published as P
 from r2m.utils.io import read_json, write_text
 
@@ -33,8 +38,14 @@ CONCEPT_NOTE = ("CR = concept recall of this run: the share of an image's input 
 SCOPE_COLUMNS = ("split", "images", "note")
 SCOPE_NOTE = ("Split / Images: the split each row scored and how many of its images (published rows: the "
               "paper's test split); Note marks rows that are not a full test-set score.")
-HEADER = ("dataset", "method", "source", *P.COLUMNS, *CONCEPT_COLUMNS, *SCOPE_COLUMNS)
+METRIC_COLUMNS = (*P.COLUMNS, *CONCEPT_COLUMNS)
+METRIC_FOR = {**P.METRIC_OF, **CONCEPT_METRICS}  # table column -> eval.json / per-image metric name
+HEADER = ("dataset", "method", "source", *I.interval_header(METRIC_COLUMNS), *I.COUNT_COLUMNS, "split",
+          *I.diff_header(METRIC_COLUMNS), "note")
 PUBLISHED_SCOPE = ("test", "", "")
+INTERVAL_NOTE = ("[low, high]: 95 % interval of this run's value — Student t over seeds when a row has ≥ 2 "
+                 "seeds, else the percentile bootstrap over test images (1,000 resamples, fixed seed); Seeds / "
+                 "Images: what stands behind the row.")
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,8 @@ class TableSpec:
     labels: Mapping[str, str]
     published: Mapping[str, Mapping[str, P.Row]]
     note: str
+    reference: str | None = None  # the row key every other row is compared with (paired bootstrap)
+    reference_label: str = ""  # how the ``vs`` cell names it (default: its row label)
 
 
 TABLES: dict[str, TableSpec] = {
@@ -59,10 +72,11 @@ TABLES: dict[str, TableSpec] = {
     "table2": TableSpec(
         2, "Ablations of the memory (final checkpoints)", "variant",
         ("no_fm", "d_lstm", "r_lstm", "dr_lstm", "r2m"), P.VARIANT_LABELS, P.TABLE2,
-        "Published rows: Guo et al. (IJCAI 2020) Table 2."),
+        "Published rows: Guo et al. (IJCAI 2020) Table 2.", "r2m"),
     "table3": TableSpec(
         3, "Ablations of the losses (the four training-stage checkpoints of R2M)", "ckpt", TRAIN_STAGES,
-        P.CKPT_LABELS, P.TABLE3, "Published rows: Guo et al. (IJCAI 2020) Table 3."),
+        P.CKPT_LABELS, P.TABLE3, "Published rows: Guo et al. (IJCAI 2020) Table 3.", "train_i",
+        "R2M final (+L_rec^I)"),
 }
 assert set(TABLES["table2"].order) == set(VARIANT_NAMES)
 
@@ -75,19 +89,11 @@ def fmt(value: float | None) -> str:
     return f"{value:.1f}"
 
 
-def run_row(metrics: Mapping[str, Any]) -> list[str]:
-    """coco-caption scores (0..1, or 0..10 for CIDEr) -> the table's percent cells."""
-    return [fmt(None if metrics.get(P.METRIC_OF[c]) is None else 100.0 * float(metrics[P.METRIC_OF[c]]))
-            for c in P.COLUMNS]
-
-
-def concept_cells(metrics: Mapping[str, Any]) -> list[str]:
-    """Concept recall cells (× 100) of an ``eval.json``; empty when it has none."""
-    return [fmt(None if metrics.get(m) is None else 100.0 * float(metrics[m])) for m in CONCEPT_METRICS.values()]
-
-
 def published_row(values: P.Row) -> list[str]:
-    return [fmt(v) for v in values] + [""] * len(CONCEPT_COLUMNS) + list(PUBLISHED_SCOPE)
+    """A published row's cells after dataset/method/source: the paper's values, no interval, no comparison."""
+    cells = [x for v in values for x in (fmt(v), "", "")] + [""] * (3 * len(CONCEPT_COLUMNS))
+    return [*cells, "", PUBLISHED_SCOPE[1], "", PUBLISHED_SCOPE[0], *I.diff_cells(METRIC_COLUMNS, METRIC_FOR, "", None),
+            PUBLISHED_SCOPE[2]]
 
 
 def scope_notes(metrics: Mapping[str, Any]) -> list[str]:
@@ -116,8 +122,13 @@ def scope_cells(metrics: Mapping[str, Any]) -> list[str]:
     return [str(metrics.get("split") or ""), "" if n is None else str(int(n)), "; ".join(scope_notes(metrics))]
 
 
-def this_run_row(label: str, method: str, metrics: Mapping[str, Any]) -> list[str]:
-    return [label, method, THIS_RUN, *run_row(metrics), *concept_cells(metrics), *scope_cells(metrics)]
+def this_run_row(label: str, method: str, row: I.RowEval, summary: I.Summary,
+                 diffs: Mapping[str, Any] | None = None, vs: str = "") -> list[str]:
+    split, images, note = scope_cells(row.first)
+    counts = I.count_cells(summary)
+    counts[1] = counts[1] or images
+    return [label, method, THIS_RUN, *I.interval_cells(METRIC_COLUMNS, METRIC_FOR, summary), *counts, split,
+            *I.diff_cells(METRIC_COLUMNS, METRIC_FOR, vs, diffs), note]
 
 
 def read_eval(path: Path, what: str) -> dict[str, float | None]:
@@ -144,9 +155,15 @@ def read_eval(path: Path, what: str) -> dict[str, float | None]:
     return data
 
 
+def _as_row(value: I.RowEval | Mapping[str, Any]) -> I.RowEval:
+    return value if isinstance(value, I.RowEval) else I.RowEval([value])
+
+
 def build_rows(spec: TableSpec, datasets: Sequence[str], row_keys: Sequence[str],
-               evals: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[list[str]]:
-    """Rows for one table: per dataset, per row key, the published row (if any) then this run's."""
+               evals: Mapping[tuple[str, str], I.RowEval | Mapping[str, Any]]) -> list[list[str]]:
+    """Rows for one table: per dataset, per row key, the published row (if any) then this run's
+    (an ``eval.json`` dict is one seed without per-image statistics: no interval)."""
+    metrics = list(METRIC_FOR.values())
     rows: list[list[str]] = []
     for ds in datasets:
         label = P.dataset_label(ds)
@@ -154,13 +171,18 @@ def build_rows(spec: TableSpec, datasets: Sequence[str], row_keys: Sequence[str]
         if spec.axis is None:  # Table 1: the published baselines and R2M, then ours
             for method, values in pub.items():
                 rows.append([label, method, PUBLISHED, *published_row(values)])
-            rows.append(this_run_row(label, "R2M", evals[(ds, "r2m")]))
+            run = _as_row(evals[(ds, "r2m")])
+            rows.append(this_run_row(label, "R2M", run, I.summarise(run, metrics)))
             continue
+        ref = _as_row(evals[(ds, spec.reference)]) if (ds, spec.reference) in evals else None
+        vs = spec.reference_label or spec.labels.get(spec.reference, spec.reference or "")
         for key in [k for k in spec.order if k in row_keys]:
             method = spec.labels.get(key, key)
             if key in pub:
                 rows.append([label, method, PUBLISHED, *published_row(pub[key])])
-            rows.append(this_run_row(label, method, evals[(ds, key)]))
+            run = _as_row(evals[(ds, key)])
+            diffs = I.paired(run, ref, metrics) if ref is not None and key != spec.reference else None
+            rows.append(this_run_row(label, method, run, I.summarise(run, metrics), diffs, vs))
     if spec.axis is None:  # Table 1 always shows the paper's targets, configured or not
         for ds, pub in spec.published.items():
             if ds not in datasets:
@@ -196,35 +218,39 @@ def eval_notes(evals: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
 
 
 def to_markdown(spec: TableSpec, rows: Sequence[Sequence[str]], notes: Sequence[str] = ()) -> str:
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c if c else "" for c in cells) + " |"
-
-    head = ["Dataset", "Method", "Source", *P.COLUMNS, *CONCEPT_COLUMNS, "Split", "Images", "Note"]
+    head = ["Dataset", "Method", "Source", *METRIC_COLUMNS, "Seeds", "Interval", "Split", "Images", "Note"]
     out = [f"# Table {spec.number}: {spec.title}", "",
-           line(head), "|" + "|".join(["---"] * 3 + ["---:"] * (len(P.COLUMNS) + len(CONCEPT_COLUMNS))
-                                      + ["---", "---:", "---"]) + "|"]
+           I.md_line(head), "|" + "|".join(["---"] * 3 + ["---:"] * (len(METRIC_COLUMNS) + 1) + ["---", "---", "---:", "---"]) + "|"]
+    recs = [dict(zip(HEADER, r, strict=True)) for r in rows]
     prev = None
-    for r in rows:
-        shown = ["" if r[0] == prev else r[0], *r[1:]]  # dataset label once per block
-        prev = r[0]
-        out.append(line(shown))
+    for r in recs:
+        out.append(I.md_line(["" if r["dataset"] == prev else r["dataset"], r["method"], r["source"],
+                            *(I.cell_with_interval(r, c) for c in METRIC_COLUMNS),
+                            *(r[c] for c in ("seeds", "interval", "split", "images", "note"))]))
+        prev = r["dataset"]
     out += ["", f"Scores × 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE); empty = not "
-            f"reported / not computed. {CONCEPT_NOTE} {SCOPE_NOTE} {spec.note}", ""]
+            f"reported / not computed. {INTERVAL_NOTE} {CONCEPT_NOTE} {SCOPE_NOTE} {spec.note}", ""]
+    out += I.diff_markdown(recs, METRIC_COLUMNS)
+    out += [I.table_sentence(recs, METRIC_COLUMNS), ""]
     out += [f"Note: {n}" for n in notes] + ([""] if notes else [])
     return "\n".join(out)
 
 
 # --------------------------------------------------------------------------- stage functions
-def _gathered_evals(ctx, spec: TableSpec) -> tuple[dict[tuple[str, str], dict], list[str]]:
-    evals: dict[tuple[str, str], dict] = {}
-    keys_seen: list[str] = []
-    for keys, path in ctx.gather("evals"):
-        key = keys[spec.axis] if spec.axis else keys.get("variant", "r2m")
-        what = ", ".join(f"{k}={v}" for k, v in keys.items())
-        evals[(keys["dataset"], key)] = read_eval(Path(path), what)
-        if key not in keys_seen:
-            keys_seen.append(key)
-    return evals, keys_seen
+def _gathered_evals(ctx, spec: TableSpec) -> tuple[dict[tuple[str, str], I.RowEval], list[str]]:
+    """Each row's seeds: their ``eval.json`` and (deps ``stats``) ``per_image.parquet``, grouped per
+    (dataset, row key); several gathered seeds of one row become one :class:`~r2m.reports.intervals.RowEval`."""
+    def key_of(keys: Mapping[str, str]) -> tuple[str, str]:
+        return keys["dataset"], keys[spec.axis] if spec.axis else keys.get("variant", "r2m")
+
+    evals = I.group_paths(ctx.gather("evals"), key_of)
+    stats = I.group_paths(ctx.gather("stats"), key_of) if "stats" in ctx.stage.deps else {}
+    rows: dict[tuple[str, str], I.RowEval] = {}
+    for k, paths in evals.items():
+        what = f"dataset={k[0]}, {spec.axis or 'variant'}={k[1]}"
+        evs = [read_eval(p, what) for p in paths]
+        rows[k] = I.RowEval(evs, [I.read_stats(p, ev) for p, ev in zip(stats.get(k, []), evs, strict=False)])
+    return rows, list(dict.fromkeys(k for _, k in evals))
 
 
 def make_table(ctx, name: str) -> list[list[str]]:
@@ -232,7 +258,7 @@ def make_table(ctx, name: str) -> list[list[str]]:
     evals, row_keys = _gathered_evals(ctx, spec)
     rows = build_rows(spec, list(ctx.params.datasets), row_keys, evals)
     write_text(ctx.outs["csv"], to_csv(rows))
-    notes = eval_notes(evals)
+    notes = eval_notes({k: v.first for k, v in evals.items()})
     for n in notes:
         ctx.log.warning("%s: %s", name, n)
     write_text(ctx.outs["md"], to_markdown(spec, rows, notes))

@@ -92,9 +92,13 @@ def retrieval_scores(logp: np.ndarray, sentence_image: np.ndarray, prior_logp: n
     relevant[sentence_image, np.arange(S)] = True
     sent_scores = logp - log_prior(logp if prior_logp is None else prior_logp)[None, :] if normalise else logp
     per_image = np.bincount(sentence_image, minlength=N)
+    sent_ranks, img_ranks = first_match_ranks(sent_scores, relevant), first_match_ranks(logp.T, relevant.T)
     return {
-        "sentence_retrieval": recall_metrics(first_match_ranks(sent_scores, relevant)),
-        "image_retrieval": recall_metrics(first_match_ranks(logp.T, relevant.T)),
+        "sentence_retrieval": recall_metrics(sent_ranks),
+        "image_retrieval": recall_metrics(img_ranks),
+        # per-query first-match ranks (image queries, then sentence queries in sentence order): the
+        # retrieval table's bootstrap over queries (`dvc metrics show` skips lists)
+        "ranks": {"sentence_retrieval": sent_ranks.tolist(), "image_retrieval": img_ranks.tolist()},
         "chance": {"sentence_retrieval": chance_metrics(S, int(np.median(per_image))),
                    "image_retrieval": chance_metrics(N, 1)},
         "n_images": int(N), "n_sentences": int(S),

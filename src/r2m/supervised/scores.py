@@ -20,15 +20,20 @@ def evaluate(ctx) -> None:
         write_json(ctx.outs["metrics"], {"skipped": reason})
         write_json(ctx.outs["per_image"], {"skipped": reason})
         if "stats" in ctx.outs:  # no rows: nothing was scored
-            from r2m.evaluation import per_image
-            from r2m.evaluation.bootstrap import PerImage
-
-            per_image.write(ctx.outs["stats"], PerImage((), {}), {"skipped": reason})
+            _empty_stats(ctx.outs["stats"], reason)
         ctx.log.info("evaluate_sup: %s", reason)
         return
     from r2m.evaluation.stage import run as evaluate_stage
 
     evaluate_stage(ctx)
+
+
+def _empty_stats(path, reason: str) -> None:
+    """A skipped evaluation's ``per_image.parquet``: no rows, the reason in its metadata."""
+    from r2m.evaluation import per_image
+    from r2m.evaluation.bootstrap import PerImage
+
+    per_image.write(path, PerImage((), {}), {"skipped": reason})
 
 
 def most_frequent_caption(sup_vocab: str | Path) -> tuple[str, int]:
@@ -55,9 +60,11 @@ def mostfreq(ctx) -> None:
     if reason:
         write_json(ctx.outs["captions"], [])
         write_json(ctx.outs["metrics"], {"skipped": reason})
+        if "stats" in ctx.outs:
+            _empty_stats(ctx.outs["stats"], reason)
         ctx.log.info("mostfreq: %s", reason)
         return
-    from r2m.evaluation.stage import evaluate_files
+    from r2m.evaluation.stage import evaluate_files, write_per_image
 
     sentence, count = most_frequent_caption(ctx.deps["sup_vocab"])
     images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
@@ -68,4 +75,7 @@ def mostfreq(ctx) -> None:
                          list(ctx.params.evaluate.scorers), workers=ctx.runtime.workers or None, logger=ctx.log)
     write_json(ctx.outs["metrics"], {**res["metrics"], "caption": sentence, "count": count, "split": res["split"],
                                      "n_images": len(res["images"]), "missing_images": len(res["missing"])})
+    if "stats" in ctx.outs:  # the baselines table compares each model with this reference point, image by image
+        write_per_image(ctx.outs["stats"], res, res["stats"], None, res["metrics"], ctx.outs["captions"],
+                        Path(ctx.deps["prepared"]) / "references.json")
     ctx.save_params(Path(ctx.outs["metrics"]).parent, "eval.params.yaml")

@@ -1,9 +1,12 @@
-"""Multi-GPU (or multi-process CPU) training with PyTorch DDP, launched by ``torchrun``.
+"""Multi-GPU (or multi-process CPU) training with PyTorch DDP, launched by ``torchrun`` or Slurm's ``srun``.
 
 Launch (one machine, N GPUs)::
 
     r2m train_xe --dataset D --variant r2m --nproc N        # re-executes itself under torchrun
     torchrun --standalone --nproc-per-node N -m r2m.cli train_xe --dataset D --variant r2m   # the same
+
+or as one Slurm job of N tasks (``sbatch --ntasks=N … --wrap "srun r2m train_xe …"``): each task takes
+its rank, world size and local rank from Slurm's step environment (:func:`adopt_slurm`).
 
 **The global batch stays the paper's** (``<stage>.batch_size``, 256): every rank draws the same
 global batch from the same seeded stream and keeps its contiguous slice of ``batch_size / N`` rows,
@@ -23,7 +26,7 @@ every rank resumes from the same ``last.pt``. Validation and checkpoint selectio
 (identical models, identical results), so no rank waits on another's decision.
 
 Nothing here changes a single-process run: :func:`current` is a no-op context when ``WORLD_SIZE``
-is unset or 1.
+is unset or 1 (a Slurm step of one task, or a batch script outside ``srun``, is a single process).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,13 +207,45 @@ def launch(nproc: int, argv: list[str]) -> int:
     return 0
 
 
+SLURM_PORT_BASE = 20000  # MASTER_PORT under srun: this plus the job id modulo 20000 (unless MASTER_PORT is set)
+
+
+def adopt_slurm(env: MutableMapping[str, str] | None = None) -> bool:
+    """Inside a Slurm step of several tasks (``srun``; ``SLURM_STEP_NUM_TASKS`` > 1) and outside torchrun,
+    set torchrun's variables from Slurm's: ``RANK`` = ``SLURM_PROCID``, ``WORLD_SIZE`` =
+    ``SLURM_STEP_NUM_TASKS``, ``LOCAL_RANK`` = ``SLURM_LOCALID``, ``MASTER_ADDR`` = the step's first node,
+    ``MASTER_PORT`` from the job id. A batch script itself (no ``srun``) is one process, even with
+    ``--ntasks=N``: only ``srun`` sets ``SLURM_STEP_NUM_TASKS``. True when it set them."""
+    env = os.environ if env is None else env
+    tasks = env.get("SLURM_STEP_NUM_TASKS", "")
+    if "WORLD_SIZE" in env or not tasks.isdigit() or int(tasks) <= 1:
+        return False
+    env.update(RANK=env["SLURM_PROCID"], WORLD_SIZE=tasks, LOCAL_RANK=env.get("SLURM_LOCALID", "0"))
+    env.setdefault("MASTER_ADDR", first_node(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "")))
+    env.setdefault("MASTER_PORT", str(SLURM_PORT_BASE + int(env.get("SLURM_JOB_ID", "0")) % 20000))
+    return True
+
+
+def first_node(nodelist: str) -> str:
+    """The first host of a Slurm node list (``node[03-05,07],gpu1`` → ``node03``); 127.0.0.1 when empty."""
+    head = nodelist.split(",")[0].strip()
+    if "[" not in head:
+        return head or "127.0.0.1"
+    prefix, ranges = head.split("[", 1)
+    return prefix + ranges.split(",")[0].split("-")[0].rstrip("]")
+
+
 def relaunch(stage: str, argv: list[str]) -> int | None:
     """For ``r2m <stage> … --nproc N``: the exit status of the torchrun re-launch, or None to run
-    here (N = 1, or already inside torchrun)."""
+    here (N = 1, or already inside torchrun or a Slurm step of several tasks)."""
     try:
         nproc, rest = strip_nproc(argv)
     except ValueError as err:
         print(f"r2m {stage}: {err}", file=sys.stderr)
+        return 2
+    if adopt_slurm() and nproc > 1 and nproc != int(os.environ["WORLD_SIZE"]):
+        print(f"r2m {stage}: --nproc {nproc} inside a Slurm step of {os.environ['WORLD_SIZE']} tasks: "
+              "srun starts the processes, drop --nproc", file=sys.stderr)
         return 2
     if nproc <= 1 or "WORLD_SIZE" in os.environ:
         return None

@@ -1,0 +1,230 @@
+"""The DAG on a real Slurm cluster: one node with job accounting and a GRES ``gpu`` on /dev/null, started by
+tests/cluster/slurm_up.sh (as root; installs the Debian packages when missing) and stopped again by
+slurm_down.sh. The tiny DAG up to Table 1 runs through Snakemake's SLURM executor with the project's profile
+(workflow/profiles/slurm, the pinned plugin of requirements-cluster.lock): every job a Slurm job with the
+registry's resources, the tables those of the local run; a training job cancelled with ``scancel`` is reported
+and resumes bit-identically; a job over its memory limit fails with Slurm's one-line reason; DDP as one job of
+two ``srun`` tasks follows the single-process loss curve. Skipped, with one line saying why, when the
+cluster cannot be started (not root, no packages) or the plugin is not installed (``make setup-cluster``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from conftest import tiny_dag_env, tiny_workflow
+from r2m.pipeline.stages import BY_NAME
+from test_distributed import assert_same_loss_curve
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CLUSTER = ROOT / "tests" / "cluster"
+PROFILE = "workflow/profiles/slurm"
+# a test's settings on top of the profile: the first status check after 1 s (default 40), files seen at once
+FAST = ("--slurm-init-seconds-before-status-checks", "1", "--latency-wait", "5")
+TABLE1 = "reports/table1.csv"
+# the jobs Table 1 of `tiny` needs, read off the registry by hand (one job each: one dataset, variant r2m,
+# the final checkpoint train_i)
+TABLE1_RULES = sorted(["inputs", "prepare", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
+                       "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "table1"])
+RESUME = ".r2m/resume/train_xe/tiny-r2m/last.pt"
+SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+) \(log: \S*?logs/slurm/rule_([A-Za-z0-9_]+)/")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The cluster for this module: started here (and stopped afterwards) unless it is already up."""
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        pytest.skip("Slurm tests: the SLURM executor plugin is not installed (make setup-cluster)")
+    r = subprocess.run(["bash", str(CLUSTER / "slurm_up.sh")], capture_output=True, text=True, timeout=900)
+    if r.returncode:
+        lines = r.stderr.strip().splitlines() or [f"slurm_up.sh exited {r.returncode}"]
+        pytest.skip(f"Slurm tests: {lines[-1]}")
+    started = r.stdout.strip().endswith("started")
+    yield
+    if started:
+        subprocess.run(["bash", str(CLUSTER / "slurm_down.sh")], capture_output=True, text=True, timeout=300)
+
+
+def test_cluster_scripts_refuse_a_non_root_user_in_one_line():
+    if shutil.which("runuser") is None or subprocess.run(["id", "-u"], capture_output=True, text=True).stdout != "0\n":
+        pytest.skip("needs root (to run the scripts as user nobody)")
+    for script in ("slurm_up.sh", "slurm_down.sh"):
+        r = subprocess.run(["runuser", "-u", "nobody", "--", "bash", str(CLUSTER / script)], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and r.stdout == "", script
+        assert r.stderr.count("\n") == 1 and "needs root" in r.stderr, r.stderr
+
+
+def snakemake(wd: Path, *args: str, timeout: int = 900):
+    """``snakemake --workflow-profile workflow/profiles/slurm`` in ``wd``; args: targets, then options."""
+    cmd = [str(BIN / "snakemake"), "--workflow-profile", PROFILE, *FAST, *args]
+    return subprocess.run(cmd, cwd=wd, env=tiny_dag_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def sacct(ids: list[str], *fields: str) -> dict[str, dict[str, str]]:
+    r = subprocess.run(["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", ",".join(("JobID", *fields))],
+                       capture_output=True, text=True, check=True)
+    rows = [line.split("|") for line in r.stdout.splitlines() if line]
+    return {row[0]: dict(zip(fields, row[1:], strict=True)) for row in rows}
+
+
+def tres(text: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in text.split(",") if item)
+
+
+def runtime_minutes(rule: str) -> int:
+    """The run time limit the profile declares for a rule (set-resources, else default-resources)."""
+    profile = yaml.safe_load((ROOT / PROFILE / "config.yaml").read_text())
+    return (profile.get("set-resources", {}).get(rule) or {}).get("runtime", profile["default-resources"]["runtime"])
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def slurm_dag(cluster, tmp_path_factory):
+    """Table 1 of `tiny` through Slurm, in a scratch copy of the workflow with the shared local run's params
+    (conftest.tiny_workflow); returns (folder, snakemake's output)."""
+    wd = tmp_path_factory.mktemp("slurm_dag")
+    tiny_workflow(ROOT, wd)
+    r = snakemake(wd, TABLE1)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    return wd, out
+
+
+def test_every_job_is_a_slurm_job_with_the_resources_the_profile_declares(slurm_dag):
+    wd, out = slurm_dag
+    jobs = {m[1]: m[2] for m in SUBMITTED.finditer(out)}  # Slurm job id -> rule
+    assert sorted(jobs.values()) == TABLE1_RULES
+    rows = sacct(list(jobs), "State", "Account", "AllocTRES", "Timelimit")
+    assert sorted(rows) == sorted(jobs)  # the accounting database knows every job
+    for jid, rule in jobs.items():
+        row, want = rows[jid], BY_NAME[rule].resources
+        got = tres(row["AllocTRES"])
+        assert (row["State"], row["Account"]) == ("COMPLETED", "r2m"), (rule, row)
+        assert got["cpu"] == "1" and got["mem"] == f"{want.mem_mb}M", (rule, got)  # threads: 1; mem_mb
+        assert got.get("gres/gpu") == ("1" if want.gpu else None), (rule, got)  # gpu=1 -> --gpus=1 -> GRES
+        minutes = runtime_minutes(rule)
+        assert row["Timelimit"] == f"{minutes // 60:02d}:{minutes % 60:02d}:00", (rule, row)
+        assert list((wd / "logs/slurm" / f"rule_{rule}").rglob(f"{jid}.log")), rule  # Slurm's log, kept
+        assert list((wd / "logs" / rule).glob("*.log")), rule  # the stage's own log
+
+
+def test_tables_identical_to_the_local_run(slurm_dag, tiny_dag):
+    wd, _ = slurm_dag
+    for rel in (TABLE1, "reports/table1.md", "results/tiny/r2m/train_i/eval.json",
+                "results/tiny/r2m/train_i/captions.json"):
+        assert (wd / rel).read_bytes() == (tiny_dag / rel).read_bytes(), rel
+
+
+def _wait_for(what: str, ready, proc: subprocess.Popen, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"snakemake exited before {what}: {proc.communicate()[0][-4000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no {what} within {seconds:.0f} s")
+        time.sleep(0.5)
+
+
+def test_scancel_of_a_training_job_is_reported_and_the_rerun_resumes_bit_identical(slurm_dag, tmp_path):
+    """train_xe (60 steps, last.pt every 20) as a Slurm job, held at step 30 (R2M_FAULT=train_xe@30:STOP, so
+    it cannot finish first) and cancelled with scancel once last.pt exists: Snakemake reports the job and
+    exits (plugin 2.8.0 with sacct would wait forever: this test fails on its timeout then); the rerun
+    resumes from last.pt and ends with the uninterrupted run's weights and loss.tsv."""
+    done, _ = slurm_dag
+    wd = copy_run(done, tmp_path / "cut")
+    env = {**tiny_dag_env(), "R2M_FAULT": "train_xe@30:STOP"}
+    cmd = [str(BIN / "snakemake"), "--workflow-profile", PROFILE, *FAST, "models/tiny/r2m/train_xe",
+           "--forcerun", "train_xe"]
+    proc = subprocess.Popen(cmd, cwd=wd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_for("last.pt", (wd / RESUME).exists, proc, 300)
+    running = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i|%Z"], capture_output=True, text=True, check=True)
+    ids = [line.split("|")[0] for line in running.stdout.splitlines() if line.endswith(f"|{wd}")]
+    assert len(ids) == 1, running.stdout
+    subprocess.run(["scancel", ids[0]], check=True)
+    try:
+        out = proc.communicate(timeout=240)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("snakemake still waits 240 s after scancel (the plugin's CANCELLED hang: status command?)")
+    assert proc.returncode != 0
+    assert f"SLURM-job '{ids[0]}' failed" in out and "CANCELLED" in out, out[-3000:]
+    assert f"r2m: train_xe: Slurm job {ids[0]} was cancelled; run the same command again to resume it" in out
+    assert sacct(ids, "State")[ids[0]]["State"].startswith("CANCELLED")
+    step = torch.load(wd / RESUME, weights_only=True)["step"]
+    assert 20 <= step < 60 and not (wd / "models/tiny/r2m/train_xe").exists()
+
+    r = snakemake(wd, "models/tiny/r2m/train_xe")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert f"resuming from {RESUME} at step {step}" in (wd / "logs/train_xe/tiny-r2m.log").read_text()
+    assert not (wd / RESUME).exists()
+    a = torch.load(done / "models/tiny/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
+    b = torch.load(wd / "models/tiny/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    loss = "results/tiny/r2m/train_xe/loss.tsv"
+    assert (wd / loss).read_text() == (done / loss).read_text()
+
+
+def test_a_job_over_its_memory_limit_fails_with_a_one_line_reason(slurm_dag, tmp_path):
+    """train_xe given 300 MB (Snakemake's job wrapper and torch need more): Slurm kills it and the Snakefile's
+    onerror prints one line naming the rule, the job and both sizes; the finished upstream outputs stay."""
+    wd = copy_run(slurm_dag[0], tmp_path / "oom")
+    r = snakemake(wd, "models/tiny/r2m/train_xe", "--forcerun", "train_xe", "--set-resources", "train_xe:mem_mb=300")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert "Error in rule train_xe:" in out, out[-3000:]
+    reason = [line for line in out.splitlines() if line.startswith("r2m: train_xe: Slurm job ")]
+    assert len(reason) == 1, out[-3000:]
+    assert re.fullmatch(r"r2m: train_xe: Slurm job \d+ exceeded its memory limit \((\d+) MB > 300 MB\) and was "
+                        r"killed; raise mem_mb for train_xe \(set-resources in the Slurm profile\)", reason[0]), reason
+    assert int(re.search(r"\((\d+) MB", reason[0])[1]) > 300
+    assert (wd / "data/tiny/vocab/vocab.json").exists() and (wd / "data/tiny/features/features.h5").exists()
+
+
+def test_ddp_as_two_srun_tasks_follows_the_single_process_loss_curve(slurm_dag, tmp_path):
+    """One Slurm job of 2 tasks, two steps: train_xe as one process (srun -n 1), then as two (srun -n 2; gloo on
+    CPU, rank and world size from Slurm's environment): the same loss curve within float summation order, as
+    tests/test_distributed.py checks locally (and, like it, over a few steps: summation-order differences grow
+    with every step); rank 0 alone writes the outputs. Dropout off: its masks are drawn per rank, so with
+    dropout the curves agree in distribution only."""
+    done, _ = slurm_dag
+    raw = yaml.safe_load((done / ".snakemake/r2m/params.yaml").read_text())
+    raw["model"]["dropout"] = 0.0
+    raw["catalog"]["tiny"]["overrides"]["train_xe"].update(steps=8, eval_every=4, checkpoint_every=4)
+    for name in ("one", "two"):
+        wd = copy_run(done, tmp_path / name)
+        for rel in ("models/tiny/r2m/train_xe", "results/tiny/r2m/train_xe"):
+            shutil.rmtree(wd / rel)
+        (wd / "ddp_params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    r2m = f"{BIN / 'r2m'} train_xe --dataset tiny --variant r2m --params ddp_params.yaml"
+    r = subprocess.run(["sbatch", "--parsable", "--wait", "--ntasks=2", "--cpus-per-task=1", "--mem=4000", "-t", "20",
+                        "-o", "ddp-%j.log", "--wrap", f"cd one && srun -n 1 {r2m} && cd ../two && srun -n 2 {r2m}"],
+                       cwd=tmp_path, env=tiny_dag_env(), capture_output=True, text=True, timeout=900)
+    jid = r.stdout.strip().split(";")[0]
+    log = tmp_path / f"ddp-{jid}.log"
+    assert r.returncode == 0, r.stderr + (log.read_text()[-4000:] if log.exists() else "")
+    steps = subprocess.run(["sacct", "-n", "-P", "-j", jid, "-o", "JobID,NTasks,State"], capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    assert {f"{jid}.0|1|COMPLETED", f"{jid}.1|2|COMPLETED"} <= set(steps), steps
+    loss = "results/tiny/r2m/train_xe/loss.tsv"
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert_same_loss_curve((one / loss).read_text(), (two / loss).read_text(), "train_xe: srun -n 1 vs -n 2")
+    assert (two / "models/tiny/r2m/train_xe/model.pt").exists()
+    locks = ".r2m/locks/train_xe/tiny-r2m-rank1.lock"  # rank 1's own lock: RANK=1 came from SLURM_PROCID
+    assert (two / locks).exists() and not (one / locks).exists()
