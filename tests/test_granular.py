@@ -433,6 +433,7 @@ def test_a_finished_folder_missing_a_key_file_is_rebuilt(ws):
 
 def _edit_file(path: Path, edit: Callable[[str], str]) -> Callable[[], None]:
     original = path.read_text()
+    assert edit(original) != original, f"{path}: the edit changes nothing"
     path.write_text(edit(original))
     return lambda: path.write_text(original)
 
@@ -452,7 +453,7 @@ def test_a_changed_value_in_a_parsed_data_file_reruns_prepare(ws):
     """The other side of the last test: what the file says still counts."""
     params = V.validate(ws.raw, "test")
     path = ws.sm / "data/demo/references.json"
-    undo = _edit_file(path, lambda t: t.replace('"caption": "', '"caption": "edited ', 1))
+    undo = _edit_file(path, lambda t: t.replace(' woman ', ' lady ', 1))
     try:
         assert ws.snakemake_plan() == with_descendants(params, {("inputs", "demo")}) & ws.planned
         ws.run([str(BIN / "dvc"), "repro", "-s", "-q", "inputs@demo"], ws.dvc)
