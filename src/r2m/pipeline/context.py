@@ -16,7 +16,7 @@ from typing import Any
 
 from r2m import params as P
 from r2m.pipeline.axes import axis_value, pick
-from r2m.pipeline.stages import STAGES, Gather, Stage
+from r2m.pipeline.stages import Gather, Stage, folder_members
 from r2m.runtime import Runtime
 from r2m.utils.guard import inside
 from r2m.utils.io import write_text
@@ -59,15 +59,14 @@ class StageContext:
     def incomplete_inputs(self) -> list[str]:
         """One line per input folder that exists but lacks a key file its producer always writes
         (:attr:`r2m.pipeline.spec.Out.members`): a damaged output is refused, not used."""
-        members = {o.path: (s.name, o.members) for s in STAGES for o in s.outs.values() if o.members}
         out = []
-        for template in (v for v in self.stage.deps.values() if isinstance(v, str) and v in members):
-            producer, names = members[template]
+        for template in (v for v in self.stage.deps.values() if isinstance(v, str)):
+            found = folder_members(template, self.axes)
             folder = self.path(template)
-            gone = [n for n in names if folder.is_dir() and not (folder / n).exists()]
-            if gone:
-                out.append(f"{folder / gone[0]} is missing: {folder} (output of {producer}) is incomplete; "
-                           f"re-run {producer} (snakemake and dvc repro rebuild it)")
+            gone = [n for n in (found[1] if found else ()) if folder.is_dir() and not (folder / n).exists()]
+            if found and gone:
+                out.append(f"{folder / gone[0]} is missing: {folder} (output of {found[0]}) is incomplete; "
+                           f"re-run {found[0]} (snakemake and dvc repro rebuild it)")
         return out
 
     def gather(self, name: str) -> list[tuple[dict[str, str], Path]]:

@@ -3,7 +3,6 @@ they are plain, testable Python)."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ import yaml
 
 from r2m import params as P
 from r2m.pipeline.axes import ALL_DATASETS, all_datasets, axis_values
-from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage
+from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage, folder_members
 
 
 def snake_template(path: str) -> str:
@@ -187,27 +186,28 @@ def write_merged_params(config: dict[str, Any], folder: str) -> str:
 ALL_TARGETS = ("table1", "table2", "table3", "baselines", "retrieval", "report")
 
 
-@functools.cache
-def members_of() -> dict[str, tuple[str, ...]]:
-    """Output folder template -> its key files (:attr:`r2m.pipeline.spec.Out.members`)."""
-    return {o.path: o.members for s in STAGES for o in s.outs.values() if o.directory and o.members}
-
-
 def member_paths(path: str, members: tuple[str, ...]) -> list[str]:
     return [f"{path}/{m}" for m in members]
 
 
+def dep_inputs(template: str):
+    """A Snakemake input function for a dependency: a folder another stage writes with key files
+    (:func:`r2m.pipeline.stages.folder_members`) is asked for by those files only (Snakemake then re-runs
+    the producer when one is missing; asked for as a folder as well, it would not), any other as it is."""
+
+    def _inputs(wildcards: Any) -> list[str]:
+        bound = dict(wildcards.items())
+        found = folder_members(template, bound)
+        path = template.format(**bound)
+        return member_paths(path, found[1]) if found else [path]
+
+    return _inputs
+
+
 def rule_inputs(stage: Stage, params: P.Params) -> dict[str, Any]:
-    """The rule's ``input:``: a folder another stage writes is asked for by its key files only (Snakemake
-    then re-runs the producer when one is missing; asked for as a folder as well, it would not), any other
-    dependency as it is (a :class:`Gather` expanded over the configured values)."""
-    out: dict[str, Any] = {}
-    for k, v in stage.deps.items():
-        if isinstance(v, Gather):
-            out[k] = expand_gather(v, params)
-        else:
-            out[k] = member_paths(v, members_of()[v]) if v in members_of() else snake_template(v)
-    return out
+    """The rule's ``input:``: each dependency through :func:`dep_inputs`, a :class:`Gather` expanded over
+    the configured values."""
+    return {k: expand_gather(v, params) if isinstance(v, Gather) else dep_inputs(v) for k, v in stage.deps.items()}
 
 
 def rule_outputs(stage: Stage, directory: Any) -> dict[str, Any]:

@@ -262,6 +262,22 @@ BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 CKPTS = TRAIN_STAGES
 
 
+def folder_members(template: str, bound: dict[str, str]) -> tuple[str, tuple[str, ...]] | None:
+    """``(producer, key files)`` of the folder a dependency ``template`` names at axis values ``bound``
+    (:attr:`Out.members`; ``models/{dataset}/{variant}/{ckpt}`` at ``ckpt=train_s`` is train_s's folder), or
+    None when no stage declares key files for it."""
+    path = template.format(**bound)
+    for stage in STAGES:
+        for out in stage.outs.values():
+            if out.members:
+                try:
+                    if out.path.format(**bound) == path:
+                        return stage.name, out.members
+                except KeyError:  # the producer has an axis the consumer does not bind
+                    continue
+    return None
+
+
 def get(name: str) -> Stage:
     try:
         return BY_NAME[name]
