@@ -537,3 +537,20 @@ def test_a_stage_refuses_an_incomplete_input_folder_in_one_line(tmp_path, monkey
     assert rc == 2 and "Traceback" not in "\n".join(err)
     assert "data/tiny/prepared/images.parquet is missing" in err[-1] and "re-run prepare" in err[-1]
     assert len([ln for ln in err if "missing" in ln]) == 1
+
+
+def test_a_checkpoint_dependency_names_the_folder_of_its_ckpt(tmp_path):
+    """`caption`'s `models/{dataset}/{variant}/{ckpt}` at ckpt=train_s is train_s's folder: its model.pt is
+    required (the issue's case: caption on a train_s folder whose model.pt was deleted)."""
+    from r2m.pipeline.context import StageContext
+    from r2m.pipeline.stages import get
+
+    folder = tmp_path / "models/tiny/r2m/train_s"
+    folder.mkdir(parents=True)
+    (folder / "params.yaml").write_text("{}\n")
+    ctx = StageContext(stage=get("caption"), params=V.validate(small_raw(), "test"), dataset="tiny", variant="r2m",
+                       ckpt="train_s", root=tmp_path)
+    lines = ctx.incomplete_inputs()
+    assert len(lines) == 1 and lines[0].startswith(f"{folder / 'model.pt'} is missing") and "re-run train_s" in lines[0]
+    (folder / "model.pt").write_bytes(b"")
+    assert ctx.incomplete_inputs() == []
