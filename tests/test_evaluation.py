@@ -61,6 +61,9 @@ class _KeptOpen:
     def compute(self, hypotheses, references):
         return self.pool.compute(hypotheses, references)
 
+    def compute_stats(self, hypotheses, references):
+        return self.pool.compute_stats(hypotheses, references)
+
     def close(self) -> None:
         pass
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from r2m.utils.io import atomic_path, read_json, write_json
+from r2m.utils.io import OWNER_MARK, atomic_path, read_json, write_json
 
 
 def test_atomic_file_write_leaves_nothing_on_failure(tmp_path):
@@ -25,13 +25,13 @@ def test_atomic_directory_replace(tmp_path):
     with atomic_path(out) as tmp:
         tmp.mkdir()
         (tmp / "b.txt").write_text("2")
-    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [OWNER_MARK, "b.txt"]  # the marker: r2m made it
     with pytest.raises(ValueError):
         with atomic_path(out) as tmp:
             tmp.mkdir()
             (tmp / "c.txt").write_text("3")
             raise ValueError("boom")
-    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [OWNER_MARK, "b.txt"]  # the marker: r2m made it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stage_out"]
 
 

@@ -106,7 +106,8 @@ def test_four_stages_outputs_and_checkpoint(syn: Path) -> None:
         model_dir = syn / "models/syn/r2m" / st
         ck = torch.load(model_dir / "model.pt", weights_only=True)
         assert ck["config"]["d"] == 16 and ck["stage"] == st
-        assert sorted(f.name for f in model_dir.iterdir()) == ["inference.json", "model.pt", "params.yaml"]
+        assert sorted(f.name for f in model_dir.iterdir()) == [".r2m-owned.json", "inference.json", "model.pt",
+                                                               "params.yaml"]
         info = json.loads((model_dir / "inference.json").read_text())  # what `r2m caption IMAGES` needs
         assert info["stage"] == st and info["itos"] == ITOS and info["caption"]["beam"] == 2
         assert not (syn / ".r2m/resume" / st / "syn-r2m").exists()  # resumable state cleaned on completion

@@ -15,6 +15,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "train": ("r2m.training.bench:main", "R2M training throughput (sentences/s, forward+backward)"),
     "schedule": ("r2m.training.bench_schedule:main", "the paper's whole training schedule at paper sizes (per-stage s, sentences/s)"),
     "evaluate": ("r2m.evaluation.bench:main", "coco-caption evaluation time (5,000 images x 5 refs, no SPICE)"),
+    "bootstrap": ("r2m.evaluation.bootstrap_bench:main",
+                  "bootstrap intervals: 1,000 resamples of every metric on 5,000 images x 5 refs (s)"),
     "features": ("r2m.vision.bench:main", "feature extraction throughput per backend (images/s)"),
     "concepts": ("r2m.vision.concept_quality:main", "concept precision/recall of detector settings on the demo photos"),
     "sup": ("r2m.supervised.bench:main", "supervised baseline training throughput (sentences/s; --model mrnn)"),

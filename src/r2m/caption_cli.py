@@ -12,7 +12,8 @@ double quotes, escaped) when it holds a control character, a line or other separ
 ``"`` (:func:`path_field`), so every line splits at its first TAB outside quotes (``--json``: a JSON
 list with the concepts and scores); ``--html OUT`` writes a static gallery (``OUT/index.html`` with
 each image, its concepts and scores, its caption and the FM/RM attention plot), whole or not at all,
-and refuses an OUT that exists and is not a gallery before anything is captioned. Unreadable images
+and refuses, before anything is captioned, an OUT that exists and is not a gallery r2m wrote
+(unchanged: :func:`r2m.utils.io.ownership_problem`) or that holds one of the images. Unreadable images
 are reported on stderr (and in the JSON/HTML) and skipped; the exit status is 1 only when no image
 could be captioned.
 """
@@ -33,13 +34,24 @@ DEFAULT_MODEL = "models/demo/r2m/train_i"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 
 
+USAGE = """r2m caption IMAGES... [--model FOLDER] [--html OUT] [--json] [--batch-size N] [--beam N]
+                   [--max-len N] [--no-concepts {empty,image,top1}] [--device D]
+       r2m caption --dataset D --variant V --ckpt C [--params FILE]"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.usage = USAGE
+    p.description = (f"Caption your own image files (IMAGES: files, folders, glob patterns) with a trained model "
+                     f"(--model, default {DEFAULT_MODEL}), printing path<TAB>caption, or --json, or a gallery page "
+                     "(--html OUT); or, with --dataset/--variant/--ckpt, run the DAG's caption stage: "
+                     "beam-search captions for a dataset's evaluation images.")
     g = p.add_argument_group("captioning your own images (without --dataset/--variant/--ckpt)")
-    g.add_argument("images", nargs="*", help="image files, folders or glob patterns")
+    g.add_argument("images", nargs="*", metavar="IMAGES", help="image files, folders or glob patterns")
     g.add_argument("--model", default=None, help=f"checkpoint folder (default: {DEFAULT_MODEL})")
     g.add_argument("--json", action="store_true", help="print a JSON list instead of path<TAB>caption (a path "
                    "with a control or separator character, or starting with '\"', is printed as a JSON string)")
-    g.add_argument("--html", default=None, metavar="OUT", help="write a gallery page OUT/index.html")
+    g.add_argument("--html", default=None, metavar="OUT", help="write a gallery page OUT/index.html (OUT: a new "
+                   "or empty folder, or a gallery r2m wrote there, unchanged; never a folder holding the IMAGES)")
     g.add_argument("--batch-size", type=positive_int, default=None,
                    help="images per batch (default: the recorded one)")
     g.add_argument("--beam", type=positive_int, default=None)
@@ -111,14 +123,14 @@ def standalone(args: argparse.Namespace) -> int:
         return 2
     runtime = Runtime.from_env(args.device, args.threads, args.workers)
     runtime.apply()
-    if args.html:
+    paths, missing = expand(args.images)
+    if args.html:  # before any model is loaded or image captioned
         from r2m.reports.gallery import gallery_target_problem
 
-        problem = gallery_target_problem(Path(args.html))
+        problem = gallery_target_problem(Path(args.html), paths)
         if problem:
             print(f"r2m caption: --html {args.html}: {problem}", file=sys.stderr)
             return 2
-    paths, missing = expand(args.images)
     skipped = [f"{path_field(item)}: {reason}" for item, reason in missing]
     if not paths:  # one line, naming what was skipped
         print(f"r2m caption: no image to caption{' (skipped ' + '; '.join(skipped) + ')' if skipped else ''}",
@@ -142,8 +154,13 @@ def standalone(args: argparse.Namespace) -> int:
               "new images, so there is no detector for them; use a model trained with a detector backend",
               file=sys.stderr)
         return 2
-    results, bad = cap.caption(paths, args.batch_size, args.beam, args.max_len, args.no_concepts,
-                               attention=bool(args.html))
+    try:
+        results, bad = cap.caption(paths, args.batch_size, args.beam, args.max_len, args.no_concepts,
+                                   attention=bool(args.html))
+    except (FileNotFoundError, ValueError, RuntimeError, ImportError) as err:  # a detector or feature
+        # backend that cannot be built here (weights missing, an extra not installed): one line
+        print(f"r2m caption: --model {model_dir}: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
     bad += [{"path": item, "reason": reason} for item, reason in missing]
     for b in bad:
         print(f"r2m caption: bad image {path_field(b['path'])}: {' '.join(b['reason'].split())}", file=sys.stderr)

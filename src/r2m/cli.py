@@ -21,7 +21,9 @@ TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
     "resolve-params": ("r2m.pipeline.resolve_cmd:main",
                        "write .params/<stage>/<instance>.json (each stage instance's resolved params; DVC's deps)"),
-    "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts"),
+    "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts, bootstrap"),
+    "compare": ("r2m.evaluation.compare:main",
+                "metrics of two or more captioners with 95% bootstrap intervals and paired B - A significance"),
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 
@@ -55,8 +57,8 @@ def device_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r}: choose auto, cpu, cuda, cuda:N or mps") from None
 
 
-def _stage_parser(stage: S.Stage) -> argparse.ArgumentParser:
-    p = OneLineParser(prog=f"r2m {stage.name}", description=stage.help)
+def _stage_parser(stage: S.Stage, add_help: bool = True) -> argparse.ArgumentParser:
+    p = OneLineParser(prog=f"r2m {stage.name}", description=stage.help, add_help=add_help)
     for axis in stage.axes:
         p.add_argument(f"--{axis}", default=None, help=f"{axis} to run for")
     p.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
@@ -114,7 +116,8 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     from r2m.runtime import Runtime
     from r2m.utils.guard import BadInput, env_number, inside
 
-    pre, _ = _stage_parser(stage).parse_known_args(argv)  # check axes before importing heavy code
+    # check axes before importing heavy code (--help waits for the stage's own options)
+    pre, _ = _stage_parser(stage, add_help=False).parse_known_args(argv)
     if "variant" in stage.axes and pre.variant is not None and pre.variant not in P.VARIANT_NAMES:
         print(f"r2m {stage.name}: --variant {pre.variant!r}: choose from {', '.join(P.VARIANT_NAMES)}",
               file=sys.stderr)
@@ -181,6 +184,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
     t0 = time.perf_counter()
     from r2m.utils.guard import disk_full_message, is_disk_full
+    from r2m.utils.io import adopt_stage_outputs
     from r2m.utils.resume import Preempted, StageBusy, StageLock
 
     shard = getattr(args, "shard", None)
@@ -191,6 +195,8 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     lock = StageLock(ctx.root, stage.name, axes, outs, extra=extra)
     try:
         with threads, lock:  # one run per stage output: a second one is refused at once, naming the holder
+            for folder in adopt_stage_outputs(ctx.outs.values()):
+                log.info("%s: an output of an older r2m (no ownership marker): adopted", folder)
             getattr(module, func)(ctx)
     except StageBusy as err:
         log.error("r2m %s refused: %s", stage.name, err)
@@ -291,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__version__)
         return 0
     name, rest = argv[0], argv[1:]
-    from r2m.utils.guard import BadInput, disk_full_message, is_disk_full
+    from r2m.utils.guard import BadInput, disk_full_message, is_disk_full, os_error_line
 
     old_handlers = _signals()
     try:
@@ -308,10 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as err:  # e.g. R2M_DEVICE=bogus in `r2m caption IMAGES`
         print(f"r2m {name}: {err}", file=sys.stderr)
         return 2
-    except OSError as err:
-        if not is_disk_full(err):
-            raise
-        print(f"r2m {name}: {disk_full_message(err)}", file=sys.stderr)
+    except OSError as err:  # outside a stage's own handling, e.g. `logs` is a file: one line naming the path
+        print(f"r2m {name}: {disk_full_message(err) if is_disk_full(err) else os_error_line(err)}", file=sys.stderr)
         return 1
     finally:
         import signal

@@ -43,6 +43,10 @@ SUP_MODEL_SOURCES = (_PKG / "models",)
 TRAIN_STAGES = ("train_xe", "train_s", "train_m", "train_i")
 
 
+# the largest batch any section accepts: more rows than this in one batch is a typo (1e12), not a setting
+MAX_BATCH = 1 << 20
+
+
 class ParamsError(ValueError):
     """Raised for invalid parameters; the message names the offending key."""
 
@@ -132,7 +136,7 @@ class ConceptsParams(_Section):
 
 class DetectParams(_Section):
     backend: str = "offline"
-    batch_size: int = Field(8, ge=1)
+    batch_size: int = Field(8, ge=1, le=MAX_BATCH)
     min_side: int = Field(32, ge=1, description="images smaller than this are listed as bad")
     options: dict[str, Any] = Field(default_factory=dict, description="backend-specific options")
 
@@ -144,7 +148,7 @@ class DetectParams(_Section):
 
 class FeatureParams(_Section):
     backend: str = "inception_v3_fid"
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(32, ge=1, le=MAX_BATCH)
     shard_size: int = Field(4096, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -160,6 +164,13 @@ class CorpusParams(_Section):
     require_concept: bool = True
     holdout: float = Field(0.01, ge=0, lt=1, description="fraction held out for validation")
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> CorpusParams:
+        if self.min_tokens > self.max_tokens:  # every sentence would be dropped (a warning, then empty stages)
+            raise ValueError(f"min_tokens={self.min_tokens} is above max_tokens={self.max_tokens}: no sentence "
+                             "could be kept")
+        return self
 
 
 class VocabParams(_Section):
@@ -291,7 +302,7 @@ def resolve_fidelity(raw: dict[str, Any], profile: str) -> dict[str, Any]:
 
 class TrainParams(_Section):
     steps: int = Field(ge=1)
-    batch_size: int = Field(256, ge=1)
+    batch_size: int = Field(256, ge=1, le=MAX_BATCH)
     lr: float = Field(gt=0)
     max_len: int = Field(40, ge=2)
     clip: float = Field(10.0, gt=0)
@@ -330,7 +341,7 @@ class TrainSupParams(_Section):
     captions given their image, plus L2 (``weight_decay``). ``per_model`` overrides keys for one model."""
 
     steps: int = Field(3000, ge=1)
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH)
     lr: float = Field(4e-4, gt=0)
     weight_decay: float = Field(1e-5, ge=0, description="L2 regularisation (Adam weight_decay)")
     max_len: int = Field(20, ge=2)
@@ -377,7 +388,7 @@ class RetrievalParams(_Section):
 class CaptionParams(_Section):
     beam: int = Field(3, ge=1)
     max_len: int = Field(20, ge=2)
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH)
     split: Literal["test", "val"] = "test"
     decoder: Literal["beam", "greedy", "sample"] = Field(
         "beam", description="supervised baselines (caption_sup): beam (width `beam`) | greedy | sample (at "

@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from r2m.utils.guard import BadInput, env_number, parse_number  # noqa: F401  (BadInput: raised)
+from r2m.utils.guard import BadInput, env_number, parse_number
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 STATIC_CHOICES = ("auto", "0", "1")  # R2M_STATIC_STEP (r2m.training.step.step_mode)
@@ -36,9 +36,27 @@ def check_choice(value: str, what: str, choices: tuple[str, ...]) -> str:
     return value.strip()
 
 
-def _switch(name: str) -> bool:
-    """An on-by-default switch: ``0`` turns it off, ``1`` or unset keeps it on."""
-    return check_choice(os.environ.get(name) or "1", name, ("0", "1")) == "1"
+def _switch(name: str, default: str = "1") -> bool:
+    """A switch: ``0`` off, ``1`` on, unset ``default``; anything else (``true``, ``off``…) is
+    refused rather than silently read as the opposite of what was meant."""
+    return check_choice(os.environ.get(name) or default, name, ("0", "1")) == "1"
+
+
+# far above any machine's cores: a typo (torch overflows past 2^63 threads; each worker is a process)
+MAX_THREADS, MAX_WORKERS = 4096, 512
+
+
+def _count(flag_value: int | None, flag: str, env: str, maximum: int) -> int:
+    """``--threads``/``--workers`` (else its ``R2M_*`` variable, else 0) in ``[0, maximum]``."""
+    value, what = ((parse_number(str(flag_value), flag, int, 0), flag) if flag_value is not None
+                   else (env_number(env, 0, int, 0), env))
+    if value > maximum:
+        raise BadInput(f"{what}={value!r}: expected an integer in [0, {maximum}]")
+    return int(value)
+
+
+# switches read elsewhere (progress bars, GPU JPEG decoding): checked here, when a command starts
+OTHER_SWITCHES = {"R2M_NO_PROGRESS": "0", "R2M_GPU_DECODE": "1"}
 
 
 def apply_tf32(device, enabled: bool = True) -> bool:
@@ -67,13 +85,13 @@ class Runtime:
         """Flags first, then ``R2M_*``; :class:`r2m.utils.guard.BadInput` (one line) for a bad value."""
         dev = check_device(device, "--device") if device else check_device(os.environ.get("R2M_DEVICE") or "auto",
                                                                            "R2M_DEVICE")
+        for name, default in OTHER_SWITCHES.items():
+            _switch(name, default)
         return cls(
             device=dev,
-            threads=int(parse_number(str(threads), "--threads", int, 0) if threads is not None
-                        else env_number("R2M_THREADS", 0, int, 0)),
-            workers=int(parse_number(str(workers), "--workers", int, 0) if workers is not None
-                        else env_number("R2M_WORKERS", 0, int, 0)),
-            bf16=os.environ.get("R2M_BF16", "0") == "1",
+            threads=_count(threads, "--threads", "R2M_THREADS", MAX_THREADS),
+            workers=_count(workers, "--workers", "R2M_WORKERS", MAX_WORKERS),
+            bf16=_switch("R2M_BF16", "0"),
             tf32=_switch("R2M_TF32"),
             cuda_graph=_switch("R2M_CUDA_GRAPH"),
             static_step=check_choice(os.environ.get("R2M_STATIC_STEP") or "auto", "R2M_STATIC_STEP",
@@ -116,6 +134,8 @@ def claim_gpu(count: int, lock_dir: str | None = None) -> int:
     import tempfile
 
     folder = lock_dir or os.environ.get("R2M_GPU_LOCK_DIR") or tempfile.gettempdir()
+    if not os.path.isdir(folder):
+        raise BadInput(f"R2M_GPU_LOCK_DIR={folder!r}: not a folder (it holds the GPU claim files)")
     for i in range(count):
         path = os.path.join(folder, f"r2m-gpu-{i}.lock")
         if path in _CLAIMED:

@@ -37,7 +37,10 @@ from r2m.pipeline.snake import (  # noqa: E402
 _params_cfg, _runtime_cfg = split_config(config)
 try:
     for _f in workflow.configfiles:  # Snakemake's own YAML reading keeps the last of a duplicate key
-        P.yaml_load(P.read_text(Path(_f)))
+        try:
+            P.yaml_load(P.read_text(Path(_f)))
+        except yaml.YAMLError as err:  # name the file (a duplicate key, an alias bomb)
+            raise ValueError(f"{_f}: not valid YAML: {' '.join(str(err).split())}") from None
     PARAMS = V.validate(_params_cfg, "config (params.yaml + --config)")
     SHARDS = shard_counts(_runtime_cfg)
 except (P.ParamsError, ValueError, yaml.YAMLError) as err:

@@ -73,7 +73,7 @@ def write_prepared(
     n = 0
     with open(out / "corpus.txt", "w", encoding="utf-8") as fh:
         for line in corpus:
-            fh.write(line.replace("\n", " ").strip() + "\n")
+            fh.write(" ".join(line.splitlines()).strip() + "\n")  # one line, whatever breaks it held
             n += 1
     manifest = {
         **manifest,
@@ -84,6 +84,21 @@ def write_prepared(
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+def split_ids(prepared_dir: str | Path, split: str) -> list[str]:
+    """The image ids of one split of ``<prepared>/images.parquet``, in file order; a split with no
+    image is an error naming the file and the splits it has (``caption.split: val`` on a dataset
+    without val images used to write an empty captions file over the good one, and exit 0)."""
+    import pyarrow.parquet as pq
+
+    path = Path(prepared_dir) / "images.parquet"
+    images = pq.read_table(path, columns=["image_id", "split"]).to_pandas()
+    ids = [str(i) for i in images.loc[images["split"] == split, "image_id"]]
+    if not ids:
+        have = {str(k): int(v) for k, v in images["split"].value_counts().items()}
+        raise ValueError(f"{path}: no {split!r} image (split: {split}; the dataset has {have})")
+    return ids
 
 
 def resolve_image_path(prepared_dir: str | Path, path: str | Path) -> Path:

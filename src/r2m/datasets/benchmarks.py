@@ -39,6 +39,7 @@ from r2m.datasets.base import RECIPES, option, references_json, write_prepared
 from r2m.params import DatasetEntry, profile_of
 from r2m.text.corpus import CorpusError, read_lines
 from r2m.utils.coco import read_coco_captions
+from r2m.utils.guard import inside
 from r2m.utils.io import file_digest, read_json
 from r2m.utils.registry import Registry
 
@@ -134,8 +135,15 @@ def fetch_url(url: str, dest: Path, log: logging.Logger, timeout: float = 60.0) 
 
 
 def _extract(archive: Path, member: str, target: Path) -> None:
-    """Extract one file, or every file under a folder prefix, from a zip into ``target`` atomically."""
-    with zipfile.ZipFile(archive) as zf:
+    """Extract one file, or every file under a folder prefix, from a zip into ``target`` atomically.
+
+    A member whose path is absolute or climbs out with ``..`` is refused (one line naming the archive
+    and the member): nothing is written, and nothing outside the temporary folder is ever moved."""
+    try:
+        zf = zipfile.ZipFile(archive)
+    except zipfile.BadZipFile as err:
+        raise ValueError(f"{archive}: not a readable zip archive ({err}); delete it and run again") from None
+    with zf:
         names = zf.namelist()
         if member.endswith("/"):
             wanted = [n for n in names if n.startswith(member) and not n.endswith("/")]
@@ -143,12 +151,13 @@ def _extract(archive: Path, member: str, target: Path) -> None:
             wanted = [n for n in names if n == member or n.endswith("/" + member)][:1]
         if not wanted:
             raise ValueError(f"{archive}: has no member {member!r}")
+        for name in wanted:
+            inside(target.parent, name, f"{archive}: member")
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
-            for name in wanted:
-                zf.extract(name, tmp)
-            found = tmp / (member.rstrip("/") if member.endswith("/") else wanted[0])
+            extracted = [zf.extract(name, tmp) for name in wanted]
+            found = tmp / member.rstrip("/") if member.endswith("/") else Path(extracted[0])
             os.replace(found, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

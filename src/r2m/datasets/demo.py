@@ -23,13 +23,15 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.resources
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from r2m.datasets.base import RECIPES, option, references_json, write_prepared
-from r2m.params import DatasetEntry
+from r2m.params import NAME_PATTERN, DatasetEntry
+from r2m.text.corpus import read_lines
+from r2m.utils.io import read_json
+from r2m.utils.strict_yaml import yaml_load
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_SOURCE = "data/demo"  # relative to the working directory, else to the repository
@@ -45,21 +47,45 @@ def load_photos(source: Path) -> list[dict[str, Any]]:
 
     path = source / "photos.yaml"
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = yaml_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"demo dataset: missing {path}") from None
-    photos = (doc or {}).get("photos")
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    photos = doc.get("photos") if isinstance(doc, dict) else None
     if not isinstance(photos, list) or not photos:
         raise ValueError(f"{path}: expected a non-empty list under 'photos'")
     seen: set[str] = set()
     for i, p in enumerate(photos):
+        if not isinstance(p, dict):
+            raise ValueError(f"{path}: photo #{i + 1} must be a mapping (id, package, resource, sha256), "
+                             f"got {type(p).__name__}")
         missing = [k for k in ("id", "package", "resource", "sha256") if not p.get(k)]
         if missing:
             raise ValueError(f"{path}: photo #{i + 1} lacks {missing}")
+        if not isinstance(p["id"], str) or not NAME_PATTERN.fullmatch(p["id"]):
+            raise ValueError(f"{path}: photo #{i + 1}: id {p['id']!r} must be a name (letters, digits, '_', '.', "
+                             "'-'; it names the photo's file)")
         if p["id"] in seen:
             raise ValueError(f"{path}: duplicate photo id {p['id']!r}")
         seen.add(p["id"])
     return photos
+
+
+def load_references(path: Path, ids: list[str]) -> dict[str, list[str]]:
+    """``{photo id: [caption, ...]}`` of ``references.json``: an object mapping each photo id to a
+    non-empty list of strings (errors name the file and the photo)."""
+    refs = read_json(path)
+    if not isinstance(refs, dict):
+        raise ValueError(f"{path}: expected an object {{photo id: [caption, ...]}}, got {type(refs).__name__}")
+    missing = [i for i in ids if not refs.get(i)]
+    if missing:
+        raise ValueError(f"{path}: no reference captions for {missing}")
+    for i in ids:
+        caps = refs[i]
+        if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
+            raise ValueError(f"{path}: {i!r}: expected a list of caption strings, got {caps!r:.80}")
+    return {i: list(refs[i]) for i in ids}
 
 
 def _package_version(package: str) -> str:
@@ -75,6 +101,8 @@ def read_photo(photo: dict[str, Any]) -> bytes:
     pid, pkg, res = photo["id"], photo["package"], photo["resource"]
     try:
         root = importlib.resources.files(pkg)
+    except (TypeError, ValueError) as err:  # e.g. a module that is not a package
+        raise FileNotFoundError(f"demo photo {pid!r}: package {pkg!r} cannot hold resources ({err})") from None
     except ModuleNotFoundError:
         raise FileNotFoundError(
             f"demo photo {pid!r}: package {pkg!r} is not installed (install the project's 'demo' extra: "
@@ -125,14 +153,11 @@ def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dic
         raise ValueError(f"catalog option 'crop' must be in [0, 0.25), got {crop}")
 
     photos = load_photos(source)
-    refs_path = source / "references.json"
-    try:
-        refs = json.loads(refs_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{refs_path}: line {err.lineno}: not valid JSON ({err.msg})") from None
-    missing = [p["id"] for p in photos if len(refs.get(p["id"], [])) < 1]
-    if missing:
-        raise ValueError(f"{refs_path}: no reference captions for {missing}")
+    refs = load_references(source / "references.json", [p["id"] for p in photos])
+    corpus_path = source / "corpus.txt"
+    corpus = [text for _, text in read_lines(corpus_path)]  # read (and checked) before any photo is copied
+    if not corpus:
+        raise ValueError(f"{corpus_path}: empty corpus")
 
     img_dir = out_dir / "images"
     img_dir.mkdir(parents=True, exist_ok=True)
@@ -152,12 +177,7 @@ def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dic
             rows.append({"image_id": f"{p['id']}_train", "path": f"images/{tname}", "split": "train"})
         log.info("demo: %s <- %s/%s (sha256 ok)", p["id"], p["package"], p["resource"])
 
-    references = references_json(test_imgs, {p["id"]: list(refs[p["id"]]) for p in photos})
-    corpus_path = source / "corpus.txt"
-    with open(corpus_path, encoding="utf-8") as fh:
-        corpus = [line.strip() for line in fh if line.strip()]
-    if not corpus:
-        raise ValueError(f"{corpus_path}: empty corpus")
+    references = references_json(test_imgs, refs)
     manifest = {
         "recipe": "demo",
         "image_paths": "relative to the prepared folder",

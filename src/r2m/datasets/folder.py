@@ -5,6 +5,7 @@ Catalog entry keys::
     my_photos:
       kind: folder
       images: path/to/images        # a directory, searched recursively for image files
+                                    # (hidden entries skipped, extensions in any case: list_images)
       corpus: path/to/corpus.txt    # UTF-8, one sentence per line
       references: path/to/refs.json # optional, COCO caption-annotation JSON
       val_fraction: 0.0             # optional: share of the referenced images used for validation
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,14 +33,33 @@ from r2m.datasets.base import RECIPE_CHECKS, RECIPES, option, references_json, w
 from r2m.params import DatasetEntry
 from r2m.text.corpus import read_lines
 from r2m.utils.coco import read_coco_captions
+from r2m.utils.guard import not_a_file
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"})
 
 
 def list_images(folder: Path) -> list[Path]:
-    """Image files under ``folder`` (recursive, sorted, relative to ``folder``)."""
-    return sorted(p.relative_to(folder) for p in folder.rglob("*")
-                  if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    """The images of a ``folder`` dataset, relative to ``folder``, sorted — the one rule that both
+    ``prepare`` (this recipe) and the ``inputs`` digest (:mod:`r2m.datasets.inputs`) use:
+
+    * the folder is walked recursively; an entry whose name starts with ``.`` (a hidden file such
+      as ``.new.png`` or ``._IMG_1.jpg``, a hidden folder such as ``.thumbnails/``) is skipped;
+    * a file counts when its extension, in any case (``.JPG`` = ``.jpg``), is in
+      :data:`IMAGE_SUFFIXES`; other files (``notes.txt``) are not part of the dataset;
+    * a link to a file counts as that file; links to folders are not followed (no loops, nothing
+      outside the folder by way of a link); broken links, FIFOs and devices are skipped.
+    """
+    out = []
+    for root, dirs, files in os.walk(folder):  # followlinks=False: linked folders are not entered
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        out += [Path(root, f).relative_to(folder) for f in files
+                if not f.startswith(".") and Path(f).suffix.lower() in IMAGE_SUFFIXES and Path(root, f).is_file()]
+    return sorted(out)
+
+
+def image_files(folder: Path) -> list[Path]:
+    """:func:`list_images` as paths under ``folder`` (what the ``inputs`` stage digests)."""
+    return [folder / f for f in list_images(folder)] if folder.is_dir() else [folder]
 
 
 def _path_option(entry: DatasetEntry, key: str, required: bool, want_dir: bool = False) -> Path | None:
@@ -50,6 +71,8 @@ def _path_option(entry: DatasetEntry, key: str, required: bool, want_dir: bool =
         raise FileNotFoundError(f"catalog entry (kind folder): {key}: {path} does not exist")
     if want_dir != path.is_dir():
         raise ValueError(f"catalog entry (kind folder): {key}: {path} must be a {'directory' if want_dir else 'file'}")
+    if not want_dir and not_a_file(path):  # a FIFO would block the reader for ever, /dev/zero never end
+        raise ValueError(f"catalog entry (kind folder): {key}: {path}: {not_a_file(path)}")
     return path
 
 
@@ -92,8 +115,12 @@ def _matcher(files: list[Path]) -> Any:
 
 
 def _corpus(path: Path) -> Iterator[str]:
+    empty = True
     for _, text in read_lines(path):
+        empty = False
         yield text
+    if empty:  # nothing to learn the language from: every later stage would train on nothing
+        raise ValueError(f"catalog entry (kind folder): corpus: {path} has no sentence (empty or blank lines only)")
 
 
 @RECIPE_CHECKS.register("folder")

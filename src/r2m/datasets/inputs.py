@@ -39,7 +39,10 @@ DEMO_FILES = ("photos.yaml", "references.json", "corpus.txt")
 @RECIPE_INPUTS.register("folder")
 def folder_inputs(entry: DatasetEntry) -> list[Path]:
     """The ``folder`` entry's paths (those it names; absence is the recipe's check to report)."""
-    return [Path(str(v)).expanduser() for k in FOLDER_KEYS if (v := option(entry, k)) is not None]
+    from r2m.datasets.folder import image_files  # the images: the recipe's own rule (list_images)
+
+    return [f for k in FOLDER_KEYS if (v := option(entry, k)) is not None
+            for f in (image_files(Path(str(v)).expanduser()) if k == "images" else [Path(str(v)).expanduser()])]
 
 
 @RECIPE_INPUTS.register("demo")

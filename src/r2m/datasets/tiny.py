@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from r2m.datasets.base import RECIPES, SPLITS, option, references_json, write_prepared
+from r2m.datasets.base import RECIPE_CHECKS, RECIPES, SPLITS, option, references_json, write_prepared
 from r2m.params import DatasetEntry
 from r2m.utils.progress import progress
 
@@ -141,11 +141,27 @@ def draw_image(path: Path, kinds: list[ObjectKind], size: int, rng: random.Rando
 
 
 # --------------------------------------------------------------------------- recipe
-def _n(entry: DatasetEntry, key: str, default: int, minimum: int = 0) -> int:
+# (default, minimum, maximum): a synthetic set this size draws in minutes on one core; far larger is a typo
+# (1e12 images would run for ever, image_size 100000 fills the memory with one picture)
+TINY_LIMITS = {"seed": (0, 0, None), "n_train_images": (8, 1, 100_000), "n_val_images": (8, 1, 100_000),
+               "n_test_images": (8, 1, 100_000), "n_sentences": (600, 1, 10_000_000), "image_size": (96, 32, 1024)}
+
+
+def _n(entry: DatasetEntry, key: str) -> int:
+    default, minimum, maximum = TINY_LIMITS[key]
     value = option(entry, key, default)
-    if not isinstance(value, int) or value < minimum:
-        raise ValueError(f"catalog entry (kind tiny): {key} must be an integer >= {minimum}, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            or (maximum is not None and value > maximum)):
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"catalog entry (kind tiny): {key} must be an integer {bound}, got {value!r}")
     return value
+
+
+@RECIPE_CHECKS.register("tiny")
+def check(entry: DatasetEntry) -> None:
+    """Every size option in range, up front (before any stage runs)."""
+    for key in TINY_LIMITS:
+        _n(entry, key)
 
 
 def corpus_lines(n: int, seed: int, exclude: set[str]) -> Iterator[str]:
@@ -166,10 +182,10 @@ def corpus_lines(n: int, seed: int, exclude: set[str]) -> Iterator[str]:
 def tiny(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
     import pandas as pd
 
-    seed = _n(entry, "seed", 0)
-    counts = {s: _n(entry, f"n_{s}_images", 8, 1) for s in SPLITS}
-    n_sentences = _n(entry, "n_sentences", 600, 1)
-    size = _n(entry, "image_size", 96, 32)
+    seed = _n(entry, "seed")
+    counts = {s: _n(entry, f"n_{s}_images") for s in SPLITS}
+    n_sentences = _n(entry, "n_sentences")
+    size = _n(entry, "image_size")
     (out / "images").mkdir(parents=True, exist_ok=True)
     rng = random.Random(f"tiny-images-{seed}")
     ref_rng = random.Random(f"tiny-refs-{seed}")

@@ -5,11 +5,19 @@ Every training stage writes ``inference.json`` beside ``model.pt`` (:func:`recor
 checkpoints without it, :func:`load` rebuilds the same from the dataset's files
 (``data/<dataset>/vocab/vocab.json``, ``concepts/params.yaml``, ``features/meta.json``) and
 ``params.yaml``.
+
+A model folder may come from anyone, so its ``inference.json`` only *selects* among what this
+project ships (:func:`vet`): detector and feature backends by their registered names, each part of
+a combined backend too, and plain option values. It names no code and no download: an option value
+that is a URL, ``allow_download``, ``cache_dir``, a ``source`` outside the backend's own catalog,
+and the options that load a program (:data:`CODE_OPTIONS`: ``tf_oid``'s SavedModel, the TorchScript
+file of ``inception_v3_fid``, ``owl``'s model) are refused in one line naming the file and the key.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +27,11 @@ from r2m.utils.io import read_json, write_json
 
 FILE = "inference.json"
 SECTIONS = ("concepts", "detect_concepts", "extract_features", "caption", "fidelity")
+# options that make a backend load a program (a TF SavedModel, TorchScript, a transformers folder)
+CODE_OPTIONS = {"tf_oid": ("model",), "inception_v3_fid": ("weights",), "owl": ("model", "revision")}
+CATALOG_SOURCES = {"tf_oid": ("zoo", "hub")}  # the pinned releases a backend may fetch (tf_oid.SOURCES)
+NEVER = ("allow_download", "cache_dir")  # a download switch; where downloads land
+URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def _section_from(folder: Path | None, name: str) -> dict[str, Any] | None:
@@ -73,11 +86,71 @@ def _checked(data: Any, path: Path) -> dict[str, Any]:
     return data
 
 
+def _vet_options(kind: str, backend: str, options: Any, where: str) -> None:
+    """Refuse a recorded backend's options that name code or a download (one line, ``where``: the key)."""
+    from r2m.params import DETECTOR_SOURCES, FEATURE_SOURCES, registered_names
+
+    names = registered_names(*((DETECTOR_SOURCES, "DETECTORS") if kind == "detector" else (FEATURE_SOURCES, "FEATURES")))
+    if not isinstance(backend, str) or backend not in names:
+        raise ValueError(f"{where}.backend: {backend!r} is not a {kind} backend of this project "
+                         f"({', '.join(names)}); a model folder may only select one of them")
+    if not isinstance(options, dict):
+        raise ValueError(f"{where}.options: expected a mapping, got {type(options).__name__}")
+    parts = [p for p in options.get("parts") or [] if isinstance(p, str)] if backend == "offline" else []
+    nested = {*parts, *(("kinds_from",) if kind == "features" else ())}  # vetted as backends of their own below
+    for key, value in options.items():
+        at = f"{where}.options.{key}"
+        if value in (None, False, "", [], {}) or key in nested:  # unset (the backend's default); a part
+            continue
+        if key in NEVER or key in CODE_OPTIONS.get(backend, ()):
+            why = "it is about downloads" if key in NEVER else "it names a program to load"
+            raise ValueError(f"{at}: a model folder may not set this ({why}); set it in your own params.yaml "
+                             "and caption with the pipeline instead")
+        if key == "source" and value not in CATALOG_SOURCES.get(backend, ()):
+            raise ValueError(f"{at}: {value!r} is not one of the project's own sources "
+                             f"({', '.join(CATALOG_SOURCES.get(backend, ())) or 'none'})")
+        for text in _strings(value):
+            if URL.match(text.strip()):
+                raise ValueError(f"{at}: {text!r} is a download address; a model folder may not name one")
+    for part in options.get("parts") or [] if backend == "offline" else ():  # other detectors, options under their names
+        _vet_options(kind, part, options.get(part, {}), f"{where}.options.{part}")
+    for n, spec in (options.get("kinds_from") or {}).items() if kind == "features" else ():
+        if not isinstance(spec, dict):
+            raise ValueError(f"{where}.options.kinds_from.{n}: expected a mapping")
+        _vet_options(kind, spec.get("backend"), spec.get("options") or {}, f"{where}.options.kinds_from.{n}")
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def vet(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``data`` when its backends are this project's and none of their options names code or a
+    download; else a one-line ValueError naming ``path`` and the key."""
+    try:
+        det = data["detect_concepts"]
+        _vet_options("detector", det.get("backend"), det.get("options") or {}, "detect_concepts")
+        feats = data.get("extract_features")
+        if feats is not None:
+            if not isinstance(feats, dict):
+                raise ValueError("extract_features: expected a mapping")
+            _vet_options("features", feats.get("backend"), feats.get("options") or {}, "extract_features")
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    return data
+
+
 def load(model_dir: Path, ckpt: dict[str, Any], root: Path = Path(".")) -> dict[str, Any]:
     """The settings beside a checkpoint, or rebuilt from its dataset's files (older checkpoints)."""
     f = Path(model_dir) / FILE
     if f.exists():
-        return _checked(read_json(f), f)
+        return vet(_checked(read_json(f), f), f)
     from r2m import params as P
     from r2m.text.vocab import load_itos
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from r2m.datasets.base import split_ids
 from r2m.decoding.captioner import (
     END,
     attention_record,
@@ -49,10 +50,9 @@ ATTENTION_IMAGES = 8
 
 def run(ctx) -> None:
     cp, conc, fid = ctx.params.caption, ctx.params.concepts, ctx.params.fidelity
+    ids = split_ids(ctx.deps["prepared"], cp.split)
     device = ctx.runtime.torch_device()
     model, ckpt, itos = load_checkpoint_model(ctx.deps["model"], device, ctx.deps["vocab"])
-    images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
-    ids = [str(i) for i in images.loc[images["split"] == cp.split, "image_id"]]
     det = pq.read_table(Path(ctx.deps["concepts"]) / "detections.parquet").to_pandas()
     res = caption_detections(
         model, ckpt, itos, ids, det, threshold=conc.score_threshold, max_per_image=conc.max_per_image,

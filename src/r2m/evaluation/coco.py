@@ -38,7 +38,17 @@ DEFAULT_SCORERS = ("bleu", "meteor", "rouge", "cider", "spice")
 
 Gts = dict[str, list[str]]
 Res = dict[str, list[str]]
-Scored = dict[str, tuple[float, list[float]]]  # metric -> (aggregate, per-image in gts order)
+# metric -> (aggregate, per-image in gts order). A scorer may add its per-image sufficient statistics
+# as further keys (``BLEU_STATS``, ``METEOR_STATS``) with aggregate ``None``: :func:`evaluate_stats`
+# returns them, from which :mod:`r2m.evaluation.bootstrap` recomputes the corpus metric of any
+# multiset of images.
+Scored = dict[str, tuple[float | None, list[float]]]
+
+# BLEU's per-image statistics (coco-caption's ``closest`` reference length) and METEOR's 23 numbers
+BLEU_STATS = ("bleu_testlen", "bleu_reflen", *(f"bleu_guess_{n}" for n in range(1, 5)),
+              *(f"bleu_correct_{n}" for n in range(1, 5)))
+METEOR_N_STATS = 23
+METEOR_STATS = tuple(f"meteor_{k:02d}" for k in range(METEOR_N_STATS))
 
 
 class MetricUnavailableWarning(UserWarning):
@@ -188,10 +198,24 @@ def _floats(xs: Iterable[Any]) -> list[float]:
 
 
 def _bleu(gts: Gts, res: Res, handle: Any = None) -> Scored:
-    from pycocoevalcap.bleu.bleu import Bleu
+    """pycocoevalcap's BLEU (``Bleu(4).compute_score``: its scorer, ``closest`` reference length),
+    plus each image's statistics read back from the same scorer's cooked segments."""
+    from pycocoevalcap.bleu.bleu_scorer import BleuScorer
 
-    score, scores = Bleu(4).compute_score(gts, res, verbose=0)
-    return {f"Bleu_{n + 1}": (float(score[n]), _floats(scores[n])) for n in range(4)}
+    scorer = BleuScorer(n=4)
+    for i in gts:
+        scorer += (_one(res, i), gts[i])
+    score, scores = scorer.compute_score(option="closest", verbose=0)
+    out: Scored = {f"Bleu_{n + 1}": (float(score[n]), _floats(scores[n])) for n in range(4)}
+    columns: dict[str, list[float]] = {c: [] for c in BLEU_STATS}
+    for comps in scorer.ctest:
+        testlen = comps["testlen"]
+        values = [testlen, scorer._single_reflen(comps["reflen"], "closest", testlen),
+                  *comps["guess"], *comps["correct"]]
+        for c, v in zip(BLEU_STATS, values, strict=True):
+            columns[c].append(float(v))
+    out.update({c: (None, v) for c, v in columns.items()})
+    return out
 
 
 def meteor_procs(workers: int) -> tuple[int, int]:
@@ -220,10 +244,16 @@ def _meteor(gts: Gts, res: Res, handle: Any = None) -> Scored:
     pool = handle if handle is not None else _meteor_start()
     try:
         ids = list(gts)
-        score, scores = pool.compute([_one(res, i) for i in ids], [gts[i] for i in ids])
+        score, scores, stats = pool.compute_stats([_one(res, i) for i in ids], [gts[i] for i in ids])
     finally:
         _close_meteor(pool)
-    return {"METEOR": (score, scores)}
+    rows = [line.split() for line in stats]
+    if any(len(r) != METEOR_N_STATS for r in rows):
+        raise RuntimeError(f"METEOR returned segment statistics of {sorted({len(r) for r in rows})} numbers; "
+                           f"expected {METEOR_N_STATS} (METEOR 1.5)")
+    out: Scored = {"METEOR": (score, scores)}
+    out.update({c: (None, [float(r[k]) for r in rows]) for k, c in enumerate(METEOR_STATS)})
+    return out
 
 
 def _close_meteor(handle: Any) -> None:
@@ -333,7 +363,20 @@ def default_workers() -> int:
 
 
 # --------------------------------------------------------------------------- the evaluation
-def evaluate(
+def evaluate(results: dict[str, str], references: dict[str, list[str]], scorers: Sequence[str] = DEFAULT_SCORERS,
+             **options: Any) -> tuple[dict[str, float | None], dict[str, dict[str, float | None]]]:
+    """Score ``results`` (``{image_id: caption}``) against ``references`` (``{image_id: [caption…]}``).
+
+    Returns ``(metrics, per_image)``: aggregate metrics named as coco-caption names them, and
+    ``{image_id: {metric: score}}``. A requested metric that cannot run here (SPICE without its
+    jars) is ``None`` in both, announced by one :class:`MetricUnavailableWarning`. ``options``:
+    ``tokenizer`` (default ``ptb``), ``parallel`` (``hybrid``), ``workers`` (:func:`evaluate_stats`).
+    """
+    metrics, per_image, _ = evaluate_stats(results, references, scorers, **options)
+    return metrics, per_image
+
+
+def evaluate_stats(
     results: dict[str, str],
     references: dict[str, list[str]],
     scorers: Sequence[str] = DEFAULT_SCORERS,
@@ -341,13 +384,9 @@ def evaluate(
     tokenizer: str = "ptb",
     parallel: str = "hybrid",
     workers: int | None = None,
-) -> tuple[dict[str, float | None], dict[str, dict[str, float | None]]]:
-    """Score ``results`` (``{image_id: caption}``) against ``references`` (``{image_id: [caption…]}``).
-
-    Returns ``(metrics, per_image)``: aggregate metrics named as coco-caption names them, and
-    ``{image_id: {metric: score}}``. A requested metric that cannot run here (SPICE without its
-    jars) is ``None`` in both, announced by one :class:`MetricUnavailableWarning`.
-    """
+) -> tuple[dict[str, float | None], dict[str, dict[str, float | None]], dict[str, list[float]]]:
+    """:func:`evaluate` plus the per-image sufficient statistics the scorers gave
+    (``{column: values in results order}``: :data:`BLEU_STATS`, :data:`METEOR_STATS`)."""
     names = list(dict.fromkeys(scorers))
     if not names:
         raise ValueError(f"no scorers to run; name at least one of {', '.join(SCORERS.names())}")
@@ -373,7 +412,11 @@ def evaluate(
 
     metrics: dict[str, float | None] = {}
     per_image: dict[str, dict[str, float | None]] = {i: {} for i in ids}
+    stats: dict[str, list[float]] = {}
     for n in names:
+        if n not in skipped:
+            extra = set(scored[n]) - set(SCORERS.get(n).metrics)
+            stats.update({c: v for c, (_, v) in scored[n].items() if c in extra})
         for metric in SCORERS.get(n).metrics:
             if n in skipped:
                 metrics[metric] = None
@@ -386,4 +429,4 @@ def evaluate(
                 per_image[i][metric] = s
     order = {m: k for k, m in enumerate(METRIC_NAMES)}
     metrics = dict(sorted(metrics.items(), key=lambda kv: order.get(kv[0], len(order))))
-    return metrics, per_image
+    return metrics, per_image, stats

@@ -107,6 +107,15 @@ class MeteorPool:
 
     def compute(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> tuple[float, list[float]]:
         """Corpus METEOR and per-segment scores, as ``pycocoevalcap.meteor.Meteor.compute_score``."""
+        score, scores, _ = self.compute_stats(hypotheses, references)
+        return score, scores
+
+    def compute_stats(self, hypotheses: Sequence[str],
+                      references: Sequence[Sequence[str]]) -> tuple[float, list[float], list[str]]:
+        """:meth:`compute` plus each segment's sufficient statistics as the jar wrote them (23
+        numbers: lengths, function words, 4 modules × content/function matches, chunks, word
+        matches), from which :func:`r2m.evaluation.bootstrap.meteor_aggregate` recomputes the
+        corpus score of any multiset of segments."""
         if len(hypotheses) != len(references):
             raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} reference sets")
         lines = [score_line(h, r) for h, r in zip(hypotheses, references, strict=True)]
@@ -134,7 +143,7 @@ class MeteorPool:
             raise ValueError("METEOR needs at least one segment")
         # one EVAL line, answered by one line per segment and then the corpus score
         answer = self._exchange(0, ["EVAL" + "".join(f" ||| {s}" for s in stats)], answers=len(stats) + 1)
-        return float(answer[-1]), [float(x) for x in answer[:-1]]
+        return float(answer[-1]), [float(x) for x in answer[:-1]], stats
 
     def close(self) -> None:
         for proc, log in zip(self.procs, self._logs, strict=True):

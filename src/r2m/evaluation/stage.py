@@ -54,7 +54,8 @@ def evaluate_files(
     extra_duplicates: Sequence[Sequence[str]] = (),
 ) -> dict[str, Any]:
     """Validate and score two files; returns ``{"metrics", "unavailable", "images", "missing",
-    "reference_problems"}``.
+    "reference_problems", "stats"}`` (``stats``: the scorers' per-image sufficient statistics,
+    :func:`r2m.evaluation.coco.evaluate_stats`).
 
     Results that do not cover every reference image of their split(s) are an error unless
     ``allow_partial`` (then the missing ids are logged and returned). Empty reference captions are
@@ -83,8 +84,8 @@ def evaluate_files(
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", coco.MetricUnavailableWarning)
-        metrics, per_image = coco.evaluate(results, references, scorers, tokenizer=tokenizer,
-                                           parallel=parallel, workers=workers)
+        metrics, per_image, stats = coco.evaluate_stats(results, references, scorers, tokenizer=tokenizer,
+                                                        parallel=parallel, workers=workers)
     for w in caught:
         if issubclass(w.category, coco.MetricUnavailableWarning):
             logger.warning("%s", w.message)
@@ -94,7 +95,7 @@ def evaluate_files(
                 " ".join(f"{k}={'n/a' if v is None else f'{v:.4f}'}" for k, v in metrics.items()))
     unavailable = [m for m, v in metrics.items() if v is None]
     return {"metrics": metrics, "unavailable": unavailable, "images": per_image, "missing": missing,
-            "split": scored_split(results, splits), "reference_problems": problems.counts()}
+            "split": scored_split(results, splits), "reference_problems": problems.counts(), "stats": stats}
 
 
 def scored_split(results: Any, splits: dict[str, str | None]) -> str | None:
@@ -169,12 +170,28 @@ def run(ctx) -> None:
              "unreadable_images": len(bad),
              "unreadable_image_ids": bad, **out["reference_problems"]}
     concepts = {"concept_recall": cr["concept_recall"], "concept_any": cr["concept_any"]}
+    stats = out.pop("stats")
     write_json(ctx.outs["metrics"], {**out["metrics"], **concepts, **extra})
     write_json(ctx.outs["per_image"], {**out, **concepts, **extra, "concepts": cr})
+    if "stats" in ctx.outs:
+        write_per_image(ctx.outs["stats"], out, stats, cr if "info" in ctx.deps else None,
+                        {**out["metrics"], **concepts}, ctx.deps["captions"], refs)
     ctx.save_params(ctx.outs["metrics"].parent, "eval.params.yaml")
 
 
 # --------------------------------------------------------------------------- standalone command
+def write_per_image(path: Path, out: dict[str, Any], stats: dict[str, list[float]], cr: dict[str, Any] | None,
+                    metrics: dict[str, Any], captions: Path, references: Path) -> None:
+    """``per_image.parquet`` (:mod:`r2m.evaluation.per_image`) of one evaluation."""
+    from r2m.evaluation import per_image
+    from r2m.utils.io import file_digest
+
+    rows = per_image.from_evaluation(list(out["images"]), out["images"], stats,
+                                     None if cr is None else cr.get("per_image", {}))
+    per_image.write(path, rows, {"metrics": metrics, "captions_sha256": file_digest(captions),
+                                 "references_sha256": file_digest(references)})
+
+
 def _scorer_list(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
     if not names:
@@ -200,6 +217,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="how independent scorers run side by side (default: hybrid = Java scorers in threads, Python scorers in a worker process)")
 
 
+def _refused_out(out: str | None, *inputs: str) -> str | None:
+    """Why ``--out`` may not be written (a folder, or one of the input files), or None."""
+    if not out:
+        return None
+    path = Path(out)
+    if path.is_dir():
+        return "is a folder; name a file (a folder is never replaced)"
+    if path.exists() and any(Path(i).exists() and path.samefile(i) for i in inputs):
+        return "is one of the input files; name another file"
+    return None
+
+
 def standalone(args: argparse.Namespace) -> int:
     if not args.results or not args.references:
         print("r2m evaluate: give --dataset/--variant/--ckpt (pipeline stage) or "
@@ -207,6 +236,10 @@ def standalone(args: argparse.Namespace) -> int:
         return 2
     from r2m.pipeline.context import setup_logging
 
+    refused = _refused_out(args.out, args.results, args.references)
+    if refused:
+        print(f"r2m evaluate: --out {args.out}: {refused}", file=sys.stderr)
+        return 2
     logger = setup_logging(None)
     try:
         out = evaluate_files(args.results, args.references, args.scorers, tokenizer=args.tokenizer,
@@ -215,6 +248,7 @@ def standalone(args: argparse.Namespace) -> int:
     except (EvalInputError, FileNotFoundError, ValueError) as err:
         print(f"r2m evaluate: {err}", file=sys.stderr)
         return 2
+    out.pop("stats")
     if args.out:
         write_json(args.out, out)
         logger.info("wrote %s", args.out)

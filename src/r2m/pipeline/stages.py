@@ -180,6 +180,7 @@ STAGES: tuple[Stage, ...] = (
         outs={
             "metrics": Out(f"{R}/eval.json", kind="metrics", cache=False),
             "per_image": Out(f"{R}/eval_per_image.json", cache=False),
+            "stats": Out(f"{R}/per_image.parquet", cache=False),
         },
         params=("evaluate",),
     ),

@@ -100,6 +100,7 @@ def sup_stages() -> tuple[Stage, ...]:
             outs={
                 "metrics": Out(f"{SR}/eval.json", kind="metrics", cache=False),
                 "per_image": Out(f"{SR}/eval_per_image.json", cache=False),
+                "stats": Out(f"{SR}/per_image.parquet", cache=False),
             },
             params=("evaluate",),
             sources=SUP,

@@ -3,23 +3,24 @@ scores, its caption and the FM/RM attention plot (:func:`r2m.reports.plots.atten
 
 The page comes from a Jinja2 template with auto-escaping (file names, captions and concepts are
 data, never markup). The gallery is built in a temporary folder beside ``OUT`` and renamed into
-place only when complete, so a failure (a full disk) leaves the previous gallery as it was; an
-``OUT`` that exists and is not a gallery is refused before anything is captioned
-(:func:`gallery_target_problem`).
+place only when complete, so a failure (a full disk) leaves the previous gallery as it was. An
+``OUT`` that exists is replaced only when r2m made it and it holds nothing else and nothing changed
+(the ownership marker of :mod:`r2m.utils.io`: a folder that merely holds ``index.html`` or
+``images/`` is not a gallery), and never when it holds (or is) one of the images to caption; both
+are refused before anything is captioned (:func:`gallery_target_problem`).
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from r2m.utils.guard import is_disk_full
-from r2m.utils.io import atomic_path
+from r2m.utils.io import atomic_path, ownership_problem
 
-# what a gallery folder holds; an existing OUT holding anything else is not replaced
-GALLERY_ENTRIES = {"index.html", "images", "attention"}
 NOTES = {"top1": " (best concept below the threshold)", "image": " (from the image feature)",
          "empty": " (from no concept)"}
 
@@ -76,17 +77,17 @@ def render_page(cards: list[dict[str, Any]], bad: list[dict[str, str]], model_di
     return env.from_string(TEMPLATE).render(cards=cards, bad=bad, model_dir=str(model_dir))
 
 
-def gallery_target_problem(out: Path) -> str | None:
-    """Why ``--html OUT`` cannot be (re)written, or None: OUT must be new, an empty folder or a gallery."""
-    if not out.exists() and not out.is_symlink():
-        return None
-    if out.is_symlink() or not out.is_dir():
-        return "exists and is not a folder; give a new folder for the gallery"
-    extra = sorted(p.name for p in out.iterdir() if p.name not in GALLERY_ENTRIES)
-    if extra:
-        return (f"folder exists and holds files that are not a gallery's ({', '.join(extra[:3])}"
-                f"{', ...' if len(extra) > 3 else ''}); give a new folder")
-    return None
+def gallery_target_problem(out: Path, inputs: Sequence[Path] = ()) -> str | None:
+    """Why ``--html OUT`` cannot be (re)written, or None: OUT must be new, an empty folder or a
+    gallery r2m wrote (unchanged, nothing added), and hold none of the ``inputs`` (the images)."""
+    if out.exists() or out.is_symlink():
+        target = out.resolve()
+        inside = [p for p in inputs if p.resolve() == target or target in p.resolve().parents]
+        if inside:
+            return (f"holds the image {inside[0]} to caption; r2m never replaces a folder holding its inputs: "
+                    "give a new folder for the gallery")
+    problem = ownership_problem(out)
+    return None if problem is None else problem.removeprefix(str(out)).strip(" :")
 
 
 def _card(n: int, r: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:
@@ -106,7 +107,7 @@ def write_gallery(out: Path, results: list[dict[str, Any]], bad: list[dict[str, 
                   cfg: Any) -> Path:
     """``out/index.html`` + ``out/images/`` (copies) + ``out/attention/`` (FM/RM plots), written whole:
     built in a temporary folder, then renamed over ``out``."""
-    problem = gallery_target_problem(out)
+    problem = gallery_target_problem(out, [Path(r["path"]) for r in results])
     if problem:
         raise ValueError(f"{out}: {problem}")
     try:

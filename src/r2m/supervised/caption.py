@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import torch
 
+from r2m.datasets.base import split_ids
 from r2m.decoding.beam import sample_search
 from r2m.decoding.captioner import BANNED, caption_features, first_tokens, load_checkpoint_model, words_of
 from r2m.supervised.data import model_features
@@ -61,11 +61,10 @@ def run(ctx) -> None:
         ctx.log.info("caption_sup: %s", reason)
         return
     cp = ctx.params.caption
+    ids = split_ids(ctx.deps["prepared"], cp.split)
     device = ctx.runtime.torch_device()
     model, _, itos = load_checkpoint_model(ctx.deps["model"], device, ctx.deps["sup_vocab"])
-    images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
     feats = model_features(ctx.deps["model"], ctx.deps["features"], model.feature_kinds)
-    ids = [str(i) for i in images.loc[images["split"] == cp.split, "image_id"]]
     missing = [i for i in ids if i not in feats.row_of]
     ids = [i for i in ids if i in feats.row_of]
     if missing:

@@ -107,7 +107,7 @@ def inspect_sat(ctx, model, feats, itos: list[str], out_dir: Path, device) -> di
             if boxes is not None:
                 records.append((words[:-1], al[:-1], boxes.get(iid, {}), (img.shape[1], img.shape[0])))
             if len(figures) < n_fig:
-                name = f"attention_{iid}.png"
+                name = f"attention_{len(figures):03d}.png"  # not the id: ids are data (e.g. "a/b")
                 fig = attention_maps_figure(img, words, al, title=f"image {iid}")
                 fig.savefig(out_dir / name, dpi=90)
                 figures.append({"image_id": iid, "file": name, "caption": " ".join(words[:-1])})

@@ -19,6 +19,11 @@ def evaluate(ctx) -> None:
     if reason:
         write_json(ctx.outs["metrics"], {"skipped": reason})
         write_json(ctx.outs["per_image"], {"skipped": reason})
+        if "stats" in ctx.outs:  # no rows: nothing was scored
+            from r2m.evaluation import per_image
+            from r2m.evaluation.bootstrap import PerImage
+
+            per_image.write(ctx.outs["stats"], PerImage((), {}), {"skipped": reason})
         ctx.log.info("evaluate_sup: %s", reason)
         return
     from r2m.evaluation.stage import run as evaluate_stage

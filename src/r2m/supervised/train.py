@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from r2m.supervised.vocab import skip_reason
 from r2m.text.vocab import load_itos
 from r2m.training import loop as L
 from r2m.utils import resume as RS
-from r2m.utils.io import save_torch, write_json, write_text
+from r2m.utils.io import mark_owned, replace_folder, save_torch, write_json, write_text
 
 
 def add_arguments(parser) -> None:
@@ -49,10 +48,10 @@ def model_section(ctx) -> dict[str, Any]:
 
 def reset_folder(out_dir: Path) -> None:
     """Empty a stage's model folder: nothing of an older run (``model.pt``, ``cnn.pt``,
-    ``features/``, ``skipped.json``) may outlive the run that writes it now."""
-    if out_dir.is_dir():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    ``features/``, ``skipped.json``) may outlive the run that writes it now. Only a folder r2m
+    owns is emptied (:func:`r2m.utils.io.replace_folder`); :func:`mark_owned` records the files
+    once the stage has written them."""
+    replace_folder(out_dir)
 
 
 def pretrained(folder: Path | None) -> bool:
@@ -65,6 +64,7 @@ def write_skipped(ctx, reason: str) -> None:
     reset_folder(out_dir)
     write_json(out_dir / "skipped.json", {"skipped": reason})
     ctx.save_params(out_dir)
+    mark_owned(out_dir)
     write_text(ctx.outs["loss"], "step\tsplit\tloss\txe\n")
     write_json(ctx.outs["metrics"], {"model": ctx.model, "skipped": reason})
     ctx.log.info("train_sup: %s", reason)
@@ -200,6 +200,7 @@ def _train(ctx, phase: str) -> None:
             ctx.log.info("train_sup: the fine-tuned CNN's features of %d images -> %s", n,
                          out_dir / finetune.OWN_FEATURES)
     ctx.save_params(out_dir)
+    mark_owned(out_dir)
     L.write_loss(Path(ctx.outs["loss"]), columns, res.rows)
     bs = max(tp.batch_size, 64)
     selections = [{"step": k, tp.select_by: score} for k, score in res.selections]

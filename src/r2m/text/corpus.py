@@ -31,6 +31,19 @@ class ReadStats:
         return {"lines": self.lines, "empty": self.empty, "bad_utf8": self.bad_utf8, "bad_lines": self.bad_lines[:20]}
 
 
+def _physical_lines(fh) -> Iterator[bytes]:
+    """The lines of a binary file whatever its line ends (``\\n``, ``\\r\\n``, or a lone ``\\r`` as
+    in old Mac files, which would otherwise glue every sentence into one), without a leading UTF-8 BOM."""
+    first = True
+    for raw in fh:
+        if first and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        first = False
+        body = raw[:-1] if raw.endswith(b"\n") else raw
+        body = body[:-1] if body.endswith(b"\r") else body
+        yield from body.split(b"\r")
+
+
 def read_lines(path: str | Path, stats: ReadStats | None = None, errors: str = "raise") -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, sentence)`` (1-based) for the non-empty lines of ``path``.
 
@@ -44,7 +57,7 @@ def read_lines(path: str | Path, stats: ReadStats | None = None, errors: str = "
     if not path.exists():
         raise FileNotFoundError(f"corpus file missing: {path}")
     with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
+        for lineno, raw in enumerate(_physical_lines(fh), 1):
             stats.lines = lineno
             try:
                 text = raw.decode("utf-8")

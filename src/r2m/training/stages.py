@@ -156,7 +156,7 @@ class _Data:
             except ValueError:
                 ctx.log.warning("%s: no 'val' sentences in %s; no held-out XE", ctx.stage.name, enc)
                 self.val = lambda: iter(())
-            self.image_dim, self.train = 0, stream.batches
+            self.image_dim, self.train, self.rows = 0, stream.batches, stream.n
             return
         cp = ctx.params.concepts
         official = ctx.params.fidelity.image_concepts == "official"  # unshuffled, official order
@@ -169,7 +169,7 @@ class _Data:
         val_images = ImageSet(split="val", **kw)
         self.images = [images, val_images]
         self.val = lambda: val_images.ordered(tp.batch_size, max_batches=20)
-        self.image_dim = images.dim
+        self.image_dim, self.rows = images.dim, len(images)
         self.train = lambda start: images.batches(tp.batch_size, tp.seed, start)
 
     def close(self) -> None:
@@ -218,8 +218,10 @@ def train(ctx, select: Selector | None = None) -> dict[str, Any]:
         fingerprint=L.fingerprint(ctx), log=ctx.log, lr_param=f"{name}.lr = {tp.lr}",
         fresh=getattr(args, "fresh", False), select=select, dist=dist,
         autocast=bf16 if use_bf16 else contextlib.nullcontext, mode=mode, static=static_shape(obj, tp, ctx))
-    ctx.log.info("%s: %s on %s, %d parameters, %d steps x %d", name, ctx.variant, device,
-                 model.param_count(), tp.steps, tp.batch_size)
+    batch = min(tp.batch_size, data.rows or tp.batch_size)  # what the batcher draws (epoch_batch, TextStream)
+    clamped = f" ({name}.batch_size {tp.batch_size} > the {data.rows} training rows)" if batch < tp.batch_size else ""
+    ctx.log.info("%s: %s on %s, %d parameters, %d steps x batch %d%s", name, ctx.variant, device,
+                 model.param_count(), tp.steps, batch, clamped)
     res = L.fit(spec)
 
     # outputs ---------------------------------------------------------

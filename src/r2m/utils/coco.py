@@ -73,10 +73,16 @@ def parse_coco_captions(data: Any, source: str, error: type[Exception] = ValueEr
     if not isinstance(images, list):
         raise error(f"{source}: 'images' must be a list")
     records = []
+    first: dict[str, int] = {}  # image id -> the first record giving it
     for i, img in enumerate(images):
         if not isinstance(img, dict) or "id" not in img:
             raise error(f"{source}: images[{i}]: expected an object with key 'id'")
         records.append({**img, "id": normalise_id(img["id"], f"{source}: images[{i}]", error)})
+        j = first.setdefault(records[-1]["id"], i)
+        if j != i and (type(images[j]["id"]) is not type(img["id"]) or images[j].get("file_name") != img.get("file_name")):
+            raise error(f"{source}: images[{i}]: id {img['id']!r} is the image id of images[{j}] too "
+                        f"(id {images[j]['id']!r}{', file_name ' + repr(images[j].get('file_name')) if 'file_name' in images[j] else ''}); "
+                        "ids are compared as text, so 7 and \"7\" are one id: give each image its own id")
     pairs = []
     for i, ann in enumerate(data["annotations"]):
         where = f"{source}: annotations[{i}]"

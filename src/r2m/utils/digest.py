@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from r2m.utils.guard import BadInput, not_a_file
 from r2m.utils.io import file_digest, write_json
 
 
@@ -27,10 +29,20 @@ def expand(paths: Iterable[Path]) -> list[Path]:
         if p.is_dir():
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                out += [Path(root) / f for f in sorted(files) if not f.startswith(".")]
+                out += [Path(root) / f for f in sorted(files) if not f.startswith(".") and not _special(Path(root) / f)]
         else:
             out.append(p)
     return out
+
+
+def _special(path: Path) -> bool:
+    """A FIFO, socket or device (or a link to one) in a walked folder: no dataset reads it (the
+    folder recipe lists regular files only) and reading it would block (a FIFO) or never end (a
+    link to /dev/zero)."""
+    try:
+        return not stat.S_ISREG(path.stat().st_mode)
+    except OSError:  # a broken link: kept, recorded as missing
+        return False
 
 
 def _read_cache(path: Path | None) -> dict[str, Any]:
@@ -75,6 +87,8 @@ def digest_files(files: Iterable[Path], cache_path: Path | None = None,
         except OSError:
             out.append({"path": str(f), "missing": True})
             continue
+        if not stat.S_ISREG(st.st_mode):  # named on its own: refused (reading it would block or never end)
+            raise BadInput(f"{f}: {not_a_file(f) or 'not a regular file'}; name a file")
         how = "parsed" if parsed and f.suffix.lower() in PARSED else "bytes"
         key = str(f.resolve())
         hit = cache.get(key)

@@ -58,6 +58,12 @@ def disk_full_message(err: OSError) -> str:
     return f"disk full writing {where} ({os.strerror(err.errno) if err.errno else err}); nothing finished was replaced"
 
 
+def os_error_line(err: OSError) -> str:
+    """One line naming what failed and the path(s): ``Not a directory: logs/prepare``."""
+    where = " -> ".join(str(f) for f in (err.filename, err.filename2) if f is not None)
+    return f"{err.strerror or err}: {where}" if where else str(err)
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1 (``--beam``, ``--batch-size``, ``--max-len``)."""
     import argparse

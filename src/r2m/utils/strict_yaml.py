@@ -36,6 +36,31 @@ StrictLoader.add_implicit_resolver(
 )
 
 
+MAX_VALUES = 1_000_000  # values a document may hold once its aliases are expanded (params.yaml: ~2000)
+
+
+def _check_expanded_size(doc: Any) -> None:
+    """Refuse a document whose aliases expand to more than :data:`MAX_VALUES` values (a "billion
+    laughs" alias bomb loads in a blink but hangs whatever walks it: validation, copies, digests)."""
+    stack, seen = [doc], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise yaml.YAMLError(f"more than {MAX_VALUES:,} values once its aliases (*name) are expanded; "
+                                 "an alias bomb? write the values out")
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
 def yaml_load(text: str) -> Any:
-    """Parse params YAML with :class:`StrictLoader` (duplicate keys refused)."""
-    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    """Parse params YAML with :class:`StrictLoader` (duplicate keys refused, alias bombs and nesting
+    too deep to parse are a :class:`yaml.YAMLError`)."""
+    try:
+        doc = yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply to read (thousands of levels)") from None
+    _check_expanded_size(doc)
+    return doc

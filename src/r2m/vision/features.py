@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.utils import resume as RS
+from r2m.utils.io import replace_folder
 from r2m.vision import feature_store as FS
 from r2m.vision.extractors import Extractor, build_extractor, extract_arrays
 from r2m.vision.images import read_image_index
@@ -89,6 +90,8 @@ def extract_dataset(
         todo = [j for j in todo if j % k == i]
     # build the backend first: a bad name or option fails before anything is touched
     ex = build_extractor(backend, options) if (not merge_only and todo) else None
+    if work is None:  # the parts inside the output folder: only in a folder r2m owns (it replaces it later)
+        replace_folder(out, empty=False)
     FS.prepare_parts(parts, fingerprint)
     if parts_from is not None:
         FS.collect_parts(Path(parts_from), parts, fingerprint)

