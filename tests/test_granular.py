@@ -554,3 +554,25 @@ def test_a_checkpoint_dependency_names_the_folder_of_its_ckpt(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"{folder / 'model.pt'} is missing") and "re-run train_s" in lines[0]
     (folder / "model.pt").write_bytes(b"")
     assert ctx.incomplete_inputs() == []
+
+
+def test_a_file_the_ownership_marker_lists_is_checked_on_use(tmp_path):
+    """Beyond the key files: a file r2m wrote into a folder (its marker lists it) and that is gone, or of
+    another size, makes the folder incomplete for every consumer."""
+    from r2m.pipeline.context import StageContext
+    from r2m.pipeline.stages import get
+    from r2m.utils.io import mark_owned
+
+    folder = tmp_path / "data/tiny/corpus"
+    folder.mkdir(parents=True)
+    for name, text in (("corpus.parquet", "x"), ("stats.json", "{}"), ("params.yaml", "{}\n")):
+        (folder / name).write_text(text)
+    mark_owned(folder)
+    ctx = StageContext(stage=get("build_vocab"), params=V.validate(small_raw(), "test"), dataset="tiny", root=tmp_path)
+    assert ctx.incomplete_inputs() == []
+    (folder / "params.yaml").write_text("{}\n# longer\n")
+    assert ctx.incomplete_inputs() == [f"{folder / 'params.yaml'} changed size since it was written: {folder} "
+                                       "(output of corpus_concepts) is incomplete; re-run corpus_concepts "
+                                       "(snakemake and dvc repro rebuild it)"]
+    (folder / "params.yaml").unlink()
+    assert ctx.incomplete_inputs()[0].startswith(f"{folder / 'params.yaml'} is missing: ")

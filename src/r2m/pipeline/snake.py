@@ -199,7 +199,7 @@ def dep_inputs(template: str):
         bound = dict(wildcards.items())
         found = folder_members(template, bound)
         path = template.format(**bound)
-        return member_paths(path, found[1]) if found else [path]
+        return member_paths(path, found[1]) if found and found[1] else [path]
 
     return _inputs
 

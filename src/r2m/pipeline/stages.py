@@ -264,13 +264,13 @@ CKPTS = TRAIN_STAGES
 
 
 def folder_members(template: str, bound: dict[str, str]) -> tuple[str, tuple[str, ...]] | None:
-    """``(producer, key files)`` of the folder a dependency ``template`` names at axis values ``bound``
-    (:attr:`Out.members`; ``models/{dataset}/{variant}/{ckpt}`` at ``ckpt=train_s`` is train_s's folder), or
-    None when no stage declares key files for it."""
+    """``(producer, key files)`` of the output folder a dependency ``template`` names at axis values ``bound``
+    (:attr:`Out.members`, possibly none; ``models/{dataset}/{variant}/{ckpt}`` at ``ckpt=train_s`` is
+    train_s's folder), or None when no stage writes that folder."""
     path = template.format(**bound)
     for stage in STAGES:
         for out in stage.outs.values():
-            if out.members:
+            if out.directory:
                 try:
                     if out.path.format(**bound) == path:
                         return stage.name, out.members
