@@ -18,6 +18,8 @@ rule all:
         "reports/baselines.csv",
         "reports/retrieval.csv",
         "reports/index.html",
+        # the key files of every folder those need: a finished folder missing one is rebuilt (common.smk)
+        member_targets(PARAMS, ALL_TARGETS),
     default_target: True
 
 

@@ -2,7 +2,8 @@
 """A stand-in for ``r2m`` in DAG tests that check *what* the engines run, not what a stage computes:
 ``stub_r2m.py <stage> --dataset D [--variant V …] [--params F] [--no-log-file]`` creates the stage's
 outputs (from the registry) holding the stage and its axis values.
-``stub_r2m.py resolve-params`` runs the real resolver (it is what DVC's first stage runs)."""
+``stub_r2m.py resolve-params`` runs the real resolver (it is what DVC's first stage runs), and ``inputs``
+the real stage (the digest of a dataset's files outside the DAG, which the engines' plans hinge on)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def make_outputs(stage, bound: dict[str, str], root: Path) -> str:
         path = root / out.path.format(**bound)
         if out.directory:
             path.mkdir(parents=True, exist_ok=True)
-            (path / "stub.txt").write_text(line + "\n")
+            for name in ("stub.txt", *out.members):  # a complete folder holds its key files
+                (path / name).write_text(line + "\n")
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(line + "\n")
@@ -29,6 +31,10 @@ def main(argv: list[str]) -> int:
         from r2m.pipeline.resolve_cmd import main as resolve
 
         return resolve(argv[1:])
+    if argv[0] == "inputs":
+        from r2m.cli import main as r2m
+
+        return r2m(argv)
     from r2m.pipeline.stages import get
 
     stage = get(argv[0])

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import copy_workflow
+from conftest import copy_sources, copy_workflow
 from r2m import params as P
 from r2m.pipeline import validate as V
 from r2m.pipeline.resolved import (
@@ -48,10 +48,11 @@ Edit = tuple[str, ...]  # a path into params.yaml
 
 
 def small_raw() -> dict[str, Any]:
-    """params.yaml on `tiny`, two variants and two baselines (every stage kind, few instances)."""
+    """params.yaml on `tiny`, two variants and two baselines (every stage kind, few instances); `demo` (files
+    outside the DAG: photos.yaml, references.json) for the baselines only."""
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw.update(datasets=["tiny"], all_datasets=["tiny"], variants=["r2m", "no_fm"])
-    raw["baselines"].update(datasets=["tiny"], models=["mrnn", "sat"])
+    raw.update(datasets=["tiny"], all_datasets=["tiny", "demo"], variants=["r2m", "no_fm"])
+    raw["baselines"].update(datasets=["tiny", "demo"], models=["mrnn", "sat"])
     return raw
 
 
@@ -231,6 +232,7 @@ class Workspace:
         self.sm = self.dvc = wd / "work"
         self.raw = small_raw()
         copy_workflow(ROOT, self.sm)
+        copy_sources(ROOT, self.sm, ("data/demo",))
         self.write(self.raw)
         bin_dir = wd / "bin"
         bin_dir.mkdir()
@@ -389,3 +391,188 @@ def test_dry_runs_on_an_up_to_date_workspace_are_quick(ws):
         t0 = time.perf_counter()
         ws.run(cmd, cwd)
         print(f"{name}: {time.perf_counter() - t0:.2f} s")
+
+
+# --------------------------------------------------------------------------- issue 38: integrity
+def _params_file(plan: str, stage: str) -> Path:
+    """The ``--params`` file of ``stage``'s job in a ``snakemake -n -p`` plan."""
+    line = next(ln for ln in plan.splitlines() if f" {stage} --dataset" in ln and "--params" in ln)
+    return Path(line.split("--params", 1)[1].split()[0].strip("'"))
+
+
+def test_a_dry_run_with_other_params_never_changes_a_planned_jobs_params(ws):
+    """Issue 38.2: a job reads the params of the invocation that started it, not the last one's
+    (before: one shared .snakemake/r2m/params.yaml, rewritten by every invocation, a dry run too)."""
+    running = ws.run([*ws.smk, "-n", "-p", "--forcerun", "train_s"], ws.sm)  # the job a run would start
+    mine = ws.sm / _params_file(running, "train_s")
+    before = mine.read_text()
+    other = ws.run([*ws.smk, 'fidelity={"rec_loss": "mse_raw"}', "-n", "-p", "--forcerun", "train_s"], ws.sm)
+    theirs = ws.sm / _params_file(other, "train_s")
+    assert mine.read_text() == before, "a dry run rewrote the params file a running job reads"
+    assert yaml.safe_load(theirs.read_text())["fidelity"]["rec_loss"] == "mse_raw"
+    assert yaml.safe_load(before)["fidelity"].get("rec_loss") != "mse_raw"
+    assert ws.snakemake_plan() == set()  # neither invocation made anything stale
+
+
+def test_a_finished_folder_missing_a_key_file_is_rebuilt(ws):
+    """Issue 38.5: `rm models/<D>/r2m/train_s/model.pt` re-runs train_s (and what follows) under Snakemake
+    (before: nothing to be done) and DVC."""
+    params = V.validate(ws.raw, "test")
+    member = ws.sm / "models/tiny/r2m/train_s/model.pt"
+    text, st = member.read_text(), member.stat()
+    member.unlink()
+    try:
+        want = with_descendants(params, {("train_s", "tiny-r2m")}) & ws.planned
+        assert ("train_s", "tiny-r2m") in want and ws.snakemake_plan() == want
+        assert ("train_s", "tiny-r2m") in ws.dvc_stale()
+    finally:
+        member.write_text(text)
+        os.utime(member, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert ws.snakemake_plan() == set() and ws.dvc_stale() == set()
+
+
+def _edit_file(path: Path, edit: Callable[[str], str]) -> Callable[[], None]:
+    original = path.read_text()
+    assert edit(original) != original, f"{path}: the edit changes nothing"
+    path.write_text(edit(original))
+    return lambda: path.write_text(original)
+
+
+def test_a_comment_in_a_parsed_data_file_reruns_nothing(ws):
+    """Issue 38.6: a comment in data/demo/photos.yaml (before: `inputs`, `prepare` and everything after)."""
+    undo = _edit_file(ws.sm / "data/demo/photos.yaml", lambda t: "# a comment\n" + t.replace("\n", "\n# more\n", 1))
+    try:
+        assert ws.snakemake_plan() == set()
+        ws.run([str(BIN / "dvc"), "repro", "-s", "-q", "inputs@demo"], ws.dvc)  # DVC runs it at every repro
+        assert ws.dvc_stale() == set()
+    finally:
+        undo()
+
+
+def test_a_changed_value_in_a_parsed_data_file_reruns_prepare(ws):
+    """The other side of the last test: what the file says still counts."""
+    params = V.validate(ws.raw, "test")
+    path = ws.sm / "data/demo/references.json"
+    undo = _edit_file(path, lambda t: t.replace(' woman ', ' lady ', 1))
+    try:
+        assert ws.snakemake_plan() == with_descendants(params, {("inputs", "demo")}) & ws.planned
+        ws.run([str(BIN / "dvc"), "repro", "-s", "-q", "inputs@demo"], ws.dvc)
+        assert ("prepare", "demo") in ws.dvc_stale()
+    finally:
+        undo()
+        ws.run([str(BIN / "dvc"), "repro", "-s", "-q", "inputs@demo"], ws.dvc)
+    assert ws.snakemake_plan() == set() and ws.dvc_stale() == set()
+
+
+def test_reordering_the_scorers_reruns_nothing(ws):
+    """Issue 38.6: `evaluate.scorers` is a set (each scorer runs on its own; eval.json lists metrics in
+    coco-caption's order); before, reversing it re-ran every evaluation."""
+    reordered = set_path(ws.raw, ("evaluate", "scorers"), list(reversed(ws.raw["evaluate"]["scorers"])))
+    try:
+        ws.write(reordered)
+        assert ws.snakemake_plan() == set()
+        assert ws.dvc_stale() == set()
+    finally:
+        ws.write(ws.raw)
+        ws.dvc_stale()
+
+
+def test_scorer_order_changes_no_result():
+    """What makes the scorers a set: the metrics of two orders are the same (CIDEr-D and BLEU on a hand-made pair)."""
+    from r2m.evaluation import coco
+
+    results = {"1": "a dog runs on grass", "2": "a cat sits"}
+    refs = {"1": ["a dog runs on the grass", "a dog on grass"], "2": ["a cat sits on a mat", "the cat sits"]}
+    one = coco.evaluate(results, refs, ["bleu", "cider"], tokenizer="none", parallel="serial")
+    two = coco.evaluate(results, refs, ["cider", "bleu"], tokenizer="none", parallel="serial")
+    assert one[0] == two[0] and one[1] == two[1] and one[0]["CIDEr"] > 0
+
+
+def dvc_only_instances(params: P.Params) -> set[tuple[str, str]]:
+    """What README says of the two DAGs: DVC's matrices also caption and evaluate every Table 2 ablation
+    variant at the first three checkpoints, which no table reads (Table 2: `train_i`; Table 3: `r2m` only)."""
+    return {(stage, f"{d}-{v}-{c}") for stage in ("caption", "evaluate") for d in params.datasets
+            for v in params.variants if v != "r2m" for c in P.TRAIN_STAGES if c != "train_i"}
+
+
+@pytest.mark.parametrize("which", ["repository", "small"])
+def test_dvc_and_snakemake_all_differ_exactly_as_documented(which):
+    """Issue 38.7: `dvc.yaml`'s instances minus those `snakemake all` needs = :func:`dvc_only_instances`."""
+    from r2m.pipeline.snake import ALL_TARGETS, needed_instances
+
+    params = V.load(ROOT / "params.yaml") if which == "repository" else V.validate(small_raw(), "test")
+    dvc = {(s.name, instance_key(s, b)) for s, b in instances(params)}
+    snake = {(s.name, instance_key(s, b)) for s, b in needed_instances(params, ALL_TARGETS)}
+    assert snake <= dvc and dvc - snake == dvc_only_instances(params)
+    if which == "repository":
+        assert (len(dvc), len(snake)) == (130, 106)  # the issue's 130 and 107 (106 + the `all` rule)
+        readme = (ROOT / "README.md").read_text()
+        assert "24 more instances" in readme and "same DAG as `snakemake all`" not in " ".join(readme.split())
+
+
+def test_snakemake_all_plans_the_documented_instances(ws):
+    """The engine's own plan of `all` on a fresh workspace is :func:`needed_instances`."""
+    from r2m.pipeline.snake import ALL_TARGETS, needed_instances
+
+    params = V.validate(ws.raw, "test")
+    assert ws.planned == {(s.name, instance_key(s, b)) for s, b in needed_instances(params, ALL_TARGETS)}
+
+
+def test_a_stage_refuses_an_incomplete_input_folder_in_one_line(tmp_path, monkeypatch, capsys):
+    """Issue 38.5 on use: `evaluate` on a prepared folder without its images.parquet names the file, no traceback."""
+    from r2m.cli import main
+
+    raw = small_raw()
+    raw.update(all_datasets=["tiny"])
+    raw["baselines"]["datasets"] = ["tiny"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    prepared = tmp_path / "data/tiny/prepared"
+    prepared.mkdir(parents=True)
+    for name in ("references.json", "corpus.txt", "manifest.json"):
+        (prepared / name).write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    rc = main(["evaluate", "--dataset", "tiny", "--variant", "r2m", "--ckpt", "train_s", "--params", "params.yaml",
+               "--no-log-file"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and "Traceback" not in "\n".join(err)
+    assert "data/tiny/prepared/images.parquet is missing" in err[-1] and "re-run prepare" in err[-1]
+    assert len([ln for ln in err if "missing" in ln]) == 1
+
+
+def test_a_checkpoint_dependency_names_the_folder_of_its_ckpt(tmp_path):
+    """`caption`'s `models/{dataset}/{variant}/{ckpt}` at ckpt=train_s is train_s's folder: its model.pt is
+    required (the issue's case: caption on a train_s folder whose model.pt was deleted)."""
+    from r2m.pipeline.context import StageContext
+    from r2m.pipeline.stages import get
+
+    folder = tmp_path / "models/tiny/r2m/train_s"
+    folder.mkdir(parents=True)
+    (folder / "params.yaml").write_text("{}\n")
+    ctx = StageContext(stage=get("caption"), params=V.validate(small_raw(), "test"), dataset="tiny", variant="r2m",
+                       ckpt="train_s", root=tmp_path)
+    lines = ctx.incomplete_inputs()
+    assert len(lines) == 1 and lines[0].startswith(f"{folder / 'model.pt'} is missing") and "re-run train_s" in lines[0]
+    (folder / "model.pt").write_bytes(b"")
+    assert ctx.incomplete_inputs() == []
+
+
+def test_a_file_the_ownership_marker_lists_is_checked_on_use(tmp_path):
+    """Beyond the key files: a file r2m wrote into a folder (its marker lists it) and that is gone, or of
+    another size, makes the folder incomplete for every consumer."""
+    from r2m.pipeline.context import StageContext
+    from r2m.pipeline.stages import get
+    from r2m.utils.io import mark_owned
+
+    folder = tmp_path / "data/tiny/corpus"
+    folder.mkdir(parents=True)
+    for name, text in (("corpus.parquet", "x"), ("stats.json", "{}"), ("params.yaml", "{}\n")):
+        (folder / name).write_text(text)
+    mark_owned(folder)
+    ctx = StageContext(stage=get("build_vocab"), params=V.validate(small_raw(), "test"), dataset="tiny", root=tmp_path)
+    assert ctx.incomplete_inputs() == []
+    (folder / "params.yaml").write_text("{}\n# longer\n")
+    assert ctx.incomplete_inputs() == [f"{folder / 'params.yaml'} changed size since it was written: {folder} "
+                                       "(output of corpus_concepts) is incomplete; re-run corpus_concepts "
+                                       "(snakemake and dvc repro rebuild it)"]
+    (folder / "params.yaml").unlink()
+    assert ctx.incomplete_inputs()[0].startswith(f"{folder / 'params.yaml'} is missing: ")

@@ -185,6 +185,10 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         log=log,
         **axes,
     )
+    damaged = ctx.incomplete_inputs()
+    if damaged:  # a finished input folder missing a key file: refused before any work
+        log.error("r2m %s: %s", stage.name, damaged[0])
+        return 2
     threads = AfterImport("torch", ctx.runtime.apply)  # torch's threads, when (if) the stage imports torch
     ctx.args = args  # type: ignore[attr-defined]  # stage-specific extra flags
     log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))

@@ -400,10 +400,21 @@ class CaptionParams(_Section):
                              "concept below the threshold)")
 
 
+SCORER_NAMES = ("bleu", "meteor", "rouge", "cider", "spice")
+
+
 class EvaluateParams(_Section):
     scorers: list[Literal["bleu", "meteor", "rouge", "cider", "spice"]] = Field(
-        default_factory=lambda: ["bleu", "meteor", "rouge", "cider", "spice"], min_length=1
+        default_factory=lambda: list(SCORER_NAMES), min_length=1
     )  # [] would give a table row of blanks: refused at params load
+
+    @field_validator("scorers")
+    @classmethod
+    def _one_order(cls, v: list[str]) -> list[str]:
+        """A set, not a sequence: each scorer runs on its own and ``eval.json`` lists metrics in coco-caption's
+        order, so the order (or a repeat) changes no result, and the resolved params (what stages re-run on)
+        hold the scorers in one order."""
+        return sorted(set(v), key=SCORER_NAMES.index)
 
 
 class ReportParams(_Section):

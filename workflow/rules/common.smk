@@ -15,9 +15,12 @@ from r2m.pipeline import validate as V  # noqa: E402
 from r2m.pipeline import stages as S  # noqa: E402
 from r2m.pipeline.resolved import code_digest  # noqa: E402
 from r2m.pipeline.snake import (  # noqa: E402
-    expand_gather,
-    external_inputs,
+    ALL_TARGETS,
+    external_param,
+    member_targets,
     merge_command,
+    rule_inputs,
+    rule_outputs,
     rule_params,
     shard_command,
     shard_counts,
@@ -43,7 +46,10 @@ try:
 except (P.ParamsError, ValueError, yaml.YAMLError) as err:
     raise WorkflowError(str(err))
 
-R2M_PARAMS = write_merged_params(with_derived(_params_cfg, PARAMS), ".snakemake/r2m/params.yaml")
+# this invocation's params, named by their content and never rewritten: a job reads the file of the
+# invocation that started it, whatever a later `snakemake -n --config …` writes (its own file)
+R2M_PARAMS = write_merged_params(with_derived(_params_cfg, PARAMS), ".snakemake/r2m/params")
+R2M_PARAMS_ARG = shlex.quote(R2M_PARAMS)  # appended by each rule's shell, not part of its compared `cmd`
 # the r2m beside the Python running Snakemake (works without activating .venv), else PATH's
 _r2m_here = Path(sys.executable).parent / "r2m"
 R2M = _runtime_cfg.get("r2m_command", shlex.quote(str(_r2m_here)) if _r2m_here.exists() else "r2m")

@@ -4,11 +4,14 @@
 # `shell:` lazily, after the loop has moved on.
 # A stage with a `fanout` and `--config shards='{<stage>: N}'` (N > 1) also gets a `<stage>_shard`
 # rule: N parallel jobs (e.g. cluster jobs) whose results the stage's own job merges.
+# A folder output with key files (Out.members) declares them as outputs too, and its consumers ask for
+# them (not the folder): a finished folder missing one is rebuilt (snake.rule_inputs / rule_outputs).
 # Every rule declares the registry's resources (gpu, mem_mb): `--resources gpu=N` caps concurrent
 # GPU jobs on one box; the SLURM executor requests `--gpus`/`--mem` from them.
 # Params a job depends on: exactly the resolved values its instance reads (`resolved`) and a digest of
 # its code (`code`), both compared by content by Snakemake's params trigger (r2m.pipeline.resolved).
-# The job's shell `exec`s r2m (killing the shell kills r2m) and every path is quoted ({log:q}).
+# The job's shell `exec`s r2m (killing the shell kills r2m) and every path is quoted ({log:q}). Its
+# `--params` file is this invocation's, content-addressed (common.smk): outside the compared `cmd`.
 
 
 for _stage in S.STAGES:
@@ -18,23 +21,17 @@ for _stage in S.STAGES:
         name:
             _stage.name
         input:
-            **{
-                k: (expand_gather(v, PARAMS) if not isinstance(v, str) else snake_template(v))
-                for k, v in _stage.deps.items()
-            },
+            **rule_inputs(_stage, PARAMS),
             **({"shards": shard_inputs(_stage, _n)} if _n > 1 else {}),
-            **({"external": external_inputs(_stage, PARAMS)} if _stage.external else {}),
         output:
-            **{
-                k: (directory(snake_template(o.path)) if o.directory else snake_template(o.path))
-                for k, o in _stage.outs.items()
-            },
+            **rule_outputs(_stage, directory),
         log:
             snake_template(_stage.log),
         params:
-            cmd=lambda wc, _s=_stage, _k=_n: merge_command(R2M, _s, wc, R2M_PARAMS, _k),
+            cmd=lambda wc, _s=_stage, _k=_n: merge_command(R2M, _s, wc, None, _k),
             resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
             code=code_digest(_stage, Path(workflow.basedir)),  # the files its entry imports (by content)
+            **({"external": external_param(_stage, PARAMS)} if _stage.external else {}),  # files outside the DAG
         threads: 1
         resources:
             **_stage.resources.snakemake(),
@@ -43,7 +40,7 @@ for _stage in S.STAGES:
         conda:
             "../envs/r2m.yaml"
         shell:
-            "R2M_THREADS=${{R2M_THREADS:-{threads}}} exec {params.cmd} --no-log-file > {log:q} 2>&1"
+            "R2M_THREADS=${{R2M_THREADS:-{threads}}} exec {params.cmd} --params {R2M_PARAMS_ARG} --no-log-file > {log:q} 2>&1"
 
     if _n > 1:
 
@@ -51,13 +48,13 @@ for _stage in S.STAGES:
             name:
                 f"{_stage.name}_shard"
             input:
-                **{k: snake_template(v) for k, v in _stage.deps.items() if isinstance(v, str)},
+                **{k: v for k, v in rule_inputs(_stage, PARAMS).items() if isinstance(_stage.deps[k], str)},
             output:
                 shard=directory(shard_output(_stage)),
             log:
                 shard_log(_stage),
             params:
-                cmd=lambda wc, _s=_stage, _k=_n: shard_command(R2M, _s, wc, R2M_PARAMS, _k),
+                cmd=lambda wc, _s=_stage, _k=_n: shard_command(R2M, _s, wc, None, _k),
                 resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
             threads: 1
             resources:
@@ -67,4 +64,4 @@ for _stage in S.STAGES:
             conda:
                 "../envs/r2m.yaml"
             shell:
-                "R2M_THREADS=${{R2M_THREADS:-{threads}}} exec {params.cmd} --no-log-file > {log:q} 2>&1"
+                "R2M_THREADS=${{R2M_THREADS:-{threads}}} exec {params.cmd} --params {R2M_PARAMS_ARG} --no-log-file > {log:q} 2>&1"

@@ -10,8 +10,9 @@ and ``corpus.txt``. Each recipe that has such files declares them here (:data:`R
   ``stat`` per unchanged file);
   ``prepare`` depends on it, so an edited input re-runs ``prepare`` and what follows, and an
   unchanged one (same bytes) re-runs nothing;
-- DVC runs ``inputs`` at every ``repro`` (``always_changed``; cheap), Snakemake whenever one of the
-  files themselves (:func:`input_files`, the rule's input function) is newer than ``inputs.json``.
+- DVC runs ``inputs`` at every ``repro`` (``always_changed``; cheap), Snakemake when the digest of
+  what it would record changes (:func:`input_digest`, a rule param compared by content). JSON and
+  YAML files count by their parsed content, so a comment or a reformatting re-runs nothing.
 
 The paper benchmarks are left out: their raw sources are fixed downloads checked by ``prepare``.
 Cheap to import (no torch, no pandas): Snakemake calls :func:`input_files` while planning.
@@ -59,11 +60,30 @@ def declared_inputs(entry: DatasetEntry) -> list[Path]:
 
 
 def input_files(params: Any, dataset: str) -> list[str]:
-    """Snakemake's input function for ``inputs``: every existing file the dataset's recipe reads."""
+    """Every existing file the dataset's recipe reads."""
     entry = params.catalog.get(dataset)
     if entry is None:
         return []
     return [str(f) for f in expand(declared_inputs(entry)) if f.is_file()]
+
+
+def input_records(entry: DatasetEntry, dataset: str, root: Path = Path(".")) -> list[dict[str, Any]]:
+    """What ``inputs.json`` records of each file: JSON/YAML by their parsed content (a comment changes
+    nothing), every other file by its bytes (:func:`r2m.utils.digest.digest_files`)."""
+    return digest_files(expand(declared_inputs(entry)), root / DIGEST_CACHE / "inputs" / f"{dataset}.json",
+                        parsed=True)
+
+
+def input_digest(params: Any, dataset: str) -> str:
+    """Snakemake's ``external`` param of ``inputs`` (:attr:`r2m.pipeline.spec.Stage.external`): one digest
+    of :func:`input_records`, compared by content, so ``inputs`` re-runs when, and only when, what it
+    would record changes (a touched or re-commented file re-runs nothing)."""
+    import hashlib
+    import json
+
+    entry = params.catalog.get(dataset)
+    records = input_records(entry, dataset) if entry is not None else []
+    return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()
 
 
 def run(ctx) -> None:
@@ -71,7 +91,7 @@ def run(ctx) -> None:
     from r2m.utils.io import write_json
 
     declared = declared_inputs(ctx.entry)
-    files = digest_files(expand(declared), ctx.root / DIGEST_CACHE / "inputs" / f"{ctx.dataset}.json")
+    files = input_records(ctx.entry, ctx.dataset, ctx.root)
     missing = [f["path"] for f in files if f.get("missing")]
     if missing:
         ctx.log.warning("inputs: %d declared input(s) missing (prepare will say more): %s",

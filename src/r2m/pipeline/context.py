@@ -16,7 +16,7 @@ from typing import Any
 
 from r2m import params as P
 from r2m.pipeline.axes import axis_value, pick
-from r2m.pipeline.stages import Gather, Stage
+from r2m.pipeline.stages import Gather, Stage, folder_members
 from r2m.runtime import Runtime
 from r2m.utils.guard import inside
 from r2m.utils.io import write_text
@@ -55,6 +55,23 @@ class StageContext:
     @property
     def outs(self) -> dict[str, Path]:
         return {k: self.path(o.path) for k, o in self.stage.outs.items()}
+
+    def incomplete_inputs(self) -> list[str]:
+        """One line per input folder that exists but is incomplete: a key file its producer always writes
+        (:attr:`r2m.pipeline.spec.Out.members`) is missing, or a file its ownership marker lists
+        (:func:`r2m.utils.io.mark_owned`) is missing or changed size. A damaged output is refused, not used."""
+        out = []
+        for template in (v for v in self.stage.deps.values() if isinstance(v, str)):
+            found = folder_members(template, self.axes)
+            folder = self.path(template)
+            if found is None or not folder.is_dir():
+                continue
+            gone = next((f"{folder / n} is missing" for n in found[1] if not (folder / n).exists()), None)
+            gone = gone or _unlike_marker(folder)
+            if gone:
+                out.append(f"{gone}: {folder} (output of {found[0]}) is incomplete; "
+                           f"re-run {found[0]} (snakemake and dvc repro rebuild it)")
+        return out
 
     def gather(self, name: str) -> list[tuple[dict[str, str], Path]]:
         """Expand a :class:`Gather` dependency over the configured datasets/variants/ckpts."""
@@ -95,6 +112,27 @@ class StageContext:
     def save_params(self, folder: str | Path, filename: str = "params.yaml") -> Path:
         """Write the resolved params (as this dataset sees them) into an output folder."""
         return write_text(Path(folder) / filename, P.dump(self.resolved()))
+
+
+def _unlike_marker(folder: Path) -> str | None:
+    """What differs from the folder's ownership marker by a ``stat`` (a listed file missing or of another
+    size; the marker's SHA-256s are :func:`r2m.utils.io.ownership_problem`'s, too slow to read on every use)."""
+    import json
+
+    from r2m.utils.io import OWNER_MARK
+
+    try:
+        record = json.loads((folder / OWNER_MARK).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    for rel, entry in sorted(record.items()) if isinstance(record, dict) else ():
+        path = folder / rel
+        if not path.exists() and not path.is_symlink():
+            return f"{path} is missing"
+        if isinstance(entry, list) and entry and isinstance(entry[0], int) and path.is_file() \
+                and path.stat().st_size != entry[0]:
+            return f"{path} changed size since it was written"
+    return None
 
 
 def setup_logging(log_path: Path | None, level: int = logging.INFO) -> logging.Logger:

@@ -11,7 +11,7 @@ import yaml
 
 from r2m import params as P
 from r2m.pipeline.axes import ALL_DATASETS, all_datasets, axis_values
-from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage
+from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage, folder_members
 
 
 def snake_template(path: str) -> str:
@@ -38,17 +38,18 @@ def expand_gather(g: Gather, params: P.Params):
     return _inputs
 
 
-def external_inputs(stage: Stage, params: P.Params):
-    """A Snakemake input function: the files outside the DAG a stage reads (:attr:`Stage.external`),
-    so editing one re-runs the stage."""
+def external_param(stage: Stage, params: P.Params):
+    """A Snakemake param function: the digest of the files outside the DAG a stage reads
+    (:attr:`Stage.external`). A param, not inputs: Snakemake compares it by content, so a touched or
+    re-commented file re-runs nothing, and an edit of what the file says re-runs the stage."""
     import importlib
 
     module, func = stage.external.split(":")
 
-    def _inputs(wildcards: Any) -> list[str]:
+    def _digest(wildcards: Any) -> str:
         return getattr(importlib.import_module(module), func)(params, wildcards.dataset)
 
-    return _inputs
+    return _digest
 
 
 def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
@@ -59,12 +60,17 @@ def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
     return canonical(instance_params(params, stage, {a: getattr(wildcards, a) for a in stage.axes}))
 
 
-def stage_command(r2m: str, stage: Stage, wildcards: Any, params_file: str) -> str:
-    """``r2m <stage> --dataset X … --params FILE`` for one job (values quoted for the shell)."""
+def stage_command(r2m: str, stage: Stage, wildcards: Any, params_file: str | None = None) -> str:
+    """``r2m <stage> --dataset X … [--params FILE]`` for one job (values quoted for the shell).
+
+    The Snakefile leaves ``params_file`` out: the rule's ``cmd`` param is compared by Snakemake's params
+    trigger, and the invocation's params file (:func:`write_merged_params`, named by its content) is
+    appended by the rule's ``shell:`` instead, so a params edit a job does not read changes no ``cmd``."""
     import shlex
 
     axes = " ".join(f"--{a} {shlex.quote(str(getattr(wildcards, a)))}" for a in stage.axes)
-    return " ".join(x for x in (r2m, stage.name, axes, "--params", shlex.quote(params_file)) if x)
+    tail = ("--params", shlex.quote(params_file)) if params_file else ()
+    return " ".join(x for x in (r2m, stage.name, axes, *tail) if x)
 
 
 # Snakemake-only config keys: how to run, not what to compute (never in params.yaml)
@@ -106,7 +112,7 @@ def shard_counts(runtime: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def shard_command(r2m: str, stage: Stage, wildcards: Any, params_file: str, n: int) -> str:
+def shard_command(r2m: str, stage: Stage, wildcards: Any, params_file: str | None, n: int) -> str:
     fo = stage.fanout
     assert fo is not None
     import shlex
@@ -116,7 +122,7 @@ def shard_command(r2m: str, stage: Stage, wildcards: Any, params_file: str, n: i
     return f"{stage_command(r2m, stage, wildcards, params_file)} {extra}"
 
 
-def merge_command(r2m: str, stage: Stage, wildcards: Any, params_file: str, n: int) -> str:
+def merge_command(r2m: str, stage: Stage, wildcards: Any, params_file: str | None, n: int) -> str:
     base = stage_command(r2m, stage, wildcards, params_file)
     if n <= 1 or stage.fanout is None:
         return base
@@ -158,12 +164,86 @@ def wildcard_constraints_for(params: P.Params) -> dict[str, str]:
     }
 
 
-def write_merged_params(config: dict[str, Any], path: str) -> str:
-    """Write the merged Snakemake config for the r2m commands; untouched when unchanged."""
+def write_merged_params(config: dict[str, Any], folder: str) -> str:
+    """The merged Snakemake config for the r2m commands, in ``folder/<digest of its content>.yaml``.
+
+    Content-addressed and written once (atomically; an existing file is never rewritten), so an
+    invocation with other params — a dry run, a second ``snakemake`` beside a running one — writes
+    another file and never changes the params a running job reads or saves beside its outputs."""
+    import hashlib
+
     from r2m.utils.io import write_text
 
     text = yaml.safe_dump(dict(config), sort_keys=False)
-    p = Path(path)
-    if not p.exists() or p.read_text() != text:
+    p = Path(folder) / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.yaml"
+    if not p.exists():
         write_text(p, text)
     return str(p)
+
+
+# --------------------------------------------------------------------------- folders' key files
+# the stages whose outputs are the Snakefile's ``rule all`` (the tables and the report page)
+ALL_TARGETS = ("table1", "table2", "table3", "baselines", "retrieval", "report")
+
+
+def member_paths(path: str, members: tuple[str, ...]) -> list[str]:
+    return [f"{path}/{m}" for m in members]
+
+
+def dep_inputs(template: str):
+    """A Snakemake input function for a dependency: a folder another stage writes with key files
+    (:func:`r2m.pipeline.stages.folder_members`) is asked for by those files only (Snakemake then re-runs
+    the producer when one is missing; asked for as a folder as well, it would not), any other as it is."""
+
+    def _inputs(wildcards: Any) -> list[str]:
+        bound = dict(wildcards.items())
+        found = folder_members(template, bound)
+        path = template.format(**bound)
+        return member_paths(path, found[1]) if found and found[1] else [path]
+
+    return _inputs
+
+
+def rule_inputs(stage: Stage, params: P.Params) -> dict[str, Any]:
+    """The rule's ``input:``: each dependency through :func:`dep_inputs`, a :class:`Gather` expanded over
+    the configured values."""
+    return {k: expand_gather(v, params) if isinstance(v, Gather) else dep_inputs(v) for k, v in stage.deps.items()}
+
+
+def rule_outputs(stage: Stage, directory: Any) -> dict[str, Any]:
+    """The rule's ``output:`` (``directory``: Snakemake's flag) and each folder's key files."""
+    out: dict[str, Any] = {}
+    for k, o in stage.outs.items():
+        out[k] = directory(snake_template(o.path)) if o.directory else snake_template(o.path)
+        for i, path in enumerate(member_paths(o.path, o.members)):
+            out[f"{k}_member{i}"] = path
+    return out
+
+
+def needed_instances(params: P.Params, targets: tuple[str, ...]) -> list[tuple[Stage, dict[str, str]]]:
+    """The stage instances the ``targets`` stages (axis-free: the reports) need, transitively."""
+    from r2m.pipeline.resolved import instances
+
+    every = list(instances(params))
+    made = {o.path.format(**bound): (stage, bound) for stage, bound in every for o in stage.outs.values()}
+    todo = [(s, b) for s, b in every if s.name in targets]
+    seen: set[tuple[str, tuple]] = set()
+    out = []
+    while todo:
+        stage, bound = todo.pop()
+        key = (stage.name, tuple(sorted(bound.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((stage, bound))
+        for dep in stage.deps.values():
+            paths = gather_paths(dep, params, bound) if isinstance(dep, Gather) else [dep.format(**bound)]
+            todo += [made[p] for p in paths if p in made]
+    return out
+
+
+def member_targets(params: P.Params, targets: tuple[str, ...]) -> list[str]:
+    """Every key file of the folders the ``targets`` need: ``rule all`` asks for them too, so a finished
+    folder missing one is rebuilt (Snakemake leaves a missing file alone when nothing it feeds must re-run)."""
+    return [p for stage, bound in needed_instances(params, targets) for o in stage.outs.values()
+            for p in member_paths(o.path.format(**bound), o.members)]

@@ -36,6 +36,10 @@ class Out:
     cache: bool = True
     persist: bool = False
     plot: tuple[tuple[str, str], ...] = ()  # DVC plot options, e.g. (("x", "step"), ("y", "loss"))
+    # a folder's key files, present whenever it is complete: Snakemake's outputs and its consumers' inputs (it
+    # sees folders, not what is in them: a deleted one re-runs the stage), checked by every consumer on use
+    # (``r2m`` refuses in one line naming the missing file); DVC hashes the whole folder anyway
+    members: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,9 +83,10 @@ class Stage:
     fanout: FanOut | None = None
     resources: Resources = Resources()
     sources: tuple[tuple[str, str], ...] = ()  # axis -> value list (DVC matrix) other than the default
-    # files outside the DAG the stage reads: "module:function" ``(params, dataset) -> [file, …]``, the
-    # rule's input function under Snakemake; DVC cannot list them per matrix item, so such a stage is
-    # ``always_changed`` there and its output (a digest of those files) is what later stages depend on
+    # files outside the DAG the stage reads: "module:function" ``(params, dataset) -> digest`` of what it
+    # records of them, the rule's ``external`` param under Snakemake (compared by content); DVC cannot list
+    # them per matrix item, so such a stage is ``always_changed`` there and its output (a digest of those
+    # files) is what later stages depend on
     external: str = ""
     always_changed: bool = False
 
@@ -99,5 +104,8 @@ class Stage:
 
 
 D = "data/{dataset}"
+# key files (Out.members) of folders two kinds of stage write
+PREPARED = ("images.parquet", "references.json", "corpus.txt", "manifest.json")  # datasets.base.write_prepared
+FEATURES = ("features.h5", "index.parquet", "meta.json")  # vision.feature_store
 M = "models/{dataset}/{variant}"
 R = "results/{dataset}/{variant}/{ckpt}"

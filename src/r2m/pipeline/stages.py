@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from r2m.params import TRAIN_STAGES
 from r2m.pipeline.spec import (  # noqa: F401  (re-exported: the registry's types)
+    FEATURES,
     GPU_JOB,
+    PREPARED,
     D,
     FanOut,
     Gather,
@@ -67,7 +69,7 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
         axes=("dataset", "variant"),
         deps=deps,
         outs={
-            "model": Out(f"{M}/{name}", directory=True, persist=True),
+            "model": Out(f"{M}/{name}", directory=True, persist=True, members=("model.pt", "params.yaml")),
             "loss": Out(f"results/{{dataset}}/{{variant}}/{name}/loss.tsv", kind="plots", cache=False,
                         plot=(("x", "step"), ("y", "loss"), ("title", f"{name} loss"))),
             "metrics": Out(f"results/{{dataset}}/{{variant}}/{name}/train_metrics.json", kind="metrics", cache=False),
@@ -85,7 +87,7 @@ STAGES: tuple[Stage, ...] = (
         axes=("dataset",),
         outs={"inputs": Out(f"{D}/inputs.json", cache=False)},
         params=("catalog",),
-        external="r2m.datasets.inputs:input_files",
+        external="r2m.datasets.inputs:input_digest",
         always_changed=True,
         resources=Resources(mem_mb=1000),
     ),
@@ -95,7 +97,7 @@ STAGES: tuple[Stage, ...] = (
         help="materialise a dataset recipe: image index, references, raw corpus",
         axes=("dataset",),
         deps={"inputs": f"{D}/inputs.json"},  # the entry's external files, digested: edit one, prepare re-runs
-        outs={"prepared": Out(f"{D}/prepared", directory=True)},
+        outs={"prepared": Out(f"{D}/prepared", directory=True, members=PREPARED)},
         params=("catalog",),  # the recipe reads its entry only
     ),
     Stage(
@@ -105,7 +107,7 @@ STAGES: tuple[Stage, ...] = (
         axes=("dataset",),
         deps={"prepared": f"{D}/prepared"},
         outs={
-            "concepts": Out(f"{D}/concepts", directory=True),
+            "concepts": Out(f"{D}/concepts", directory=True, members=("detections.parquet",)),
             "bad_images": Out("reports/{dataset}/bad_images.csv", cache=False),
         },
         params=("concepts", "detect_concepts"),
@@ -118,7 +120,7 @@ STAGES: tuple[Stage, ...] = (
         help="CNN features per image to HDF5 (+ Parquet index)",
         axes=("dataset",),
         deps={"prepared": f"{D}/prepared"},
-        outs={"features": Out(f"{D}/features", directory=True, persist=True)},
+        outs={"features": Out(f"{D}/features", directory=True, persist=True, members=FEATURES)},
         params=("extract_features",),
         fanout=FanOut(f"{D}/feature_shards"),
         resources=GPU_JOB,
@@ -129,7 +131,7 @@ STAGES: tuple[Stage, ...] = (
         help="tokenise the text corpus and find each sentence's dictionary concepts",
         axes=("dataset",),
         deps={"prepared": f"{D}/prepared"},
-        outs={"corpus": Out(f"{D}/corpus", directory=True)},
+        outs={"corpus": Out(f"{D}/corpus", directory=True, members=("corpus.parquet", "stats.json"))},
         params=("concepts", "corpus_concepts", *FIDELITY_CORPUS, "fidelity.vocab_counts"),  # vocab_counts: the
         # split value of sentences kept only for the vocabulary counts
         data=("data/dictionaries",),
@@ -140,7 +142,7 @@ STAGES: tuple[Stage, ...] = (
         help="vocabulary (count threshold + dictionary words) and the encoded, filtered corpus",
         axes=("dataset",),
         deps={"corpus": f"{D}/corpus"},
-        outs={"vocab": Out(f"{D}/vocab", directory=True)},
+        outs={"vocab": Out(f"{D}/vocab", directory=True, members=("vocab.json", "encoded.parquet", "stats.json"))},
         params=("concepts", "build_vocab", *FIDELITY_VOCAB),
         data=("data/dictionaries",),
     ),
@@ -265,6 +267,22 @@ STAGES: tuple[Stage, ...] = (
 
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 CKPTS = TRAIN_STAGES
+
+
+def folder_members(template: str, bound: dict[str, str]) -> tuple[str, tuple[str, ...]] | None:
+    """``(producer, key files)`` of the output folder a dependency ``template`` names at axis values ``bound``
+    (:attr:`Out.members`, possibly none; ``models/{dataset}/{variant}/{ckpt}`` at ``ckpt=train_s`` is
+    train_s's folder), or None when no stage writes that folder."""
+    path = template.format(**bound)
+    for stage in STAGES:
+        for out in stage.outs.values():
+            if out.directory:
+                try:
+                    if out.path.format(**bound) == path:
+                        return stage.name, out.members
+                except KeyError:  # the producer has an axis the consumer does not bind
+                    continue
+    return None
 
 
 def get(name: str) -> Stage:

@@ -10,7 +10,7 @@ fc7 + conv5 grid of their papers on the benchmarks), never R²M's ``D/features``
 
 from __future__ import annotations
 
-from r2m.pipeline.spec import GPU_JOB, D, FanOut, Gather, Out, Resources, Stage
+from r2m.pipeline.spec import FEATURES, GPU_JOB, D, FanOut, Gather, Out, Resources, Stage
 
 # supervised baselines (m-RNN, ...): datasets from `baselines.datasets`, models from `baselines.models`
 SB = "models/{dataset}/{model}/train_sup"
@@ -29,7 +29,7 @@ def sup_stages() -> tuple[Stage, ...]:
             help="supervised baselines: their CNN features per image (params sup_features) to HDF5 (+ Parquet index)",
             axes=("dataset",),
             deps={"prepared": f"{D}/prepared"},
-            outs={"sup_features": Out(SF, directory=True, persist=True)},
+            outs={"sup_features": Out(SF, directory=True, persist=True, members=FEATURES)},
             params=("sup_features",),
             sources=SUP,
             fanout=FanOut(f"{D}/sup_feature_shards"),
@@ -41,7 +41,8 @@ def sup_stages() -> tuple[Stage, ...]:
             help="supervised baselines: vocabulary of the paired training captions and the encoded pairs",
             axes=("dataset",),
             deps={"prepared": f"{D}/prepared"},
-            outs={"sup_vocab": Out(f"{D}/sup_vocab", directory=True)},
+            outs={"sup_vocab": Out(f"{D}/sup_vocab", directory=True,
+                                  members=("vocab.json", "captions.parquet", "stats.json"))},
             params=("sup_vocab",),
             sources=SUP,
         ),
@@ -53,7 +54,7 @@ def sup_stages() -> tuple[Stage, ...]:
             axes=("dataset", "model"),
             deps={"sup_vocab": f"{D}/sup_vocab", "features": SF, "prepared": f"{D}/prepared"},
             outs={
-                "model": Out(SP, directory=True, persist=True),
+                "model": Out(SP, directory=True, persist=True, members=("params.yaml",)),
                 "loss": Out(f"{SPR}/loss.tsv", kind="plots", cache=False,
                             plot=(("x", "step"), ("y", "loss"), ("title", "pretrain_sup loss"))),
                 "metrics": Out(f"{SPR}/train_metrics.json", kind="metrics", cache=False),
@@ -69,7 +70,7 @@ def sup_stages() -> tuple[Stage, ...]:
             deps={"sup_vocab": f"{D}/sup_vocab", "features": SF, "pretrain": SP,
                   "prepared": f"{D}/prepared"},
             outs={
-                "model": Out(SB, directory=True, persist=True),
+                "model": Out(SB, directory=True, persist=True, members=("params.yaml",)),
                 "loss": Out(f"{SR}/loss.tsv", kind="plots", cache=False,
                             plot=(("x", "step"), ("y", "loss"), ("title", "train_sup loss"))),
                 "metrics": Out(f"{SR}/train_metrics.json", kind="metrics", cache=False),

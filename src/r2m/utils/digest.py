@@ -55,8 +55,29 @@ def _read_cache(path: Path | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def digest_files(files: Iterable[Path], cache_path: Path | None = None) -> list[dict[str, Any]]:
-    """``[{"path", "bytes", "sha256"}]`` per file (``{"path", "missing": true}`` for an absent one)."""
+PARSED = (".json", ".yaml", ".yml")  # data files digested by what they say (see :func:`parsed_digest`)
+
+
+def parsed_digest(path: Path) -> str | None:
+    """SHA-256 of a JSON/YAML file's parsed content (re-serialised, key order kept): a comment, spacing
+    or quoting style changes nothing, a changed value or order does. None when it does not parse (the
+    bytes then count; the reader reports the error)."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        canon = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (OSError, ValueError, RecursionError, yaml.YAMLError):
+        return None
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def digest_files(files: Iterable[Path], cache_path: Path | None = None,
+                 parsed: bool = False) -> list[dict[str, Any]]:
+    """``[{"path", "bytes", "sha256"}]`` per file (``{"path", "missing": true}`` for an absent one).
+    ``parsed``: a JSON/YAML file that parses is ``{"path", "parsed_sha256"}`` (:func:`parsed_digest`)
+    instead, so an edit that changes nothing it says changes nothing recorded."""
     cache = _read_cache(cache_path)
     fresh: dict[str, Any] = {}
     out = []
@@ -68,12 +89,19 @@ def digest_files(files: Iterable[Path], cache_path: Path | None = None) -> list[
             continue
         if not stat.S_ISREG(st.st_mode):  # named on its own: refused (reading it would block or never end)
             raise BadInput(f"{f}: {not_a_file(f) or 'not a regular file'}; name a file")
+        how = "parsed" if parsed and f.suffix.lower() in PARSED else "bytes"
         key = str(f.resolve())
         hit = cache.get(key)
-        same = isinstance(hit, list) and len(hit) == 3 and hit[0] == st.st_size and hit[1] == st.st_mtime_ns
-        digest = hit[2] if same else file_digest(f)
-        fresh[key] = [st.st_size, st.st_mtime_ns, digest]
-        out.append({"path": str(f), "bytes": st.st_size, "sha256": digest})
+        if isinstance(hit, list) and len(hit) in (3, 4) and hit[:2] == [st.st_size, st.st_mtime_ns] \
+                and (hit[3] if len(hit) == 4 else "bytes") == how:
+            digest = hit[2]
+        else:
+            digest = parsed_digest(f) if how == "parsed" else None
+            if digest is None:  # bytes asked for, or a file that does not parse: its bytes count
+                how, digest = "bytes", file_digest(f)
+        fresh[key] = [st.st_size, st.st_mtime_ns, digest, how]
+        out.append({"path": str(f), "parsed_sha256": digest} if how == "parsed"
+                   else {"path": str(f), "bytes": st.st_size, "sha256": digest})
     if cache_path is not None:
         try:
             write_json(cache_path, {**cache, **fresh}, indent=None)
