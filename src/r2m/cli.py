@@ -57,8 +57,18 @@ def device_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r}: choose auto, cpu, cuda, cuda:N or mps") from None
 
 
+def _next_steps(stage: S.Stage) -> str:
+    """One line for ``--help``: what the stage writes and which stages read it next (from the registry)."""
+    outs = [o.path for o in stage.outs.values()]
+    readers = [st.name for st in S.STAGES
+               if any((d.pattern if isinstance(d, S.Gather) else d) in outs for d in st.deps.values())]
+    nxt = f"; read next by: {', '.join(dict.fromkeys(readers))}" if readers else ""
+    return f"writes: {', '.join(outs)}{nxt}. Usually run through `snakemake` or `dvc repro` (docs/guide/running.md)."
+
+
 def _stage_parser(stage: S.Stage, add_help: bool = True) -> argparse.ArgumentParser:
-    p = OneLineParser(prog=f"r2m {stage.name}", description=stage.help, add_help=add_help)
+    p = OneLineParser(prog=f"r2m {stage.name}", description=stage.help, add_help=add_help,
+                      epilog=_next_steps(stage))
     for axis in stage.axes:
         p.add_argument(f"--{axis}", default=None, help=f"{axis} to run for")
     p.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
@@ -250,7 +260,9 @@ def _usage() -> str:
     lines += [f"  {s.name:<18} {s.help}" for s in S.STAGES]
     lines += ["", "tools:"]
     lines += [f"  {name:<18} {h}" for name, (_, h) in TOOLS.items()]
-    lines += ["", "Run `r2m <command> --help` for a command's options."]
+    lines += ["", "Run `r2m <command> --help` for a command's options.",
+              "After `make run`: open reports/index.html; caption your own photos with `r2m caption IMAGES...`;",
+              "compare two captioners with `r2m compare`. The user guide: docs/guide/README.md."]
     return "\n".join(lines)
 
 

@@ -279,7 +279,7 @@ PROFILES: dict[str, tuple[Any, Any]] = {
 }
 # the profile of a catalog entry whose ``fidelity`` is null, by recipe kind (others: DEFAULT_PROFILE)
 BENCHMARK_KINDS = ("coco_shutterstock", "flickr30k_coco", "coco_gcc")
-DEFAULT_PROFILE = "paper"  # the better on demo and tiny (README, "Reproduce the paper")
+DEFAULT_PROFILE = "paper"  # the better on demo and tiny (docs/guide/reproduce.md)
 
 
 def profile_of(entry: DatasetEntry) -> str:

@@ -123,7 +123,7 @@ def check_files(params: P.Params, dataset: str, source: str = "params") -> None:
     errors += _missing_extras(view)
     vf = view.fidelity.vocab_filter
     if vf and not Path(vf).expanduser().exists():
-        errors.append(f"fidelity.vocab_filter: file not found: {vf} (a word list, one word per line; see README)")
+        errors.append(f"fidelity.vocab_filter: file not found: {vf} (a word list, one word per line; see docs/guide/reproduce.md)")
     path = view.detect_concepts.options.get("path")
     if view.detect_concepts.backend == "precomputed" and isinstance(path, str) and Path(path).is_absolute() \
             and not Path(path).exists():

@@ -116,7 +116,7 @@ def read_word_list(path: str | Path) -> frozenset[str]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"fidelity.vocab_filter: word list not found: {path} (one word per line, "
-                                f"e.g. the words of GloVe's glove.840B.300d.txt; see README)")
+                                f"e.g. the words of GloVe's glove.840B.300d.txt; see docs/guide/reproduce.md)")
     words = set()
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:

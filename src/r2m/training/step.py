@@ -6,8 +6,8 @@
   the objectives then use their host-read-free forms (a masked-mean L_XE, greedy decoding for the
   fixed ``max_len`` steps); the *graph* step captures forward, backward, clipping and the
   (capturable) Adam update as one ``torch.cuda.CUDAGraph`` — CUDA only, never under DDP, and only
-  over static shapes. On CPU both stay off by default (today's dynamic step; see the README's
-  performance section for the measurement behind that).
+  over static shapes. On CPU both stay off by default (today's dynamic step; see docs/guide/benchmarks.md
+  for the measurement behind that).
 * :class:`EagerStep` — one optimiser step; returns the step's losses as one device vector
   (:func:`pack`: the loss, then its components) so the loop can defer the non-finite check.
 * :class:`GraphStep` — copies each batch into static input buffers (:func:`static_buffers`,
