@@ -54,6 +54,11 @@ def cluster():
     yield
     if started:
         subprocess.run(["bash", str(CLUSTER / "slurm_down.sh")], capture_output=True, text=True, timeout=300)
+        # no configuration left pointing at a stopped controller: every later `snakemake` (the SLURM plugin
+        # runs `scontrol show config` when it loads) would otherwise wait ~9 s for it
+        t0 = time.monotonic()
+        subprocess.run(["scontrol", "show", "config"], capture_output=True, timeout=60)
+        assert time.monotonic() - t0 < 3, "after slurm_down.sh, scontrol still waits for a stopped controller"
 
 
 def test_cluster_scripts_refuse_a_non_root_user_in_one_line():

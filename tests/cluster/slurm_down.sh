@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Stop the cluster tests/cluster/slurm_up.sh started: cancel its jobs, then each daemon by the PID it recorded
-# (SIGTERM, SIGKILL after 15 s). Leaves the configuration and the accounting database for the next start.
+# (SIGTERM, SIGKILL after 15 s), then remove the /etc/slurm files slurm_up.sh wrote (marked on their first line;
+# anyone else's are kept). A slurm.conf left behind with no controller running makes every `scontrol` wait ~9 s,
+# and the Slurm executor plugin runs `scontrol show config` whenever snakemake starts. Keeps the accounting
+# database for the next start.
 set -uo pipefail
 DIR=${R2M_SLURM_DIR:-/tmp/r2m-slurm}
 [[ $(id -u) == 0 ]] || { echo "slurm_down: needs root" >&2; exit 2; }
@@ -28,4 +31,8 @@ stop "$DIR/slurmctld.pid" slurmctld
 stop "$DIR/slurmdbd.pid" slurmdbd
 stop /run/mysqld/mariadbd.pid mariadbd
 stop /run/munge/munged.pid munged
+MARK="# written by r2m tests/cluster/slurm_up.sh"
+for f in slurm.conf slurmdbd.conf gres.conf; do
+    [[ -e /etc/slurm/$f ]] && head -1 "/etc/slurm/$f" | grep -qxF "$MARK" && rm -f "/etc/slurm/$f"
+done
 echo "stopped"
