@@ -36,6 +36,8 @@ def make_synthetic(root: Path, n_sent: int = 400, n_img: int = 24, feat_dim: int
     D = root / "data" / "syn"
     (D / "vocab").mkdir(parents=True)
     (D / "vocab" / "vocab.json").write_text(json.dumps({"itos": ITOS}))
+    # a key file of the folder (Out.members): `r2m <stage>` refuses a vocab folder without it
+    (D / "vocab" / "stats.json").write_text(json.dumps({"vocab_size": len(ITOS)}))
     rows = []
     for k in range(n_sent):
         toks, conc = sentence(rng)
