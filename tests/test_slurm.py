@@ -209,7 +209,9 @@ def test_ddp_as_two_srun_tasks_follows_the_single_process_loss_curve(slurm_dag, 
     with every step); rank 0 alone writes the outputs. Dropout off: its masks are drawn per rank, so with
     dropout the curves agree in distribution only."""
     done, _ = slurm_dag
-    raw = yaml.safe_load((done / ".snakemake/r2m/params.yaml").read_text())
+    # the params the DAG's jobs ran with: Snakemake's content-addressed copy of this run's merged config
+    used = max((done / ".snakemake/r2m/params").glob("*.yaml"), key=lambda f: f.stat().st_mtime)
+    raw = yaml.safe_load(used.read_text())
     raw["model"]["dropout"] = 0.0
     raw["catalog"]["tiny"]["overrides"]["train_xe"].update(steps=8, eval_every=4, checkpoint_every=4)
     for name in ("one", "two"):
