@@ -299,7 +299,8 @@ def resample_indices(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) 
     return np.random.default_rng(seed).integers(0, n, size=(resamples, n), dtype=np.int64)
 
 
-def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
+def percentile_interval(values: np.ndarray, level: float) -> tuple[float, float]:
+    """The central ``level`` percentile interval of bootstrap draws (NaN when none is finite)."""
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     lo, hi = np.nanpercentile(values, [50 * (1 - level), 50 * (1 + level)]) if np.isfinite(values).any() \
@@ -313,7 +314,7 @@ def bootstrap_ci(stats: PerImage, resamples: int = DEFAULT_RESAMPLES, seed: int 
     metrics = list(stats.metrics() if metrics is None else metrics)
     point = corpus_metrics(stats, None, metrics)
     draws = corpus_metrics(stats, resample_indices(stats.n, resamples, seed), metrics)
-    return {m: Interval(float(point[m]), *_percentiles(draws[m], level), level) for m in metrics}
+    return {m: Interval(float(point[m]), *percentile_interval(draws[m], level), level) for m in metrics}
 
 
 def paired_bootstrap(a: PerImage, b: PerImage, resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
@@ -328,13 +329,15 @@ def paired_bootstrap(a: PerImage, b: PerImage, resamples: int = DEFAULT_RESAMPLE
     ident = np.arange(a.n)[None, :]
     pa, pb = _corpus_many([a, b], ident, metrics)
     da, db = _corpus_many([a, b], resample_indices(a.n, resamples, seed), metrics)
-    out = {}
-    for m in metrics:
-        d = db[m] - da[m]
-        lo, hi = _percentiles(d, level)
-        p = min(1.0, 2 * min(float(np.mean(d <= 0)), float(np.mean(d >= 0))))
-        out[m] = Difference(float(pa[m][0]), float(pb[m][0]), float(pb[m][0] - pa[m][0]), lo, hi, level, p)
-    return out
+    return {m: difference(float(pa[m][0]), float(pb[m][0]), db[m] - da[m], level) for m in metrics}
+
+
+def difference(a: float, b: float, draws: np.ndarray, level: float = DEFAULT_LEVEL) -> Difference:
+    """B − A with the percentile interval of its bootstrap ``draws`` and the two-sided sign-count p
+    (twice the smaller share of draws on either side of 0)."""
+    lo, hi = percentile_interval(draws, level)
+    p = min(1.0, 2 * min(float(np.mean(draws <= 0)), float(np.mean(draws >= 0))))
+    return Difference(a, b, b - a, lo, hi, level, p)
 
 
 # --------------------------------------------------------------------------- seeds: Student's t

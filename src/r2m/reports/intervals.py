@@ -35,6 +35,8 @@ from r2m.evaluation.bootstrap import (
     PerImage,
     bootstrap_ci,
     corpus_metrics,
+    difference,
+    percentile_interval,
     resample_indices,
     t_interval,
 )
@@ -173,13 +175,7 @@ def paired(row: RowEval, ref: RowEval, metrics: Sequence[str], resamples: int = 
         db = corpus_metrics(b, _expand(chunk, n, kb), metrics)
         for m in metrics:
             diffs[m].append(db[m] - da[m])
-    out = {}
-    for m in metrics:
-        d = np.concatenate(diffs[m])
-        lo, hi = (float(x) for x in np.nanpercentile(d, [50 * (1 - level), 50 * (1 + level)]))
-        p = min(1.0, 2 * min(float(np.mean(d <= 0)), float(np.mean(d >= 0))))
-        out[m] = Difference(float(pa[m]), float(pb[m]), float(pb[m] - pa[m]), lo, hi, level, p)
-    return out
+    return {m: difference(float(pa[m]), float(pb[m]), np.concatenate(diffs[m]), level) for m in metrics}
 
 
 # --------------------------------------------------------------------------- retrieval: over queries
@@ -220,7 +216,7 @@ def retrieval_summary(results: Sequence[Mapping[str, Any]], resamples: int = DEF
         for m in RET_METRICS:
             lo = hi = None
             if draws[m]:
-                lo, hi = (float(x) for x in np.percentile(np.concatenate(draws[m]), [50 * (1 - level), 50 * (1 + level)]))
+                lo, hi = percentile_interval(np.concatenate(draws[m]), level)
             values[f"{t}/{m}"] = (float(res[t][m]), lo, hi)
     return Summary(values, 1, images, BOOT_QUERIES if ranks else "")
 
