@@ -19,7 +19,7 @@ from r2m.pipeline.axes import axis_value, pick
 from r2m.pipeline.stages import Gather, Stage, folder_members
 from r2m.runtime import Runtime
 from r2m.utils.guard import inside
-from r2m.utils.io import write_text
+from r2m.utils.io import marker_mismatch, write_text
 
 
 @dataclass
@@ -67,7 +67,7 @@ class StageContext:
             if found is None or not folder.is_dir():
                 continue
             gone = next((f"{folder / n} is missing" for n in found[1] if not (folder / n).exists()), None)
-            gone = gone or _unlike_marker(folder)
+            gone = gone or marker_mismatch(folder)
             if gone:
                 out.append(f"{gone}: {folder} (output of {found[0]}) is incomplete; "
                            f"re-run {found[0]} (snakemake and dvc repro rebuild it)")
@@ -112,27 +112,6 @@ class StageContext:
     def save_params(self, folder: str | Path, filename: str = "params.yaml") -> Path:
         """Write the resolved params (as this dataset sees them) into an output folder."""
         return write_text(Path(folder) / filename, P.dump(self.resolved()))
-
-
-def _unlike_marker(folder: Path) -> str | None:
-    """What differs from the folder's ownership marker by a ``stat`` (a listed file missing or of another
-    size; the marker's SHA-256s are :func:`r2m.utils.io.ownership_problem`'s, too slow to read on every use)."""
-    import json
-
-    from r2m.utils.io import OWNER_MARK
-
-    try:
-        record = json.loads((folder / OWNER_MARK).read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    for rel, entry in sorted(record.items()) if isinstance(record, dict) else ():
-        path = folder / rel
-        if not path.exists() and not path.is_symlink():
-            return f"{path} is missing"
-        if isinstance(entry, list) and entry and isinstance(entry[0], int) and path.is_file() \
-                and path.stat().st_size != entry[0]:
-            return f"{path} changed size since it was written"
-    return None
 
 
 def setup_logging(log_path: Path | None, level: int = logging.INFO) -> logging.Logger:

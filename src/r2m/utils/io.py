@@ -102,6 +102,37 @@ def mark_owned(folder: str | Path, files: bool = True) -> Path:
     return mark
 
 
+def _marker_record(folder: Path) -> dict[str, Any] | None:
+    """The files ``folder``'s ownership marker lists (None: a folder filled in place); ValueError when the
+    marker is missing, unreadable or not r2m's."""
+    try:
+        doc = json.loads((folder / OWNER_MARK).read_text(encoding="utf-8"))
+        record = doc["files"]
+        assert doc.get("by") == "r2m" and (record is None or isinstance(record, dict))
+    except (OSError, ValueError, KeyError, TypeError, AssertionError) as err:
+        raise ValueError(f"{folder / OWNER_MARK}: not a readable ownership marker") from err
+    return record
+
+
+def marker_mismatch(folder: str | Path) -> str | None:
+    """What differs from ``folder``'s ownership marker by a ``stat`` alone (a listed file missing or of
+    another size), for a check on every use; the SHA-256s are :func:`ownership_problem`'s. None when the
+    folder has no readable marker."""
+    folder = Path(folder)
+    try:
+        record = _marker_record(folder) or {}
+    except ValueError:
+        return None
+    for rel, entry in sorted(record.items()):
+        path = folder / rel
+        if not path.exists() and not path.is_symlink():
+            return f"{path} is missing"
+        if isinstance(entry, list) and entry and isinstance(entry[0], int) and path.is_file() \
+                and path.stat().st_size != entry[0]:
+            return f"{path} changed size since it was written"
+    return None
+
+
 def ownership_problem(folder: str | Path) -> str | None:
     """Why r2m may not delete or replace ``folder``, or None (absent, empty, or r2m's and unchanged)."""
     folder = Path(folder)
@@ -117,10 +148,8 @@ def ownership_problem(folder: str | Path) -> str | None:
         return (f"{folder} exists and was not made by r2m (it has no {OWNER_MARK} marker), so r2m will not delete "
                 "or replace it; move it away, or give another folder")
     try:
-        doc = json.loads(mark.read_text(encoding="utf-8"))
-        record = doc["files"]
-        assert doc.get("by") == "r2m" and (record is None or isinstance(record, dict))
-    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        record = _marker_record(folder)
+    except ValueError:
         return f"{folder}: unreadable ownership marker {OWNER_MARK}; r2m will not delete or replace the folder"
     if record is None:  # a folder a stage fills in place (replace_folder)
         return None
