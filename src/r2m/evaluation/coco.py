@@ -172,8 +172,8 @@ def tokenize(gts: Gts, res: Res, method: str = "ptb") -> tuple[Gts, Res]:
 class ScorerSpec:
     """A scorer: the metrics it yields and how to compute them from tokenised captions.
 
-    ``start(workers)`` (optional) launches the scorer's external processes before tokenisation so
-    their JVM start-up (METEOR: ~5 s loading paraphrase tables) overlaps the other work;
+    ``start(workers)`` (optional) makes the scorer's handle before tokenisation (METEOR's:
+    :class:`r2m.evaluation.meteor.SegmentMeteor`, whose JVMs start with the segments);
     ``compute`` then receives the handle, and closes it. ``java`` scorers wait on a subprocess and run in threads; the others are
     CPU-bound Python and run in a process pool in ``hybrid`` mode.
     """
@@ -234,10 +234,10 @@ def meteor_procs(workers: int) -> tuple[int, int]:
 
 
 def _meteor_start(workers: int = 1) -> Any:
-    from r2m.evaluation.meteor import MeteorPool
+    from r2m.evaluation.meteor import SegmentMeteor
 
     procs, threads = meteor_procs(workers)
-    return MeteorPool(procs, threads)  # Popen only: the JVMs load while we tokenise
+    return SegmentMeteor(procs, threads)  # the JVMs start with the segments' own paraphrase table
 
 
 def _meteor(gts: Gts, res: Res, handle: Any = None) -> Scored:
