@@ -121,6 +121,7 @@ def index(table: Path | None = None) -> Path:
     with open(folder.parent / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build; the others wait for it
         if not (folder / "first.npy").exists():
+            log.info("METEOR: indexing its paraphrase table once (~20 CPU-seconds) into %s", folder)
             tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=folder.parent))
             try:
                 _build(table, tmp)
