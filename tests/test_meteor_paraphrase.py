@@ -93,3 +93,42 @@ def test_index_keeps_the_entries_made_of_known_words_in_table_order(tmp_path, mo
     assert P.write_filtered({b"z", b"b"}, out, table) == 1
     assert gzip.decompress(out.read_bytes()) == b"0.3\nb\nz\n"
     assert len(list((tmp_path / "cache" / "meteor-paraphrase").glob("v*"))) == 1  # built once, reused
+
+
+def _small_table(tmp_path: Path) -> Path:
+    table = tmp_path / "paraphrase-en.gz"
+    table.write_bytes(gzip.compress(b"0.5\na b\nc\n0.25\nx\ny\n"))
+    return table
+
+
+def test_concurrent_jobs_build_the_index_once(tmp_path, monkeypatch):
+    import threading
+
+    monkeypatch.setenv("R2M_CACHE", str(tmp_path / "cache"))
+    table, real, calls = _small_table(tmp_path), P._build, []
+
+    def slow_build(src: Path, folder: Path) -> None:
+        calls.append(folder)
+        threading.Event().wait(0.3)  # the other job arrives while this one builds
+        real(src, folder)
+
+    monkeypatch.setattr(P, "_build", slow_build)
+    jobs = [threading.Thread(target=P.write_filtered, args=({b"x", b"y"}, tmp_path / f"{k}.gz", table))
+            for k in range(2)]
+    for j in jobs:
+        j.start()
+    for j in jobs:
+        j.join()
+    assert len(calls) == 1
+    for k in range(2):
+        assert gzip.decompress((tmp_path / f"{k}.gz").read_bytes()) == b"0.25\nx\ny\n"
+
+
+def test_a_damaged_index_falls_back_to_the_full_table(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("R2M_CACHE", str(tmp_path / "cache"))
+    table = _small_table(tmp_path)
+    monkeypatch.setattr(P, "table_path", lambda: table)
+    assert P.filtered_table(["x"], [["y"]], tmp_path / "cut.gz") == tmp_path / "cut.gz"
+    (P.index() / "tokens.npy").write_bytes(b"\x93NUMPY truncated")
+    assert P.filtered_table(["x"], [["y"]], tmp_path / "cut2.gz") is None
+    assert "full paraphrase table" in caplog.text
