@@ -221,8 +221,8 @@ def _bleu(gts: Gts, res: Res, handle: Any = None) -> Scored:
 def meteor_procs(workers: int) -> tuple[int, int]:
     """(Java processes, threads each) for METEOR on ``workers`` cores.
 
-    One JVM spends ~5-10 CPU-seconds loading the paraphrase table; scoring 5,000 segments costs
-    about as much again. With a JDK, one JVM loads the table once and scores on ``workers``
+    One JVM spends ~5-10 CPU-seconds loading the full paraphrase table (~0.6 s the table cut to
+    the segments, :mod:`r2m.evaluation.paraphrase`); scoring 5,000 segments costs ~5 s. With a JDK, one JVM loads the table once and scores on ``workers``
     threads (:class:`r2m.evaluation.meteor.MeteorPool`); without one (a JRE only), one jar
     process per two cores (more start-ups only pay where cores are idle).
     """
@@ -307,7 +307,7 @@ def run_scorer(name: str, gts: Gts, res: Res, handle: Any = None) -> Scored:
 
 # --------------------------------------------------------------------------- scheduling
 # Measured on 2 cores, 5,000 images x 5 refs (see `r2m bench evaluate`): METEOR dominates (JVM
-# start ~5 s + ~5 s scoring). In plain threads the CPU-bound Python scorers hold the GIL and slow
+# start ~5 s with the full paraphrase table + ~5 s scoring). In plain threads the CPU-bound Python scorers hold the GIL and slow
 # METEOR's 5,000 pipe round trips; "hybrid" keeps METEOR/SPICE in threads (their work is in the
 # JVM) and moves BLEU/ROUGE/CIDEr to a worker process.
 PARALLEL_MODES = ("hybrid", "threads", "serial")
