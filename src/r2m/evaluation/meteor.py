@@ -31,8 +31,9 @@ from typing import IO
 HELPER = Path(__file__).resolve().parent / "java" / "R2mMeteorThreads.java"
 
 
-# for a short run: one GC thread, the quick JIT only (half the CPU of a start that loads a cut
-# table; Java's floating point is strict, the same numbers under any JIT)
+# for a short run: one GC thread, the quick JIT only (half the CPU of a METEOR start that loads a
+# cut table, and of the PTB tokeniser's run; Java's floating point is strict, the same numbers
+# under any JIT)
 QUICK_JVM = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
