@@ -17,10 +17,12 @@ punctuation tokens the normaliser can write itself. That superset argument holds
 digits, spaces and ``' - . , /``; a segment with any other character (quotes, ``&``, non-ASCII…)
 makes :func:`words_superset` answer ``None`` and METEOR loads the full table as before.
 
-The filter reads an index of the table built once per machine (~13 CPU-seconds, 1.5 GB at peak) under the r2m cache
-(``$R2M_CACHE`` or ``~/.cache/r2m``, ``meteor-paraphrase/<size>-<mtime>/``; a file lock makes
-concurrent jobs wait for one build): the table's words, and each entry's word ids as flat arrays,
-so that a job only marks its words and keeps the entries with no unmarked word (~0.3 s).
+The filter reads an index of the table built once per machine (~13 CPU-seconds, 1.5 GB at peak,
+134 MB on disk) under the r2m cache (``$R2M_CACHE`` or ``~/.cache/r2m``,
+``meteor-paraphrase/v<version>-<size>-<mtime>/``; a file lock makes concurrent jobs wait for one
+build): the table's words, and each entry's word ids as flat arrays, so that a job only marks its
+words and keeps the entries with no unmarked word (~0.3 CPU-seconds). Where no index can be had
+(cache unwritable, a damaged index) METEOR loads the full table, with one warning.
 """
 
 from __future__ import annotations
