@@ -126,6 +126,8 @@ def tokenize_ptb(sentences: list[str]) -> list[str]:
     """
     from pycocoevalcap.tokenizer import ptbtokenizer as ptb
 
+    from r2m.evaluation.meteor import QUICK_JVM  # text out: the same under any JIT, half the CPU
+
     if not sentences:
         return []
     problem = _need_java("PTB tokenisation")
@@ -140,7 +142,7 @@ def tokenize_ptb(sentences: list[str]) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="r2m-ptb-") as tmp:
         src = Path(tmp) / "sentences.txt"
         src.write_bytes(text.encode())
-        cmd = ["java", "-cp", str(jar), "edu.stanford.nlp.process.PTBTokenizer",
+        cmd = ["java", *QUICK_JVM, "-cp", str(jar), "edu.stanford.nlp.process.PTBTokenizer",
                "-preserveLines", "-lowerCase", str(src)]
         proc = subprocess.run(cmd, capture_output=True, check=False)
     if proc.returncode != 0:
@@ -172,8 +174,8 @@ def tokenize(gts: Gts, res: Res, method: str = "ptb") -> tuple[Gts, Res]:
 class ScorerSpec:
     """A scorer: the metrics it yields and how to compute them from tokenised captions.
 
-    ``start(workers)`` (optional) launches the scorer's external processes before tokenisation so
-    their JVM start-up (METEOR: ~5 s loading paraphrase tables) overlaps the other work;
+    ``start(workers)`` (optional) makes the scorer's handle before tokenisation (METEOR's:
+    :class:`r2m.evaluation.meteor.SegmentMeteor`, whose JVMs start with the segments);
     ``compute`` then receives the handle, and closes it. ``java`` scorers wait on a subprocess and run in threads; the others are
     CPU-bound Python and run in a process pool in ``hybrid`` mode.
     """
@@ -221,8 +223,8 @@ def _bleu(gts: Gts, res: Res, handle: Any = None) -> Scored:
 def meteor_procs(workers: int) -> tuple[int, int]:
     """(Java processes, threads each) for METEOR on ``workers`` cores.
 
-    One JVM spends ~5-10 CPU-seconds loading the paraphrase table; scoring 5,000 segments costs
-    about as much again. With a JDK, one JVM loads the table once and scores on ``workers``
+    One JVM spends ~5-10 CPU-seconds loading the full paraphrase table (~0.6 s the table cut to
+    the segments, :mod:`r2m.evaluation.paraphrase`); scoring 5,000 segments costs ~5 s. With a JDK, one JVM loads the table once and scores on ``workers``
     threads (:class:`r2m.evaluation.meteor.MeteorPool`); without one (a JRE only), one jar
     process per two cores (more start-ups only pay where cores are idle).
     """
@@ -234,10 +236,10 @@ def meteor_procs(workers: int) -> tuple[int, int]:
 
 
 def _meteor_start(workers: int = 1) -> Any:
-    from r2m.evaluation.meteor import MeteorPool
+    from r2m.evaluation.meteor import SegmentMeteor
 
     procs, threads = meteor_procs(workers)
-    return MeteorPool(procs, threads)  # Popen only: the JVMs load while we tokenise
+    return SegmentMeteor(procs, threads)  # the JVMs start with the segments' own paraphrase table
 
 
 def _meteor(gts: Gts, res: Res, handle: Any = None) -> Scored:
@@ -307,7 +309,7 @@ def run_scorer(name: str, gts: Gts, res: Res, handle: Any = None) -> Scored:
 
 # --------------------------------------------------------------------------- scheduling
 # Measured on 2 cores, 5,000 images x 5 refs (see `r2m bench evaluate`): METEOR dominates (JVM
-# start ~5 s + ~5 s scoring). In plain threads the CPU-bound Python scorers hold the GIL and slow
+# start ~5 s with the full paraphrase table + ~5 s scoring). In plain threads the CPU-bound Python scorers hold the GIL and slow
 # METEOR's 5,000 pipe round trips; "hybrid" keeps METEOR/SPICE in threads (their work is in the
 # JVM) and moves BLEU/ROUGE/CIDEr to a worker process.
 PARALLEL_MODES = ("hybrid", "threads", "serial")

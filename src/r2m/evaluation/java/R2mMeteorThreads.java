@@ -24,7 +24,9 @@ import java.util.concurrent.Future;
 public class R2mMeteorThreads {
     public static void main(String[] args) throws Exception {
         int threads = Math.max(1, Integer.parseInt(args[0]));
-        String[] meteorArgs = {"-", "-", "-stdio", "-l", "en", "-norm"};
+        String[] meteorArgs = args.length > 1  // args[1]: a paraphrase table to use instead of the default
+            ? new String[] {"-", "-", "-stdio", "-l", "en", "-norm", "-a", args[1]}
+            : new String[] {"-", "-", "-stdio", "-l", "en", "-norm"};
         MeteorConfiguration config = new MeteorConfiguration(Meteor.createPropertiesFromArgs(meteorArgs, 2));
         MeteorScorer base = new MeteorScorer(config);
         MeteorScorer[] scorers = new MeteorScorer[threads];
