@@ -103,6 +103,31 @@ def write_references(out: Path, references: References, train_references: Refere
             "n_train_references": len(train_references.get("annotations", [])) if train_references else 0}
 
 
+def check_index(prepared: Path, refs: dict[str, Any], source: str) -> None:
+    """Every evaluation image the references name is in the prepared index with the same split (else the
+    reference files' image list changed after ``prepare`` ran): one line naming the image."""
+    index = read_index(prepared)
+    split_of = dict(zip(index["image_id"].astype(str), index["split"].astype(str), strict=True))
+    for img in refs.get("images", []):
+        have, want = split_of.get(str(img["id"])), img.get("split", "test")
+        if have != want:
+            where = "not in" if have is None else f"of split {have!r} in"
+            raise ValueError(f"{source}: image {img['id']!r} (split {want!r}) is {where} {prepared / 'images.parquet'}; "
+                             "the references' image list changed after prepare ran: run prepare again")
+
+
+def build_references(entry: DatasetEntry, prepared: Path, out: Path, log: logging.Logger,
+                     dataset: str = "") -> dict[str, int]:
+    """The ``references`` stage's work: the entry's references (its kind's :data:`REFERENCE_BUILDERS`) over
+    the prepared index ``prepared``, checked against it and written into ``out``; returns the counts."""
+    from r2m.datasets import load_recipes
+
+    load_recipes()
+    refs, train_refs = REFERENCE_BUILDERS.get(entry.kind)(entry, prepared, log)
+    check_index(prepared, refs, f"references of {dataset or 'the dataset'} (kind {entry.kind})")
+    return write_references(out, refs, train_refs)
+
+
 def read_index(prepared_dir: str | Path) -> Any:
     """``prepared/images.parquet``'s ``image_id``, ``path``, ``split`` (a pandas DataFrame, file order)."""
     import pyarrow.parquet as pq

@@ -49,6 +49,7 @@ from r2m.params import DatasetEntry
 from r2m.text.corpus import read_lines
 from r2m.utils.coco import read_coco_captions
 from r2m.utils.guard import not_a_file
+from r2m.utils.io import read_json
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"})
 
@@ -222,8 +223,16 @@ def folder_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) 
     """The evaluation images of the prepared index with their captions of ``references`` (file names as
     the folder's), and the ``train_references`` images with theirs (none: no such file)."""
     refs_path = _path_option(entry, "references", False)
-    captions = load_references(refs_path)[1] if refs_path else {}
-    refs = references_json(eval_records(prepared, lambda p: Path(p).name), captions)
+    listed, captions = load_references(refs_path) if refs_path else ([], {})
+    images = eval_records(prepared, lambda p: Path(p).name)
+    # the file's image list is what prepare indexed (else it changed since: a stale index, not silent gaps)
+    manifest = read_json(prepared / "manifest.json")
+    dropped = {str(i) for dup in manifest.get("duplicate_reference_ids") or [] for i in dup[2:]}
+    stale = sorted(({img["id"] for img in listed} ^ {img["id"] for img in images}) - dropped)
+    if stale:
+        raise ValueError(f"{refs_path}: image {stale[0]!r} is not indexed as {prepared / 'images.parquet'} says "
+                         f"({len(stale)} such); the references' image list changed after prepare ran: run prepare again")
+    refs = references_json(images, captions)
     train_refs_path = _path_option(entry, "train_references", False)
     if not train_refs_path:
         return refs, None
