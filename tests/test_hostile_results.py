@@ -111,7 +111,7 @@ TINY_RAW = {
     "report": {"figure_images": 1},
 }
 TINY_RAW["catalog"]["tiny"]["overrides"]["extract_features"]["options"] = {"kinds": ["pooled", "grid"]}
-R2M_STAGES = ("inputs", "prepare", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
+R2M_STAGES = ("inputs", "prepare", "references", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
               "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate")
 # the rest of the DAG: (stage, axes) in order
 LATER_STAGES = (
@@ -435,6 +435,12 @@ def test_folder_recipe_reports_two_reference_ids_naming_one_file(tmp_path, caplo
     from r2m.evaluation.stage import recipe_duplicates
 
     assert recipe_duplicates(out / "manifest.json") == [["b.png", "2", "9"]]
+    # the references stage keeps the kept id's captions, and takes the dropped id for no stale index
+    from r2m.datasets.base import build_references
+
+    build_references(entry, out, tmp_path / "references", logging.getLogger("r2m.test"))
+    got = json.loads((tmp_path / "references/references.json").read_text())
+    assert [(a["image_id"], a["caption"]) for a in got["annotations"]] == [("1", "a dog"), ("2", "a cat")]
 
 
 # --------------------------------------------------------------------------- results say what they are
