@@ -28,14 +28,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from r2m.datasets.base import (
-    RECIPES,
-    REFERENCE_BUILDERS,
-    eval_records,
-    option,
-    references_json,
-    write_prepared,
-)
+from r2m.datasets.base import RECIPES, REFERENCE_BUILDERS, option, references_json, write_prepared
 from r2m.params import NAME_PATTERN, DatasetEntry
 from r2m.text.corpus import read_lines
 from r2m.utils.io import read_json
@@ -198,6 +191,8 @@ def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dic
 def demo_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], None]:
     """The ``test`` photos of the prepared index with their captions in ``references.json`` (every photo
     needs some: an error names the file and the photos without)."""
+    from r2m.datasets.base import eval_records
+
     images = eval_records(prepared)
     refs = load_references(source_dir(entry) / "references.json", [img["id"] for img in images])
     log.info("demo: %d photos, %d reference captions", len(images), sum(map(len, refs.values())))

@@ -51,16 +51,6 @@ def _folder_paths(entry: DatasetEntry, keys: tuple[str, ...]) -> list[Path]:
             for f in (image_files(Path(str(v)).expanduser()) if k == "images" else [Path(str(v)).expanduser()])]
 
 
-@RECIPE_INPUTS.register("folder")
-def folder_inputs(entry: DatasetEntry) -> list[Path]:
-    return _folder_paths(entry, FOLDER_KEYS)
-
-
-@REFERENCE_INPUTS.register("folder")
-def folder_reference_inputs(entry: DatasetEntry) -> list[Path]:
-    return _folder_paths(entry, FOLDER_REFERENCE_KEYS)
-
-
 def _demo_paths(entry: DatasetEntry, names: tuple[str, ...]) -> list[Path]:
     """The demo's committed files in its ``source_dir`` (resolved as the recipe resolves it)."""
     from r2m.datasets.demo import source_dir
@@ -69,14 +59,15 @@ def _demo_paths(entry: DatasetEntry, names: tuple[str, ...]) -> list[Path]:
     return [source / name for name in names]
 
 
-@RECIPE_INPUTS.register("demo")
-def demo_inputs(entry: DatasetEntry) -> list[Path]:
-    return _demo_paths(entry, DEMO_FILES)
+def _declare(kind: str, paths: Callable[[DatasetEntry, tuple[str, ...]], list[Path]], prepare: tuple[str, ...],
+             references: tuple[str, ...]) -> None:
+    """``kind``'s files outside the DAG: those ``prepare`` reads and the reference files (``paths`` of each)."""
+    RECIPE_INPUTS.register(kind)(lambda entry: paths(entry, prepare))
+    REFERENCE_INPUTS.register(kind)(lambda entry: paths(entry, references))
 
 
-@REFERENCE_INPUTS.register("demo")
-def demo_reference_inputs(entry: DatasetEntry) -> list[Path]:
-    return _demo_paths(entry, DEMO_REFERENCES)
+_declare("folder", _folder_paths, FOLDER_KEYS, FOLDER_REFERENCE_KEYS)
+_declare("demo", _demo_paths, DEMO_FILES, DEMO_REFERENCES)
 
 
 def _index_view(data: Any) -> Any:
