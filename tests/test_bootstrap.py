@@ -96,8 +96,8 @@ def test_demo_identity_resample_equals_eval_json(tmp_path, repo_root, no_spice, 
     prepared = tmp_path / "data/demo/prepared"
     R.mkdir(parents=True)
     prepared.mkdir(parents=True)
-    refs = refs_dir(prepared) / "references.json"  # the references stage's
-    _write(refs, references_json([{"id": i} for i in demo], demo))
+    refs_path = refs_dir(prepared) / "references.json"  # the references stage's
+    _write(refs_path, references_json([{"id": i} for i in demo], demo))
     caps, info = [], []
     for i, refs in demo.items():
         words = rng.choice(refs).split()
@@ -123,11 +123,11 @@ def test_demo_identity_resample_equals_eval_json(tmp_path, repo_root, no_spice, 
         raise AssertionError("scored again")
 
     monkeypatch.setattr(stage, "evaluate_files", no_scoring)
-    got = compare.compare([str(R), str(R)], refs, resamples=50)
+    got = compare.compare([str(R), str(R)], refs_path, resamples=50)
     assert got["systems"][1]["metrics"]["CIDEr"]["value"] == pytest.approx(reported["CIDEr"], abs=1e-9)
     _write(R / "captions.json", caps[::-1])  # same captions, another file: its digest no longer matches
     with pytest.raises(AssertionError, match="scored again"):
-        compare.compare([str(R), str(R)], refs, resamples=50)
+        compare.compare([str(R), str(R)], refs_path, resamples=50)
 
 
 # --------------------------------------------------------------------------- intervals
