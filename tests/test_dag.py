@@ -18,7 +18,7 @@ from r2m.pipeline.stages import STAGES, Gather
 
 BIN = Path(sys.executable).parent
 REQUIRED = {
-    "prepare", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
+    "prepare", "references", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
     "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "table1", "table2", "table3",
 }
 
