@@ -3,7 +3,9 @@
 ``stub_r2m.py <stage> --dataset D [--variant V …] [--params F] [--no-log-file]`` creates the stage's
 outputs (from the registry) holding the stage and its axis values.
 ``stub_r2m.py resolve-params`` runs the real resolver (it is what DVC's first stage runs), and ``inputs``
-the real stage (the digest of a dataset's files outside the DAG, which the engines' plans hinge on)."""
+the real stage (the digest of a dataset's files outside the DAG, which the engines' plans hinge on); any
+other stage that reads files outside the DAG (``Stage.external``, e.g. ``references``) writes their digest
+into its outputs, as its real outputs change with what those files say."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ import sys
 from pathlib import Path
 
 
-def make_outputs(stage, bound: dict[str, str], root: Path) -> str:
-    """Create ``stage``'s outputs at ``bound`` under ``root``; returns what they hold."""
-    line = " ".join([stage.name, *(f"--{a} {bound[a]}" for a in stage.axes if a in bound)])  # engine-independent
+def make_outputs(stage, bound: dict[str, str], root: Path, extra: str = "") -> str:
+    """Create ``stage``'s outputs at ``bound`` under ``root``; returns what they hold (``extra`` appended)."""
+    line = " ".join([stage.name, *(f"--{a} {bound[a]}" for a in stage.axes if a in bound), *([extra] if extra else [])])
     for out in stage.outs.values():
         path = root / out.path.format(**bound)
         if out.directory:
@@ -45,7 +47,16 @@ def main(argv: list[str]) -> int:
             i += 2
         else:
             i += 1
-    make_outputs(stage, bound, Path("."))
+    extra = ""
+    if stage.external:
+        import importlib
+
+        from r2m.params import load
+
+        module, func = stage.external.split(":")
+        params_file = argv[argv.index("--params") + 1] if "--params" in argv else "params.yaml"
+        extra = getattr(importlib.import_module(module), func)(load(params_file), bound["dataset"])
+    make_outputs(stage, bound, Path("."), extra)
     return 0
 
 

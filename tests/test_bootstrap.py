@@ -17,7 +17,7 @@ from r2m.evaluation import coco, per_image
 from r2m.evaluation.bench import WORDS
 from r2m.pipeline import stages as S
 from r2m.pipeline.context import StageContext
-from test_evaluation import _params, _refs_json, _write, no_spice, shared_meteor_pool  # noqa: F401
+from test_evaluation import _params, _refs_json, _write, no_spice, refs_dir, shared_meteor_pool  # noqa: F401
 
 SCORERS = ["bleu", "meteor", "rouge", "cider"]
 
@@ -96,7 +96,8 @@ def test_demo_identity_resample_equals_eval_json(tmp_path, repo_root, no_spice, 
     prepared = tmp_path / "data/demo/prepared"
     R.mkdir(parents=True)
     prepared.mkdir(parents=True)
-    _write(prepared / "references.json", references_json([{"id": i} for i in demo], demo))
+    refs_path = refs_dir(prepared) / "references.json"  # the references stage's
+    _write(refs_path, references_json([{"id": i} for i in demo], demo))
     caps, info = [], []
     for i, refs in demo.items():
         words = rng.choice(refs).split()
@@ -122,11 +123,11 @@ def test_demo_identity_resample_equals_eval_json(tmp_path, repo_root, no_spice, 
         raise AssertionError("scored again")
 
     monkeypatch.setattr(stage, "evaluate_files", no_scoring)
-    got = compare.compare([str(R), str(R)], prepared / "references.json", resamples=50)
+    got = compare.compare([str(R), str(R)], refs_path, resamples=50)
     assert got["systems"][1]["metrics"]["CIDEr"]["value"] == pytest.approx(reported["CIDEr"], abs=1e-9)
     _write(R / "captions.json", caps[::-1])  # same captions, another file: its digest no longer matches
     with pytest.raises(AssertionError, match="scored again"):
-        compare.compare([str(R), str(R)], prepared / "references.json", resamples=50)
+        compare.compare([str(R), str(R)], refs_path, resamples=50)
 
 
 # --------------------------------------------------------------------------- intervals

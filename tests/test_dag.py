@@ -18,7 +18,7 @@ from r2m.pipeline.stages import STAGES, Gather
 
 BIN = Path(sys.executable).parent
 REQUIRED = {
-    "prepare", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
+    "prepare", "references", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
     "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "table1", "table2", "table3",
 }
 
@@ -220,7 +220,7 @@ def test_every_dvc_dependency_is_produced_or_in_git(repo_root):
     assert {"prepare@tiny_paired", "extract_features_sup@tiny_paired", "train_sup@tiny_paired-sat"} <= names
     # the check can fail: without the derived list, nothing prepares tiny_paired
     stale = {**params, "all_datasets": params["datasets"]}
-    assert "sup_vocab@tiny_paired: data/tiny_paired/prepared" in _unproduced(doc, stale, tracked)
+    assert "sup_vocab@tiny_paired: data/tiny_paired/references" in _unproduced(doc, stale, tracked)
 
 
 def test_all_datasets_is_derived_and_checked(repo_root, tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from r2m.datasets import benchmarks as B
-from r2m.datasets.base import resolve_image_path
+from r2m.datasets.base import build_references, resolve_image_path
 from r2m.datasets.folder import folder
 from r2m.datasets.tiny import OBJECTS, tiny
 from r2m.params import DatasetEntry
@@ -28,7 +28,9 @@ LOG = logging.getLogger("test")
 def _tiny(out: Path, seed: int = 0, n_sentences: int = 300) -> dict:
     entry = DatasetEntry(kind="tiny", seed=seed, n_train_images=6, n_val_images=3, n_test_images=4,
                          n_sentences=n_sentences, image_size=64)
-    return tiny(entry, out, LOG)
+    manifest = tiny(entry, out, LOG)
+    build_references(entry, out, out, LOG)  # the references stage's files beside the prepared ones
+    return manifest
 
 
 # --------------------------------------------------------------------------- tiny
@@ -121,6 +123,7 @@ def test_folder_recipe(tmp_path):
                          corpus=str(tmp_path / "corpus.txt"))
     out = tmp_path / "out"
     m = folder(entry, out, LOG)
+    build_references(entry, out, out, LOG)
     df = pd.read_parquet(out / "images.parquet").set_index("image_id")
     assert sorted(df.index) == ["7", "9", "a", "d"]
     assert df.loc["7", "split"] == "test" and df.loc["a", "split"] == "train"
@@ -218,7 +221,9 @@ def raw(tmp_path) -> Path:
 
 def _bench(name: str, raw: Path, out: Path, **extra) -> dict:
     entry = DatasetEntry(kind=name, raw_dir=str(raw), **extra)
-    return B.prepare_benchmark(name, entry, out, LOG, fetcher=None)
+    manifest = B.prepare_benchmark(name, entry, out, LOG, fetcher=None)
+    build_references(entry, out, out, LOG)
+    return manifest
 
 
 # --------------------------------------------------------------------------- benchmarks: converters
@@ -364,3 +369,50 @@ def test_recipes_registered():
     load_recipes()
     for kind in ("tiny", "folder", "coco_shutterstock", "flickr30k_coco", "coco_gcc"):
         assert kind in RECIPES
+
+
+# --------------------------------------------------------------------------- issue 38.6: references apart
+def _folder_entry(tmp_path: Path) -> tuple[DatasetEntry, dict, Path]:
+    imgs = tmp_path / "photos"
+    for name in ("a.png", "b.jpg", "c.png"):
+        _png(imgs / name)
+    refs = {"images": [{"id": 7, "file_name": "b.jpg"}],
+            "annotations": [{"id": 1, "image_id": 7, "caption": "a dark square"}]}
+    (tmp_path / "refs.json").write_text(json.dumps(refs))
+    (tmp_path / "corpus.txt").write_text("a dog on the grass\n")
+    entry = DatasetEntry(kind="folder", images=str(imgs), references=str(tmp_path / "refs.json"),
+                         corpus=str(tmp_path / "corpus.txt"))
+    return entry, refs, tmp_path / "refs.json"
+
+
+def test_a_caption_edit_changes_what_references_reads_not_what_prepare_reads(tmp_path):
+    """A folder dataset's reference file defines its image ids and splits (its image list) and its captions:
+    `prepare`'s digest records the first only, the `references` stage's the whole file."""
+    from r2m.datasets.inputs import input_records, reference_records
+
+    entry, refs, path = _folder_entry(tmp_path)
+    before = input_records(entry, "f", tmp_path), reference_records(entry, "f", tmp_path)
+    refs["annotations"][0]["caption"] = "a black square"  # one word of one caption
+    refs["annotations"].append({"id": 2, "image_id": 7, "caption": "a square"})  # a caption more
+    path.write_text(json.dumps(refs))
+    assert input_records(entry, "f", tmp_path) == before[0]
+    assert reference_records(entry, "f", tmp_path) != before[1]
+    refs["images"].append({"id": 9, "file_name": "c.png"})  # another evaluation image: the index changes
+    path.write_text(json.dumps(refs))
+    assert input_records(entry, "f", tmp_path) != before[0]
+
+
+def test_references_follow_their_file_and_refuse_a_stale_index(tmp_path):
+    entry, refs, path = _folder_entry(tmp_path)
+    out = tmp_path / "prepared"
+    folder(entry, out, LOG)
+    refs["annotations"][0]["caption"] = "a black square"
+    path.write_text(json.dumps(refs))
+    build_references(entry, out, tmp_path / "r1", LOG)  # no new prepare needed: the new words are there
+    got = json.loads((tmp_path / "r1/references.json").read_text())
+    assert [(a["image_id"], a["caption"]) for a in got["annotations"]] == [("7", "a black square")]
+    assert not (out / "references.json").exists()
+    refs["images"].append({"id": 9, "file_name": "c.png"})  # prepare not run again: c.png is a train image
+    path.write_text(json.dumps(refs))
+    with pytest.raises(ValueError, match=r"refs.json: image '9' .*run prepare again"):
+        build_references(entry, out, tmp_path / "r2", LOG)

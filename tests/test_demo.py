@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import copy_sources
-from r2m.datasets.base import RECIPES, resolve_image_path
+from r2m.datasets.base import RECIPES, build_references, resolve_image_path
 from r2m.params import DatasetEntry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +46,7 @@ def prepared(tmp_path_factory) -> tuple[Path, dict]:
     socket.socket.connect = refuse
     try:
         manifest = _recipe()(DatasetEntry(kind="demo"), out, logging.getLogger("test"))
+        build_references(DatasetEntry(kind="demo"), out, out, logging.getLogger("test"))  # the references stage
     finally:
         socket.socket.connect = real
     return out, manifest

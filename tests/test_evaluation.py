@@ -252,6 +252,12 @@ def _write(path: Path, obj) -> Path:
     return path
 
 
+def refs_dir(prepared: Path) -> Path:
+    """The dataset's ``references/`` folder (stage ``references``) beside ``prepared/``, made."""
+    (prepared.parent / "references").mkdir(parents=True, exist_ok=True)
+    return prepared.parent / "references"
+
+
 def _refs_json(refs: dict[str, list[str]], int_ids: bool = False) -> dict:
     conv = int if int_ids else str
     return {"images": [{"id": conv(k)} for k in refs],
@@ -310,7 +316,7 @@ def test_stage_writes_metrics_and_per_image(tmp_path, repo_root, no_spice):
     data = _refs_json(refs)
     for img in data["images"]:
         img["split"] = "val" if img["id"] == "3" else "test"
-    _write(prepared / "references.json", data)
+    _write(refs_dir(prepared) / "references.json", data)
     _write(R / "captions.json", [{"image_id": k, "caption": v} for k, v in NLG_HYP.items()])
     _write(R / "caption_info.json", {"counts": {"detections": 1, "empty": 1}, "images": [
         {"image_id": "1", "concepts": ["model", "sentences", "dog"], "source": "detections"},  # 'sentences': plural

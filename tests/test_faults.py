@@ -339,7 +339,7 @@ def _malformed_cases(wd: Path, tmp: Path) -> list[tuple[str, object, list[str], 
     caps = wd / "results/tiny/r2m/train_xe/captions.json"
     n_test = len(json.loads(caps.read_text()))
     image_id = json.loads(caps.read_text())[0]["image_id"]  # a test image
-    refs = wd / "data/tiny/prepared/references.json"
+    refs = wd / "data/tiny/references/references.json"
     corpus = wd / "data/tiny/prepared/corpus.txt"
     last = wd / ".r2m/resume/train_xe/tiny-r2m/last.pt"
     init = wd / "models/tiny/r_lstm/train_xe/model.pt"

@@ -228,9 +228,9 @@ class Workspace:
     """A copy of the workflow on `small_raw()` built once by Snakemake with the stub r2m, then recorded by DVC
     as it is (``dvc commit``: both engines see the same outputs, nothing runs twice)."""
 
-    def __init__(self, wd: Path):
+    def __init__(self, wd: Path, raw: dict[str, Any] | None = None):
         self.sm = self.dvc = wd / "work"
-        self.raw = small_raw()
+        self.raw = raw or small_raw()
         copy_workflow(ROOT, self.sm)
         copy_sources(ROOT, self.sm, ("data/demo",))
         self.write(self.raw)
@@ -275,12 +275,13 @@ class Workspace:
         return out
 
 
-@pytest.fixture(scope="module")
-def ws(tmp_path_factory) -> Workspace:
-    w = Workspace(tmp_path_factory.mktemp("granular"))
+def built(w: Workspace) -> Workspace:
+    """``w`` made by Snakemake (stub r2m), recorded by DVC; nothing stale under either."""
     w.planned = w.snakemake_plan()  # every job `all` needs (DVC's matrices hold a few more instances)
     w.run(w.smk, w.sm)
     w.run([str(BIN / "dvc"), "init", "--no-scm", "-q"], w.dvc)
+    with open(w.dvc / ".dvcignore", "a") as fh:  # the project's (Snakemake's folder stamp: not content)
+        fh.write("\n" + (ROOT / ".dvcignore").read_text())
     w.run([str(BIN / "r2m"), "resolve-params"], w.dvc)
     for stage, bound in instances(V.validate(w.raw, "test")):  # DVC's matrices hold a few more instances
         if not all((w.dvc / o.path.format(**bound)).exists() for o in stage.outs.values()):
@@ -288,6 +289,11 @@ def ws(tmp_path_factory) -> Workspace:
     w.run([str(BIN / "dvc"), "commit", "-f", "-q"], w.dvc)
     assert w.snakemake_plan() == set() and w.dvc_stale() == set()
     return w
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Workspace:
+    return built(Workspace(tmp_path_factory.mktemp("granular")))
 
 
 def _readers(raw: dict[str, Any], path: Edit, value: Any) -> tuple[dict[str, Any], set[tuple[str, str]]]:
@@ -452,8 +458,8 @@ def test_a_comment_in_a_parsed_data_file_reruns_nothing(ws):
 def test_a_changed_value_in_a_parsed_data_file_reruns_prepare(ws):
     """The other side of the last test: what the file says still counts."""
     params = V.validate(ws.raw, "test")
-    path = ws.sm / "data/demo/references.json"
-    undo = _edit_file(path, lambda t: t.replace(' woman ', ' lady ', 1))
+    path = ws.sm / "data/demo/photos.yaml"
+    undo = _edit_file(path, lambda t: t.replace("  - id: astronaut\n", "  - id: astronaut\n    note: a value\n", 1))
     try:
         assert ws.snakemake_plan() == with_descendants(params, {("inputs", "demo")}) & ws.planned
         ws.run([str(BIN / "dvc"), "repro", "-s", "-q", "inputs@demo"], ws.dvc)
@@ -461,6 +467,50 @@ def test_a_changed_value_in_a_parsed_data_file_reruns_prepare(ws):
     finally:
         undo()
         ws.run([str(BIN / "dvc"), "repro", "-s", "-q", "inputs@demo"], ws.dvc)
+    assert ws.snakemake_plan() == set() and ws.dvc_stale() == set()
+
+
+def demo_raw() -> dict[str, Any]:
+    """params.yaml on `demo` alone, for R²M (one variant) and one baseline: every stage on the demo's files."""
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw.update(datasets=["demo"], all_datasets=["demo"], variants=["r2m"])
+    raw["baselines"].update(datasets=["demo"], models=["mrnn"])
+    return raw
+
+
+@pytest.fixture(scope="module")
+def demo_ws(tmp_path_factory) -> Workspace:
+    return built(Workspace(tmp_path_factory.mktemp("granular_demo"), demo_raw()))
+
+
+# what reads the references (stage `references`): a word of a caption re-runs these and what follows, by hand
+REFERENCE_READERS = {"evaluate", "train_m", "train_i", "figures", "sup_vocab", "train_sup", "evaluate_sup",
+                     "inspect_sup", "mostfreq", "retrieval_r2m"}
+AFTER_READERS = {"caption", "pretrain_sup", "caption_sup", "retrieval_sup", "table1", "table2", "table3",
+                 "baselines", "retrieval", "report"}
+NOT_READERS = {"inputs", "prepare", "detect_concepts", "extract_features", "extract_features_sup",
+               "corpus_concepts", "build_vocab", "train_xe", "train_s"}
+
+
+def test_a_reference_edit_reruns_what_reads_references_and_nothing_else(demo_ws):
+    """Issue 38.6: one word of one reference caption of the demo (before: 78 jobs on the default params,
+    `inputs`, `prepare`, concept detection, both feature extractions, the corpus, the vocabulary and every
+    training stage among them). After: the `references` stage, its readers and what follows them."""
+    ws, params = demo_ws, V.validate(demo_ws.raw, "test")
+    assert {s.name for s, _ in instances(params)} == REFERENCE_READERS | AFTER_READERS | NOT_READERS | {"references"}
+    undo = _edit_file(ws.sm / "data/demo/references.json", lambda t: t.replace(" woman ", " lady ", 1))
+    try:
+        plan = ws.snakemake_plan()
+        assert {s for s, _ in plan} == {"references"} | REFERENCE_READERS | AFTER_READERS
+        assert plan == with_descendants(params, {("references", "demo")}) & ws.planned
+        assert not {s for s, _ in plan} & NOT_READERS
+        ws.run([str(BIN / "dvc"), "repro", "-s", "-q", "references@demo"], ws.dvc)  # DVC runs it at every repro
+        stale = ws.dvc_stale()
+        assert {s for s, _ in stale} == REFERENCE_READERS  # DVC: the readers, whose input changed
+        assert ("train_m", "demo-r2m") in stale and ("sup_vocab", "demo") in stale
+    finally:
+        undo()
+        ws.run([str(BIN / "dvc"), "repro", "-s", "-q", "references@demo"], ws.dvc)
     assert ws.snakemake_plan() == set() and ws.dvc_stale() == set()
 
 
@@ -505,7 +555,7 @@ def test_dvc_and_snakemake_all_differ_exactly_as_documented(which):
     snake = {(s.name, instance_key(s, b)) for s, b in needed_instances(params, ALL_TARGETS)}
     assert snake <= dvc and dvc - snake == dvc_only_instances(params)
     if which == "repository":
-        assert (len(dvc), len(snake)) == (130, 106)  # the issue's 130 and 107 (106 + the `all` rule)
+        assert (len(dvc), len(snake)) == (132, 108)  # the issue's 130 and 107 (106 + `all`), + `references` × 2 datasets
         readme = (ROOT / "docs/guide/running.md").read_text()  # the guide page on running the DAG
         assert "24 more instances" in readme and "same DAG as `snakemake all`" not in " ".join(readme.split())
 

@@ -128,6 +128,7 @@ def test_demo_records_are_checked_and_name_file_and_record(case, tmp_path):
     TypeError or UnicodeDecodeError lines naming no file or record."""
     import shutil
 
+    from r2m.datasets.base import build_references
     from r2m.datasets.demo import prepare_demo
     from r2m.params import DatasetEntry
 
@@ -137,14 +138,24 @@ def test_demo_records_are_checked_and_name_file_and_record(case, tmp_path):
     edit(src)
     out = tmp_path / "a" / "b" / "prepared"
     out.mkdir(parents=True)
+    entry = DatasetEntry(kind="demo", source_dir=str(src))
+    refs_only = case.startswith("references_")  # read by the references stage alone (issue 38.6), after prepare
+    if refs_only:
+        prepare_demo(entry, out, LOG)
     with pytest.raises((ValueError, OSError)) as err:
-        prepare_demo(DatasetEntry(kind="demo", source_dir=str(src)), out, LOG)
+        if refs_only:
+            build_references(entry, out, tmp_path / "references", LOG)
+        else:
+            prepare_demo(entry, out, LOG)
     msg = str(err.value)
     assert "\n" not in msg
     for w in words:
         assert w in msg, (w, msg)
     assert not list(tmp_path.rglob("escaped*"))
-    assert not (out / "images").exists() or not any((out / "images").iterdir())  # failed before copying photos
+    if refs_only:
+        assert not (tmp_path / "references" / "references.json").exists()
+    else:
+        assert not (out / "images").exists() or not any((out / "images").iterdir())  # failed before copying photos
 
 
 # --------------------------------------------------------------------------- evaluate --out

@@ -111,7 +111,7 @@ TINY_RAW = {
     "report": {"figure_images": 1},
 }
 TINY_RAW["catalog"]["tiny"]["overrides"]["extract_features"]["options"] = {"kinds": ["pooled", "grid"]}
-R2M_STAGES = ("inputs", "prepare", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
+R2M_STAGES = ("inputs", "prepare", "references", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
               "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate")
 # the rest of the DAG: (stage, axes) in order
 LATER_STAGES = (
@@ -247,7 +247,13 @@ def test_prepare_depends_on_the_files_a_dataset_entry_names(tmp_path):
     first = digest()
     assert [Path(f["path"]).name for f in first["files"]] == ["a.png", "corpus.txt", "refs.json"]
     assert digest() == first
+    # a caption's words are the references stage's input, not prepare's (issue 38.6); the image list is both's
+    from r2m.datasets.inputs import reference_digest
+
+    before = reference_digest(params, "mine")
     (tmp_path / "refs.json").write_text((tmp_path / "refs.json").read_text().replace("a dog", "a cat"))
+    assert digest() == first and reference_digest(params, "mine") != before
+    (tmp_path / "refs.json").write_text((tmp_path / "refs.json").read_text().replace('"id": 1', '"id": 2'))
     assert digest() != first
 
 
@@ -258,22 +264,26 @@ def _snake(wd: Path, *args: str) -> str:
     return r.stdout + r.stderr
 
 
-def test_snakemake_reruns_prepare_after_the_demo_references_changed(tmp_path):
-    """Before: editing data/demo/references.json left prepare "Nothing to be done". The `inputs` rule's
-    param is the digest of what it records (compared by content): a caption edit re-runs it, a comment in
-    photos.yaml does not (issue 38)."""
+def test_snakemake_reruns_the_references_not_prepare_after_a_demo_caption_changed(tmp_path):
+    """Before: editing data/demo/references.json left prepare "Nothing to be done"; then (issue 38) it re-ran
+    `inputs`, `prepare` and everything after. The `references` rule's param is the digest of the reference
+    file (compared by content): a caption edit re-runs it alone here; `inputs`' digest leaves the file out, a
+    comment in photos.yaml re-runs nothing (issue 38.6)."""
     copy_sources(ROOT, tmp_path, ("Snakefile", "workflow", "params.yaml", "src", "data/demo", "data/dictionaries"))
-    target = "data/demo/inputs.json"
-    _snake(tmp_path, target)  # the real stage: cheap, no torch
+    target = "data/demo/references/references.json"
+    _snake(tmp_path, target)  # the real stages: inputs, prepare, references (no torch)
     assert "Nothing to be done" in _snake(tmp_path, "-n", target)
     photos = tmp_path / "data/demo/photos.yaml"
     photos.write_text("# a comment\n" + photos.read_text())
     assert "Nothing to be done" in _snake(tmp_path, "-n", target)
     refs = tmp_path / "data/demo/references.json"
     refs.write_text(refs.read_text().replace(' woman ', ' lady ', 1))  # one word of one caption
-    plan = _snake(tmp_path, "-n", "data/demo/prepared/images.parquet")
+    plan = _snake(tmp_path, "-n", target)
     jobs = set(re.findall(r"Job \d+: (\w+):", plan))
-    assert "Nothing to be done" not in plan and jobs == {"inputs", "prepare"}, plan[-3000:]
+    assert "Nothing to be done" not in plan and jobs == {"references"}, plan[-3000:]
+    _snake(tmp_path, target)
+    got = json.loads((tmp_path / target).read_text())
+    assert sum(" lady " in a["caption"] for a in got["annotations"]) == 1
 
 
 def test_resume_fingerprint_follows_the_input_data(tiny_run, tmp_path):
@@ -425,6 +435,12 @@ def test_folder_recipe_reports_two_reference_ids_naming_one_file(tmp_path, caplo
     from r2m.evaluation.stage import recipe_duplicates
 
     assert recipe_duplicates(out / "manifest.json") == [["b.png", "2", "9"]]
+    # the references stage keeps the kept id's captions, and takes the dropped id for no stale index
+    from r2m.datasets.base import build_references
+
+    build_references(entry, out, tmp_path / "references", logging.getLogger("r2m.test"))
+    got = json.loads((tmp_path / "references/references.json").read_text())
+    assert [(a["image_id"], a["caption"]) for a in got["annotations"]] == [("1", "a dog"), ("2", "a cat")]
 
 
 # --------------------------------------------------------------------------- results say what they are

@@ -186,7 +186,8 @@ def write_figure_inputs(root: Path, ds: str = "tiny", attention: bool = True) ->
     refs = {"images": [{"id": i} for i in ids],
             "annotations": [{"id": n, "image_id": i, "caption": f"a dog on the grass {n} <b>"}
                             for n, i in enumerate(ids * 2)]}
-    (prepared / "references.json").write_text(json.dumps(refs))
+    (prepared.parent / "references").mkdir()
+    (prepared.parent / "references/references.json").write_text(json.dumps(refs))
     conc = root / f"data/{ds}/concepts"
     conc.mkdir(parents=True)
     pd.DataFrame({"image_id": ["img1", "img1", "img1", "img2"], "label": ["Dog", "Grass", "Phone", "Cat"],

@@ -21,7 +21,7 @@ from r2m.pipeline.context import StageContext
 from r2m.supervised.retrieval import r2m_similarity, retrieval_scores
 from r2m.training import stages as T
 from r2m.utils.io import write_parquet
-from test_training import ctx_for, make_params, make_synthetic
+from test_training import ctx_for, make_params, make_synthetic, refs_file
 
 
 @pytest.fixture()
@@ -70,7 +70,7 @@ def cider_selected(tmp_path_factory) -> tuple[Path, dict[int, tuple[float, dict[
     val = ["img16", "img17", "img18", "img19"]
     refs = {"images": [{"id": i} for i in val],
             "annotations": [{"id": k, "image_id": i, "caption": "A dog runs near the cat."} for k, i in enumerate(val)]}
-    (syn / "data/syn/prepared/references.json").write_text(json.dumps(refs))
+    refs_file(syn / "data/syn").write_text(json.dumps(refs))
     real = selection.cider_selector
     record: dict[int, tuple[float, dict[str, torch.Tensor]]] = {}
 
@@ -226,7 +226,7 @@ def test_mostfreq_picks_the_most_frequent_training_caption(tmp_path: Path) -> No
     refs = {"images": [{"id": i, "split": "test"} for i in test_ids],
             "annotations": [{"id": 0, "image_id": "t0", "caption": "a dog runs"},
                             {"id": 1, "image_id": "t1", "caption": "a cat sits on a mat"}]}
-    (prep / "references.json").write_text(json.dumps(refs))
+    refs_file(prep.parent).write_text(json.dumps(refs))
     raw = {"datasets": ["syn"], "catalog": {"syn": {"kind": "tiny"}},
            "caption": {"split": "test"}, "evaluate": {"scorers": ["bleu", "cider"]}}
     params = P.for_dataset(P.validate(raw), "syn")

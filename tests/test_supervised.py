@@ -176,13 +176,14 @@ def test_sup_vocab_without_pairs_says_why(tmp_path):
 def test_tiny_writes_paired_captions_disjoint_from_the_corpus(tmp_path):
     import logging
 
-    from r2m.datasets.base import RECIPES
+    from r2m.datasets.base import RECIPES, build_references
     from r2m.datasets.tiny import tiny  # noqa: F401  (registers the recipe)
     from r2m.params import DatasetEntry
 
     entry = DatasetEntry(kind="tiny", n_train_images=6, n_val_images=2, n_test_images=2, n_sentences=200,
                          image_size=32)
     RECIPES.get("tiny")(entry, tmp_path, logging.getLogger("t"))
+    build_references(entry, tmp_path, tmp_path, logging.getLogger("t"))  # the references stage
     train = json.loads((tmp_path / "train_references.json").read_text())
     assert len(train["images"]) == 6 and len(train["annotations"]) == 30
     corpus = set((tmp_path / "corpus.txt").read_text().splitlines())

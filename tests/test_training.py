@@ -68,6 +68,12 @@ def make_synthetic(root: Path, n_sent: int = 400, n_img: int = 24, feat_dim: int
                   pd.DataFrame({"image_id": ids[::-1], "row": np.arange(n_img)[::-1]}))
 
 
+def refs_file(dataset_dir: Path) -> Path:
+    """``<dataset>/references/references.json`` (stage ``references``), its folder made."""
+    (dataset_dir / "references").mkdir(parents=True, exist_ok=True)
+    return dataset_dir / "references" / "references.json"
+
+
 def make_params(**stage_over) -> P.Params:
     sched = {"batch_size": 16, "lr": 3e-3, "max_len": 12, "eval_every": 10, "checkpoint_every": 10}
     raw = {
@@ -223,8 +229,9 @@ def test_image_stage_selects_checkpoint_by_val_cider(syn: Path) -> None:
     refs = {"images": [{"id": i} for i in val],
             "annotations": [{"id": k, "image_id": i, "caption": "A dog runs near the cat."}
                             for k, i in enumerate(val)]}
-    (syn / "data/syn/prepared/references.json").write_text(json.dumps(refs))
-    ids, concepts, tok_refs = validation_set(syn / "data/syn/prepared", syn / "data/syn/concepts", STOI, 0.3, 5)
+    refs_file(syn / "data/syn").write_text(json.dumps(refs))
+    ids, concepts, tok_refs = validation_set(syn / "data/syn/prepared", syn / "data/syn/references",
+                                              syn / "data/syn/concepts", STOI, 0.3, 5)
     assert ids == val and tok_refs["img16"] == ["a dog runs near the cat"]
     assert all(all(0 <= c < len(ITOS) for c in cs) for cs in concepts)
 
@@ -253,7 +260,7 @@ def test_image_stage_selects_checkpoint_by_val_cider(syn: Path) -> None:
 def test_select_by_cider_without_val_references_keeps_last(syn: Path) -> None:
     from r2m.training import stages as T
 
-    (syn / "data/syn/prepared/references.json").write_text(json.dumps({"images": [], "annotations": []}))
+    refs_file(syn / "data/syn").write_text(json.dumps({"images": [], "annotations": []}))
     p = make_params()
     run_stage(syn, "train_xe", p)
     run_stage(syn, "train_s", p)

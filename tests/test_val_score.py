@@ -11,7 +11,7 @@ import torch
 
 from r2m.evaluation import coco
 from r2m.evaluation.val_score import ValScorer
-from test_training import ITOS, ctx_for, make_params, make_synthetic
+from test_training import ITOS, ctx_for, make_params, make_synthetic, refs_file
 
 pytestmark = pytest.mark.skipif(coco._need_java("PTB") is not None, reason="needs Java (PTB tokeniser)")
 
@@ -57,7 +57,7 @@ def test_r2m_selector_score_equals_evaluate_cider_on_its_captions(tmp_path: Path
     refs = {"images": [{"id": i} for i in val],
             "annotations": [{"id": f"{i}-{k}", "image_id": i, "caption": c}
                             for i in val for k, c in enumerate(caps[i])]}
-    (tmp_path / "data/syn/prepared/references.json").write_text(json.dumps(refs))
+    refs_file(tmp_path / "data/syn").write_text(json.dumps(refs))
     itos = [*ITOS, ",", "."]
     s = {w: i for i, w in enumerate(itos)}
     made = {"img16": "a dog runs near the cat .", "img17": "a man , sits on the grass .",

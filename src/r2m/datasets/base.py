@@ -1,11 +1,20 @@
 """The dataset-recipe interface.
 
-A recipe turns a catalog entry (``params.yaml: catalog.<name>``) into the prepared folder
-described in ``docs/ARCHITECTURE.md``: ``images.parquet``, ``references.json``, ``corpus.txt``,
-optional ``detections.jsonl``, optional ``train_references.json`` (paired captions of the train
-images, for the supervised baselines) and ``manifest.json``. Recipes register themselves with
-``@RECIPES.register("<kind>")`` and are functions ``(entry, out_dir, log) -> manifest dict``.
-The prepare stage gives them a temporary folder and renames it into place on success.
+A recipe turns a catalog entry (``params.yaml: catalog.<name>``) into two folders described in
+``docs/ARCHITECTURE.md``:
+
+* ``prepared/`` (stage ``prepare``): ``images.parquet``, ``corpus.txt``, optional
+  ``detections.jsonl`` and ``manifest.json`` — what detection, features and the text stages read.
+  Recipes register themselves with ``@RECIPES.register("<kind>")`` and are functions
+  ``(entry, out_dir, log) -> manifest dict``; the stage gives them a temporary folder and renames it
+  into place on success. They never read a reference caption (only, for ``folder``, which images
+  the reference files list: that defines the image ids and splits).
+* ``references/`` (stage ``references``): ``references.json`` (the ``val``/``test`` images) and
+  optional ``train_references.json`` (paired captions of the train images, for the supervised
+  baselines), built by ``@REFERENCE_BUILDERS.register("<kind>")`` functions
+  ``(entry, prepared_dir, log) -> (references, train_references or None)`` from the recipe's caption
+  source and the prepared image index. So an edit of a caption's words re-runs what reads references
+  (evaluation, checkpoint selection, the baselines) and not detection, features or text training.
 """
 
 from __future__ import annotations
@@ -23,7 +32,11 @@ RECIPES: Registry[RecipeFn] = Registry("dataset kind")
 # optional up-front checks of a recipe's options (referenced files), run when params are validated
 # (``r2m.pipeline.validate.check_files``): ``fn(entry)`` raising OSError/ValueError naming the key
 RECIPE_CHECKS: Registry[Callable[[DatasetEntry], None]] = Registry("dataset check")
+References = dict[str, Any]  # COCO caption-annotation JSON (references_json)
+ReferenceBuilder = Callable[[DatasetEntry, Path, logging.Logger], tuple[References, References | None]]
+REFERENCE_BUILDERS: Registry[ReferenceBuilder] = Registry("dataset references")
 SPLITS = ("train", "val", "test")
+REFERENCES = "references.json"  # the val/test images' captions (stage ``references``)
 TRAIN_REFERENCES = "train_references.json"  # optional: paired captions of the train images
 
 
@@ -50,15 +63,11 @@ def references_json(images: Iterable[dict[str, Any]], captions: dict[str, list[s
 def write_prepared(
     out: Path,
     images: Any,  # pandas.DataFrame with image_id, path, split
-    references: dict[str, Any],
     corpus: Iterable[str],
     manifest: dict[str, Any],
-    train_references: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write the standard prepared files into ``out`` (a fresh temporary folder).
-
-    ``train_references`` (COCO caption JSON for ``train`` images) is written as
-    ``train_references.json`` when the dataset has paired training captions (supervised baselines)."""
+    """Write the standard prepared files into ``out`` (a fresh temporary folder); the references are the
+    ``references`` stage's (:func:`write_references`)."""
     import json
 
     out.mkdir(parents=True, exist_ok=True)
@@ -67,9 +76,6 @@ def write_prepared(
         raise ValueError(f"images.parquet: unknown split(s) {sorted(bad)}; expected {SPLITS}")
     images = images.astype({"image_id": str, "path": str, "split": str})
     images.to_parquet(out / "images.parquet", index=False)
-    (out / "references.json").write_text(json.dumps(references))
-    if train_references is not None:
-        (out / TRAIN_REFERENCES).write_text(json.dumps(train_references))
     n = 0
     with open(out / "corpus.txt", "w", encoding="utf-8") as fh:
         for line in corpus:
@@ -78,12 +84,63 @@ def write_prepared(
     manifest = {
         **manifest,
         "n_images": {s: int((images["split"] == s).sum()) for s in SPLITS},
-        "n_references": len(references.get("annotations", [])),
-        "n_train_references": len(train_references.get("annotations", [])) if train_references else 0,
         "n_sentences": n,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+def write_references(out: Path, references: References, train_references: References | None) -> dict[str, int]:
+    """Write ``references.json`` (and ``train_references.json`` when the dataset has paired training
+    captions) into ``out`` (a fresh temporary folder); returns the caption counts."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / REFERENCES).write_text(json.dumps(references))
+    if train_references is not None:
+        (out / TRAIN_REFERENCES).write_text(json.dumps(train_references))
+    return {"n_references": len(references.get("annotations", [])),
+            "n_train_references": len(train_references.get("annotations", [])) if train_references else 0}
+
+
+def check_index(prepared: Path, refs: dict[str, Any], source: str) -> None:
+    """Every evaluation image the references name is in the prepared index with the same split (else the
+    reference files' image list changed after ``prepare`` ran): one line naming the image."""
+    index = read_index(prepared)
+    split_of = dict(zip(index["image_id"].astype(str), index["split"].astype(str), strict=True))
+    for img in refs.get("images", []):
+        have, want = split_of.get(str(img["id"])), img.get("split", "test")
+        if have != want:
+            where = "not in" if have is None else f"of split {have!r} in"
+            raise ValueError(f"{source}: image {img['id']!r} (split {want!r}) is {where} {prepared / 'images.parquet'}; "
+                             "the references' image list changed after prepare ran: run prepare again")
+
+
+def build_references(entry: DatasetEntry, prepared: Path, out: Path, log: logging.Logger,
+                     dataset: str = "") -> dict[str, int]:
+    """The ``references`` stage's work: the entry's references (its kind's :data:`REFERENCE_BUILDERS`) over
+    the prepared index ``prepared``, checked against it and written into ``out``; returns the counts."""
+    from r2m.datasets import load_recipes
+
+    load_recipes()
+    refs, train_refs = REFERENCE_BUILDERS.get(entry.kind)(entry, prepared, log)
+    check_index(prepared, refs, f"references of {dataset or 'the dataset'} (kind {entry.kind})")
+    return write_references(out, refs, train_refs)
+
+
+def read_index(prepared_dir: str | Path) -> Any:
+    """``prepared/images.parquet``'s ``image_id``, ``path``, ``split`` (a pandas DataFrame, file order)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(Path(prepared_dir) / "images.parquet", columns=["image_id", "path", "split"]).to_pandas()
+
+
+def eval_records(prepared_dir: str | Path, file_name: Callable[[str], str] = lambda p: p) -> list[dict[str, str]]:
+    """The ``{"id", "file_name", "split"}`` records of the evaluation (``val``/``test``) images of the
+    prepared index, in its order (``file_name`` of the image's ``path``: as it is by default)."""
+    df = read_index(prepared_dir)
+    return [{"id": str(i), "file_name": file_name(str(p)), "split": str(s)}
+            for i, p, s in zip(df["image_id"], df["path"], df["split"], strict=True) if s != "train"]
 
 
 def split_ids(prepared_dir: str | Path, split: str) -> list[str]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r2m.datasets.base import RECIPES, option, references_json, write_prepared
+from r2m.datasets.base import RECIPES, REFERENCE_BUILDERS, option, references_json, write_prepared
 from r2m.params import DatasetEntry, profile_of
 from r2m.text.corpus import CorpusError, read_lines
 from r2m.utils.coco import read_coco_captions
@@ -376,9 +376,10 @@ for _b in (
     BENCHMARKS.register(_b.name)(_b)
 
 
-def prepare_benchmark(name: str, entry: DatasetEntry, out: Path, log: logging.Logger,
-                      fetcher: Fetcher | None = None) -> dict[str, Any]:
-    """Ensure the raw sources (``fetcher`` None: never download) and write the prepared files."""
+def _sources(name: str, entry: DatasetEntry, log: logging.Logger, fetcher: Fetcher | None,
+             keys: list[str] | None = None) -> tuple[Path, dict[str, tuple[Path, str]], Path]:
+    """``(raw_dir, {source: (path, checked)}, image root)`` of the benchmark's sources ``keys`` (default:
+    all), ensured (``fetcher`` None: never download)."""
     bench = BENCHMARKS.get(name)
     raw = Path(str(option(entry, "raw_dir", "data/raw"))).expanduser()
     overrides = {str(k): str(v) for k, v in (option(entry, "paths", {}) or {}).items()}
@@ -387,15 +388,23 @@ def prepare_benchmark(name: str, entry: DatasetEntry, out: Path, log: logging.Lo
         raise ValueError(f"catalog entry (kind {name}): paths: unknown source(s) {unknown}; known: {bench.sources}")
     if not option(entry, "download", True):
         fetcher = None
-    got = ensure_sources(bench.sources, raw, fetcher, log, overrides)
+    got = ensure_sources(keys or bench.sources, raw, fetcher, log, overrides)
     image_root = raw / bench.image_root
     first = bench.image_sources[0]
     if first in overrides:
         # a user-supplied image folder: MSCOCO's split file names "train2014/…" (its parent is the
         # root); Flickr30k's names bare files (the folder itself is the root)
-        folder = got[first][0]
+        folder = Path(overrides[first]).expanduser()
         image_root = folder.parent if bench.image_root == "coco" else folder
-    images, refs, train_refs = convert_karpathy_pairs(got[bench.split_source][0], image_root)
+    return raw, got, image_root
+
+
+def prepare_benchmark(name: str, entry: DatasetEntry, out: Path, log: logging.Logger,
+                      fetcher: Fetcher | None = None) -> dict[str, Any]:
+    """Ensure the raw sources (``fetcher`` None: never download) and write the prepared files."""
+    bench = BENCHMARKS.get(name)
+    raw, got, image_root = _sources(name, entry, log, fetcher)
+    images, _, _ = convert_karpathy_pairs(got[bench.split_source][0], image_root)
     rules = CorpusRules(official=profile_of(entry) == "official")
     lines = CORPUS_CONVERTERS.get(bench.corpus_converter)(got[bench.corpus_source][0], rules)
     manifest = {
@@ -404,10 +413,20 @@ def prepare_benchmark(name: str, entry: DatasetEntry, out: Path, log: logging.Lo
         "sources": {k: {"path": str(p), "checked": c, "url": SOURCES.get(k).url} for k, (p, c) in got.items()},
         "corpus_rules": rules.as_dict(),  # its counts are filled while write_prepared reads the lines
     }
-    manifest = write_prepared(out, images, refs, lines, manifest, train_references=train_refs)
-    log.info("%s: %s images, %d references, %d sentences (corpus rules: %s)", name, manifest["n_images"],
-             manifest["n_references"], manifest["n_sentences"], rules.as_dict())
+    manifest = write_prepared(out, images, lines, manifest)
+    log.info("%s: %s images, %d sentences (corpus rules: %s)", name, manifest["n_images"],
+             manifest["n_sentences"], rules.as_dict())
     return manifest
+
+
+def benchmark_references(name: str, entry: DatasetEntry, prepared: Path,
+                         log: logging.Logger) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Karpathy split file's ``val``/``test`` sentences and its ``train`` + ``restval`` ones (the file
+    ``prepare`` made sure of; never downloaded here)."""
+    bench = BENCHMARKS.get(name)
+    _, got, image_root = _sources(name, entry, log, None, [bench.split_source])
+    _, refs, train_refs = convert_karpathy_pairs(got[bench.split_source][0], image_root)
+    return refs, train_refs
 
 
 BENCHMARK_KEYS = ("raw_dir", "paths", "download")  # the catalog options every paper benchmark reads
@@ -417,6 +436,10 @@ def _register(name: str) -> None:
     @RECIPES.register(name, keys=BENCHMARK_KEYS)
     def recipe(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
         return prepare_benchmark(name, entry, out, log, fetcher=fetch_url)
+
+    @REFERENCE_BUILDERS.register(name)
+    def references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], Any]:
+        return benchmark_references(name, entry, prepared, log)
 
 
 for _name in BENCHMARKS.names():

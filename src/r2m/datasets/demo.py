@@ -2,9 +2,10 @@
 
 Nothing is downloaded and no photo is committed. ``data/demo/photos.yaml`` names each photo by
 package and resource path plus its sha256; the recipe copies the bytes into
-``<prepared>/images/<id>.<ext>`` after checking the checksum, writes the hand-written references
-(``data/demo/references.json``, five per photo) for the ``test`` split and copies the committed
-caption-style corpus (``data/demo/corpus.txt``, made by ``scripts/make_demo_corpus.py``).
+``<prepared>/images/<id>.<ext>`` after checking the checksum and copies the committed
+caption-style corpus (``data/demo/corpus.txt``, made by ``scripts/make_demo_corpus.py``). The
+``references`` stage (:func:`demo_references`) writes the hand-written references
+(``data/demo/references.json``, five per photo) of the ``test`` split; ``prepare`` never reads them.
 
 The image-side training stages need unpaired *training* images; the demo is tiny and transductive,
 so each photo also gets a ``train`` copy ``images/<id>_train.jpg``: flipped left-right and
@@ -27,7 +28,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from r2m.datasets.base import RECIPES, option, references_json, write_prepared
+from r2m.datasets.base import RECIPES, REFERENCE_BUILDERS, option, references_json, write_prepared
 from r2m.params import NAME_PATTERN, DatasetEntry
 from r2m.text.corpus import read_lines
 from r2m.utils.io import read_json
@@ -153,7 +154,6 @@ def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dic
         raise ValueError(f"catalog option 'crop' must be in [0, 0.25), got {crop}")
 
     photos = load_photos(source)
-    refs = load_references(source / "references.json", [p["id"] for p in photos])
     corpus_path = source / "corpus.txt"
     corpus = [text for _, text in read_lines(corpus_path)]  # read (and checked) before any photo is copied
     if not corpus:
@@ -161,14 +161,13 @@ def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dic
 
     img_dir = out_dir / "images"
     img_dir.mkdir(parents=True, exist_ok=True)
-    rows, test_imgs, sources = [], [], []
+    rows, sources = [], []
     for p in photos:
         data = read_photo(p)
         ext = Path(p["resource"]).suffix.lower() or ".png"
         name = f"{p['id']}{ext}"
         (img_dir / name).write_bytes(data)
         rows.append({"image_id": p["id"], "path": f"images/{name}", "split": "test"})
-        test_imgs.append({"id": p["id"], "file_name": f"images/{name}", "split": "test"})
         sources.append({"id": p["id"], "package": p["package"], "resource": p["resource"],
                         "version": _package_version(p["package"]), "sha256": p["sha256"]})
         if with_train:
@@ -177,7 +176,6 @@ def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dic
             rows.append({"image_id": f"{p['id']}_train", "path": f"images/{tname}", "split": "train"})
         log.info("demo: %s <- %s/%s (sha256 ok)", p["id"], p["package"], p["resource"])
 
-    references = references_json(test_imgs, refs)
     manifest = {
         "recipe": "demo",
         "image_paths": "relative to the prepared folder",
@@ -186,4 +184,16 @@ def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dic
         "sources": sources,
         "corpus": {"file": str(corpus_path.name), "sha256": hashlib.sha256(corpus_path.read_bytes()).hexdigest()},
     }
-    return write_prepared(out_dir, pd.DataFrame(rows), references, corpus, manifest)
+    return write_prepared(out_dir, pd.DataFrame(rows), corpus, manifest)
+
+
+@REFERENCE_BUILDERS.register("demo")
+def demo_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], None]:
+    """The ``test`` photos of the prepared index with their captions in ``references.json`` (every photo
+    needs some: an error names the file and the photos without)."""
+    from r2m.datasets.base import eval_records
+
+    images = eval_records(prepared)
+    refs = load_references(source_dir(entry) / "references.json", [img["id"] for img in images])
+    log.info("demo: %d photos, %d reference captions", len(images), sum(map(len, refs.values())))
+    return references_json(images, refs), None

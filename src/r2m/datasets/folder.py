@@ -18,6 +18,13 @@ Referenced images are the evaluation images (``test``; a deterministic ``val_fra
 ``val``), all others ``train``. Images of ``train_references`` must not be in ``references``; their
 captions become ``train_references.json``. Paths in ``images.parquet`` are ``images``/relative path, i.e. as
 the entry gives the folder (relative to the repository root, or absolute).
+
+Two stages read the reference files. ``prepare`` (:func:`folder`) reads only which images they list
+(``images``: ``id`` and ``file_name``), since that defines the image ids and splits; the ``inputs``
+digest records that list alone (:func:`reference_index`). The ``references`` stage
+(:func:`folder_references`) reads their captions. So an edit of the ``annotations`` (a caption's words,
+a caption added or removed) re-runs ``references`` and its readers only; an edit of the ``images`` list
+(an image added, removed, renamed or given another id) re-runs ``prepare`` and everything after it.
 """
 
 from __future__ import annotations
@@ -29,11 +36,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from r2m.datasets.base import RECIPE_CHECKS, RECIPES, option, references_json, write_prepared
+from r2m.datasets.base import (
+    RECIPE_CHECKS,
+    RECIPES,
+    REFERENCE_BUILDERS,
+    eval_records,
+    option,
+    references_json,
+    write_prepared,
+)
 from r2m.params import DatasetEntry
 from r2m.text.corpus import read_lines
 from r2m.utils.coco import read_coco_captions
 from r2m.utils.guard import not_a_file
+from r2m.utils.io import read_json
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"})
 
@@ -92,6 +108,15 @@ def load_references(path: Path) -> tuple[list[dict[str, Any]], dict[str, list[st
     return images, captions
 
 
+def reference_index(data: Any) -> Any:
+    """What ``prepare`` reads of a parsed reference file: its images' ``id`` and ``file_name``, in order
+    (the ``inputs`` digest of a reference file; anything else, e.g. a non-list, as it is)."""
+    images = data.get("images") if isinstance(data, dict) else data
+    if not isinstance(images, list):
+        return images
+    return [[img.get("id"), img.get("file_name")] if isinstance(img, dict) else img for img in images]
+
+
 def is_val(image_id: str, fraction: float) -> bool:
     """Deterministic choice of validation images (hash of the id)."""
     h = int.from_bytes(hashlib.sha1(image_id.encode()).digest()[:8], "big")
@@ -145,7 +170,7 @@ def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any
     if not files:
         raise FileNotFoundError(f"catalog entry (kind folder): images: no image files under {images_dir}")
 
-    ref_images, captions = load_references(refs_path) if refs_path else ([], {})
+    ref_images = load_references(refs_path)[0] if refs_path else []
     ids: dict[Path, str] = {}
     split: dict[Path, str] = {}
     match = _matcher(files)
@@ -161,7 +186,7 @@ def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any
         ids[f] = img["id"]
         split[f] = "val" if is_val(img["id"], val_fraction) else "test"
     train_refs_path = _path_option(entry, "train_references", False)
-    train_images, train_captions = load_references(train_refs_path) if train_refs_path else ([], {})
+    train_images = load_references(train_refs_path)[0] if train_refs_path else []
     for img in train_images:
         f = match(img["file_name"])
         if f is None:
@@ -181,13 +206,6 @@ def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any
         seen[image_id] = f
         rows.append({"image_id": image_id, "path": str(images_dir / f), "split": split.get(f, "train")})
     df = pd.DataFrame(rows)
-    eval_images = [{"id": r["image_id"], "file_name": Path(r["path"]).name, "split": r["split"]}
-                   for r in rows if r["split"] != "train"]
-    refs = references_json(eval_images, captions)
-    train_refs = None
-    if train_refs_path:
-        train_refs = references_json([{"id": img["id"], "file_name": img["file_name"], "split": "train"}
-                                      for img in train_images], train_captions)
     for f, dup in duplicates.items():
         log.warning("%s: file %s is named by %d image ids (%s); keeping %r, the captions of the others are "
                     "not used", refs_path, f, len(dup), ", ".join(map(repr, dup)), dup[0])
@@ -195,6 +213,28 @@ def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any
                 "sources": {
         "images": str(images_dir), "corpus": str(corpus), "references": str(refs_path) if refs_path else None,
         "train_references": str(train_refs_path) if train_refs_path else None}}
-    manifest = write_prepared(out, df, refs, _corpus(corpus), manifest, train_references=train_refs)
+    manifest = write_prepared(out, df, _corpus(corpus), manifest)
     log.info("folder: %s images, %d sentences", manifest["n_images"], manifest["n_sentences"])
     return manifest
+
+
+@REFERENCE_BUILDERS.register("folder")
+def folder_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], Any]:
+    """The evaluation images of the prepared index with their captions of ``references`` (file names as
+    the folder's), and the ``train_references`` images with theirs (none: no such file)."""
+    refs_path = _path_option(entry, "references", False)
+    listed, captions = load_references(refs_path) if refs_path else ([], {})
+    images = eval_records(prepared, lambda p: Path(p).name)
+    # the file's image list is what prepare indexed (else it changed since: a stale index, not silent gaps)
+    manifest = read_json(prepared / "manifest.json")
+    dropped = {str(i) for dup in manifest.get("duplicate_reference_ids") or [] for i in dup[2:]}
+    stale = sorted(({img["id"] for img in listed} ^ {img["id"] for img in images}) - dropped)
+    if stale:
+        raise ValueError(f"{refs_path}: image {stale[0]!r} is not indexed as {prepared / 'images.parquet'} says "
+                         f"({len(stale)} such); the references' image list changed after prepare ran: run prepare again")
+    refs = references_json(images, captions)
+    train_refs_path = _path_option(entry, "train_references", False)
+    if not train_refs_path:
+        return refs, None
+    train_images, train_captions = load_references(train_refs_path)
+    return refs, references_json([{**img, "split": "train"} for img in train_images], train_captions)

@@ -1,18 +1,22 @@
 """The files a dataset recipe reads from outside the DAG, and the ``inputs`` stage that digests them.
 
-``prepare`` reads files nobody produces: a ``folder`` entry's ``images`` folder, ``corpus``,
-``references`` and ``train_references``; the demo's committed ``photos.yaml``, ``references.json``
-and ``corpus.txt``. Each recipe that has such files declares them here (:data:`RECIPE_INPUTS`, kind ->
-``fn(entry) -> [path, …]``; folders are walked), and both DAG tools see them through one file:
+``prepare`` reads files nobody produces: a ``folder`` entry's ``images`` folder and ``corpus``; the
+demo's committed ``photos.yaml`` and ``corpus.txt``. The ``references`` stage reads the reference
+captions: a ``folder`` entry's ``references`` and ``train_references``, the demo's ``references.json``.
+Each recipe that has such files declares them here (:data:`RECIPE_INPUTS` for ``prepare``,
+:data:`REFERENCE_INPUTS` for ``references``; kind -> ``fn(entry) -> [path, …]``; folders are walked):
 
-- the ``inputs`` stage writes ``data/<dataset>/inputs.json``: every such file with its size and
-  SHA-256 (:mod:`r2m.utils.digest`; its stat cache in ``.r2m/digests/`` keeps re-runs to one
-  ``stat`` per unchanged file);
-  ``prepare`` depends on it, so an edited input re-runs ``prepare`` and what follows, and an
-  unchanged one (same bytes) re-runs nothing;
-- DVC runs ``inputs`` at every ``repro`` (``always_changed``; cheap), Snakemake when the digest of
-  what it would record changes (:func:`input_digest`, a rule param compared by content). JSON and
-  YAML files count by their parsed content, so a comment or a reformatting re-runs nothing.
+- the ``inputs`` stage writes ``data/<dataset>/inputs.json``: every file ``prepare`` reads with its
+  size and SHA-256 (:mod:`r2m.utils.digest`; its stat cache in ``.r2m/digests/`` keeps re-runs to one
+  ``stat`` per unchanged file); ``prepare`` depends on it, so an edited input re-runs ``prepare`` and
+  what follows, and an unchanged one (same bytes) re-runs nothing. A reference file counts there only
+  by what ``prepare`` reads of it (:data:`INDEXED`: a ``folder`` entry's reference files by the image
+  list that defines its ids and splits), so a caption's words never re-run ``prepare``;
+- the ``references`` stage depends on the digest of its files itself (:func:`reference_digest`);
+- DVC runs both at every ``repro`` (``always_changed``; cheap), Snakemake when the digest of what they
+  would record changes (:func:`input_digest`, :func:`reference_digest`: rule params compared by
+  content). JSON and YAML files count by their parsed content, so a comment or a reformatting re-runs
+  nothing.
 
 The paper benchmarks are left out: their raw sources are fixed downloads checked by ``prepare``.
 Cheap to import (no torch, no pandas): Snakemake calls :func:`input_files` while planning.
@@ -30,60 +34,108 @@ from r2m.utils.digest import digest_files, expand
 from r2m.utils.registry import Registry
 
 RECIPE_INPUTS: Registry[Callable[[DatasetEntry], list[Path]]] = Registry("dataset inputs")
+REFERENCE_INPUTS: Registry[Callable[[DatasetEntry], list[Path]]] = Registry("dataset reference inputs")
 DIGEST_CACHE = Path(".r2m/digests")
 
-FOLDER_KEYS = ("images", "corpus", "references", "train_references")
-DEMO_FILES = ("photos.yaml", "references.json", "corpus.txt")
+FOLDER_KEYS = ("images", "corpus")
+FOLDER_REFERENCE_KEYS = ("references", "train_references")
+DEMO_FILES = ("photos.yaml", "corpus.txt")
+DEMO_REFERENCES = ("references.json",)
 
 
-@RECIPE_INPUTS.register("folder")
-def folder_inputs(entry: DatasetEntry) -> list[Path]:
-    """The ``folder`` entry's paths (those it names; absence is the recipe's check to report)."""
+def _folder_paths(entry: DatasetEntry, keys: tuple[str, ...]) -> list[Path]:
+    """The ``folder`` entry's paths of ``keys`` (those it names; absence is the recipe's check to report)."""
     from r2m.datasets.folder import image_files  # the images: the recipe's own rule (list_images)
 
-    return [f for k in FOLDER_KEYS if (v := option(entry, k)) is not None
+    return [f for k in keys if (v := option(entry, k)) is not None
             for f in (image_files(Path(str(v)).expanduser()) if k == "images" else [Path(str(v)).expanduser()])]
 
 
-@RECIPE_INPUTS.register("demo")
-def demo_inputs(entry: DatasetEntry) -> list[Path]:
+def _demo_paths(entry: DatasetEntry, names: tuple[str, ...]) -> list[Path]:
     """The demo's committed files in its ``source_dir`` (resolved as the recipe resolves it)."""
     from r2m.datasets.demo import source_dir
 
     source = source_dir(entry)
-    return [source / name for name in DEMO_FILES]
+    return [source / name for name in names]
+
+
+def _declare(kind: str, paths: Callable[[DatasetEntry, tuple[str, ...]], list[Path]], prepare: tuple[str, ...],
+             references: tuple[str, ...]) -> None:
+    """``kind``'s files outside the DAG: those ``prepare`` reads and the reference files (``paths`` of each)."""
+    RECIPE_INPUTS.register(kind)(lambda entry: paths(entry, prepare))
+    REFERENCE_INPUTS.register(kind)(lambda entry: paths(entry, references))
+
+
+_declare("folder", _folder_paths, FOLDER_KEYS, FOLDER_REFERENCE_KEYS)
+_declare("demo", _demo_paths, DEMO_FILES, DEMO_REFERENCES)
+
+
+def _index_view(data: Any) -> Any:
+    from r2m.datasets.folder import reference_index
+
+    return reference_index(data)
+
+
+# kind -> what ``prepare`` reads of the reference files (REFERENCE_INPUTS), digested under that name
+INDEXED: dict[str, tuple[str, Callable[[Any], Any]]] = {"folder": ("index", _index_view)}
+
+
+def _declared(registry: Registry[Callable[[DatasetEntry], list[Path]]], entry: DatasetEntry) -> list[Path]:
+    return registry.get(entry.kind)(entry) if entry.kind in registry else []
 
 
 def declared_inputs(entry: DatasetEntry) -> list[Path]:
-    """The files and folders ``entry``'s recipe reads from outside the DAG (none for most kinds)."""
-    return RECIPE_INPUTS.get(entry.kind)(entry) if entry.kind in RECIPE_INPUTS else []
+    """The files and folders ``entry``'s ``prepare`` reads from outside the DAG (none for most kinds)."""
+    return _declared(RECIPE_INPUTS, entry) + (_declared(REFERENCE_INPUTS, entry) if entry.kind in INDEXED else [])
 
 
 def input_files(params: Any, dataset: str) -> list[str]:
-    """Every existing file the dataset's recipe reads."""
+    """Every existing file the dataset's recipe reads (``prepare`` and ``references``)."""
     entry = params.catalog.get(dataset)
     if entry is None:
         return []
-    return [str(f) for f in expand(declared_inputs(entry)) if f.is_file()]
+    paths = _declared(RECIPE_INPUTS, entry) + _declared(REFERENCE_INPUTS, entry)
+    return [str(f) for f in expand(paths) if f.is_file()]
 
 
 def input_records(entry: DatasetEntry, dataset: str, root: Path = Path(".")) -> list[dict[str, Any]]:
-    """What ``inputs.json`` records of each file: JSON/YAML by their parsed content (a comment changes
-    nothing), every other file by its bytes (:func:`r2m.utils.digest.digest_files`)."""
-    return digest_files(expand(declared_inputs(entry)), root / DIGEST_CACHE / "inputs" / f"{dataset}.json",
-                        parsed=True)
+    """What ``inputs.json`` records of each file ``prepare`` reads: JSON/YAML by their parsed content (a
+    comment changes nothing), every other file by its bytes (:func:`r2m.utils.digest.digest_files`), a
+    reference file by what ``prepare`` reads of it (:data:`INDEXED`)."""
+    cache = root / DIGEST_CACHE / "inputs" / f"{dataset}.json"
+    records = digest_files(expand(_declared(RECIPE_INPUTS, entry)), cache, parsed=True)
+    if entry.kind in INDEXED:
+        records += digest_files(expand(_declared(REFERENCE_INPUTS, entry)), cache.with_suffix(".index.json"),
+                                view=INDEXED[entry.kind])
+    return records
+
+
+def reference_records(entry: DatasetEntry, dataset: str, root: Path = Path(".")) -> list[dict[str, Any]]:
+    """What the ``references`` stage depends on: its reference files by their parsed content."""
+    return digest_files(expand(_declared(REFERENCE_INPUTS, entry)),
+                        root / DIGEST_CACHE / "references" / f"{dataset}.json", parsed=True)
+
+
+def _digest(records: list[dict[str, Any]]) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()
 
 
 def input_digest(params: Any, dataset: str) -> str:
     """Snakemake's ``external`` param of ``inputs`` (:attr:`r2m.pipeline.spec.Stage.external`): one digest
     of :func:`input_records`, compared by content, so ``inputs`` re-runs when, and only when, what it
     would record changes (a touched or re-commented file re-runs nothing)."""
-    import hashlib
-    import json
-
     entry = params.catalog.get(dataset)
-    records = input_records(entry, dataset) if entry is not None else []
-    return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()
+    return _digest(input_records(entry, dataset) if entry is not None else [])
+
+
+def reference_digest(params: Any, dataset: str) -> str:
+    """The ``external`` param of ``references``: one digest of :func:`reference_records` (as
+    :func:`input_digest`)."""
+    entry = params.catalog.get(dataset)
+    return _digest(reference_records(entry, dataset) if entry is not None else [])
 
 
 def run(ctx) -> None:

@@ -9,6 +9,10 @@ stream. The text corpus comes from the same grammar with independent random draw
 repeats a reference or training caption; it is streamed to disk, so millions of sentences cost
 no memory.
 
+The captions are generated with the images, so they have no source apart from the recipe's
+options: ``prepare`` keeps them in ``<prepared>/generated_references.json`` (not read by any other
+stage) and the ``references`` stage (:func:`tiny_references`) publishes them.
+
 Image paths in ``images.parquet`` are relative to the prepared folder (``images/<id>.png``);
 resolve them with :func:`r2m.datasets.base.resolve_image_path`.
 """
@@ -23,9 +27,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from r2m.datasets.base import RECIPE_CHECKS, RECIPES, SPLITS, option, references_json, write_prepared
+from r2m.datasets.base import (
+    RECIPE_CHECKS,
+    RECIPES,
+    REFERENCE_BUILDERS,
+    SPLITS,
+    option,
+    references_json,
+    write_prepared,
+)
 from r2m.params import DatasetEntry
+from r2m.utils.io import read_json
 from r2m.utils.progress import progress
+
+GENERATED = "generated_references.json"  # in the prepared folder: {"references", "train_references"}
 
 
 @dataclass(frozen=True)
@@ -224,7 +239,16 @@ def tiny(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
     exclude = {c for cs in (*captions.values(), *train_captions.values()) for c in cs}
     manifest = {"recipe": "tiny", "seed": seed, "image_size": size,
                 "objects": [k.word for k in OBJECTS], "paths": "relative to the prepared folder"}
-    manifest = write_prepared(out, pd.DataFrame(rows), refs, corpus_lines(n_sentences, seed, exclude), manifest,
-                              train_references=train_refs)
+    manifest = write_prepared(out, pd.DataFrame(rows), corpus_lines(n_sentences, seed, exclude), manifest)
+    (out / GENERATED).write_text(json.dumps({"references": refs, "train_references": train_refs}))
     log.info("tiny: %s images, %d sentences", manifest["n_images"], manifest["n_sentences"])
     return manifest
+
+
+@REFERENCE_BUILDERS.register("tiny")
+def tiny_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], Any]:
+    """The captions ``prepare`` generated with the images (``generated_references.json``)."""
+    data = read_json(prepared / GENERATED)
+    if not isinstance(data, dict) or not isinstance(data.get("references"), dict):
+        raise ValueError(f"{prepared / GENERATED}: expected {{\"references\": {{...}}, \"train_references\": ...}}")
+    return data["references"], data.get("train_references")

@@ -1,6 +1,6 @@
 """The ``evaluate`` stage and the standalone ``r2m evaluate --results … --references …`` command.
 
-DAG stage: ``results/<D>/<variant>/<ckpt>/captions.json`` against ``data/<D>/prepared/references.json``
+DAG stage: ``results/<D>/<variant>/<ckpt>/captions.json`` against ``data/<D>/references/references.json``
 (restricted to the captioned images) → ``eval.json`` (aggregate metrics for ``dvc metrics``, plus
 ``n_images``, ``unreadable_images`` and ``unreadable_image_ids``: the scored images that
 ``detect_concepts`` could not read, listed in ``reports/<D>/bad_images.csv``, captioned from no
@@ -150,7 +150,7 @@ def concept_metrics(captions_path: str | Path, info_path: str | Path | None) -> 
 
 def run(ctx) -> None:
     """DAG stage: score one variant/checkpoint's captions."""
-    refs = ctx.deps["prepared"] / "references.json"
+    refs = ctx.deps["references"] / "references.json"
     workers = ctx.runtime.workers or None
     out = evaluate_files(ctx.deps["captions"], refs, list(ctx.params.evaluate.scorers), workers=workers,
                          logger=ctx.log, allow_partial=bool(getattr(getattr(ctx, "args", None), "allow_partial", False)),

@@ -105,7 +105,8 @@ class Stage:
 
 D = "data/{dataset}"
 # key files (Out.members) of folders two kinds of stage write
-PREPARED = ("images.parquet", "references.json", "corpus.txt", "manifest.json")  # datasets.base.write_prepared
+PREPARED = ("images.parquet", "corpus.txt", "manifest.json")  # datasets.base.write_prepared
+REFERENCES = ("references.json",)  # datasets.base.write_references (+ train_references.json when paired)
 FEATURES = ("features.h5", "index.parquet", "meta.json")  # vision.feature_store
 M = "models/{dataset}/{variant}"
 R = "results/{dataset}/{variant}/{ckpt}"

@@ -23,6 +23,7 @@ from r2m.pipeline.spec import (  # noqa: F401  (re-exported: the registry's type
     FEATURES,
     GPU_JOB,
     PREPARED,
+    REFERENCES,
     D,
     FanOut,
     Gather,
@@ -58,7 +59,8 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
         deps["init"] = f"{M}/{prev}"
     params: tuple[str, ...] = ("model", name, *CATALOG_ITEMS.get(name, ()), *FIDELITY_TRAIN[name])
     if uses_images:  # image stages also caption the val images to select the checkpoint by CIDEr
-        deps.update(concepts=f"{D}/concepts", features=f"{D}/features", prepared=f"{D}/prepared")
+        deps.update(concepts=f"{D}/concepts", features=f"{D}/features", prepared=f"{D}/prepared",
+                    references=f"{D}/references")
         params += ("caption", "concepts", *FIDELITY_IMAGES)
     else:
         deps["corpus"] = f"{D}/corpus"
@@ -83,7 +85,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "inputs",
         impl="r2m.datasets.inputs:run",
-        help="digest the files a dataset entry names outside the DAG (folder images, references, corpus)",
+        help="digest the files prepare reads outside the DAG (folder images, corpus, the references' image list)",
         axes=("dataset",),
         outs={"inputs": Out(f"{D}/inputs.json", cache=False)},
         params=("catalog",),
@@ -94,11 +96,24 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "prepare",
         impl="r2m.datasets.stage:run",
-        help="materialise a dataset recipe: image index, references, raw corpus",
+        help="materialise a dataset recipe: image index, raw corpus",
         axes=("dataset",),
         deps={"inputs": f"{D}/inputs.json"},  # the entry's external files, digested: edit one, prepare re-runs
         outs={"prepared": Out(f"{D}/prepared", directory=True, members=PREPARED)},
         params=("catalog",),  # the recipe reads its entry only
+    ),
+    Stage(
+        "references",
+        impl="r2m.datasets.stage:references",
+        help="the dataset's reference captions (val/test, and the paired train captions when it has them)",
+        axes=("dataset",),
+        deps={"prepared": f"{D}/prepared"},  # the image index (ids, splits, file names)
+        outs={"references": Out(f"{D}/references", directory=True, members=REFERENCES)},
+        params=("catalog",),
+        # the reference files, digested: edit a caption, this stage and its readers re-run (not prepare)
+        external="r2m.datasets.inputs:reference_digest",
+        always_changed=True,
+        resources=Resources(mem_mb=2000),
     ),
     Stage(
         "detect_concepts",
@@ -176,7 +191,7 @@ STAGES: tuple[Stage, ...] = (
         help="coco-caption metrics of the captions against the references",
         axes=("dataset", "variant", "ckpt"),
         deps={"captions": f"{R}/captions.json", "info": f"{R}/caption_info.json", "prepared": f"{D}/prepared",
-              "bad_images": "reports/{dataset}/bad_images.csv"},
+              "references": f"{D}/references", "bad_images": "reports/{dataset}/bad_images.csv"},
         outs={
             "metrics": Out(f"{R}/eval.json", kind="metrics", cache=False),
             "per_image": Out(f"{R}/eval_per_image.json", cache=False),
@@ -239,6 +254,7 @@ STAGES: tuple[Stage, ...] = (
                                dvc_path="results/{dataset}"),
             "attention": "results/{dataset}/r2m/train_i/attention.json",
             "prepared": f"{D}/prepared",
+            "references": f"{D}/references",
             "concepts": f"{D}/concepts",
         },
         outs={"figures": Out("reports/figures/{dataset}", directory=True, cache=False)},

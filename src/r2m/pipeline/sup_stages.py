@@ -19,6 +19,7 @@ SP = "models/{dataset}/{model}/pretrain_sup"
 SPR = "results/{dataset}/{model}/pretrain_sup"
 SUP = (("dataset", "baselines.datasets"),)
 SF = f"{D}/sup_features"  # the baselines' features (the key "features" in their deps)
+REFS = f"{D}/references"  # the reference captions (stage ``references``)
 
 
 def sup_stages() -> tuple[Stage, ...]:
@@ -40,7 +41,7 @@ def sup_stages() -> tuple[Stage, ...]:
             impl="r2m.supervised.vocab:run",
             help="supervised baselines: vocabulary of the paired training captions and the encoded pairs",
             axes=("dataset",),
-            deps={"prepared": f"{D}/prepared"},
+            deps={"references": REFS},
             outs={"sup_vocab": Out(f"{D}/sup_vocab", directory=True,
                                   members=("vocab.json", "captions.parquet", "stats.json"))},
             params=("sup_vocab",),
@@ -68,7 +69,7 @@ def sup_stages() -> tuple[Stage, ...]:
             help="supervised baselines: train one model on the image-caption pairs",
             axes=("dataset", "model"),
             deps={"sup_vocab": f"{D}/sup_vocab", "features": SF, "pretrain": SP,
-                  "prepared": f"{D}/prepared"},
+                  "prepared": f"{D}/prepared", "references": REFS},  # references: select_by cider|bleu4
             outs={
                 "model": Out(SB, directory=True, persist=True, members=("params.yaml",)),
                 "loss": Out(f"{SR}/loss.tsv", kind="plots", cache=False,
@@ -96,7 +97,8 @@ def sup_stages() -> tuple[Stage, ...]:
             impl="r2m.supervised.scores:evaluate",
             help="supervised baselines: coco-caption metrics of the captions",
             axes=("dataset", "model"),
-            deps={"captions": f"{SR}/captions.json", "prepared": f"{D}/prepared", "sup_vocab": f"{D}/sup_vocab"},
+            deps={"captions": f"{SR}/captions.json", "prepared": f"{D}/prepared", "references": REFS,
+                  "sup_vocab": f"{D}/sup_vocab"},
             outs={
                 "metrics": Out(f"{SR}/eval.json", kind="metrics", cache=False),
                 "per_image": Out(f"{SR}/eval_per_image.json", cache=False),
@@ -111,7 +113,7 @@ def sup_stages() -> tuple[Stage, ...]:
             help="supervised baselines: SAT attention maps and hit rate, S-CNN-RNN concept head P/R/F1",
             axes=("dataset", "model"),
             deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": SF,
-                  "prepared": f"{D}/prepared"},
+                  "prepared": f"{D}/prepared", "references": REFS},
             outs={"inspect": Out(f"{SR}/inspect", directory=True, cache=False)},
             params=("caption", "report"),
             sources=SUP,
@@ -121,7 +123,7 @@ def sup_stages() -> tuple[Stage, ...]:
             impl="r2m.supervised.scores:mostfreq",
             help="supervised baselines' reference point: the most frequent training caption for every image",
             axes=("dataset",),
-            deps={"sup_vocab": f"{D}/sup_vocab", "prepared": f"{D}/prepared"},
+            deps={"sup_vocab": f"{D}/sup_vocab", "prepared": f"{D}/prepared", "references": REFS},
             outs={"captions": Out("results/{dataset}/mostfreq/captions.json", cache=False),
                   "metrics": Out("results/{dataset}/mostfreq/eval.json", kind="metrics", cache=False),
                   "stats": Out("results/{dataset}/mostfreq/per_image.parquet", cache=False)},
@@ -145,7 +147,7 @@ def sup_stages() -> tuple[Stage, ...]:
             help="image-sentence retrieval (R@K, Med r) of R2M through its joint space",
             axes=("dataset",),
             deps={"model": "models/{dataset}/r2m/train_i", "vocab": f"{D}/vocab", "features": f"{D}/features",
-                  "prepared": f"{D}/prepared"},
+                  "prepared": f"{D}/prepared", "references": REFS},
             outs={"retrieval": Out("results/{dataset}/r2m/train_i/retrieval.json", kind="metrics", cache=False)},
             params=("retrieval", "concepts", "train_s"),
         ),

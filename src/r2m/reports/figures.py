@@ -85,7 +85,7 @@ def _image_paths(ctx) -> dict[str, Path]:
 def _references(ctx) -> dict[str, list[str]]:
     from r2m.evaluation.inputs import load_references
 
-    path = Path(ctx.deps["prepared"]) / "references.json"
+    path = Path(ctx.deps["references"]) / "references.json"
     return load_references(path) if path.exists() else {}
 
 

@@ -124,12 +124,13 @@ def inspect_sat(ctx, model, feats, itos: list[str], out_dir: Path, device) -> di
 
 @INSPECTORS.register("scnn")
 def inspect_scnn(ctx, model, feats, itos: list[str], out_dir: Path, device) -> dict[str, Any]:
+    from r2m.datasets.base import REFERENCES
     from r2m.evaluation.inputs import load_references
     from r2m.models.scnn import topk_multilabel
 
     prepared = Path(ctx.deps["prepared"])
     split = ctx.params.caption.split
-    refs = load_references(prepared / "references.json")
+    refs = load_references(Path(ctx.deps["references"]) / REFERENCES)
     ids = [i for i in _split_ids(prepared, split) if i in feats.row_of and i in refs]
     model.bind_data({"image_id": [i for i in ids for _ in refs[i]], "caption": [c for i in ids for c in refs[i]]})
     truth = model.labels_of(ids)

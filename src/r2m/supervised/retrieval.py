@@ -236,12 +236,13 @@ def run_r2m(ctx) -> None:
     if not model.cfg.image_dim:
         raise ValueError(f"{ctx.deps['model']}: this R2M checkpoint has no image projection (image_dim 0)")
     vocab = Vocab.load(Path(ctx.deps["vocab"]) / "vocab.json")
-    refs = read_coco_captions(Path(ctx.deps["prepared"]) / "references.json")
+    refs_path = Path(ctx.deps["references"]) / "references.json"
+    refs = read_coco_captions(refs_path)
     split_of = refs.split_of("test")
     feats = Features(ctx.deps["features"], ("pooled",))
     pairs = [(i, c) for i, c in refs.annotations if split_of.get(i) == rp.split and i in feats.row_of]
     if not pairs:
-        raise ValueError(f"{Path(ctx.deps['prepared']) / 'references.json'}: no {rp.split} references with features")
+        raise ValueError(f"{refs_path}: no {rp.split} references with features")
     images = list(dict.fromkeys(i for i, _ in pairs))
     index = {i: k for k, i in enumerate(images)}
     dictionary = load_dictionary(ctx.params.concepts.dictionary)

@@ -71,11 +71,11 @@ def mostfreq(ctx) -> None:
     ids = [str(i) for i in images.loc[images["split"] == ctx.params.caption.split, "image_id"]]
     write_json(ctx.outs["captions"], [{"image_id": i, "caption": sentence} for i in ids])
     ctx.log.info("mostfreq: %r (%d times among the training captions) for %d images", sentence, count, len(ids))
-    res = evaluate_files(ctx.outs["captions"], Path(ctx.deps["prepared"]) / "references.json",
+    res = evaluate_files(ctx.outs["captions"], Path(ctx.deps["references"]) / "references.json",
                          list(ctx.params.evaluate.scorers), workers=ctx.runtime.workers or None, logger=ctx.log)
     write_json(ctx.outs["metrics"], {**res["metrics"], "caption": sentence, "count": count, "split": res["split"],
                                      "n_images": len(res["images"]), "missing_images": len(res["missing"])})
     if "stats" in ctx.outs:  # the baselines table compares each model with this reference point, image by image
         write_per_image(ctx.outs["stats"], res, res["stats"], None, res["metrics"], ctx.outs["captions"],
-                        Path(ctx.deps["prepared"]) / "references.json")
+                        Path(ctx.deps["references"]) / "references.json")
     ctx.save_params(Path(ctx.outs["metrics"]).parent, "eval.params.yaml")

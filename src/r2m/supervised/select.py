@@ -21,7 +21,7 @@ def val_selector(ctx, feats, itos: list[str], metric: str, device) -> Callable |
         raise ValueError(f"train_sup.select_by {metric!r}: choose last or one of {tuple(METRICS)}")
     from r2m.decoding.captioner import caption_features, words_of
 
-    refs = {iid: caps for iid, caps in val_references(Path(ctx.deps["prepared"])).items() if iid in feats.row_of}
+    refs = {iid: caps for iid, caps in val_references(Path(ctx.deps["prepared"]), Path(ctx.deps["references"])).items() if iid in feats.row_of}
     ids = sorted(refs)
     if not ids:
         ctx.log.info("%s: no val images with references: keeping the last checkpoint", ctx.stage.name)

@@ -1,7 +1,7 @@
 """``sup_vocab``: the supervised vocabulary and the encoded image–caption pairs of a dataset.
 
-Inputs: ``prepared/train_references.json`` (paired training captions) and ``references.json``
-(val/test). Outputs in ``data/<D>/sup_vocab/``:
+Inputs: ``references/train_references.json`` (paired training captions) and ``references.json``
+(val/test), the ``references`` stage's. Outputs in ``data/<D>/sup_vocab/``:
 
 * ``vocab.json``: words of the *training* captions seen ≥ ``sup_vocab.min_count`` times (most
   frequent first) after the specials (``<pad>`` 0, ``<#start>``, ``<#end>``, ``<UNK>``) — separate
@@ -21,13 +21,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from r2m.datasets.base import TRAIN_REFERENCES
+from r2m.datasets.base import REFERENCES, TRAIN_REFERENCES
 from r2m.text.tokenize import tokenize
 from r2m.text.vocab import SPECIALS, Vocab, build_vocab
 from r2m.utils.coco import read_coco_captions
 from r2m.utils.io import atomic_path, read_json, write_json
 
-NO_PAIRS = "no paired training captions (prepared/{file} is absent): supervised baselines skipped"
+NO_PAIRS = "no paired training captions (references/{file} is absent): supervised baselines skipped"
 
 
 def _captions(path: Path, splits: set[str]) -> list[tuple[str, str, str]]:
@@ -45,10 +45,10 @@ def skip_reason(sup_vocab_dir: str | Path) -> str | None:
     return None if stats.get("paired") else str(stats.get("reason") or "no paired training captions")
 
 
-def build(prepared: Path, out: Path, min_count: int, max_tokens: int) -> dict[str, Any]:
-    """Write the sup_vocab folder ``out`` (a fresh folder); returns the stats."""
+def build(references: Path, out: Path, min_count: int, max_tokens: int) -> dict[str, Any]:
+    """Write the sup_vocab folder ``out`` (a fresh folder) from the ``references`` folder; returns the stats."""
     out.mkdir(parents=True, exist_ok=True)
-    train_path = prepared / TRAIN_REFERENCES
+    train_path = references / TRAIN_REFERENCES
     if not train_path.exists():
         Vocab(list(SPECIALS)).save(out / "vocab.json")
         empty = pa.table({"image_id": pa.array([], pa.string()), "split": pa.array([], pa.string()),
@@ -58,7 +58,7 @@ def build(prepared: Path, out: Path, min_count: int, max_tokens: int) -> dict[st
         write_json(out / "stats.json", stats)
         return stats
     train = _captions(train_path, {"train"})
-    held = _captions(prepared / "references.json", {"val", "test"})
+    held = _captions(references / REFERENCES, {"val", "test"})
     tokens = {id(c): tokenize(c[2]) for c in (*train, *held)}
     kept = [c for c in train if 0 < len(tokens[id(c)]) <= max_tokens]
     counts: Counter[str] = Counter(w for c in kept for w in tokens[id(c)])
@@ -89,7 +89,7 @@ def run(ctx) -> None:
     sp = ctx.params.sup_vocab
     out = Path(ctx.outs["sup_vocab"])
     with atomic_path(out) as tmp:
-        stats = build(Path(ctx.deps["prepared"]), tmp, sp.min_count, sp.max_tokens)
+        stats = build(Path(ctx.deps["references"]), tmp, sp.min_count, sp.max_tokens)
         ctx.save_params(tmp)
     if stats["paired"]:
         ctx.log.info("sup_vocab: %d words, captions %s", stats["vocab_size"], stats["captions"])

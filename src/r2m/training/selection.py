@@ -22,12 +22,12 @@ from r2m.decoding.captioner import caption_ids, concept_inputs, order_at_test, w
 from r2m.evaluation.val_score import ValScorer, val_references
 
 
-def validation_set(prepared: Path, detections: Path, stoi: dict[str, int], threshold: float,
+def validation_set(prepared: Path, references: Path, detections: Path, stoi: dict[str, int], threshold: float,
                    max_per_image: int, order: str = "by_score", dictionary: str = "openimages",
                    scorer: ValScorer | None = None) -> tuple[list[str], list[list[int]], dict[str, list[str]]]:
     """Ids, concept ids and PTB-tokenised references (``scorer.references``) of the ``val`` images
     that have references."""
-    scorer = scorer or ValScorer(val_references(prepared))
+    scorer = scorer or ValScorer(val_references(prepared, references))
     ids = scorer.ids
     words, _ = concept_inputs(ids, pq.read_table(detections / "detections.parquet"), threshold, max_per_image,
                               stoi, "empty", order, dictionary)
@@ -37,8 +37,9 @@ def validation_set(prepared: Path, detections: Path, stoi: dict[str, int], thres
 def cider_selector(ctx, device, itos: list[str]):
     stoi = {w: i for i, w in enumerate(itos)}
     conc, cp, fid = ctx.params.concepts, ctx.params.caption, ctx.params.fidelity
-    scorer = ValScorer(val_references(Path(ctx.deps["prepared"])), log=ctx.log)
-    ids, concepts, _ = validation_set(Path(ctx.deps["prepared"]), Path(ctx.deps["concepts"]), stoi,
+    prepared, references = Path(ctx.deps["prepared"]), Path(ctx.deps["references"])
+    scorer = ValScorer(val_references(prepared, references), log=ctx.log)
+    ids, concepts, _ = validation_set(prepared, references, Path(ctx.deps["concepts"]), stoi,
                                       conc.score_threshold, conc.max_per_image,
                                       order_at_test(fid.image_concepts), conc.dictionary, scorer)
     if not ids:

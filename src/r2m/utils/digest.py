@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -58,26 +58,32 @@ def _read_cache(path: Path | None) -> dict[str, Any]:
 PARSED = (".json", ".yaml", ".yml")  # data files digested by what they say (see :func:`parsed_digest`)
 
 
-def parsed_digest(path: Path) -> str | None:
+def parsed_digest(path: Path, view: Callable[[Any], Any] | None = None) -> str | None:
     """SHA-256 of a JSON/YAML file's parsed content (re-serialised, key order kept): a comment, spacing
-    or quoting style changes nothing, a changed value or order does. None when it does not parse (the
-    bytes then count; the reader reports the error)."""
+    or quoting style changes nothing, a changed value or order does. ``view``: of what it returns of the
+    parsed content instead (the part a reader reads). None when it does not parse (the bytes then count;
+    the reader reports the error)."""
     import yaml
 
     try:
         text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        if view is not None:
+            data = view(data)
         canon = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     except (OSError, ValueError, RecursionError, yaml.YAMLError):
         return None
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
-def digest_files(files: Iterable[Path], cache_path: Path | None = None,
-                 parsed: bool = False) -> list[dict[str, Any]]:
+def digest_files(files: Iterable[Path], cache_path: Path | None = None, parsed: bool = False,
+                 view: tuple[str, Callable[[Any], Any]] | None = None) -> list[dict[str, Any]]:
     """``[{"path", "bytes", "sha256"}]`` per file (``{"path", "missing": true}`` for an absent one).
     ``parsed``: a JSON/YAML file that parses is ``{"path", "parsed_sha256"}`` (:func:`parsed_digest`)
-    instead, so an edit that changes nothing it says changes nothing recorded."""
+    instead, so an edit that changes nothing it says changes nothing recorded. ``view`` ``(name, fn)``
+    (implies ``parsed``): ``{"path", "<name>_sha256"}``, the digest of ``fn`` of the parsed content."""
+    if view is not None:
+        parsed = True
     cache = _read_cache(cache_path)
     fresh: dict[str, Any] = {}
     out = []
@@ -89,18 +95,18 @@ def digest_files(files: Iterable[Path], cache_path: Path | None = None,
             continue
         if not stat.S_ISREG(st.st_mode):  # named on its own: refused (reading it would block or never end)
             raise BadInput(f"{f}: {not_a_file(f) or 'not a regular file'}; name a file")
-        how = "parsed" if parsed and f.suffix.lower() in PARSED else "bytes"
+        how = (view[0] if view else "parsed") if parsed and f.suffix.lower() in PARSED else "bytes"
         key = str(f.resolve())
         hit = cache.get(key)
         if isinstance(hit, list) and len(hit) in (3, 4) and hit[:2] == [st.st_size, st.st_mtime_ns] \
                 and (hit[3] if len(hit) == 4 else "bytes") == how:
             digest = hit[2]
         else:
-            digest = parsed_digest(f) if how == "parsed" else None
+            digest = parsed_digest(f, view[1] if view else None) if how != "bytes" else None
             if digest is None:  # bytes asked for, or a file that does not parse: its bytes count
                 how, digest = "bytes", file_digest(f)
         fresh[key] = [st.st_size, st.st_mtime_ns, digest, how]
-        out.append({"path": str(f), "parsed_sha256": digest} if how == "parsed"
+        out.append({"path": str(f), f"{how}_sha256": digest} if how != "bytes"
                    else {"path": str(f), "bytes": st.st_size, "sha256": digest})
     if cache_path is not None:
         try:
