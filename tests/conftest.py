@@ -1,9 +1,12 @@
 """Shared fixtures. ``tiny_dag``: ONE Snakemake run of the whole DAG on the synthetic ``tiny`` dataset
 per test session, shared by every test that reads a finished tiny DAG (test_pipeline_tiny.py, the CPU
-side of test_speed.py) instead of each building its own; those tests treat it as read-only."""
+side of test_speed.py, test_slurm.py's comparison) instead of each building its own; those tests treat it
+as read-only. When a selected test uses it, the run starts in the background as the session starts (the
+tests before it, mostly one process on one core, run meanwhile) and the fixture waits for it."""
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -86,16 +89,65 @@ def tiny_workflow(root: Path, wd: Path) -> None:
     (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
+TINY_DAG_TIMEOUT = 1500  # seconds the run may take once a test waits for it
+
+
+class TinyDagRun:
+    """``snakemake all`` on ``tiny`` in a scratch folder, started now (nice 5, its own process group; its output
+    in files beside the folder); :meth:`wait` returns the folder once it finished, and fails with its log
+    tails otherwise."""
+
+    def __init__(self, root: Path, tmp_path_factory):
+        self.wd = tmp_path_factory.mktemp("dag")
+        tiny_workflow(root, self.wd)
+        self.out = [self.wd.parent / f"{self.wd.name}.{name}" for name in ("stdout", "stderr")]
+        with self.out[0].open("w") as so, self.out[1].open("w") as se:
+            self.proc = subprocess.Popen(["nice", "-n", "5", str(BIN / "snakemake"), "--cores", "2", "all"],
+                                         cwd=self.wd, env=tiny_dag_env(), stdout=so, stderr=se,
+                                         start_new_session=True)
+
+    def wait(self) -> Path:
+        try:
+            rc = self.proc.wait(timeout=TINY_DAG_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise
+        wd = self.wd
+        logs = "\n".join(f"== {p}\n{p.read_text()[-2000:]}" for p in sorted((wd / "logs").rglob("*.log"))
+                         if "Error" in p.read_text() or "Traceback" in p.read_text()) if (wd / "logs").exists() else ""
+        assert rc == 0, (self.out[0].read_text()[-4000:] + self.out[1].read_text()[-6000:] + logs)
+        return wd
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+
+def _runs(item: pytest.Item) -> bool:
+    """Whether ``item`` gets past its static marks (``skip``, ``skipif`` with a bool condition) to its fixtures."""
+    if any(True for _ in item.iter_markers("skip")):
+        return False
+    return not any(m.args and m.args[0] is True for m in item.iter_markers("skipif"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tiny_dag_started(request, tmp_path_factory):
+    """Start the ``tiny_dag`` run at the session's start when a selected test will use it; stop it at the end
+    if no test waited for it (an interrupted session)."""
+    items = getattr(request.session, "items", [])
+    run = None
+    if any("tiny_dag" in item.fixturenames and _runs(item) for item in items):
+        run = TinyDagRun(Path(request.config.rootpath), tmp_path_factory)
+    yield run
+    if run is not None:
+        run.stop()
+
+
 @pytest.fixture(scope="session")
-def tiny_dag(tmp_path_factory, pytestconfig) -> Path:
+def tiny_dag(_tiny_dag_started, tmp_path_factory, pytestconfig) -> Path:
     """The whole DAG (``snakemake all``) on ``tiny`` with the default params (datasets and baselines:
-    ``[tiny]``), run once per session; returns its working folder."""
-    root = Path(pytestconfig.rootpath)
-    wd = tmp_path_factory.mktemp("dag")
-    tiny_workflow(root, wd)
-    r = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "all"], cwd=wd, env=tiny_dag_env(),
-                       capture_output=True, text=True, timeout=1500)
-    logs = "\n".join(f"== {p}\n{p.read_text()[-2000:]}" for p in sorted((wd / "logs").rglob("*.log"))
-                     if "Error" in p.read_text() or "Traceback" in p.read_text()) if (wd / "logs").exists() else ""
-    assert r.returncode == 0, (r.stdout[-4000:] + r.stderr[-6000:] + logs)
-    return wd
+    ``[tiny]``), run once per session (started in the background by ``_tiny_dag_started``); returns its
+    working folder."""
+    run = _tiny_dag_started or TinyDagRun(Path(pytestconfig.rootpath), tmp_path_factory)
+    return run.wait()

@@ -31,6 +31,9 @@ CLUSTER = ROOT / "tests" / "cluster"
 PROFILE = "workflow/profiles/slurm"
 # a test's settings on top of the profile: the first status check after 1 s (default 40), files seen at once
 FAST = ("--slurm-init-seconds-before-status-checks", "1", "--latency-wait", "5")
+# `snakemake` with the plugin's status checks at most 1 s apart (it has no setting for that: each check that
+# finds no job finished adds 10 s, so every job of the chain waited 10-30 s to be seen finished)
+SNAKEMAKE = (sys.executable, str(CLUSTER / "snakemake_poll.py"))
 TABLE1 = "reports/table1.csv"
 # the jobs Table 1 of `tiny` needs, read off the registry by hand (one job each: one dataset, variant r2m,
 # the final checkpoint train_i)
@@ -73,7 +76,7 @@ def test_cluster_scripts_refuse_a_non_root_user_in_one_line():
 
 def snakemake(wd: Path, *args: str, timeout: int = 900):
     """``snakemake --workflow-profile workflow/profiles/slurm`` in ``wd``; args: targets, then options."""
-    cmd = [str(BIN / "snakemake"), "--workflow-profile", PROFILE, *FAST, *args]
+    cmd = [*SNAKEMAKE, "--workflow-profile", PROFILE, *FAST, *args]
     return subprocess.run(cmd, cwd=wd, env=tiny_dag_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -155,7 +158,7 @@ def test_scancel_of_a_training_job_is_reported_and_the_rerun_resumes_bit_identic
     done, _ = slurm_dag
     wd = copy_run(done, tmp_path / "cut")
     env = {**tiny_dag_env(), "R2M_FAULT": "train_xe@30:STOP"}
-    cmd = [str(BIN / "snakemake"), "--workflow-profile", PROFILE, *FAST, "models/tiny/r2m/train_xe",
+    cmd = [*SNAKEMAKE, "--workflow-profile", PROFILE, *FAST, "models/tiny/r2m/train_xe",
            "--forcerun", "train_xe"]
     proc = subprocess.Popen(cmd, cwd=wd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for("last.pt", (wd / RESUME).exists, proc, 300)
@@ -235,3 +238,25 @@ def test_ddp_as_two_srun_tasks_follows_the_single_process_loss_curve(slurm_dag, 
     assert (two / "models/tiny/r2m/train_xe/model.pt").exists()
     locks = ".r2m/locks/train_xe/tiny-r2m-rank1.lock"  # rank 1's own lock: RANK=1 came from SLURM_PROCID
     assert (two / locks).exists() and not (one / locks).exists()
+
+
+def test_the_poll_wrapper_caps_the_plugins_status_interval_and_nothing_else(monkeypatch):
+    """tests/cluster/snakemake_poll.py: the interval the plugin asks for (+10 s per check without a finished job)
+    is capped, a shorter one is kept; without the cap the plugin's own value stands (the wrapper must not be a
+    no-op that leaves the 10-30 s waits, nor change the executor otherwise)."""
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        pytest.skip("Slurm tests: the SLURM executor plugin is not installed (make setup-cluster)")
+    import snakemake_executor_plugin_slurm as slurm
+
+    spec = importlib.util.spec_from_file_location("snakemake_poll", CLUSTER / "snakemake_poll.py")
+    poll = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(poll)
+    monkeypatch.setattr(slurm.Executor, "next_seconds_between_status_checks",
+                        slurm.Executor.next_seconds_between_status_checks)  # put back afterwards
+    executor = object.__new__(slurm.Executor)  # no workflow needed for the attribute
+    executor.next_seconds_between_status_checks = 41
+    assert executor.next_seconds_between_status_checks == 41  # the plugin's own value, before the cap
+    poll.cap_status_interval(1.5)
+    for asked, got in ((41, 1.5), (11, 1.5), (1, 1)):
+        executor.next_seconds_between_status_checks = asked
+        assert executor.next_seconds_between_status_checks == got, asked
