@@ -34,6 +34,7 @@ def sup_stages() -> tuple[Stage, ...]:
             sources=SUP,
             fanout=FanOut(f"{D}/sup_feature_shards"),
             resources=GPU_JOB,
+            priority=85,
         ),
         Stage(
             "sup_vocab",
@@ -45,6 +46,7 @@ def sup_stages() -> tuple[Stage, ...]:
                                   members=("vocab.json", "captions.parquet", "stats.json"))},
             params=("sup_vocab",),
             sources=SUP,
+            priority=80,
         ),
         Stage(
             "pretrain_sup",
@@ -61,6 +63,7 @@ def sup_stages() -> tuple[Stage, ...]:
             },
             params=("train_sup", "{model}", "sup_features"),  # sup_features: S-CNN-RNN's CNN end to end
             sources=SUP,
+            priority=75,
         ),
         Stage(
             "train_sup",
@@ -78,6 +81,7 @@ def sup_stages() -> tuple[Stage, ...]:
             params=("train_sup", "{model}", "caption", "sup_features"),  # caption: select_by cider|bleu4
             sources=SUP,
             resources=GPU_JOB,
+            priority=75,
         ),
         Stage(
             "caption_sup",
@@ -138,6 +142,7 @@ def sup_stages() -> tuple[Stage, ...]:
             outs={"retrieval": Out(f"{SR}/retrieval.json", kind="metrics", cache=False)},
             params=("retrieval", "train_sup"),
             sources=SUP,
+            priority=40,
         ),
         Stage(
             "retrieval_r2m",
