@@ -34,7 +34,7 @@ def sup_stages() -> tuple[Stage, ...]:
             sources=SUP,
             fanout=FanOut(f"{D}/sup_feature_shards"),
             resources=GPU_JOB,
-            priority=85,
+            priority=65,
         ),
         Stage(
             "sup_vocab",
@@ -46,7 +46,7 @@ def sup_stages() -> tuple[Stage, ...]:
                                   members=("vocab.json", "captions.parquet", "stats.json"))},
             params=("sup_vocab",),
             sources=SUP,
-            priority=80,
+            priority=60,
         ),
         Stage(
             "pretrain_sup",
@@ -63,7 +63,7 @@ def sup_stages() -> tuple[Stage, ...]:
             },
             params=("train_sup", "{model}", "sup_features"),  # sup_features: S-CNN-RNN's CNN end to end
             sources=SUP,
-            priority=75,
+            priority=55,
         ),
         Stage(
             "train_sup",
@@ -81,7 +81,7 @@ def sup_stages() -> tuple[Stage, ...]:
             params=("train_sup", "{model}", "caption", "sup_features"),  # caption: select_by cider|bleu4
             sources=SUP,
             resources=GPU_JOB,
-            priority=75,
+            priority=55,
         ),
         Stage(
             "caption_sup",
@@ -142,7 +142,7 @@ def sup_stages() -> tuple[Stage, ...]:
             outs={"retrieval": Out(f"{SR}/retrieval.json", kind="metrics", cache=False)},
             params=("retrieval", "train_sup"),
             sources=SUP,
-            priority=40,
+            priority=20,
         ),
         Stage(
             "retrieval_r2m",
