@@ -118,22 +118,24 @@ def test_sat_init_from_mean_annotation() -> None:
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("which", ["sat", "sat_hard_argmax"])
+@pytest.mark.parametrize("which", ["sat", "sat_hard_argmax", "scnn"])
 @pytest.mark.parametrize("max_rows", [4096, 5])
-def test_sat_score_block_scores_each_pair_as_its_own_teacher_forced_pass(which: str, max_rows: int) -> None:
+def test_stepwise_score_block_scores_each_pair_as_its_own_teacher_forced_pass(which: str, max_rows: int) -> None:
     """The batched retrieval scorer (decode_init once per image, sentences longest first, finished ones
     dropped) gives every (image, sentence) pair the log-probability of a forward pass on that pair alone;
     max_rows 5 splits the 4 sentences x 3 images into chunks of one sentence each."""
     from r2m.models.sat_hard import SATHard, SATHardConfig
     from r2m.supervised.data import teacher_forcing
 
+    a = torch.randn(3, 5, 6)
     if which == "sat":
         m = sat(seed=3, selector=True)
+    elif which == "scnn":
+        m, a = scnn(seed=3), a[:, 0]  # S-CNN-RNN reads a pooled vector [b, F]
     else:
         torch.manual_seed(3)
         m = SATHard(SATHardConfig(vocab_size=9, feat_dim=6, embed=8, hidden=12, dropout=0.0,
                                   test_attention="argmax")).eval()
-    a = torch.randn(3, 5, 6)
     caps = [[5, 6, 7], [8, 2], [4], [3, 5, 6, 7, 8, 2]]  # lengths out of order, the last one cut at max_len
     inputs, targets, lengths = teacher_forcing(caps, max_len=5)
     got = m.score_block(a, inputs, targets, lengths, max_rows=max_rows)

@@ -52,7 +52,7 @@ from pydantic import BaseModel, Field
 from torch import Tensor, nn
 
 from r2m.models.registry import SUP_MODELS
-from r2m.models.supervised import SupervisedCaptioner, token_logprobs, valid_mask
+from r2m.models.supervised import SupervisedCaptioner, valid_mask
 from r2m.text.vocab import PAD, START
 
 
@@ -218,37 +218,8 @@ class SAT(SupervisedCaptioner):
                 "aux": {"dsr": self.cfg.dsr_lambda * dsr}}
 
     # ------------------------------------------------------------------ retrieval
-    def score_block(self, v: Tensor, inputs: Tensor, targets: Tensor, lengths: Tensor,
-                    max_rows: int = 4096) -> Tensor:
-        """log P(sentence_j | image_i) for annotations ``v`` [b, L, D] and all sentences [S, T] → [b, S]:
-        :meth:`forward`'s teacher forcing, cheaper. ``decode_init`` (``W_a a``, h_0, c_0) runs once per
-        image, not per pair; sentences go longest first, sentence-major, so the pairs still inside their
-        sentence at step t are a prefix of the batch and the steps past every sentence's end are skipped;
-        the per-step log-probabilities are summed over the steps at the end as :meth:`sentence_logprob`
-        sums them."""
-        b, S = v.shape[0], inputs.shape[0]
-        out = torch.empty(b, S, device=v.device)
-        if b == 0 or S == 0:
-            return out
-        a, pa, mask, h0, c0 = self.decode_init(v)
-        order = torch.argsort(lengths, descending=True, stable=True)
-        rows = max(1, max_rows // b)
-        for s in range(0, S, rows):
-            idx = order[s: s + rows]
-            n, lens = idx.numel(), lengths[idx]
-            steps = int(lens.max())
-            # pair k = sentence (k // b) × image (k % b); lens is descending, so the live pairs are a prefix
-            live = (lens[None, :] > torch.arange(steps, device=lens.device)[:, None]).sum(1) * b
-            state = [x.repeat(n, *([1] * (x.dim() - 1))) for x in (a, pa, mask, h0, c0)]
-            prev, tgt = inputs[idx].repeat_interleave(b, 0), targets[idx].repeat_interleave(b, 0)
-            lp = torch.zeros(n * b, inputs.shape[1], device=v.device)
-            for t in range(steps):
-                k = int(live[t])
-                o, st, _, _ = self.decode_step(tuple(x[:k] for x in state), prev[:k, t])
-                state[3][:k], state[4][:k] = st[3], st[4]
-                lp[:k, t] = token_logprobs(self.logits(o), tgt[:k, t])
-            out[:, idx] = lp.sum(-1).view(n, b).t()
-        return out
+    # forward's teacher forcing is decode_init, decode_step per word and logits: score step-wise
+    score_block = SupervisedCaptioner.score_block_stepwise
 
     @torch.no_grad()
     def attention_of(self, a: Tensor, tokens: Tensor) -> Tensor:
