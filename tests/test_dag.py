@@ -122,12 +122,19 @@ def test_gpu_stages_declare_snakemake_resources(repo_root, tmp_path, monkeypatch
                           storage_settings=StorageSettings(), snakefile=repo_root / "Snakefile", workdir=tmp_path)
         rules = {r.name: {k: v.value for k, v in r.resources.items() if k in ("gpu", "mem_mb")}
                  for r in wf._workflow.rules}
+        priority = {r.name: r.priority for r in wf._workflow.rules if r.name != "all"}
     gpu_stages = {"detect_concepts", "extract_features", "extract_features_sup", "train_xe", "train_s", "train_m",
                   "train_i", "caption", "train_sup", "caption_sup"}
     for name in gpu_stages:
         assert rules[name]["gpu"] == 1 and rules[name]["mem_mb"] >= 8000, name
     for name in set(S.BY_NAME) - gpu_stages:
         assert "gpu" not in rules[name] and rules[name]["mem_mb"] > 0, name
+    # the registry's priorities reach the rules; the demo's longest chain (measured: train_xe ~56 s, then
+    # train_s ~43 s, train_m and train_i ~4 s each) outranks, link by link, the work that is ready beside it
+    assert priority == {s.name: s.priority for s in S.STAGES}
+    assert priority["build_vocab"] > priority["train_xe"] > priority["train_s"] > priority["train_m"] > 0
+    assert priority["train_xe"] > max(priority[n] for n in ("train_sup", "retrieval_sup", "detect_concepts"))
+    assert priority["evaluate"] == priority["caption"] == 0
 
 
 def test_snakemake_rejects_invalid_config(repo_root):

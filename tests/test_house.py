@@ -401,3 +401,25 @@ def test_checker_finds_planted_map_gaps(tmp_path):
     doc.write_text(f"`src/r2m/x.py` outside\n{MAP_BEGIN}\n- `src/r2m/` pkg\n- `src/r2m/a.py` a\n"
                    f"- `src/r2m/b/` b\n- `src/r2m/gone.py` was here\n{MAP_END}\n")
     assert map_problems(doc, pkg) == (["src/r2m/b/c.py"], ["src/r2m/gone.py"])
+
+
+def test_import_graph_finds_imports_in_every_kind_of_block(tmp_path):
+    """Imports nested in functions, classes, if/else, try/except/else/finally, loops, with and match
+    blocks are all arrows (each block kind holds one import of its own module, a to k)."""
+    names = "abcdefghijk"
+    src = (
+        "import r2m.a\n"
+        "class C:\n    def m(self):\n        from r2m import b\n"
+        "if x:\n    pass\nelse:\n    import r2m.c\n"
+        "try:\n    import r2m.d\nexcept ImportError:\n    import r2m.e\nelse:\n    import r2m.f\n"
+        "finally:\n    import r2m.g\n"
+        "for i in y:\n    import r2m.h\n"
+        "async def f():\n    async with z:\n        import r2m.i\n"
+        "match q:\n    case 1:\n        import r2m.j\n"
+        "while w:\n    pass\nelse:\n    from .k import thing\n"
+        "v = [__import__('r2m.a')]  # not an import statement: no arrow\n"
+    )
+    pkg = _package(tmp_path, {"__init__.py": "", "top.py": src, **{f"{n}.py": "" for n in names}})
+    _, edges = import_graph(pkg)
+    assert {e.dst for e in edges if e.src == "r2m.top"} == {f"r2m.{n}" for n in names}
+    assert {e.line for e in edges if e.src == "r2m.top"} == {1, 4, 8, 10, 12, 14, 16, 18, 21, 24, 28}

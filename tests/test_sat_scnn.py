@@ -117,6 +117,35 @@ def test_sat_init_from_mean_annotation() -> None:
     torch.testing.assert_close(s1[0].mean(-1), torch.zeros(2, 5), atol=1e-5, rtol=0)
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("which", ["sat", "sat_hard_argmax", "scnn"])
+@pytest.mark.parametrize("max_rows", [4096, 5])
+def test_stepwise_score_block_scores_each_pair_as_its_own_teacher_forced_pass(which: str, max_rows: int) -> None:
+    """The batched retrieval scorer (decode_init once per image, sentences longest first, finished ones
+    dropped) gives every (image, sentence) pair the log-probability of a forward pass on that pair alone;
+    max_rows 5 splits the 4 sentences x 3 images into chunks of one sentence each."""
+    from r2m.models.sat_hard import SATHard, SATHardConfig
+    from r2m.supervised.data import teacher_forcing
+
+    a = torch.randn(3, 5, 6)
+    if which == "sat":
+        m = sat(seed=3, selector=True)
+    elif which == "scnn":
+        m, a = scnn(seed=3), a[:, 0]  # S-CNN-RNN reads a pooled vector [b, F]
+    else:
+        torch.manual_seed(3)
+        m = SATHard(SATHardConfig(vocab_size=9, feat_dim=6, embed=8, hidden=12, dropout=0.0,
+                                  test_attention="argmax")).eval()
+    caps = [[5, 6, 7], [8, 2], [4], [3, 5, 6, 7, 8, 2]]  # lengths out of order, the last one cut at max_len
+    inputs, targets, lengths = teacher_forcing(caps, max_len=5)
+    got = m.score_block(a, inputs, targets, lengths, max_rows=max_rows)
+    want = torch.tensor([[float(m.sentence_logprob(a[i: i + 1], inputs[j: j + 1], targets[j: j + 1],
+                                                   lengths[j: j + 1])) for j in range(4)] for i in range(3)])
+    assert got.shape == (3, 4)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert len(set(got.flatten().tolist())) == 12  # every pair its own score (no image or sentence mixed up)
+
+
 # --------------------------------------------------------------------------- S-CNN-RNN
 def test_scnn_concept_labels_from_captions() -> None:
     caps = [[["a", "dog", "on", "grass"], ["the", "dog", "runs"]],

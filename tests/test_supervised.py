@@ -133,6 +133,36 @@ def test_score_block_matches_the_generic_pairwise_version():
     assert torch.allclose(fast, slow, atol=1e-5)
 
 
+@pytest.mark.parametrize("cache_bytes", [None, 0])  # None: the module's limit (these arrays fit); 0: read the file
+def test_features_get_returns_the_stored_rows_in_the_asked_order(tmp_path, monkeypatch, cache_bytes):
+    """Rows by feature row number, repeats and any order kept, float16 storage handed back as float32,
+    whether the kind is held in memory or read from features.h5 row by row."""
+    import h5py
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import r2m.supervised.data as D
+
+    if cache_bytes is not None:
+        monkeypatch.setattr(D, "CACHE_BYTES", cache_bytes)
+    rng = np.random.default_rng(0)
+    grid = rng.normal(size=(7, 2, 2, 3)).astype(np.float16)
+    pooled = rng.normal(size=(7, 3)).astype(np.float32)
+    with h5py.File(tmp_path / "features.h5", "w") as f:
+        f["grid"], f["pooled"] = grid, pooled
+    pq.write_table(pa.table({"image_id": [f"i{k}" for k in range(7)], "row": list(range(7))}),
+                   tmp_path / "index.parquet")
+    feats = D.Features(tmp_path, ["grid", "pooled"])
+    rows = np.array([5, 1, 5, 0, 6])
+    for _ in range(2):  # a second batch reads the same (from memory when cached)
+        got = feats.get(rows)
+        assert got["grid"].dtype == torch.float32 and tuple(got["grid"].shape) == (5, 2, 2, 3)
+        assert np.array_equal(got["grid"].numpy(), grid[[5, 1, 5, 0, 6]].astype(np.float32))
+        assert np.array_equal(got["pooled"].numpy(), pooled[[5, 1, 5, 0, 6]])
+    assert (feats._cache["grid"] is None) == (cache_bytes == 0)
+    feats.close()
+
+
 def test_teacher_forcing_cuts_and_ends():
     inputs, targets, lengths = teacher_forcing([[5, 6, 7], [8]], max_len=3)
     assert lengths.tolist() == [3, 2]

@@ -7,7 +7,8 @@
 # A folder output with key files (Out.members) declares them as outputs too, and its consumers ask for
 # them (not the folder): a finished folder missing one is rebuilt (snake.rule_inputs / rule_outputs).
 # Every rule declares the registry's resources (gpu, mem_mb): `--resources gpu=N` caps concurrent
-# GPU jobs on one box; the SLURM executor requests `--gpus`/`--mem` from them.
+# GPU jobs on one box; the SLURM executor requests `--gpus`/`--mem` from them. Its `priority` (Stage.priority)
+# starts the long chains first among the ready jobs.
 # Params a job depends on: exactly the resolved values its instance reads (`resolved`) and a digest of
 # its code (`code`), both compared by content by Snakemake's params trigger (r2m.pipeline.resolved).
 # The job's shell `exec`s r2m (killing the shell kills r2m) and every path is quoted ({log:q}). Its
@@ -33,6 +34,7 @@ for _stage in S.STAGES:
             code=code_digest(_stage, Path(workflow.basedir)),  # the files its entry imports (by content)
             **({"external": external_param(_stage, PARAMS)} if _stage.external else {}),  # files outside the DAG
         threads: 1
+        priority: _stage.priority
         resources:
             **_stage.resources.snakemake(),
         message:
@@ -57,6 +59,7 @@ for _stage in S.STAGES:
                 cmd=lambda wc, _s=_stage, _k=_n: shard_command(R2M, _s, wc, None, _k),
                 resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
             threads: 1
+            priority: _stage.priority
             resources:
                 **_stage.resources.snakemake(),
             message:

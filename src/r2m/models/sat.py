@@ -217,6 +217,10 @@ class SAT(SupervisedCaptioner):
         return {"logits": self.logits(hidden), "hidden": hidden, "alpha": alpha, "beta": torch.stack(betas, 1),
                 "aux": {"dsr": self.cfg.dsr_lambda * dsr}}
 
+    # ------------------------------------------------------------------ retrieval
+    # forward's teacher forcing is decode_init, decode_step per word and logits: score step-wise
+    score_block = SupervisedCaptioner.score_block_stepwise
+
     @torch.no_grad()
     def attention_of(self, a: Tensor, tokens: Tensor) -> Tensor:
         """α for given captions ``tokens`` [B, T] (w_1 … without <#start>) → [B, T, L] (eval mode)."""

@@ -256,6 +256,9 @@ class SCNN(SupervisedCaptioner):
         h, c = self.lstm(self.embed(prev), state)
         return h, (h, c), None, None
 
+    # without training labels forward is decode_init, decode_step per word and logits: score step-wise
+    score_block = SupervisedCaptioner.score_block_stepwise
+
     # ------------------------------------------------------------------ teacher forcing
     def forward(self, v: Tensor, inputs: Tensor, lengths: Tensor | None = None) -> dict[str, Any]:
         """Teacher forcing. With ground-truth labels in ``v`` (training): ``aux["l_u"]`` = Σ_b ℓ_u

@@ -23,7 +23,8 @@ The interface (shapes: B batch, T steps, V vocabulary):
   :func:`r2m.decoding.beam.beam_search` (the same as R2M's).
 * ``sentence_logprob`` and ``score_block``: log P(sentence | image) for retrieval; the generic
   versions here run :meth:`forward` on every (image, sentence) pair of a block in one batch; a
-  model can override them with something cheaper (m-RNN shares its recurrent layer).
+  model can override them with something cheaper (m-RNN shares its recurrent layer; SAT and S-CNN-RNN
+  score step-wise, :meth:`SupervisedCaptioner.score_block_stepwise`).
 """
 
 from __future__ import annotations
@@ -173,6 +174,41 @@ class SupervisedCaptioner(nn.Module):
             lp = self.sentence_logprob(vv, inputs[s:e].repeat(b, 1), targets[s:e].repeat(b, 1),
                                        lengths[s:e].repeat(b))
             out[:, s:e] = lp.view(b, n)
+        return out
+
+    def score_block_stepwise(self, v: Tensor, inputs: Tensor, targets: Tensor, lengths: Tensor,
+                             max_rows: int = 4096) -> Tensor:
+        """:meth:`score_block` for a model whose :meth:`forward` (without training labels) is
+        ``decode_init``, ``decode_step`` per word and ``logits``, cheaper: ``decode_init`` runs once per
+        image, not per pair; sentences go longest first, sentence-major, so the pairs still inside their
+        sentence at step t are a prefix of the batch and the steps past every sentence's end are skipped;
+        the per-step log-probabilities are summed over the steps at the end as :meth:`sentence_logprob`
+        sums them (SAT, SAT-hard, S-CNN-RNN: ``score_block = SupervisedCaptioner.score_block_stepwise``)."""
+        b, S = v.shape[0], inputs.shape[0]
+        out = torch.empty(b, S, device=v.device)
+        if b == 0 or S == 0:
+            return out
+        init = self.decode_init(v)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        rows = max(1, max_rows // b)
+        for s in range(0, S, rows):
+            idx = order[s: s + rows]
+            n, lens = idx.numel(), lengths[idx]
+            steps = int(lens.max())
+            # pair k = sentence (k // b) × image (k % b); lens is descending, so the live pairs are a prefix
+            live = (lens[None, :] > torch.arange(steps, device=lens.device)[:, None]).sum(1) * b
+            state = [x.repeat(n, *([1] * (x.dim() - 1))) for x in init]
+            prev, tgt = inputs[idx].repeat_interleave(b, 0), targets[idx].repeat_interleave(b, 0)
+            lp = torch.zeros(n * b, inputs.shape[1], device=v.device)
+            for t in range(steps):
+                k = int(live[t])
+                now = tuple(x[:k] for x in state)
+                o, new, _, _ = self.decode_step(now, prev[:k, t])
+                for x, was, y in zip(state, now, new, strict=True):
+                    if y is not was:  # parts the step passes through unchanged (SAT's annotations) stay
+                        x[:k] = y
+                lp[:k, t] = token_logprobs(self.logits(o), tgt[:k, t])
+            out[:, idx] = lp.sum(-1).view(n, b).t()
         return out
 
 

@@ -82,6 +82,10 @@ class Stage:
     data: tuple[str, ...] = ()
     fanout: FanOut | None = None
     resources: Resources = Resources()
+    # Snakemake's rule ``priority:``: among the jobs ready at once, higher runs first. About the CPU seconds of
+    # the longest chain of jobs the stage starts on the demo (itself to the last table, measured from the
+    # logs), so the long chains (R2M's train_xe -> train_s -> ...) start early and no core idles at the end
+    priority: int = 0
     sources: tuple[tuple[str, str], ...] = ()  # axis -> value list (DVC matrix) other than the default
     # files outside the DAG the stage reads: "module:function" ``(params, dataset) -> digest`` of what it
     # records of them, the rule's ``external`` param under Snakemake (compared by content); DVC cannot list

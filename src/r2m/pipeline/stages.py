@@ -50,6 +50,9 @@ FIDELITY_TRAIN = {
 FIDELITY_IMAGES = ("fidelity.image_concepts", "fidelity.decoding", "fidelity.ban_unk")
 # the catalog entry's own items a training stage's loss reads (Eq. 11's beta, Eq. 13's gamma); no stage
 # reads the entry's `overrides` as such: they reach a stage through the sections it declares
+# Stage.priority of the four training stages: the CPU seconds of the demo's chain each starts (train_xe ~56 s,
+# train_s ~43 s, train_m/train_i ~4 s each, then caption and evaluate)
+TRAIN_PRIORITY = {"train_xe": 110, "train_s": 55, "train_m": 12, "train_i": 8}
 CATALOG_ITEMS = {"train_s": ("catalog.beta",), "train_i": ("catalog.gamma",)}
 
 
@@ -78,6 +81,7 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
         },
         params=params,
         resources=GPU_JOB,
+        priority=TRAIN_PRIORITY[name],
     )
 
 
@@ -92,6 +96,7 @@ STAGES: tuple[Stage, ...] = (
         external="r2m.datasets.inputs:input_digest",
         always_changed=True,
         resources=Resources(mem_mb=1000),
+        priority=125,
     ),
     Stage(
         "prepare",
@@ -101,6 +106,7 @@ STAGES: tuple[Stage, ...] = (
         deps={"inputs": f"{D}/inputs.json"},  # the entry's external files, digested: edit one, prepare re-runs
         outs={"prepared": Out(f"{D}/prepared", directory=True, members=PREPARED)},
         params=("catalog",),  # the recipe reads its entry only
+        priority=125,
     ),
     Stage(
         "references",
@@ -128,6 +134,7 @@ STAGES: tuple[Stage, ...] = (
         params=("concepts", "detect_concepts"),
         data=("data/dictionaries",),
         resources=GPU_JOB,
+        priority=35,
     ),
     Stage(
         "extract_features",
@@ -139,6 +146,7 @@ STAGES: tuple[Stage, ...] = (
         params=("extract_features",),
         fanout=FanOut(f"{D}/feature_shards"),
         resources=GPU_JOB,
+        priority=20,
     ),
     Stage(
         "corpus_concepts",
@@ -150,6 +158,7 @@ STAGES: tuple[Stage, ...] = (
         params=("concepts", "corpus_concepts", *FIDELITY_CORPUS, "fidelity.vocab_counts"),  # vocab_counts: the
         # split value of sentences kept only for the vocabulary counts
         data=("data/dictionaries",),
+        priority=120,
     ),
     Stage(
         "build_vocab",
@@ -160,6 +169,7 @@ STAGES: tuple[Stage, ...] = (
         outs={"vocab": Out(f"{D}/vocab", directory=True, members=("vocab.json", "encoded.parquet", "stats.json"))},
         params=("concepts", "build_vocab", *FIDELITY_VOCAB),
         data=("data/dictionaries",),
+        priority=115,
     ),
     _train("train_xe", None, False, "stage 1: L_XE on the text corpus"),
     _train("train_s", "train_xe", False, "stage 2: L_S = L_XE + beta * L_rec^S on the text corpus"),

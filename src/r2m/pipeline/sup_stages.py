@@ -35,6 +35,7 @@ def sup_stages() -> tuple[Stage, ...]:
             sources=SUP,
             fanout=FanOut(f"{D}/sup_feature_shards"),
             resources=GPU_JOB,
+            priority=65,
         ),
         Stage(
             "sup_vocab",
@@ -46,6 +47,7 @@ def sup_stages() -> tuple[Stage, ...]:
                                   members=("vocab.json", "captions.parquet", "stats.json"))},
             params=("sup_vocab",),
             sources=SUP,
+            priority=60,
         ),
         Stage(
             "pretrain_sup",
@@ -62,6 +64,7 @@ def sup_stages() -> tuple[Stage, ...]:
             },
             params=("train_sup", "{model}", "sup_features"),  # sup_features: S-CNN-RNN's CNN end to end
             sources=SUP,
+            priority=55,
         ),
         Stage(
             "train_sup",
@@ -79,6 +82,7 @@ def sup_stages() -> tuple[Stage, ...]:
             params=("train_sup", "{model}", "caption", "sup_features"),  # caption: select_by cider|bleu4
             sources=SUP,
             resources=GPU_JOB,
+            priority=55,
         ),
         Stage(
             "caption_sup",
@@ -140,6 +144,7 @@ def sup_stages() -> tuple[Stage, ...]:
             outs={"retrieval": Out(f"{SR}/retrieval.json", kind="metrics", cache=False)},
             params=("retrieval", "train_sup"),
             sources=SUP,
+            priority=20,
         ),
         Stage(
             "retrieval_r2m",
