@@ -350,7 +350,7 @@ def test_attention_hit_rate_against_boxes_by_hand() -> None:
 
 # --------------------------------------------------------------------------- the stages on a small tiny set
 def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
-    """prepare → extract_features_sup (grid) → sup_vocab → pretrain_sup → train_sup → inspect_sup for SAT
+    """prepare → references → extract_features_sup (grid) → sup_vocab → pretrain_sup → train_sup → inspect_sup for SAT
     and S-CNN-RNN on a few synthetic images: S-CNN-RNN's train_sup starts from its pretraining,
     SAT's checkpoint is selected by val BLEU-4, the inspections are written."""
     import json as _json
@@ -382,7 +382,7 @@ def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
         mod, fn = S.get(stage).impl.split(":")
         importlib.import_module(mod).__dict__[fn](ctx)
 
-    for stage in ("prepare", "extract_features_sup", "sup_vocab"):
+    for stage in ("prepare", "references", "extract_features_sup", "sup_vocab"):
         run(stage)
     for model in ("sat", "scnn"):
         run("pretrain_sup", model)
