@@ -224,7 +224,7 @@ def test_stages_train_resume_and_inspect_sat_hard(tmp_path, monkeypatch) -> None
         importlib.import_module(mod).__dict__[fn](ctx)
 
     full = P.for_dataset(P.validate(raw), "syn")
-    for stage in ("prepare", "extract_features_sup", "sup_vocab"):
+    for stage in ("prepare", "references", "extract_features_sup", "sup_vocab"):
         run(tmp_path, stage, full)
     run(tmp_path, "train_sup", full, "sat_hard")
     head = (tmp_path / "results/syn/sat_hard/train_sup/loss.tsv").read_text().splitlines()[0]

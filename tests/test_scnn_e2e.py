@@ -171,7 +171,7 @@ def tiny(tmp_path):
 
 def _inputs_and_pretraining(run) -> None:
     """prepare → extract_features_sup → sup_vocab → pretrain_sup (scnn)."""
-    for stage in ("prepare", "extract_features_sup", "sup_vocab"):
+    for stage in ("prepare", "references", "extract_features_sup", "sup_vocab"):
         run(stage)
     run("pretrain_sup", "scnn")
 

@@ -39,7 +39,7 @@ def _run(root: Path, stage: str, model: str | None = None) -> None:
 
 def test_train_sup_keeps_the_best_scoring_weights(tmp_path: Path, monkeypatch) -> None:
     torch.set_num_threads(1)
-    for stage in ("prepare", "extract_features_sup", "sup_vocab"):
+    for stage in ("prepare", "references", "extract_features_sup", "sup_vocab"):
         _run(tmp_path, stage)
     seen: dict[int, dict[str, torch.Tensor]] = {}
 
