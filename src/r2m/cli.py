@@ -24,6 +24,8 @@ TOOLS: dict[str, tuple[str, str]] = {
     "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts, bootstrap"),
     "compare": ("r2m.evaluation.compare:main",
                 "metrics of two or more captioners with 95% bootstrap intervals and paired B - A significance"),
+    "power": ("r2m.evaluation.power:main",
+              "how many test images or seeds resolve a metric difference, from the spreads in a results folder"),
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 

@@ -1,0 +1,219 @@
+"""How many test images, or training seeds, resolve a metric difference of a given size.
+
+Two planning rules behind the guide's rule of thumb (docs/guide/statistics.md), both for a 95 %
+interval of the difference of two systems that should exclude 0 when the true difference is ``delta``
+(the interval's half-width at most ``delta``; this is the 50 %-power point, not a power analysis):
+
+* **images** — the paired difference over images: a corpus metric that is a mean of per-image values
+  (CIDEr-D with the document frequencies held fixed) has a paired-bootstrap interval of about
+  ``mean ± z · sd_d / √n`` for ``n`` images whose per-image differences have standard deviation
+  ``sd_d``; so ``n ≥ (z · sd_d / delta)²``.
+* **seeds** — two systems with ``k`` seeds each on one test set, the Student-t interval of the
+  difference of their means with the pooled standard deviation ``sd_s`` of one system's seeds:
+  ``t_{2k-2} · sd_s · √(2/k) ≤ delta``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from r2m.evaluation.bootstrap import DEFAULT_LEVEL, t_quantile
+
+MAX_COUNT = 10**9  # beyond this the answer is printed as "more than"
+
+
+def z_quantile(level: float = DEFAULT_LEVEL) -> float:
+    """The z with P(|Z| ≤ z) = ``level`` for a standard normal (bisection on erf)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    lo, hi = 0.0, 40.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if math.erf(mid / math.sqrt(2)) < level:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _check(sd: float, delta: float) -> None:
+    if not (math.isfinite(sd) and sd >= 0 and math.isfinite(delta) and delta > 0):
+        raise ValueError(f"need a finite sd >= 0 and a delta > 0, got sd={sd}, delta={delta}")
+
+
+def images_needed(sd_diff: float, delta: float, level: float = DEFAULT_LEVEL) -> int:
+    """Smallest number of test images whose paired interval (half-width z·sd/√n) is ≤ ``delta``."""
+    _check(sd_diff, delta)
+    return max(1, math.ceil((z_quantile(level) * sd_diff / delta) ** 2))
+
+
+def seeds_needed(sd_seed: float, delta: float, level: float = DEFAULT_LEVEL,
+                 most: int = 10_000) -> int | None:
+    """Smallest seeds per system ``k ≥ 2`` with ``t_{2k-2} · sd · √(2/k) ≤ delta``; None above ``most``."""
+    _check(sd_seed, delta)
+    half = lambda k: t_quantile(level, 2 * k - 2) * sd_seed * math.sqrt(2 / k)  # noqa: E731
+    if half(most) > delta:
+        return None
+    lo, hi = 2, most  # half-width falls with k: bisect for the first k that fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if half(mid) <= delta:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def paired_sd(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Sample standard deviation of the per-image differences ``b - a`` (rows aligned by image)."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
+        raise ValueError(f"need two aligned 1-d arrays of ≥ 2 values, got shapes {x.shape} and {y.shape}")
+    return float(np.std(y - x, ddof=1))
+
+
+def pooled_seed_sd(groups: Sequence[Sequence[float]]) -> float:
+    """Pooled standard deviation over seeds of several systems (each a list of ≥ 2 seed values)."""
+    groups = [np.asarray(g, dtype=np.float64) for g in groups if len(g) >= 2]
+    if not groups:
+        raise ValueError("need at least one system with two or more seeds")
+    ss = sum(float(((g - g.mean()) ** 2).sum()) for g in groups)
+    df = sum(len(g) - 1 for g in groups)
+    return math.sqrt(ss / df)
+
+
+# --------------------------------------------------------------------------- `r2m power RESULTS`
+SEED_SEGMENT = "s"  # results/<dataset>/<variant>/s<seed>/<ckpt>/: the seed axis's path segment
+
+
+def _row_and_seed(rel: Path) -> tuple[str, int | None]:
+    """``r2m/s1/train_i`` → ``("r2m/train_i", 1)``; a path without a seed segment has seed None."""
+    parts, seed = [], None
+    for p in rel.parts:
+        if seed is None and len(p) > 1 and p[0] == SEED_SEGMENT and p[1:].isdigit():
+            seed = int(p[1:])
+        else:
+            parts.append(p)
+    return "/".join(parts), seed
+
+
+def scan(root: Path, metric: str) -> dict[str, dict[int | None, tuple[float, dict[str, float]]]]:
+    """Every result folder under ``root`` with an ``eval.json`` and ``per_image.parquet``: per row,
+    per seed, the corpus value and the per-image values of ``metric`` (×100)."""
+    import pandas as pd
+
+    rows: dict[str, dict[int | None, tuple[float, dict[str, float]]]] = {}
+    for f in sorted(root.rglob("per_image.parquet")):
+        ev = f.parent / "eval.json"
+        if not ev.is_file():
+            continue
+        try:
+            evaluation = json.loads(ev.read_text(encoding="utf-8"))
+            if "skipped" in evaluation:  # a baseline skipped for want of paired captions
+                continue
+            corpus = evaluation[metric]
+            table = pd.read_parquet(f, columns=["image_id", metric])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise PowerError(f"{f.parent}: cannot read {metric} ({type(e).__name__}: {e})") from None
+        if corpus is None:
+            continue
+        row, seed = _row_and_seed(f.parent.relative_to(root))
+        per_image = {str(i): 100.0 * float(v) for i, v in zip(table["image_id"], table[metric], strict=True)}
+        rows.setdefault(row, {})[seed] = (100.0 * float(corpus), per_image)
+    return rows
+
+
+class PowerError(ValueError):
+    """A one-line reason `r2m power` cannot plan from its inputs."""
+
+
+def summarise(rows: dict[str, dict[int | None, tuple[float, dict[str, float]]]],
+              deltas: Sequence[float], level: float = DEFAULT_LEVEL) -> dict:
+    """The spreads measured in ``rows`` and, per delta, the images and seeds that resolve it."""
+    firsts = {r: seeds[min(seeds, key=lambda s: -1 if s is None else s)][1] for r, seeds in rows.items()}
+    names = sorted(firsts)
+    sds = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            ids = sorted(set(firsts[a]) & set(firsts[b]))
+            if len(ids) >= 2:
+                sds.append(paired_sd([firsts[a][k] for k in ids], [firsts[b][k] for k in ids]))
+    groups = [[v for v, _ in seeds.values()] for seeds in rows.values() if len(seeds) >= 2]
+    out: dict = {"rows": len(rows), "images": max((len(f) for f in firsts.values()), default=0),
+                 "pairs": len(sds), "sd_paired_image": float(np.median(sds)) if sds else None,
+                 "sd_paired_image_range": [float(min(sds)), float(max(sds))] if sds else None,
+                 "seed_groups": len(groups), "seeds": sum(len(g) for g in groups),
+                 "sd_seed": pooled_seed_sd(groups) if groups else None, "level": level, "deltas": []}
+    for d in deltas:
+        out["deltas"].append({
+            "delta": d,
+            "images": images_needed(out["sd_paired_image"], d, level) if sds else None,
+            "seeds": (seeds_needed(out["sd_seed"], d, level) if groups else None),
+            "seeds_known": bool(groups)})
+    return out
+
+
+def render(s: dict, metric: str, root: Path) -> str:
+    def sd(v: float | None) -> str:
+        return "—" if v is None else f"{v:.1f}"
+
+    lines = [f"{root}: {s['rows']} rows, {s['images']} test images, {metric} ×100",
+             f"  per-image paired difference sd {sd(s['sd_paired_image'])} (median of {s['pairs']} pairs of rows"
+             + (f", {s['sd_paired_image_range'][0]:.1f}–{s['sd_paired_image_range'][1]:.1f}" if s["pairs"] else "")
+             + ")",
+             f"  seed-to-seed sd {sd(s['sd_seed'])} (pooled over {s['seed_groups']} rows, {s['seeds']} runs)",
+             "",
+             f"| {metric} difference | test images (paired) | seeds per system (t) |",
+             "|---|---|---|"]
+    for d in s["deltas"]:
+        img = "—" if d["images"] is None else f"{d['images']:,}"
+        seeds = "—" if not d["seeds_known"] else ("> 10,000" if d["seeds"] is None else str(d["seeds"]))
+        lines.append(f"| {d['delta']:g} | {img} | {seeds} |")
+    lines.append("")
+    lines.append(f"(a {int(round(100 * s['level']))} % interval of the difference just excludes 0 when the true "
+                 "difference is this size: docs/guide/statistics.md)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="r2m power",
+        description="How many test images (paired bootstrap) or seeds per system (t over seeds) resolve a "
+                    "metric difference, from the spreads measured in a results folder "
+                    "(results/<dataset>: every row's eval.json + per_image.parquet, seeds as s<k> segments).")
+    ap.add_argument("results", type=Path, help="a results folder, e.g. results/demo")
+    ap.add_argument("--metric", default="CIDEr", help="a per-image metric of per_image.parquet (default CIDEr)")
+    ap.add_argument("--deltas", default="1,5,10", help="differences to resolve, ×100 (default 1,5,10)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    a = ap.parse_args(argv)
+    try:
+        deltas = [float(x) for x in a.deltas.split(",") if x.strip()]
+        if not deltas or min(deltas) <= 0:
+            raise ValueError
+    except ValueError:
+        print(f"r2m power: --deltas must be positive numbers separated by commas, got {a.deltas!r}",
+              file=sys.stderr)
+        return 2
+    if not a.results.is_dir():
+        print(f"r2m power: {a.results} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        rows = scan(a.results, a.metric)
+    except PowerError as e:
+        print(f"r2m power: {e}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"r2m power: no result folder with eval.json and per_image.parquet under {a.results}",
+              file=sys.stderr)
+        return 2
+    s = summarise(rows, deltas)
+    print(json.dumps(s, indent=1) if a.json else render(s, a.metric, a.results))
+    return 0
