@@ -51,7 +51,7 @@ def small_raw() -> dict[str, Any]:
     """params.yaml on `tiny`, two variants and two baselines (every stage kind, few instances); `demo` (files
     outside the DAG: photos.yaml, references.json) for the baselines only."""
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw.update(datasets=["tiny"], all_datasets=["tiny", "demo"], variants=["r2m", "no_fm"])
+    raw.update(datasets=["tiny"], all_datasets=["tiny", "demo"], variants=["r2m", "no_fm"], all_seeds=[0])
     raw["baselines"].update(datasets=["tiny", "demo"], models=["mrnn", "sat"])
     return raw
 
@@ -415,10 +415,10 @@ def test_a_dry_run_with_other_params_never_changes_a_planned_jobs_params(ws):
 
 
 def test_a_finished_folder_missing_a_key_file_is_rebuilt(ws):
-    """Issue 38.5: `rm models/<D>/r2m/train_s/model.pt` re-runs train_s (and what follows) under Snakemake
+    """Issue 38.5: `rm models/<D>/r2m/s0/train_s/model.pt` re-runs train_s (and what follows) under Snakemake
     (before: nothing to be done) and DVC."""
     params = V.validate(ws.raw, "test")
-    member = ws.sm / "models/tiny/r2m/train_s/model.pt"
+    member = ws.sm / "models/tiny/r2m/s0/train_s/model.pt"
     text, st = member.read_text(), member.stat()
     member.unlink()
     try:
@@ -489,10 +489,26 @@ def test_scorer_order_changes_no_result():
 
 
 def dvc_only_instances(params: P.Params) -> set[tuple[str, str]]:
-    """What README says of the two DAGs: DVC's matrices also caption and evaluate every Table 2 ablation
-    variant at the first three checkpoints, which no table reads (Table 2: `train_i`; Table 3: `r2m` only)."""
-    return {(stage, f"{d}-{v}-{c}") for stage in ("caption", "evaluate") for d in params.datasets
-            for v in params.variants if v != "r2m" for c in P.TRAIN_STAGES if c != "train_i"}
+    """What the guide says of the two DAGs: DVC's matrices also caption and evaluate every Table 2 ablation
+    variant at the first three checkpoints, which no table reads (Table 2: `train_i`; Table 3: `r2m` only),
+    and run every seeded stage at every seed of `all_seeds`, where a run has fewer (the catalog entry's
+    `seeds`: the demo's ablations and baselines run seed 0 only)."""
+    def own(ds: str, name: str) -> list[str]:  # the run's seeds, read off the params as the guide states them
+        entry = params.catalog[ds].seeds
+        entry = entry.get(name) if isinstance(entry, dict) else entry
+        return [str(s) for s in (entry if entry is not None else params.seeds)]
+
+    seeds = [str(s) for s in params.all_seeds]
+    out = {(stage, f"{d}-{v}-{c}-{s}") for stage in ("caption", "evaluate") for d in params.datasets
+           for v in params.variants for c in P.TRAIN_STAGES for s in seeds
+           if s not in own(d, v) or (v != "r2m" and c != "train_i")}
+    out |= {(stage, f"{d}-{v}-{s}") for stage in P.TRAIN_STAGES for d in params.datasets
+            for v in params.variants for s in seeds if s not in own(d, v)}
+    out |= {("retrieval_r2m", f"{d}-{s}") for d in params.datasets for s in seeds if s not in own(d, "r2m")}
+    out |= {(stage, f"{d}-{m}-{s}") for stage in ("pretrain_sup", "train_sup", "caption_sup", "evaluate_sup",
+                                                 "inspect_sup", "retrieval_sup")
+            for d in params.baselines.datasets for m in params.baselines.models for s in seeds if s not in own(d, m)}
+    return out
 
 
 @pytest.mark.parametrize("which", ["repository", "small"])
@@ -505,9 +521,11 @@ def test_dvc_and_snakemake_all_differ_exactly_as_documented(which):
     snake = {(s.name, instance_key(s, b)) for s, b in needed_instances(params, ALL_TARGETS)}
     assert snake <= dvc and dvc - snake == dvc_only_instances(params)
     if which == "repository":
-        assert (len(dvc), len(snake)) == (130, 106)  # the issue's 130 and 107 (106 + the `all` rule)
+        # 106 + 2 more seeds of the demo's R2M (4 train + 4 caption + 4 evaluate + retrieval_r2m = 13 each); DVC:
+        # 130 + 2 seeds x 109 (train 4x5, caption/evaluate 2x5x4, the baselines' 6 stages x 2 datasets x 4, retrieval_r2m)
+        assert (len(dvc), len(snake)) == (348, 132)
         readme = (ROOT / "docs/guide/running.md").read_text()  # the guide page on running the DAG
-        assert "24 more instances" in readme and "same DAG as `snakemake all`" not in " ".join(readme.split())
+        assert "216 more instances" in readme and "same DAG as `snakemake all`" not in " ".join(readme.split())
 
 
 def test_snakemake_all_plans_the_documented_instances(ws):
@@ -540,12 +558,12 @@ def test_a_stage_refuses_an_incomplete_input_folder_in_one_line(tmp_path, monkey
 
 
 def test_a_checkpoint_dependency_names_the_folder_of_its_ckpt(tmp_path):
-    """`caption`'s `models/{dataset}/{variant}/{ckpt}` at ckpt=train_s is train_s's folder: its model.pt is
+    """`caption`'s `models/{dataset}/{variant}/s{seed}/{ckpt}` at ckpt=train_s is train_s's folder: its model.pt is
     required (the issue's case: caption on a train_s folder whose model.pt was deleted)."""
     from r2m.pipeline.context import StageContext
     from r2m.pipeline.stages import get
 
-    folder = tmp_path / "models/tiny/r2m/train_s"
+    folder = tmp_path / "models/tiny/r2m/s0/train_s"
     folder.mkdir(parents=True)
     (folder / "params.yaml").write_text("{}\n")
     ctx = StageContext(stage=get("caption"), params=V.validate(small_raw(), "test"), dataset="tiny", variant="r2m",

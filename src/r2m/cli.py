@@ -139,6 +139,9 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         print(f"r2m {stage.name}: --model {pre.model!r}: choose from {', '.join(P.SUP_MODEL_NAMES)}",
               file=sys.stderr)
         return 2
+    if "seed" in stage.axes and pre.seed is not None and not (pre.seed.isascii() and pre.seed.isdigit()):
+        print(f"r2m {stage.name}: --seed {pre.seed!r}: a run's seed is a non-negative integer", file=sys.stderr)
+        return 2
     module, func = _load(stage.impl)
     if hasattr(module, "relaunch"):  # e.g. training's --nproc N: re-run under torchrun
         rc = module.relaunch(stage.name, argv)

@@ -11,7 +11,7 @@ from typing import Literal
 
 from r2m.pipeline.axes import AXIS_SOURCES
 
-Axis = Literal["dataset", "variant", "ckpt", "model"]
+Axis = Literal["dataset", "variant", "ckpt", "model", "seed"]
 
 
 @dataclass(frozen=True)
@@ -107,5 +107,6 @@ D = "data/{dataset}"
 # key files (Out.members) of folders two kinds of stage write
 PREPARED = ("images.parquet", "references.json", "corpus.txt", "manifest.json")  # datasets.base.write_prepared
 FEATURES = ("features.h5", "index.parquet", "meta.json")  # vision.feature_store
-M = "models/{dataset}/{variant}"
-R = "results/{dataset}/{variant}/{ckpt}"
+# a run (one variant or baseline at one seed) keeps its checkpoints and results under its seed's folder
+M = "models/{dataset}/{variant}/s{seed}"
+R = "results/{dataset}/{variant}/s{seed}/{ckpt}"
