@@ -128,7 +128,7 @@ def killed_and_rerun(wd: Path) -> dict:
         "k": k, "r1": r1,
         "model_dir_after_kill": (wd / "models/tiny/r2m/s0/train_xe").exists(),
         "features_after_kill": (wd / "data/tiny/features").exists(),
-        "last_step": _last_step(wd, "train_xe", "tiny-r2m") if (wd / ".r2m/resume/train_xe/tiny-r2m/last.pt").exists() else None,
+        "last_step": _last_step(wd, "train_xe", "tiny-r2m-0") if (wd / ".r2m/resume/train_xe/tiny-r2m-0/last.pt").exists() else None,
         "parts": sorted(p.name for p in (wd / ".r2m/resume/extract_features/tiny/parts").glob("shard-*.h5")),
     }
     state["r2"] = snake(wd, target)  # plain rerun
@@ -141,10 +141,10 @@ def test_kill9_under_snakemake_resumes_training_bit_identically(wd: Path, killed
     assert not s["model_dir_after_kill"]  # a failed stage leaves no (empty) model folder
     assert s["last_step"] == (s["k"] // CKPT_EVERY) * CKPT_EVERY  # the resume state survived Snakemake's cleanup
     assert s["r2"].returncode == 0, s["r2"].stderr[-3000:]
-    at = _resumed_at(wd / "logs/train_xe/tiny-r2m.log")
+    at = _resumed_at(wd / "logs/train_xe/tiny-r2m-0.log")
     assert at == s["last_step"] and s["k"] - at < CKPT_EVERY
     _record_resume(s["k"], at)
-    assert not (wd / ".r2m/resume/train_xe/tiny-r2m").exists()  # cleaned on completion
+    assert not (wd / ".r2m/resume/train_xe/tiny-r2m-0").exists()  # cleaned on completion
     final = torch.load(wd / "models/tiny/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
     assert _same_weights(final, _reference_model(wd, "r2m", tmp_path))
 
@@ -341,7 +341,7 @@ def _malformed_cases(wd: Path, tmp: Path) -> list[tuple[str, object, list[str], 
     image_id = json.loads(caps.read_text())[0]["image_id"]  # a test image
     refs = wd / "data/tiny/prepared/references.json"
     corpus = wd / "data/tiny/prepared/corpus.txt"
-    last = wd / ".r2m/resume/train_xe/tiny-r2m/last.pt"
+    last = wd / ".r2m/resume/train_xe/tiny-r2m-0/last.pt"
     init = wd / "models/tiny/r_lstm/s0/train_xe/model.pt"
 
     def params_case(name, edit, stage, argv, want):

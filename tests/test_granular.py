@@ -39,6 +39,7 @@ from r2m.pipeline.resolved import (
 )
 from r2m.pipeline.snake import gather_paths
 from r2m.pipeline.spec import Gather
+from r2m.pipeline.stages import STAGES
 from stub_r2m import make_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -422,9 +423,9 @@ def test_a_finished_folder_missing_a_key_file_is_rebuilt(ws):
     text, st = member.read_text(), member.stat()
     member.unlink()
     try:
-        want = with_descendants(params, {("train_s", "tiny-r2m")}) & ws.planned
-        assert ("train_s", "tiny-r2m") in want and ws.snakemake_plan() == want
-        assert ("train_s", "tiny-r2m") in ws.dvc_stale()
+        want = with_descendants(params, {("train_s", "tiny-r2m-0")}) & ws.planned
+        assert ("train_s", "tiny-r2m-0") in want and ws.snakemake_plan() == want
+        assert ("train_s", "tiny-r2m-0") in ws.dvc_stale()
     finally:
         member.write_text(text)
         os.utime(member, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -526,6 +527,25 @@ def test_dvc_and_snakemake_all_differ_exactly_as_documented(which):
         assert (len(dvc), len(snake)) == (348, 132)
         readme = (ROOT / "docs/guide/running.md").read_text()  # the guide page on running the DAG
         assert "216 more instances" in readme and "same DAG as `snakemake all`" not in " ".join(readme.split())
+
+
+def test_adding_a_seed_runs_only_the_new_seeds_stages(ws):
+    """Issue 33: `seeds: [0, 1]` plans seed 1's instances — the same runs seed 0 has, at seed 1 — and the stages
+    that gather every seed (tables, figures, report) under Snakemake; DVC reports seed 1's instances as new.
+    Nothing of seed 0 re-runs under either engine."""
+    after = {**ws.raw, "seeds": [0, 1], "all_seeds": [0, 1]}
+    ws.write(after)
+    try:
+        planned, stale = ws.snakemake_plan(), ws.dvc_stale()
+    finally:
+        ws.write(ws.raw)
+        ws.dvc_stale()  # back as it was: nothing stale
+    seeded = {s.name for s in STAGES if "seed" in s.axes}
+    gatherers = {(s.name, "all") for s in STAGES if not s.axes} | {("figures", "tiny")}
+    assert planned - gatherers == {(n, k.removesuffix("-0") + "-1") for n, k in ws.planned if n in seeded}
+    assert planned & gatherers == gatherers and not any(k.endswith("-0") for _, k in planned)
+    dvc_seeded = {(s.name, instance_key(s, b)) for s, b in instances(V.validate(after, "test")) if "seed" in b}
+    assert stale == {(n, k) for n, k in dvc_seeded if k.endswith("-1")}
 
 
 def test_snakemake_all_plans_the_documented_instances(ws):

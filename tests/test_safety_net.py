@@ -124,7 +124,7 @@ def test_fresh_ignores_and_deletes_last_pt(syn: Path) -> None:
     import shutil
 
     shutil.rmtree(syn / "models/syn/r2m/s0/train_xe")
-    work = syn / ".r2m/resume/train_xe/syn-r2m"
+    work = syn / ".r2m/resume/train_xe/syn-r2m-0"
     orig = T.OBJECTIVES["train_xe"]
     calls = {"n": 0, "stop_at": 13}
 
@@ -263,7 +263,7 @@ def test_four_stages_log_their_objective_under_each_profile(syn: Path, profile: 
             "train_m": lambda r: r["rank"], "train_i": lambda r: r["rank"] + gamma * r["rec"]}
     for st in ("train_xe", "train_s", "train_m", "train_i"):
         T.train(ctx_for(syn, st, p))
-        lines = (syn / f"results/syn/r2m/{st}/loss.tsv").read_text().splitlines()
+        lines = (syn / f"results/syn/r2m/s0/{st}/loss.tsv").read_text().splitlines()
         head = lines[0].split("\t")
         rows = [dict(zip(head, ln.split("\t"), strict=True)) for ln in lines[1:]]
         train = [{k: float(v) for k, v in r.items() if k not in ("split",) and v != ""} for r in rows

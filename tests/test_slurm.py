@@ -36,7 +36,7 @@ TABLE1 = "reports/table1.csv"
 # the final checkpoint train_i)
 TABLE1_RULES = sorted(["inputs", "prepare", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
                        "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "table1"])
-RESUME = ".r2m/resume/train_xe/tiny-r2m/last.pt"
+RESUME = ".r2m/resume/train_xe/tiny-r2m-0/last.pt"
 SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+) \(log: \S*?logs/slurm/rule_([A-Za-z0-9_]+)/")
 pytestmark = pytest.mark.slow
 
@@ -177,7 +177,7 @@ def test_scancel_of_a_training_job_is_reported_and_the_rerun_resumes_bit_identic
 
     r = snakemake(wd, "models/tiny/r2m/s0/train_xe")
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    assert f"resuming from {RESUME} at step {step}" in (wd / "logs/train_xe/tiny-r2m.log").read_text()
+    assert f"resuming from {RESUME} at step {step}" in (wd / "logs/train_xe/tiny-r2m-0.log").read_text()
     assert not (wd / RESUME).exists()
     a = torch.load(done / "models/tiny/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
     b = torch.load(wd / "models/tiny/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]

@@ -105,18 +105,18 @@ def test_four_stages_outputs_and_checkpoint(syn: Path) -> None:
     for st in ("train_xe", "train_s", "train_m", "train_i"):
         m = run_stage(syn, st, p)
         assert m["steps"] == p.model_dump()[st]["steps"]
-        model_dir = syn / "models/syn/r2m" / st
+        model_dir = syn / "models/syn/r2m/s0" / st
         ck = torch.load(model_dir / "model.pt", weights_only=True)
         assert ck["config"]["d"] == 16 and ck["stage"] == st
         assert sorted(f.name for f in model_dir.iterdir()) == [".r2m-owned.json", "inference.json", "model.pt",
                                                                "params.yaml"]
         info = json.loads((model_dir / "inference.json").read_text())  # what `r2m caption IMAGES` needs
         assert info["stage"] == st and info["itos"] == ITOS and info["caption"]["beam"] == 2
-        assert not (syn / ".r2m/resume" / st / "syn-r2m").exists()  # resumable state cleaned on completion
-        tsv = (syn / f"results/syn/r2m/{st}/loss.tsv").read_text().splitlines()
+        assert not (syn / ".r2m/resume" / st / "syn-r2m-0").exists()  # resumable state cleaned on completion
+        tsv = (syn / f"results/syn/r2m/s0/{st}/loss.tsv").read_text().splitlines()
         assert tsv[0].startswith("step\tsplit\tloss")
         assert any("\tval\t" in line for line in tsv[1:])
-        metrics = json.loads((syn / f"results/syn/r2m/{st}/train_metrics.json").read_text())
+        metrics = json.loads((syn / f"results/syn/r2m/s0/{st}/train_metrics.json").read_text())
         assert metrics["train_loss"] is not None and metrics["wall_s"] > 0
     # the image stages learned an image projection of the feature size
     ck = torch.load(syn / "models/syn/r2m/s0/train_i/model.pt", weights_only=True)
@@ -148,7 +148,7 @@ def test_resume_continues_from_saved_step(syn: Path, caplog) -> None:
     import shutil
 
     shutil.rmtree(syn / "models/syn/r2m/s0/train_xe")
-    work = syn / ".r2m/resume/train_xe/syn-r2m"
+    work = syn / ".r2m/resume/train_xe/syn-r2m-0"
     orig = T.OBJECTIVES["train_xe"]
     calls = {"n": 0}
 
