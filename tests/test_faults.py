@@ -220,11 +220,11 @@ def test_snakemake_killed_whole_then_rerun_incomplete_resumes(wd: Path, killed_a
     k = RNG.randint(CKPT_EVERY + 1, STEPS - 1)
     r = snake(wd, "models/tiny/no_fm/s0/train_xe", R2M_FAULT=f"train_xe@{k}:KILLGROUP")
     assert r.returncode == -9  # Snakemake itself was killed with its job
-    assert _last_step(wd, "train_xe", "tiny-no_fm") == (k // CKPT_EVERY) * CKPT_EVERY
+    assert _last_step(wd, "train_xe", "tiny-no_fm-0") == (k // CKPT_EVERY) * CKPT_EVERY
     assert snake(wd, "--unlock").returncode == 0
     r = snake(wd, "--rerun-incomplete", "models/tiny/no_fm/s0/train_xe")
     assert r.returncode == 0, r.stderr[-3000:]
-    at = _resumed_at(wd / "logs/train_xe/tiny-no_fm.log")
+    at = _resumed_at(wd / "logs/train_xe/tiny-no_fm-0.log")
     _record_resume(k, at)
     final = torch.load(wd / "models/tiny/no_fm/s0/train_xe/model.pt", weights_only=True)["state_dict"]
     assert _same_weights(final, _reference_model(wd, "no_fm", tmp_path))
@@ -242,10 +242,10 @@ def test_kill9_under_dvc_repro_resumes(wd: Path, killed_and_rerun: dict, tmp_pat
     r = subprocess.run(cmd, cwd=wd, env=_env(R2M_FAULT=f"train_xe@{k}:KILL"), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode != 0
-    assert _last_step(wd, "train_xe", "tiny-d_lstm") == (k // CKPT_EVERY) * CKPT_EVERY
+    assert _last_step(wd, "train_xe", "tiny-d_lstm-0") == (k // CKPT_EVERY) * CKPT_EVERY
     r = subprocess.run(cmd, cwd=wd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    at = _resumed_at(wd / "logs/train_xe/tiny-d_lstm.log")
+    at = _resumed_at(wd / "logs/train_xe/tiny-d_lstm-0.log")
     _record_resume(k, at)
     final = torch.load(wd / "models/tiny/d_lstm/s0/train_xe/model.pt", weights_only=True)["state_dict"]
     assert _same_weights(final, _reference_model(wd, "d_lstm", tmp_path))
@@ -271,7 +271,7 @@ def test_sigint_and_sigterm_checkpoint_and_exit_cleanly_then_resume(wd, killed_a
         lines = [x for x in err.splitlines() if "ERROR" in x]
         assert rc == code and "Traceback" not in err
         assert len(lines) == 1 and f"stopped by SIG{sig} at step {step} of {STEPS}" in lines[0] and "last.pt" in lines[0]
-        assert _last_step(wd, "train_xe", "tiny-r_lstm") == step  # saved at the step boundary: nothing lost
+        assert _last_step(wd, "train_xe", "tiny-r_lstm-0") == step  # saved at the step boundary: nothing lost
         assert not (wd / "models/tiny/r_lstm/s0/train_xe").exists()
         _record_resume(step, step)
     monkeypatch.delenv("R2M_FAULT")

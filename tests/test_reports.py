@@ -243,7 +243,7 @@ def test_figures_without_optional_inputs(tmp_path, repo_root):
     idx = json.loads((tmp_path / "reports/figures/tiny/index.json").read_text())
     assert [f["file"] for f in idx["figures"]] == ["losses.png", "examples.png"]
     notes = " ".join(idx["notes"])
-    assert "attention.json missing" in notes and "loss curves missing" in notes and "no_fm/train_m" in notes
+    assert "attention.json missing" in notes and "loss curves missing" in notes and "no_fm/s0/train_m" in notes
     assert "image img3: file unavailable" in notes
     assert idx["examples"][2]["thumbnail"] is None
 
@@ -459,7 +459,7 @@ def test_stale_or_missing_per_image_file_is_one_line_naming_it(tmp_path, repo_ro
         tables.table1(ctx_for("table1", make_params(repo_root, ["tiny"]), tmp_path))
     assert "\n" not in str(err.value)
     (p.parent / "per_image.parquet").unlink()
-    with pytest.raises(FileNotFoundError, match=r"missing per-image file .*r2m/train_i/per_image\.parquet"):
+    with pytest.raises(FileNotFoundError, match=r"missing per-image file .*r2m/s0/train_i/per_image\.parquet"):
         tables.table1(ctx_for("table1", make_params(repo_root, ["tiny"]), tmp_path))
 
 

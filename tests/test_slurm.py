@@ -233,5 +233,5 @@ def test_ddp_as_two_srun_tasks_follows_the_single_process_loss_curve(slurm_dag, 
     one, two = tmp_path / "one", tmp_path / "two"
     assert_same_loss_curve((one / loss).read_text(), (two / loss).read_text(), "train_xe: srun -n 1 vs -n 2")
     assert (two / "models/tiny/r2m/s0/train_xe/model.pt").exists()
-    locks = ".r2m/locks/train_xe/tiny-r2m-rank1.lock"  # rank 1's own lock: RANK=1 came from SLURM_PROCID
+    locks = ".r2m/locks/train_xe/tiny-r2m-0-rank1.lock"  # rank 1's own lock: RANK=1 came from SLURM_PROCID
     assert (two / locks).exists() and not (one / locks).exists()
