@@ -32,18 +32,18 @@ def _train(root: Path, params: P.Params, seed: str) -> dict[str, torch.Tensor]:
     return torch.load(root / f"models/syn/r2m/s{seed}/train_xe/model.pt", weights_only=True)["state_dict"]
 
 
+def _synthetic(root: Path) -> Path:
+    torch.set_num_threads(1)
+    make_synthetic(root, n_sent=200, n_img=12)
+    return root
+
+
 def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.fixture()
-def syn(tmp_path: Path) -> Path:
-    torch.set_num_threads(1)
-    make_synthetic(tmp_path)
-    return tmp_path
-
-
-def test_two_seeds_differ_and_each_is_reproducible(syn: Path) -> None:
+def test_two_seeds_differ_and_each_is_reproducible(tmp_path: Path) -> None:
+    syn = _synthetic(tmp_path)
     p = make_params(train_xe={"steps": 4}, model={"dropout": 0.2})  # dropout: one more draw the seed makes
     first = _train(syn, p, "0")
     loss0 = (syn / "results/syn/r2m/s0/train_xe/loss.tsv").read_text()
@@ -55,9 +55,10 @@ def test_two_seeds_differ_and_each_is_reproducible(syn: Path) -> None:
     assert (syn / "results/syn/r2m/s1/train_xe/loss.tsv").read_text() != loss0
 
 
-def test_a_run_seed_is_the_stage_seed_shifted(syn: Path) -> None:
+def test_a_run_seed_is_the_stage_seed_shifted(tmp_path: Path) -> None:
     """Seed 1 of a stage whose own ``seed`` is 0 draws exactly what the single-seed code path (seed axis 0, so
     nothing shifted) draws with the stage's ``seed: 1`` — every random source reads that one number."""
+    syn = _synthetic(tmp_path)
     shifted = _train(syn, make_params(train_xe={"steps": 4}), "1")
     plain = _train(syn, make_params(train_xe={"steps": 4, "seed": 1}), "0")
     assert _same(shifted, plain)
