@@ -163,3 +163,14 @@ def test_table1_row_is_the_mean_over_its_seeds(tmp_path: Path) -> None:
     assert len(rows) == 1 and rows[0]["seeds"] == "3" and rows[0]["interval"] == "t over seeds"
     assert float(rows[0]["C"]) == pytest.approx(100 * statistics.mean(cider.values()), abs=0.051)
     assert float(rows[0]["C_lo"]) < float(rows[0]["C"]) < float(rows[0]["C_hi"])
+
+
+def test_seeds_from_the_snakemake_command_line() -> None:
+    """`--config 'seeds=[0,1,2]'` reaches the params as strings (Snakemake reads lists with YAML's base loader)."""
+    from snakemake.cli import parse_config
+
+    given = parse_config(["seeds=[0,1,2]"])["seeds"]
+    assert given == ["0", "1", "2"]  # what the schema receives
+    assert P.validate(_raw(seeds=given, all_seeds=given)).seeds == [0, 1, 2]
+    with pytest.raises(P.ParamsError, match="seeds"):
+        P.validate(_raw(seeds=["one"]))

@@ -87,6 +87,19 @@ class _Section(BaseModel):
     model_config = STRICT
 
 
+def seed_numbers(value: Any) -> Any:
+    """A seed list as given on a command line (Snakemake's ``--config 'seeds=[0,1]'`` reads ``["0", "1"]``):
+    digit strings become integers, anything else is left to the schema."""
+    def one(x: Any) -> Any:
+        return int(x) if isinstance(x, str) and x.isascii() and x.isdigit() else x
+
+    if isinstance(value, list):
+        return [one(x) for x in value]
+    if isinstance(value, dict):
+        return {k: seed_numbers(v) for k, v in value.items()}
+    return value
+
+
 def check_seeds(seeds: list[int], what: str) -> list[int]:
     """A seed list: non-empty, each seed a non-negative integer named once (seeds name folders: ``s<seed>``)."""
     if not seeds:
@@ -116,6 +129,11 @@ class DatasetEntry(_Section):
         None, description="the training seeds of this dataset's runs (the DAG's seed axis): a list for every "
         "variant and baseline, or per name ({r2m: [0, 1, 2]}; names not listed: the top-level `seeds`); "
         "null = the top-level `seeds`")
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seed_numbers(cls, v: Any) -> Any:
+        return seed_numbers(v)
 
     @field_validator("seeds")
     @classmethod
@@ -493,6 +511,11 @@ class _ParamsBase(_Section):
         for name in v if isinstance(v, dict) else ():
             check_name(name, "catalog: dataset name")
         return v
+
+    @field_validator("seeds", "all_seeds", mode="before")
+    @classmethod
+    def _seed_numbers(cls, v: Any) -> Any:
+        return seed_numbers(v)
 
     @field_validator("seeds")
     @classmethod
