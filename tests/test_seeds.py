@@ -174,3 +174,15 @@ def test_seeds_from_the_snakemake_command_line() -> None:
     assert P.validate(_raw(seeds=given, all_seeds=given)).seeds == [0, 1, 2]
     with pytest.raises(P.ParamsError, match="seeds"):
         P.validate(_raw(seeds=["one"]))
+
+
+def test_a_stale_all_seeds_is_one_line_for_dvc() -> None:
+    from r2m.pipeline.axes import stale_all_seeds
+
+    raw = _raw(seeds=[0, 3], all_seeds=[0])
+    msg = stale_all_seeds(P.validate(raw))
+    assert msg is not None and "\n" not in msg and "all_seeds: [0, 3]" in msg
+    raw["all_seeds"] = [3, 0]
+    assert stale_all_seeds(P.validate(raw)) is None
+    repo = yaml.safe_load((ROOT / "params.yaml").read_text())  # the committed params: demo's R2M at 0, 1, 2
+    assert repo["all_seeds"] == [0, 1, 2] and stale_all_seeds(P.validate(repo)) is None
