@@ -71,6 +71,8 @@ def instance_params(params: P.Params, stage: Stage, bound: Mapping[str, str],
             entry = dumped["catalog"][dataset]
             data.setdefault("catalog", {}).update(
                 {item: entry.get(item)} if item else {k: v for k, v in entry.items() if k not in NOT_RECIPE})
+        elif head == "catalog" and item:  # a stage over no dataset reading one item of every entry (seeds)
+            data.setdefault("catalog", {}).update({ds: {item: e.get(item)} for ds, e in dumped["catalog"].items()})
         elif head == "catalog":  # a stage over no dataset reading every entry: as each dataset sees it
             others = [n for n in stage.params if n.partition(".")[0] not in ("catalog", "datasets", "baselines")]
             data["catalog"] = {ds: _entry_view(params, ds, others, _views) for ds in params.catalog}

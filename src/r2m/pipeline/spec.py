@@ -107,6 +107,8 @@ D = "data/{dataset}"
 # key files (Out.members) of folders two kinds of stage write
 PREPARED = ("images.parquet", "references.json", "corpus.txt", "manifest.json")  # datasets.base.write_prepared
 FEATURES = ("features.h5", "index.parquet", "meta.json")  # vision.feature_store
+# what a stage gathering over the seed axis reads: each run's seeds (the top-level list, a catalog entry's own)
+SEEDS = ("seeds", "catalog.seeds")
 # a run (one variant or baseline at one seed) keeps its checkpoints and results under its seed's folder
 M = "models/{dataset}/{variant}/s{seed}"
 R = "results/{dataset}/{variant}/s{seed}/{ckpt}"

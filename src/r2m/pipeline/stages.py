@@ -23,6 +23,7 @@ from r2m.pipeline.spec import (  # noqa: F401  (re-exported: the registry's type
     FEATURES,
     GPU_JOB,
     PREPARED,
+    SEEDS,
     D,
     FanOut,
     Gather,
@@ -198,7 +199,7 @@ STAGES: tuple[Stage, ...] = (
                             fixed=(("variant", "r2m"), ("ckpt", "train_i")), dvc_path="results"),
         },
         outs={"csv": Out("reports/table1.csv", cache=False), "md": Out("reports/table1.md", cache=False)},
-        params=("datasets",),
+        params=("datasets", *SEEDS),
     ),
     Stage(
         "table2",
@@ -212,7 +213,7 @@ STAGES: tuple[Stage, ...] = (
                             fixed=(("ckpt", "train_i"),), dvc_path="results"),
         },
         outs={"csv": Out("reports/table2.csv", cache=False), "md": Out("reports/table2.md", cache=False)},
-        params=("datasets", "variants"),
+        params=("datasets", "variants", *SEEDS),
     ),
     Stage(
         "table3",
@@ -226,7 +227,7 @@ STAGES: tuple[Stage, ...] = (
                             fixed=(("variant", "r2m"),), dvc_path="results"),
         },
         outs={"csv": Out("reports/table3.csv", cache=False), "md": Out("reports/table3.md", cache=False)},
-        params=("datasets",),
+        params=("datasets", *SEEDS),
     ),
     Stage(
         "figures",
@@ -244,7 +245,8 @@ STAGES: tuple[Stage, ...] = (
             "concepts": f"{D}/concepts",
         },
         outs={"figures": Out("reports/figures/{dataset}", directory=True, cache=False)},
-        params=("report", "variants", "concepts"),  # variants: the loss curves gathered; concepts: examples' concepts
+        # variants: the loss curves gathered; concepts: examples' concepts; seeds: each run's
+        params=("report", "variants", "concepts", *SEEDS),
     ),
     Stage(
         "report",

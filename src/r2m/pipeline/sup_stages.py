@@ -10,7 +10,7 @@ fc7 + conv5 grid of their papers on the benchmarks), never R²M's ``D/features``
 
 from __future__ import annotations
 
-from r2m.pipeline.spec import FEATURES, GPU_JOB, D, FanOut, Gather, Out, Resources, Stage
+from r2m.pipeline.spec import FEATURES, GPU_JOB, SEEDS, D, FanOut, Gather, Out, Resources, Stage
 
 # supervised baselines (m-RNN, ...): datasets from `baselines.datasets`, models from `baselines.models`
 SB = "models/{dataset}/{model}/s{seed}/train_sup"
@@ -169,7 +169,7 @@ def sup_stages() -> tuple[Stage, ...]:
             outs={"csv": Out("reports/baselines.csv", cache=False), "md": Out("reports/baselines.md", cache=False),
                   "multilabel": Out("reports/baselines_multilabel.csv", cache=False),
                   "attention": Out("reports/figures/baselines", directory=True, cache=False)},
-            params=("baselines",),
+            params=("baselines", *SEEDS),
         ),
         Stage(
             "retrieval",
@@ -182,6 +182,6 @@ def sup_stages() -> tuple[Stage, ...]:
                               dvc_path="results"),
             },
             outs={"csv": Out("reports/retrieval.csv", cache=False), "md": Out("reports/retrieval.md", cache=False)},
-            params=("datasets", "baselines"),
+            params=("datasets", "baselines", *SEEDS),
         ),
     )
