@@ -186,3 +186,12 @@ def test_a_stale_all_seeds_is_one_line_for_dvc() -> None:
     assert stale_all_seeds(P.validate(raw)) is None
     repo = yaml.safe_load((ROOT / "params.yaml").read_text())  # the committed params: demo's R2M at 0, 1, 2
     assert repo["all_seeds"] == [0, 1, 2] and stale_all_seeds(P.validate(repo)) is None
+
+
+def test_by_hand_a_stage_runs_seed_zero() -> None:
+    """The engines always pass `--seed`; `r2m train_xe --dataset D --variant V` by hand is the single-seed run."""
+    from r2m.cli import _stage_parser
+
+    args = _stage_parser(S.get("train_xe")).parse_args(["--dataset", "tiny", "--variant", "r2m"])
+    assert args.seed == "0"
+    assert S.get("train_xe").log.format(dataset="tiny", variant="r2m", seed=args.seed) == "logs/train_xe/tiny-r2m-0.log"
