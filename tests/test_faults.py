@@ -238,7 +238,7 @@ def test_kill9_under_dvc_repro_resumes(wd: Path, killed_and_rerun: dict, tmp_pat
     subprocess.run([str(BIN / "dvc"), "repro", "-s", "resolve_params"], cwd=wd, check=True, env=env,
                    capture_output=True)
     k = RNG.randint(CKPT_EVERY + 1, STEPS - 1)
-    cmd = [str(BIN / "dvc"), "repro", "-s", "train_xe@tiny-d_lstm"]
+    cmd = [str(BIN / "dvc"), "repro", "-s", "train_xe@tiny-d_lstm-0"]
     r = subprocess.run(cmd, cwd=wd, env=_env(R2M_FAULT=f"train_xe@{k}:KILL"), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode != 0
