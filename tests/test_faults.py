@@ -295,7 +295,7 @@ def test_second_run_on_the_same_outputs_is_refused(wd, killed_and_rerun, capsys,
     before = _snapshot(wd)
     holder = subprocess.Popen(
         [sys.executable, "-c", "from r2m.utils.resume import StageLock; import sys, time\n"
-         "l = StageLock('.', 'train_xe', {'dataset': 'tiny', 'variant': 'r2m'}).acquire()\n"
+         "l = StageLock('.', 'train_xe', {'dataset': 'tiny', 'variant': 'r2m', 'seed': '0'}).acquire()\n"
          "print('held', flush=True); time.sleep(120)"],
         cwd=wd, env=_env(), stdout=subprocess.PIPE, text=True)
     try:
@@ -312,7 +312,7 @@ def test_second_run_on_the_same_outputs_is_refused(wd, killed_and_rerun, capsys,
     # the kernel dropped the dead holder's lock: the next run may take it
     from r2m.utils.resume import StageLock
 
-    with StageLock(wd, "train_xe", {"dataset": "tiny", "variant": "r2m"}):
+    with StageLock(wd, "train_xe", {"dataset": "tiny", "variant": "r2m", "seed": "0"}):
         pass
 
 
