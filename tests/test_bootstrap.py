@@ -92,7 +92,7 @@ def test_demo_identity_resample_equals_eval_json(tmp_path, repo_root, no_spice, 
 
     demo = json.loads((repo_root / "data/demo/references.json").read_text())
     rng = random.Random(3)
-    R = tmp_path / "results/demo/r2m/train_i"
+    R = tmp_path / "results/demo/r2m/s0/train_i"
     prepared = tmp_path / "data/demo/prepared"
     R.mkdir(parents=True)
     prepared.mkdir(parents=True)

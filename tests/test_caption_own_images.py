@@ -87,7 +87,7 @@ def checkpoint(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
     make_synthetic(root)
     run_stage(root, "train_xe", make_params(train_xe={"steps": 3}))
-    folder = root / "models/syn/r2m/train_xe"
+    folder = root / "models/syn/r2m/s0/train_xe"
     info = json.loads((folder / "inference.json").read_text())
     assert info["itos"][:4] == ["<pad>", "<#start>", "<#end>", "<UNK>"] and info["stage"] == "train_xe"
     info["detect_concepts"] = {"backend": "classifier", "options": {"topk": 3}, "batch_size": 2, "min_side": 8}

@@ -45,7 +45,7 @@ def _regex(template):
 
 def test_every_dep_is_produced_by_a_stage():
     produced = [_regex(o.path) for s in STAGES for o in s.outs.values()]
-    sample = {"dataset": "tiny", "variant": "r2m", "ckpt": "train_s", "model": "mrnn"}
+    sample = {"dataset": "tiny", "variant": "r2m", "ckpt": "train_s", "model": "mrnn", "seed": "1"}
     for s in STAGES:
         for dep in s.deps.values():
             path = (dep.pattern if isinstance(dep, Gather) else dep).format(**sample)
@@ -67,10 +67,10 @@ def test_dag_check_detects_drift(tmp_path, repo_root):
 
 def test_dvc_yaml_uses_params_for_matrix_values():
     doc = yaml.safe_load(dag.render())["stages"]
-    assert doc["train_xe"]["matrix"] == {"dataset": "${datasets}", "variant": "${variants}"}
+    assert doc["train_xe"]["matrix"] == {"dataset": "${datasets}", "variant": "${variants}", "seed": "${all_seeds}"}
     assert "src/r2m/training/stages.py" in doc["train_xe"]["deps"]
-    assert {"models/${item.dataset}/${item.variant}/train_xe": {"persist": True}} in doc["train_xe"]["outs"]
-    assert ".params/train_s/${item.dataset}-${item.variant}.json" in doc["train_s"]["deps"]  # its resolved params
+    assert {"models/${item.dataset}/${item.variant}/s${item.seed}/train_xe": {"persist": True}} in doc["train_xe"]["outs"]
+    assert ".params/train_s/${item.dataset}-${item.variant}-${item.seed}.json" in doc["train_s"]["deps"]  # resolved params
     assert "params" not in doc["train_s"] and doc["resolve_params"]["params"] == [{"params.yaml": None}]
 
 
@@ -90,8 +90,8 @@ def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
     for variant in ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm"):
-        assert f"models/tiny/{variant}/train_i" in out
-    assert "models/tiny/mrnn/train_sup" in out and "results/tiny/r2m/train_i/retrieval.json" in out
+        assert f"models/tiny/{variant}/s0/train_i" in out
+    assert "models/tiny/mrnn/s0/train_sup" in out and "results/tiny/r2m/s0/train_i/retrieval.json" in out
     assert "data/demo" not in out
 
 
@@ -224,7 +224,7 @@ def test_every_dvc_dependency_is_produced_or_in_git(repo_root):
     tracked = _tracked(repo_root)
     assert _unproduced(doc, params, tracked) == []
     names = {n for n, _, _ in _dvc_instances(doc, params)}
-    assert {"prepare@tiny_paired", "extract_features_sup@tiny_paired", "train_sup@tiny_paired-sat"} <= names
+    assert {"prepare@tiny_paired", "extract_features_sup@tiny_paired", "train_sup@tiny_paired-sat-0"} <= names
     # the check can fail: without the derived list, nothing prepares tiny_paired
     stale = {**params, "all_datasets": params["datasets"]}
     assert "sup_vocab@tiny_paired: data/tiny_paired/references" in _unproduced(doc, stale, tracked)

@@ -173,13 +173,13 @@ def test_ddp_resume_after_sigterm_is_bit_identical(one_and_two) -> None:
     _, full = one_and_two
     cut = full.parent / "fresh"
     mp.spawn(_resume_worker, args=(2, str(cut), _free_port(), "train_xe@4:TERM"), nprocs=2, join=True)
-    last = cut / ".r2m/resume/train_xe/syn-r2m/last.pt"
+    last = cut / ".r2m/resume/train_xe/syn-r2m-0/last.pt"
     assert torch.load(last, weights_only=True)["step"] == 4
-    assert not (cut / "models/syn/r2m/train_xe").exists()
+    assert not (cut / "models/syn/r2m/s0/train_xe").exists()
     mp.spawn(_resume_worker, args=(2, str(cut), _free_port(), ""), nprocs=2, join=True)
     assert not last.exists()
-    a = torch.load(full / "models/syn/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
-    b = torch.load(cut / "models/syn/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
+    a = torch.load(full / "models/syn/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
+    b = torch.load(cut / "models/syn/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert _out(full, "train_xe", "loss").read_text() == _out(cut, "train_xe", "loss").read_text()
 

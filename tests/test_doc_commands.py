@@ -141,7 +141,7 @@ def dag_patterns() -> tuple[re.Pattern[str], ...]:
             rx = re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(out.path))
             pats.append(re.compile(rx + (r"(/.*)?$" if out.directory else "$")))
             parts = out.path.split("/")
-            for k in range(2, len(parts)):  # the folders an output lies in (e.g. results/{dataset}/…/{ckpt})
+            for k in range(2, len(parts)):  # the folders an output lies in (e.g. results/{dataset}/…/s{seed}/{ckpt})
                 pats.append(re.compile(re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape("/".join(parts[:k]))) + "/?$"))
         pats.append(re.compile(re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(st.log)) + "$"))
     return tuple(pats)

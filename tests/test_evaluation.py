@@ -308,7 +308,7 @@ def _params(repo_root: Path, **evaluate) -> P.Params:
 
 
 def test_stage_writes_metrics_and_per_image(tmp_path, repo_root, no_spice):
-    R = tmp_path / "results/demo/r2m/train_i"
+    R = tmp_path / "results/demo/r2m/s0/train_i"
     R.mkdir(parents=True)
     prepared = tmp_path / "data/demo/prepared"
     prepared.mkdir(parents=True)

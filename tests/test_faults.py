@@ -104,7 +104,7 @@ def _reference_model(wd: Path, variant: str, tmp: Path) -> dict:
     params = P.for_dataset(P.validate(_params()), "tiny")
     torch.set_num_threads(1)
     train(StageContext(stage=S.get("train_xe"), params=params, dataset="tiny", variant=variant, root=ref))
-    return torch.load(ref / f"models/tiny/{variant}/train_xe/model.pt", weights_only=True)["state_dict"]
+    return torch.load(ref / f"models/tiny/{variant}/s0/train_xe/model.pt", weights_only=True)["state_dict"]
 
 
 def _same_weights(a: dict, b: dict) -> bool:
@@ -121,14 +121,14 @@ def _record_resume(killed_at: int, resumed_at: int) -> None:
 @pytest.fixture(scope="module")
 def killed_and_rerun(wd: Path) -> dict:
     k = RNG.randint(CKPT_EVERY + 1, STEPS - 1)  # a random step after the first checkpoint
-    target = "results/tiny/r2m/train_xe/eval.json"
+    target = "results/tiny/r2m/s0/train_xe/eval.json"
     # the first run: train_xe killed at step k, extract_features killed after its 2nd of 4 shards
     r1 = snake(wd, "--keep-going", target, R2M_FAULT=f"train_xe@{k}:KILL,extract_features@2:KILL")
     state = {
         "k": k, "r1": r1,
-        "model_dir_after_kill": (wd / "models/tiny/r2m/train_xe").exists(),
+        "model_dir_after_kill": (wd / "models/tiny/r2m/s0/train_xe").exists(),
         "features_after_kill": (wd / "data/tiny/features").exists(),
-        "last_step": _last_step(wd, "train_xe", "tiny-r2m") if (wd / ".r2m/resume/train_xe/tiny-r2m/last.pt").exists() else None,
+        "last_step": _last_step(wd, "train_xe", "tiny-r2m-0") if (wd / ".r2m/resume/train_xe/tiny-r2m-0/last.pt").exists() else None,
         "parts": sorted(p.name for p in (wd / ".r2m/resume/extract_features/tiny/parts").glob("shard-*.h5")),
     }
     state["r2"] = snake(wd, target)  # plain rerun
@@ -141,11 +141,11 @@ def test_kill9_under_snakemake_resumes_training_bit_identically(wd: Path, killed
     assert not s["model_dir_after_kill"]  # a failed stage leaves no (empty) model folder
     assert s["last_step"] == (s["k"] // CKPT_EVERY) * CKPT_EVERY  # the resume state survived Snakemake's cleanup
     assert s["r2"].returncode == 0, s["r2"].stderr[-3000:]
-    at = _resumed_at(wd / "logs/train_xe/tiny-r2m.log")
+    at = _resumed_at(wd / "logs/train_xe/tiny-r2m-0.log")
     assert at == s["last_step"] and s["k"] - at < CKPT_EVERY
     _record_resume(s["k"], at)
-    assert not (wd / ".r2m/resume/train_xe/tiny-r2m").exists()  # cleaned on completion
-    final = torch.load(wd / "models/tiny/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
+    assert not (wd / ".r2m/resume/train_xe/tiny-r2m-0").exists()  # cleaned on completion
+    final = torch.load(wd / "models/tiny/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
     assert _same_weights(final, _reference_model(wd, "r2m", tmp_path))
 
 
@@ -212,21 +212,21 @@ def test_sigterm_during_feature_extraction_exits_143_then_resumes_identically(wd
 
 
 def test_evaluation_after_resume_is_complete(wd: Path, killed_and_rerun: dict) -> None:
-    m = json.loads((wd / "results/tiny/r2m/train_xe/eval.json").read_text())
+    m = json.loads((wd / "results/tiny/r2m/s0/train_xe/eval.json").read_text())
     assert m["n_images"] == 6 and m["unreadable_images"] == 0 and m["CIDEr"] is not None
 
 
 def test_snakemake_killed_whole_then_rerun_incomplete_resumes(wd: Path, killed_and_rerun: dict, tmp_path) -> None:
     k = RNG.randint(CKPT_EVERY + 1, STEPS - 1)
-    r = snake(wd, "models/tiny/no_fm/train_xe", R2M_FAULT=f"train_xe@{k}:KILLGROUP")
+    r = snake(wd, "models/tiny/no_fm/s0/train_xe", R2M_FAULT=f"train_xe@{k}:KILLGROUP")
     assert r.returncode == -9  # Snakemake itself was killed with its job
-    assert _last_step(wd, "train_xe", "tiny-no_fm") == (k // CKPT_EVERY) * CKPT_EVERY
+    assert _last_step(wd, "train_xe", "tiny-no_fm-0") == (k // CKPT_EVERY) * CKPT_EVERY
     assert snake(wd, "--unlock").returncode == 0
-    r = snake(wd, "--rerun-incomplete", "models/tiny/no_fm/train_xe")
+    r = snake(wd, "--rerun-incomplete", "models/tiny/no_fm/s0/train_xe")
     assert r.returncode == 0, r.stderr[-3000:]
-    at = _resumed_at(wd / "logs/train_xe/tiny-no_fm.log")
+    at = _resumed_at(wd / "logs/train_xe/tiny-no_fm-0.log")
     _record_resume(k, at)
-    final = torch.load(wd / "models/tiny/no_fm/train_xe/model.pt", weights_only=True)["state_dict"]
+    final = torch.load(wd / "models/tiny/no_fm/s0/train_xe/model.pt", weights_only=True)["state_dict"]
     assert _same_weights(final, _reference_model(wd, "no_fm", tmp_path))
 
 
@@ -238,16 +238,16 @@ def test_kill9_under_dvc_repro_resumes(wd: Path, killed_and_rerun: dict, tmp_pat
     subprocess.run([str(BIN / "dvc"), "repro", "-s", "resolve_params"], cwd=wd, check=True, env=env,
                    capture_output=True)
     k = RNG.randint(CKPT_EVERY + 1, STEPS - 1)
-    cmd = [str(BIN / "dvc"), "repro", "-s", "train_xe@tiny-d_lstm"]
+    cmd = [str(BIN / "dvc"), "repro", "-s", "train_xe@tiny-d_lstm-0"]
     r = subprocess.run(cmd, cwd=wd, env=_env(R2M_FAULT=f"train_xe@{k}:KILL"), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode != 0
-    assert _last_step(wd, "train_xe", "tiny-d_lstm") == (k // CKPT_EVERY) * CKPT_EVERY
+    assert _last_step(wd, "train_xe", "tiny-d_lstm-0") == (k // CKPT_EVERY) * CKPT_EVERY
     r = subprocess.run(cmd, cwd=wd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    at = _resumed_at(wd / "logs/train_xe/tiny-d_lstm.log")
+    at = _resumed_at(wd / "logs/train_xe/tiny-d_lstm-0.log")
     _record_resume(k, at)
-    final = torch.load(wd / "models/tiny/d_lstm/train_xe/model.pt", weights_only=True)["state_dict"]
+    final = torch.load(wd / "models/tiny/d_lstm/s0/train_xe/model.pt", weights_only=True)["state_dict"]
     assert _same_weights(final, _reference_model(wd, "d_lstm", tmp_path))
 
 
@@ -271,13 +271,13 @@ def test_sigint_and_sigterm_checkpoint_and_exit_cleanly_then_resume(wd, killed_a
         lines = [x for x in err.splitlines() if "ERROR" in x]
         assert rc == code and "Traceback" not in err
         assert len(lines) == 1 and f"stopped by SIG{sig} at step {step} of {STEPS}" in lines[0] and "last.pt" in lines[0]
-        assert _last_step(wd, "train_xe", "tiny-r_lstm") == step  # saved at the step boundary: nothing lost
-        assert not (wd / "models/tiny/r_lstm/train_xe").exists()
+        assert _last_step(wd, "train_xe", "tiny-r_lstm-0") == step  # saved at the step boundary: nothing lost
+        assert not (wd / "models/tiny/r_lstm/s0/train_xe").exists()
         _record_resume(step, step)
     monkeypatch.delenv("R2M_FAULT")
     rc, err = _r2m(argv, capsys)
     assert rc == 0 and "resuming from" in err and "at step 9" in err
-    final = torch.load(wd / "models/tiny/r_lstm/train_xe/model.pt", weights_only=True)["state_dict"]
+    final = torch.load(wd / "models/tiny/r_lstm/s0/train_xe/model.pt", weights_only=True)["state_dict"]
     assert _same_weights(final, _reference_model(wd, "r_lstm", tmp_path))
 
 
@@ -295,7 +295,7 @@ def test_second_run_on_the_same_outputs_is_refused(wd, killed_and_rerun, capsys,
     before = _snapshot(wd)
     holder = subprocess.Popen(
         [sys.executable, "-c", "from r2m.utils.resume import StageLock; import sys, time\n"
-         "l = StageLock('.', 'train_xe', {'dataset': 'tiny', 'variant': 'r2m'}).acquire()\n"
+         "l = StageLock('.', 'train_xe', {'dataset': 'tiny', 'variant': 'r2m', 'seed': '0'}).acquire()\n"
          "print('held', flush=True); time.sleep(120)"],
         cwd=wd, env=_env(), stdout=subprocess.PIPE, text=True)
     try:
@@ -303,7 +303,7 @@ def test_second_run_on_the_same_outputs_is_refused(wd, killed_and_rerun, capsys,
         t0 = time.perf_counter()
         rc, err = _r2m(["train_xe", "--dataset", "tiny", "--variant", "r2m"], capsys)
         assert rc == 75 and time.perf_counter() - t0 < 30  # refused at once, not after training
-        assert f"pid {holder.pid}" in err and "models/tiny/r2m/train_xe" in err and "Traceback" not in err
+        assert f"pid {holder.pid}" in err and "models/tiny/r2m/s0/train_xe" in err and "Traceback" not in err
     finally:
         holder.kill()
         holder.wait()
@@ -312,7 +312,7 @@ def test_second_run_on_the_same_outputs_is_refused(wd, killed_and_rerun, capsys,
     # the kernel dropped the dead holder's lock: the next run may take it
     from r2m.utils.resume import StageLock
 
-    with StageLock(wd, "train_xe", {"dataset": "tiny", "variant": "r2m"}):
+    with StageLock(wd, "train_xe", {"dataset": "tiny", "variant": "r2m", "seed": "0"}):
         pass
 
 
@@ -336,13 +336,13 @@ def _torch_save(path: Path, obj) -> None:
 def _malformed_cases(wd: Path, tmp: Path) -> list[tuple[str, object, list[str], list[str]]]:
     """(name, setup() -> cleanup, argv, substrings the error line must hold)."""
     T, R = ["--dataset", "tiny"], ["--dataset", "tiny", "--variant", "r2m"]
-    caps = wd / "results/tiny/r2m/train_xe/captions.json"
+    caps = wd / "results/tiny/r2m/s0/train_xe/captions.json"
     n_test = len(json.loads(caps.read_text()))
     image_id = json.loads(caps.read_text())[0]["image_id"]  # a test image
     refs = wd / "data/tiny/references/references.json"
     corpus = wd / "data/tiny/prepared/corpus.txt"
-    last = wd / ".r2m/resume/train_xe/tiny-r2m/last.pt"
-    init = wd / "models/tiny/r_lstm/train_xe/model.pt"
+    last = wd / ".r2m/resume/train_xe/tiny-r2m-0/last.pt"
+    init = wd / "models/tiny/r_lstm/s0/train_xe/model.pt"
 
     def params_case(name, edit, stage, argv, want):
         path = tmp / f"{name}.yaml"
@@ -370,7 +370,7 @@ def _malformed_cases(wd: Path, tmp: Path) -> list[tuple[str, object, list[str], 
         return params_case(name, edit, "detect_concepts", T, [str(f), *want])
 
     ok_det = json.dumps({"image_id": image_id, "label": "Dog", "score": 0.9, "box": [0, 0, 1, 1]})
-    truncated = (wd / "models/tiny/r2m/train_xe/model.pt").read_bytes()[:2000]
+    truncated = (wd / "models/tiny/r2m/s0/train_xe/model.pt").read_bytes()[:2000]
 
     cases = [
         # params (each on a stage whose finished output must survive)
@@ -438,8 +438,8 @@ def test_malformed_inputs_fail_clearly_and_damage_nothing(wd, killed_and_rerun, 
     monkeypatch.chdir(wd)
     monkeypatch.setenv("R2M_THREADS", "1")
     monkeypatch.delenv("R2M_FAULT", raising=False)
-    assert (wd / "models/tiny/r_lstm/train_xe/model.pt").exists()  # made by the preemption test
-    keep = wd / "models/tiny/r_lstm/train_xe/model.pt"
+    assert (wd / "models/tiny/r_lstm/s0/train_xe/model.pt").exists()  # made by the preemption test
+    keep = wd / "models/tiny/r_lstm/s0/train_xe/model.pt"
     keep_bytes = keep.read_bytes()
     before = _snapshot(wd)
     failures = []
@@ -488,16 +488,16 @@ def test_unreadable_test_images_are_counted_and_named(wd, killed_and_rerun, tmp_
     from r2m.reports.tables import eval_notes, read_eval
 
     work = tmp_path / "w"
-    for top in ("data/tiny/prepared", "results/tiny/r2m/train_xe", "reports/tiny"):
+    for top in ("data/tiny/prepared", "results/tiny/r2m/s0/train_xe", "reports/tiny"):
         shutil.copytree(wd / top, work / top)
     shutil.copy2(wd / "params.yaml", work / "params.yaml")
     shutil.copytree(wd / "data/dictionaries", work / "data/dictionaries")
-    image_id = json.loads((wd / "results/tiny/r2m/train_xe/captions.json").read_text())[0]["image_id"]
+    image_id = json.loads((wd / "results/tiny/r2m/s0/train_xe/captions.json").read_text())[0]["image_id"]
     (work / "reports/tiny/bad_images.csv").write_text(f"image_id,path,reason\n{image_id},x.png,cannot identify image\n")
     monkeypatch.chdir(work)
     rc, err = _r2m(["evaluate", "--dataset", "tiny", "--variant", "r2m", "--ckpt", "train_xe"], capsys)
     assert rc == 0 and "1 of 6 scored image(s) were unreadable" in err
-    m = read_eval(work / "results/tiny/r2m/train_xe/eval.json", "test")
+    m = read_eval(work / "results/tiny/r2m/s0/train_xe/eval.json", "test")
     assert m["unreadable_images"] == 1 and m["unreadable_image_ids"] == [image_id]
     assert image_id in eval_notes({("tiny", "r2m"): m})[0]
 

@@ -40,6 +40,7 @@ from r2m.pipeline.resolved import (
 )
 from r2m.pipeline.snake import gather_paths
 from r2m.pipeline.spec import Gather
+from r2m.pipeline.stages import STAGES
 from stub_r2m import make_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def small_raw() -> dict[str, Any]:
     """params.yaml on `tiny`, two variants and two baselines (every stage kind, few instances); `demo` (files
     outside the DAG: photos.yaml, references.json) for the baselines only."""
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw.update(datasets=["tiny"], all_datasets=["tiny", "demo"], variants=["r2m", "no_fm"])
+    raw.update(datasets=["tiny"], all_datasets=["tiny", "demo"], variants=["r2m", "no_fm"], all_seeds=[0])
     raw["baselines"].update(datasets=["tiny", "demo"], models=["mrnn", "sat"])
     return raw
 
@@ -441,16 +442,16 @@ def test_a_dry_run_with_other_params_never_changes_a_planned_jobs_params(ws):
 
 
 def test_a_finished_folder_missing_a_key_file_is_rebuilt(ws):
-    """Issue 38.5: `rm models/<D>/r2m/train_s/model.pt` re-runs train_s (and what follows) under Snakemake
+    """Issue 38.5: `rm models/<D>/r2m/s0/train_s/model.pt` re-runs train_s (and what follows) under Snakemake
     (before: nothing to be done) and DVC."""
     params = V.validate(ws.raw, "test")
-    member = ws.sm / "models/tiny/r2m/train_s/model.pt"
+    member = ws.sm / "models/tiny/r2m/s0/train_s/model.pt"
     text, st = member.read_text(), member.stat()
     member.unlink()
     try:
-        want = with_descendants(params, {("train_s", "tiny-r2m")}) & ws.planned
-        assert ("train_s", "tiny-r2m") in want and ws.snakemake_plan() == want
-        assert ("train_s", "tiny-r2m") in ws.dvc_stale()
+        want = with_descendants(params, {("train_s", "tiny-r2m-0")}) & ws.planned
+        assert ("train_s", "tiny-r2m-0") in want and ws.snakemake_plan() == want
+        assert ("train_s", "tiny-r2m-0") in ws.dvc_stale()
     finally:
         member.write_text(text)
         os.utime(member, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -558,10 +559,26 @@ def test_scorer_order_changes_no_result():
 
 
 def dvc_only_instances(params: P.Params) -> set[tuple[str, str]]:
-    """What README says of the two DAGs: DVC's matrices also caption and evaluate every Table 2 ablation
-    variant at the first three checkpoints, which no table reads (Table 2: `train_i`; Table 3: `r2m` only)."""
-    return {(stage, f"{d}-{v}-{c}") for stage in ("caption", "evaluate") for d in params.datasets
-            for v in params.variants if v != "r2m" for c in P.TRAIN_STAGES if c != "train_i"}
+    """What the guide says of the two DAGs: DVC's matrices also caption and evaluate every Table 2 ablation
+    variant at the first three checkpoints, which no table reads (Table 2: `train_i`; Table 3: `r2m` only),
+    and run every seeded stage at every seed of `all_seeds`, where a run has fewer (the catalog entry's
+    `seeds`: the demo's ablations and baselines run seed 0 only)."""
+    def own(ds: str, name: str) -> list[str]:  # the run's seeds, read off the params as the guide states them
+        entry = params.catalog[ds].seeds
+        entry = entry.get(name) if isinstance(entry, dict) else entry
+        return [str(s) for s in (entry if entry is not None else params.seeds)]
+
+    seeds = [str(s) for s in params.all_seeds]
+    out = {(stage, f"{d}-{v}-{c}-{s}") for stage in ("caption", "evaluate") for d in params.datasets
+           for v in params.variants for c in P.TRAIN_STAGES for s in seeds
+           if s not in own(d, v) or (v != "r2m" and c != "train_i")}
+    out |= {(stage, f"{d}-{v}-{s}") for stage in P.TRAIN_STAGES for d in params.datasets
+            for v in params.variants for s in seeds if s not in own(d, v)}
+    out |= {("retrieval_r2m", f"{d}-{s}") for d in params.datasets for s in seeds if s not in own(d, "r2m")}
+    out |= {(stage, f"{d}-{m}-{s}") for stage in ("pretrain_sup", "train_sup", "caption_sup", "evaluate_sup",
+                                                 "inspect_sup", "retrieval_sup")
+            for d in params.baselines.datasets for m in params.baselines.models for s in seeds if s not in own(d, m)}
+    return out
 
 
 @pytest.mark.parametrize("which", ["repository", "small"])
@@ -574,9 +591,32 @@ def test_dvc_and_snakemake_all_differ_exactly_as_documented(which):
     snake = {(s.name, instance_key(s, b)) for s, b in needed_instances(params, ALL_TARGETS)}
     assert snake <= dvc and dvc - snake == dvc_only_instances(params)
     if which == "repository":
-        assert (len(dvc), len(snake)) == (132, 108)  # the issue's 130 and 107 (106 + `all`), + `references` × 2 datasets
+        # 106 + 2 more seeds of the demo's R2M (4 train + 4 caption + 4 evaluate + retrieval_r2m = 13 each); DVC:
+        # 130 + 2 seeds x 109 (train 4x5, caption/evaluate 2x5x4, the baselines' 6 stages x 2 datasets x 4, retrieval_r2m);
+        # both + `references` x 2 datasets
+        assert (len(dvc), len(snake)) == (350, 134)
         readme = (ROOT / "docs/guide/running.md").read_text()  # the guide page on running the DAG
-        assert "24 more instances" in readme and "same DAG as `snakemake all`" not in " ".join(readme.split())
+        assert "216 more instances" in readme and "same DAG as `snakemake all`" not in " ".join(readme.split())
+
+
+def test_adding_a_seed_runs_only_the_new_seeds_stages(ws):
+    """Issue 33: `seeds: [0, 1]` plans seed 1's instances — the same runs seed 0 has, at seed 1 — and the stages
+    that gather every seed (tables, figures, report) under Snakemake; DVC reports seed 1's instances as new and
+    the gathering stages as stale (their declared `seeds` changed; `report` follows from their outputs).
+    Nothing of seed 0 re-runs under either engine."""
+    after = {**ws.raw, "seeds": [0, 1], "all_seeds": [0, 1]}
+    ws.write(after)
+    try:
+        planned, stale = ws.snakemake_plan(), ws.dvc_stale()
+    finally:
+        ws.write(ws.raw)
+        ws.dvc_stale()  # back as it was: nothing stale
+    seeded = {s.name for s in STAGES if "seed" in s.axes}
+    gatherers = {(s.name, "all") for s in STAGES if not s.axes} | {("figures", "tiny")}
+    assert planned - gatherers == {(n, k.removesuffix("-0") + "-1") for n, k in ws.planned if n in seeded}
+    assert planned & gatherers == gatherers and not any(k.endswith("-0") for _, k in planned)
+    dvc_seeded = {(s.name, instance_key(s, b)) for s, b in instances(V.validate(after, "test")) if "seed" in b}
+    assert stale == {(n, k) for n, k in dvc_seeded if k.endswith("-1")} | (gatherers - {("report", "all")})
 
 
 def test_snakemake_all_plans_the_documented_instances(ws):
@@ -609,12 +649,12 @@ def test_a_stage_refuses_an_incomplete_input_folder_in_one_line(tmp_path, monkey
 
 
 def test_a_checkpoint_dependency_names_the_folder_of_its_ckpt(tmp_path):
-    """`caption`'s `models/{dataset}/{variant}/{ckpt}` at ckpt=train_s is train_s's folder: its model.pt is
+    """`caption`'s `models/{dataset}/{variant}/s{seed}/{ckpt}` at ckpt=train_s is train_s's folder: its model.pt is
     required (the issue's case: caption on a train_s folder whose model.pt was deleted)."""
     from r2m.pipeline.context import StageContext
     from r2m.pipeline.stages import get
 
-    folder = tmp_path / "models/tiny/r2m/train_s"
+    folder = tmp_path / "models/tiny/r2m/s0/train_s"
     folder.mkdir(parents=True)
     (folder / "params.yaml").write_text("{}\n")
     ctx = StageContext(stage=get("caption"), params=V.validate(small_raw(), "test"), dataset="tiny", variant="r2m",

@@ -440,7 +440,7 @@ def test_sup_attention_figures_are_not_named_after_image_ids(tmp_path):
         run(stage)
     run("train_sup", "sat")
     run("inspect_sup", "sat")
-    folder = tmp_path / "results/syn/sat/train_sup/inspect"
+    folder = tmp_path / "results/syn/sat/s0/train_sup/inspect"
     ins = json.loads((folder / "inspect.json").read_text())
     assert sorted(f["image_id"] for f in ins["figures"]) == sorted(hostile.values())
     for f in ins["figures"]:

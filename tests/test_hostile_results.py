@@ -325,9 +325,9 @@ def test_corrupted_checkpoint_is_one_line_naming_the_file_and_captions_nothing(t
     root, params, _ = tiny_run
     work = tmp_path / "w"
     for d in ("data/tiny/prepared", "data/tiny/vocab", "data/tiny/concepts", "data/tiny/features",
-              "models/tiny/r2m/train_i", "data/dictionaries"):
+              "models/tiny/r2m/s0/train_i", "data/dictionaries"):
         shutil.copytree(root / d, work / d)
-    model_pt = work / "models/tiny/r2m/train_i/model.pt"
+    model_pt = work / "models/tiny/r2m/s0/train_i/model.pt"
     assert "digest" in torch.load(model_pt, weights_only=True)
     load_model(model_pt.parent)  # intact: loads
     _flip_tensor_byte(model_pt)
@@ -336,7 +336,7 @@ def test_corrupted_checkpoint_is_one_line_naming_the_file_and_captions_nothing(t
     assert str(model_pt) in str(err.value) and "\n" not in str(err.value) and "corrupt" in str(err.value)
     with pytest.raises(CheckpointError):
         _run_stage(work, params, "caption", ckpt="train_i")
-    assert not (work / "results/tiny/r2m/train_i/captions.json").exists()
+    assert not (work / "results/tiny/r2m/s0/train_i/captions.json").exists()
 
 
 # --------------------------------------------------------------------------- evaluation correct for any text

@@ -107,7 +107,7 @@ def test_caption_stage_reproduces_the_memorised_sentences(memorised: Path) -> No
 
 
 def test_r2m_caption_images_with_an_image_stage_checkpoint(memorised: Path, tmp_path: Path, capsys) -> None:
-    folder = memorised / "models/mem/r2m/train_m"
+    folder = memorised / "models/mem/r2m/s0/train_m"
     info = json.loads((folder / "inference.json").read_text())
     assert info["stage"] == "train_m" and info["itos"] == ITOS
     photos = tmp_path / "photos"

@@ -32,13 +32,13 @@ def test_all_four_stages_and_ablations_trained(snakemake_run):
     wd = snakemake_run
     for variant in ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm"):
         for stage in ("train_xe", "train_s", "train_m", "train_i"):
-            assert (wd / f"models/tiny/{variant}/{stage}/model.pt").exists(), (variant, stage)
-            assert (wd / f"models/tiny/{variant}/{stage}/params.yaml").exists()
-            assert (wd / f"results/tiny/{variant}/{stage}/loss.tsv").exists()
+            assert (wd / f"models/tiny/{variant}/s0/{stage}/model.pt").exists(), (variant, stage)
+            assert (wd / f"models/tiny/{variant}/s0/{stage}/params.yaml").exists()
+            assert (wd / f"results/tiny/{variant}/s0/{stage}/loss.tsv").exists()
 
 
 def test_heldout_xe_falls_during_train_xe(snakemake_run):
-    rows = list(csv.DictReader((snakemake_run / "results/tiny/r2m/train_xe/loss.tsv").open(), delimiter="\t"))
+    rows = list(csv.DictReader((snakemake_run / "results/tiny/r2m/s0/train_xe/loss.tsv").open(), delimiter="\t"))
     val = [float(r["loss"]) for r in rows if r["split"] == "val"]
     assert len(val) >= 2 and val[-1] < val[0], val
 
@@ -53,12 +53,12 @@ def test_tables_have_rows(snakemake_run):
     t3 = list(csv.DictReader((wd / "reports/table3.csv").open()))
     assert sum("tiny" in json.dumps(r) for r in t3) == 4
     assert (wd / "reports/index.html").exists()
-    metrics = json.loads((wd / "results/tiny/r2m/train_i/eval.json").read_text())
+    metrics = json.loads((wd / "results/tiny/r2m/s0/train_i/eval.json").read_text())
     assert 0 <= metrics["Bleu_1"] <= 1 and metrics["CIDEr"] >= 0
 
 
 def test_resolved_params_beside_outputs(snakemake_run):
-    saved = yaml.safe_load((snakemake_run / "models/tiny/r2m/train_xe/params.yaml").read_text())
+    saved = yaml.safe_load((snakemake_run / "models/tiny/r2m/s0/train_xe/params.yaml").read_text())
     assert saved["train_xe"]["steps"] == 60  # the tiny override, not the paper's 5000
 
 
@@ -94,5 +94,5 @@ def test_baselines_and_retrieval_tables(snakemake_run):
     ret = list(csv.DictReader(open(wd / "reports/retrieval.csv")))
     methods = {(r["dataset"], r["method"]) for r in ret}
     assert ("tiny", "m-RNN") in methods and ("tiny", "R2M (joint space)") in methods
-    assert json.loads((wd / "results/tiny/mrnn/train_sup/train_metrics.json").read_text())["test_perplexity"] > 1
+    assert json.loads((wd / "results/tiny/mrnn/s0/train_sup/train_metrics.json").read_text())["test_perplexity"] > 1
     assert "Supervised baselines" in (wd / "reports/index.html").read_text()

@@ -45,7 +45,7 @@ def write_evals(root: Path, datasets=DATASETS, skip: tuple = ()) -> None:
             for k, ck in enumerate(TRAIN_STAGES):
                 if (ds, v, ck) in skip:
                     continue
-                p = root / f"results/{ds}/{v}/{ck}/eval.json"
+                p = root / f"results/{ds}/{v}/s0/{ck}/eval.json"
                 p.parent.mkdir(parents=True, exist_ok=True)
                 metrics = fake_metrics(0.001 * k + 0.01 * VARIANT_NAMES.index(v))
                 p.write_text(json.dumps(metrics))
@@ -115,7 +115,7 @@ def test_table1(tmp_path, repo_root):
 
 def test_table1_concept_recall_cells(tmp_path, repo_root):
     write_evals(tmp_path)
-    p = tmp_path / "results/tiny/r2m/train_i/eval.json"
+    p = tmp_path / "results/tiny/r2m/s0/train_i/eval.json"
     p.write_text(json.dumps({**json.loads(p.read_text()), "concept_recall": 0.4567, "concept_any": 0.75}))
     tables.table1(ctx_for("table1", make_params(repo_root), tmp_path))
     rows = read_csv(tmp_path / "reports/table1.csv")
@@ -153,13 +153,13 @@ def test_table2_and_table3(tmp_path, repo_root):
 
 def test_table_missing_eval_names_file(tmp_path, repo_root):
     write_evals(tmp_path, skip=(("tiny", "d_lstm", "train_i"),))
-    with pytest.raises(FileNotFoundError, match=r"results/tiny/d_lstm/train_i/eval\.json.*variant=d_lstm"):
+    with pytest.raises(FileNotFoundError, match=r"results/tiny/d_lstm/s0/train_i/eval\.json.*variant=d_lstm"):
         tables.table2(ctx_for("table2", make_params(repo_root), tmp_path))
 
 
 def test_table_bad_eval_names_file(tmp_path, repo_root):
     write_evals(tmp_path)
-    bad = tmp_path / "results/tiny/r2m/train_i/eval.json"
+    bad = tmp_path / "results/tiny/r2m/s0/train_i/eval.json"
     bad.write_text(json.dumps({"Bleu_1": "high"}))
     with pytest.raises(ValueError, match=r"eval\.json: metric 'Bleu_1' must be a number"):
         tables.table1(ctx_for("table1", make_params(repo_root), tmp_path))
@@ -195,7 +195,7 @@ def write_figure_inputs(root: Path, ds: str = "tiny", attention: bool = True) ->
                   "x1": 0.0, "y1": 0.0, "x2": 1.0, "y2": 1.0}).to_parquet(conc / "detections.parquet")
     for v in ("r2m", "no_fm"):
         for k, ck in enumerate(TRAIN_STAGES):
-            R = root / f"results/{ds}/{v}/{ck}"
+            R = root / f"results/{ds}/{v}/s0/{ck}"
             R.mkdir(parents=True, exist_ok=True)
             lines = ["step\tsplit\tloss\tlr"] + [f"{s}\ttrain\t{3.0 / (s + 1) + k}\t0.001" for s in range(0, 50, 5)]
             lines += [f"{s}\tval\t{3.2 / (s + 1) + k}\t" for s in (20, 40)]
@@ -211,7 +211,7 @@ def write_figure_inputs(root: Path, ds: str = "tiny", attention: bool = True) ->
         att = {"dataset": ds, "variant": "r2m", "ckpt": "train_i", "heads": 2, "memory_slots": 1,
                "fm_tokens": ["v", "w_prev"], "rm_keys": ["M0", "f"],
                "images": [{"image_id": "img2", "concepts": ["cat"], "caption": "a dog", "steps": steps}]}
-        (root / f"results/{ds}/r2m/train_i/attention.json").write_text(json.dumps(att))
+        (root / f"results/{ds}/r2m/s0/train_i/attention.json").write_text(json.dumps(att))
     return ids
 
 
@@ -238,13 +238,13 @@ def test_figures(tmp_path, repo_root):
 
 def test_figures_without_optional_inputs(tmp_path, repo_root):
     write_figure_inputs(tmp_path, attention=False)
-    (tmp_path / "results/tiny/no_fm/train_m/loss.tsv").unlink()
+    (tmp_path / "results/tiny/no_fm/s0/train_m/loss.tsv").unlink()
     params = make_params(repo_root, ["tiny"], ["r2m", "no_fm"], figure_images=3)
     figures.run(ctx_for("figures", params, tmp_path, dataset="tiny"))
     idx = json.loads((tmp_path / "reports/figures/tiny/index.json").read_text())
     assert [f["file"] for f in idx["figures"]] == ["losses.png", "examples.png"]
     notes = " ".join(idx["notes"])
-    assert "attention.json missing" in notes and "loss curves missing" in notes and "no_fm/train_m" in notes
+    assert "attention.json missing" in notes and "loss curves missing" in notes and "no_fm/s0/train_m" in notes
     assert "image img3: file unavailable" in notes
     assert idx["examples"][2]["thumbnail"] is None
 
@@ -402,7 +402,7 @@ def _table2_files(root: Path, better: float) -> None:
             cols["CIDEr"] = cols["CIDEr"] + better
         stats = PerImage(base.ids, cols)
         ev = {k: float(x) for k, x in corpus_metrics(stats).items()}
-        folder = root / f"results/tiny/{v}/train_i"
+        folder = root / f"results/tiny/{v}/s0/train_i"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "eval.json").write_text(json.dumps({**ev, "n_images": 20, "split": "test"}))
         write_stats(folder / "per_image.parquet", stats, ev)
@@ -453,14 +453,14 @@ def test_published_rows_leave_interval_and_mark_cells_empty(tmp_path, repo_root)
 
 def test_stale_or_missing_per_image_file_is_one_line_naming_it(tmp_path, repo_root):
     write_evals(tmp_path, ["tiny"])
-    p = tmp_path / "results/tiny/r2m/train_i/eval.json"
+    p = tmp_path / "results/tiny/r2m/s0/train_i/eval.json"
     p.write_text(json.dumps({**json.loads(p.read_text()), "CIDEr": 0.5}))
     with pytest.raises(ValueError, match=r"train_i/per_image\.parquet: per-image statistics of another evaluation "
                                          r"\(CIDEr [\d.]+ here, 0\.5 in eval\.json\)") as err:
         tables.table1(ctx_for("table1", make_params(repo_root, ["tiny"]), tmp_path))
     assert "\n" not in str(err.value)
     (p.parent / "per_image.parquet").unlink()
-    with pytest.raises(FileNotFoundError, match=r"missing per-image file .*r2m/train_i/per_image\.parquet"):
+    with pytest.raises(FileNotFoundError, match=r"missing per-image file .*r2m/s0/train_i/per_image\.parquet"):
         tables.table1(ctx_for("table1", make_params(repo_root, ["tiny"]), tmp_path))
 
 

@@ -52,7 +52,7 @@ def test_r2m_selection_keeps_the_best_scoring_weights_not_the_last(syn: Path) ->
     m = T.train(ctx_for(syn, "train_xe", make_params(train_xe={"steps": 40})), select=select)
     assert sorted(seen) == [10, 20, 30, 40]
     assert m["selected_step"] == 20 and m["selected_score"] == 0.9
-    ck = torch.load(syn / "models/syn/r2m/train_xe/model.pt", weights_only=True)
+    ck = torch.load(syn / "models/syn/r2m/s0/train_xe/model.pt", weights_only=True)
     assert ck["step"] == 20
     assert _same(ck["state_dict"], seen[20])
     assert not _same(seen[20], seen[40])  # the weights did move after the best step
@@ -102,17 +102,17 @@ def _argmax(record) -> int:
 
 def test_r2m_image_stage_cider_selection_keeps_the_argmax_step(cider_selected) -> None:
     syn, record = cider_selected
-    m = json.loads((syn / "results/syn/r2m/train_m/train_metrics.json").read_text())
+    m = json.loads((syn / "results/syn/r2m/s0/train_m/train_metrics.json").read_text())
     assert sorted(record) == [2, 4, 6]
     best = _argmax(record)
     assert m["selected_step"] == best and m["selected_score"] == record[best][0]
-    assert torch.load(syn / "models/syn/r2m/train_m/model.pt", weights_only=True)["step"] == best
+    assert torch.load(syn / "models/syn/r2m/s0/train_m/model.pt", weights_only=True)["step"] == best
 
 
 def test_r2m_image_stage_cider_selection_keeps_the_argmax_weights(cider_selected) -> None:
     syn, record = cider_selected
     best = _argmax(record)
-    sd = torch.load(syn / "models/syn/r2m/train_m/model.pt", weights_only=True)["state_dict"]
+    sd = torch.load(syn / "models/syn/r2m/s0/train_m/model.pt", weights_only=True)["state_dict"]
     assert _same(sd, {k: v for k, v in record[best][1].items() if k in sd})
 
 
@@ -120,11 +120,11 @@ def test_r2m_image_stage_cider_selection_keeps_the_argmax_weights(cider_selected
 def test_fresh_ignores_and_deletes_last_pt(syn: Path) -> None:
     p = make_params(train_xe={"steps": 20, "checkpoint_every": 10})
     full = T.train(ctx_for(syn, "train_xe", p))
-    reference = _weights(syn / "models/syn/r2m/train_xe/model.pt")
+    reference = _weights(syn / "models/syn/r2m/s0/train_xe/model.pt")
     import shutil
 
-    shutil.rmtree(syn / "models/syn/r2m/train_xe")
-    work = syn / ".r2m/resume/train_xe/syn-r2m"
+    shutil.rmtree(syn / "models/syn/r2m/s0/train_xe")
+    work = syn / ".r2m/resume/train_xe/syn-r2m-0"
     orig = T.OBJECTIVES["train_xe"]
     calls = {"n": 0, "stop_at": 13}
 
@@ -156,10 +156,10 @@ def test_fresh_ignores_and_deletes_last_pt(syn: Path) -> None:
     finally:
         T.OBJECTIVES["train_xe"] = orig
     again = T.train(fresh_ctx())
-    rows = [r.split("\t") for r in (syn / "results/syn/r2m/train_xe/loss.tsv").read_text().splitlines()[1:]]
+    rows = [r.split("\t") for r in (syn / "results/syn/r2m/s0/train_xe/loss.tsv").read_text().splitlines()[1:]]
     assert [int(r[0]) for r in rows if r[1] == "train"] == list(range(1, 21))
     assert again["train_loss"] == full["train_loss"]
-    assert _same(_weights(syn / "models/syn/r2m/train_xe/model.pt"), reference)
+    assert _same(_weights(syn / "models/syn/r2m/s0/train_xe/model.pt"), reference)
 
 
 # --------------------------------------------------------------------------- R2M joint-space retrieval
@@ -263,7 +263,7 @@ def test_four_stages_log_their_objective_under_each_profile(syn: Path, profile: 
             "train_m": lambda r: r["rank"], "train_i": lambda r: r["rank"] + gamma * r["rec"]}
     for st in ("train_xe", "train_s", "train_m", "train_i"):
         T.train(ctx_for(syn, st, p))
-        lines = (syn / f"results/syn/r2m/{st}/loss.tsv").read_text().splitlines()
+        lines = (syn / f"results/syn/r2m/s0/{st}/loss.tsv").read_text().splitlines()
         head = lines[0].split("\t")
         rows = [dict(zip(head, ln.split("\t"), strict=True)) for ln in lines[1:]]
         train = [{k: float(v) for k, v in r.items() if k not in ("split",) and v != ""} for r in rows

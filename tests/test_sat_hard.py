@@ -227,12 +227,12 @@ def test_stages_train_resume_and_inspect_sat_hard(tmp_path, monkeypatch) -> None
     for stage in ("prepare", "references", "extract_features_sup", "sup_vocab"):
         run(tmp_path, stage, full)
     run(tmp_path, "train_sup", full, "sat_hard")
-    head = (tmp_path / "results/syn/sat_hard/train_sup/loss.tsv").read_text().splitlines()[0]
+    head = (tmp_path / "results/syn/sat_hard/s0/train_sup/loss.tsv").read_text().splitlines()[0]
     assert head.split("\t") == ["step", "split", "loss", "xe", "dsr", "reinforce", "entropy"]
-    ck = torch.load(tmp_path / "models/syn/sat_hard/train_sup/model.pt", weights_only=True)
+    ck = torch.load(tmp_path / "models/syn/sat_hard/s0/train_sup/model.pt", weights_only=True)
     assert ck["model"] == "sat_hard" and float(ck["state_dict"]["reward_baseline"]) < 0  # log-likelihoods
     run(tmp_path, "inspect_sup", full, "sat_hard")
-    ins = json.loads((tmp_path / "results/syn/sat_hard/train_sup/inspect/inspect.json").read_text())
+    ins = json.loads((tmp_path / "results/syn/sat_hard/s0/train_sup/inspect/inspect.json").read_text())
     assert ins["model"] == "sat_hard" and len(ins["figures"]) == 2
 
     # stopped by SIGTERM at step 4 (last.pt written), then rerun: it resumes to the same weights and
@@ -244,11 +244,11 @@ def test_stages_train_resume_and_inspect_sat_hard(tmp_path, monkeypatch) -> None
     with pytest.raises(BaseException):  # noqa: B017  (the loop's preemption exit)
         run(other, "train_sup", full, "sat_hard")
     monkeypatch.delenv("R2M_FAULT")
-    assert not (other / "models/syn/sat_hard/train_sup/model.pt").exists()
+    assert not (other / "models/syn/sat_hard/s0/train_sup/model.pt").exists()
     last = torch.load(next((other / ".r2m/resume/train_sup").rglob("last.pt")), weights_only=True)
     assert last["step"] == 4 and float(last["model"]["state_dict"]["reward_baseline"]) < 0  # b is resume state
     run(other, "train_sup", full, "sat_hard")
-    resumed = torch.load(other / "models/syn/sat_hard/train_sup/model.pt", weights_only=True)["state_dict"]
+    resumed = torch.load(other / "models/syn/sat_hard/s0/train_sup/model.pt", weights_only=True)["state_dict"]
     assert resumed.keys() == ck["state_dict"].keys()
     for k, v in ck["state_dict"].items():
         assert torch.equal(v, resumed[k]), k

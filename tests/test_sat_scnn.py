@@ -386,19 +386,19 @@ def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
         run(stage)
     for model in ("sat", "scnn"):
         run("pretrain_sup", model)
-    assert "no pretraining phase" in read_json(tmp_path / "models/syn/sat/pretrain_sup/skipped.json")["skipped"]
-    pre = torch.load(tmp_path / "models/syn/scnn/pretrain_sup/model.pt", weights_only=True)
+    assert "no pretraining phase" in read_json(tmp_path / "models/syn/sat/s0/pretrain_sup/skipped.json")["skipped"]
+    pre = torch.load(tmp_path / "models/syn/scnn/s0/pretrain_sup/model.pt", weights_only=True)
     assert pre["stage"] == "pretrain_sup" and pre["config"]["concepts"]
     for model in ("sat", "scnn"):
         run("train_sup", model)
         run("inspect_sup", model)
-    sat_m = read_json(tmp_path / "results/syn/sat/train_sup/train_metrics.json")
+    sat_m = read_json(tmp_path / "results/syn/sat/s0/train_sup/train_metrics.json")
     assert sat_m["select_by"] == "bleu4" and [s["step"] for s in sat_m["selection"]] == [3, 6]
     best = max(sat_m["selection"], key=lambda s: s["bleu4"])["step"]
     assert sat_m["selected_step"] == best
-    ins = _json.loads((tmp_path / "results/syn/sat/train_sup/inspect/inspect.json").read_text())
+    ins = _json.loads((tmp_path / "results/syn/sat/s0/train_sup/inspect/inspect.json").read_text())
     assert ins["images"] == 3 and len(ins["figures"]) == 3
-    assert all((tmp_path / "results/syn/sat/train_sup/inspect" / f["file"]).exists() for f in ins["figures"])
+    assert all((tmp_path / "results/syn/sat/s0/train_sup/inspect" / f["file"]).exists() for f in ins["figures"])
     # every caption word naming an object with a ground-truth box in its image is one event (or one
     # whose box covers no grid cell centre), counted here by hand from the captions and the boxes
     from r2m.supervised.inspect import ground_truth_boxes
@@ -411,5 +411,5 @@ def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
     ah = ins["attention_hits"]
     assert ah["events"] + ah["events_without_cells"] == want
     assert 0 <= ah["chance"] <= 1 and (ah["chance"] > 0) == (ah["events"] > 0)
-    ml = read_json(tmp_path / "results/syn/scnn/train_sup/inspect/inspect.json")
+    ml = read_json(tmp_path / "results/syn/scnn/s0/train_sup/inspect/inspect.json")
     assert set(ml["multilabel"]) == {"C-P", "C-R", "C-F1", "O-P", "O-R", "O-F1"} and ml["top_k"] == 3

@@ -187,7 +187,7 @@ def test_end_to_end_stages_on_a_tiny_fixture(tiny) -> None:
     make, root = tiny
     run = make(pretrain_steps=3)
     _inputs_and_pretraining(run)
-    pre, out = root / "models/syn/scnn/pretrain_sup", root / "models/syn/scnn/train_sup"
+    pre, out = root / "models/syn/scnn/s0/pretrain_sup", root / "models/syn/scnn/s0/train_sup"
     initial = build_extractor("random_cnn", {"size": 32, "dim": 16}).model.state_dict()
     pre_cnn = _cnn_state(pre)
     assert any(not torch.equal(initial[k], v) for k, v in pre_cnn.items())  # the CNN pre-trains on L_u
@@ -195,17 +195,17 @@ def test_end_to_end_stages_on_a_tiny_fixture(tiny) -> None:
     run("train_sup", "scnn")
     tuned = _cnn_state(out)
     assert any(not torch.equal(pre_cnn[k], v) for k, v in tuned.items())  # joint fine-tuning moves the CNN
-    m = read_json(root / "results/syn/scnn/train_sup/train_metrics.json")
+    m = read_json(root / "results/syn/scnn/s0/train_sup/train_metrics.json")
     assert m["label"] == "S-CNN-RNN (end to end)" and m["cnn"] == "end_to_end"
     assert 0 < m["concept_coverage"] <= 1
     assert (out / "features/features.h5").exists()
     for stage in ("caption_sup", "retrieval_sup", "inspect_sup"):
         run(stage, "scnn")
-    caps = read_json(root / "results/syn/scnn/train_sup/captions.json")
+    caps = read_json(root / "results/syn/scnn/s0/train_sup/captions.json")
     assert len(caps) == 4 and all(c["caption"] for c in caps)
-    ins = read_json(root / "results/syn/scnn/train_sup/inspect/inspect.json")
+    ins = read_json(root / "results/syn/scnn/s0/train_sup/inspect/inspect.json")
     assert ins["label"] == "S-CNN-RNN (end to end)" and ins["images"] == 4
-    assert "R@1" in read_json(root / "results/syn/scnn/train_sup/retrieval.json")["sentence_retrieval"]
+    assert "R@1" in read_json(root / "results/syn/scnn/s0/train_sup/retrieval.json")["sentence_retrieval"]
 
 
 def test_a_skipped_pretraining_leaves_no_model_and_is_never_loaded(tiny) -> None:
@@ -214,7 +214,7 @@ def test_a_skipped_pretraining_leaves_no_model_and_is_never_loaded(tiny) -> None
     make, root = tiny
     run = make(pretrain_steps=2)
     _inputs_and_pretraining(run)
-    pre = root / "models/syn/scnn/pretrain_sup"
+    pre = root / "models/syn/scnn/s0/pretrain_sup"
     assert (pre / "model.pt").exists() and (pre / "cnn.pt").exists()
     run = make(pretrain_steps=0)  # later written as skipped: the older model must go
     run("pretrain_sup", "scnn")
@@ -224,7 +224,7 @@ def test_a_skipped_pretraining_leaves_no_model_and_is_never_loaded(tiny) -> None
     # one would fail
     (pre / "model.pt").write_bytes(b"not a checkpoint")
     run("train_sup", "scnn")
-    assert (root / "models/syn/scnn/train_sup/model.pt").exists()
+    assert (root / "models/syn/scnn/s0/train_sup/model.pt").exists()
 
 
 def test_report_rows_name_the_cnn_mode_and_the_protocol() -> None:

@@ -39,7 +39,7 @@ TABLE1 = "reports/table1.csv"
 # the final checkpoint train_i)
 TABLE1_RULES = sorted(["inputs", "prepare", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
                        "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "table1"])
-RESUME = ".r2m/resume/train_xe/tiny-r2m/last.pt"
+RESUME = ".r2m/resume/train_xe/tiny-r2m-0/last.pt"
 SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+) \(log: \S*?logs/slurm/rule_([A-Za-z0-9_]+)/")
 pytestmark = pytest.mark.slow
 
@@ -134,8 +134,8 @@ def test_every_job_is_a_slurm_job_with_the_resources_the_profile_declares(slurm_
 
 def test_tables_identical_to_the_local_run(slurm_dag, tiny_dag):
     wd, _ = slurm_dag
-    for rel in (TABLE1, "reports/table1.md", "results/tiny/r2m/train_i/eval.json",
-                "results/tiny/r2m/train_i/captions.json"):
+    for rel in (TABLE1, "reports/table1.md", "results/tiny/r2m/s0/train_i/eval.json",
+                "results/tiny/r2m/s0/train_i/captions.json"):
         assert (wd / rel).read_bytes() == (tiny_dag / rel).read_bytes(), rel
 
 
@@ -158,7 +158,7 @@ def test_scancel_of_a_training_job_is_reported_and_the_rerun_resumes_bit_identic
     done, _ = slurm_dag
     wd = copy_run(done, tmp_path / "cut")
     env = {**tiny_dag_env(), "R2M_FAULT": "train_xe@30:STOP"}
-    cmd = [*SNAKEMAKE, "--workflow-profile", PROFILE, *FAST, "models/tiny/r2m/train_xe",
+    cmd = [*SNAKEMAKE, "--workflow-profile", PROFILE, *FAST, "models/tiny/r2m/s0/train_xe",
            "--forcerun", "train_xe"]
     proc = subprocess.Popen(cmd, cwd=wd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for("last.pt", (wd / RESUME).exists, proc, 300)
@@ -176,16 +176,16 @@ def test_scancel_of_a_training_job_is_reported_and_the_rerun_resumes_bit_identic
     assert f"r2m: train_xe: Slurm job {ids[0]} was cancelled; run the same command again to resume it" in out
     assert sacct(ids, "State")[ids[0]]["State"].startswith("CANCELLED")
     step = torch.load(wd / RESUME, weights_only=True)["step"]
-    assert 20 <= step < 60 and not (wd / "models/tiny/r2m/train_xe").exists()
+    assert 20 <= step < 60 and not (wd / "models/tiny/r2m/s0/train_xe").exists()
 
-    r = snakemake(wd, "models/tiny/r2m/train_xe")
+    r = snakemake(wd, "models/tiny/r2m/s0/train_xe")
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    assert f"resuming from {RESUME} at step {step}" in (wd / "logs/train_xe/tiny-r2m.log").read_text()
+    assert f"resuming from {RESUME} at step {step}" in (wd / "logs/train_xe/tiny-r2m-0.log").read_text()
     assert not (wd / RESUME).exists()
-    a = torch.load(done / "models/tiny/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
-    b = torch.load(wd / "models/tiny/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
+    a = torch.load(done / "models/tiny/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
+    b = torch.load(wd / "models/tiny/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    loss = "results/tiny/r2m/train_xe/loss.tsv"
+    loss = "results/tiny/r2m/s0/train_xe/loss.tsv"
     assert (wd / loss).read_text() == (done / loss).read_text()
 
 
@@ -193,7 +193,7 @@ def test_a_job_over_its_memory_limit_fails_with_a_one_line_reason(slurm_dag, tmp
     """train_xe given 300 MB (Snakemake's job wrapper and torch need more): Slurm kills it and the Snakefile's
     onerror prints one line naming the rule, the job and both sizes; the finished upstream outputs stay."""
     wd = copy_run(slurm_dag[0], tmp_path / "oom")
-    r = snakemake(wd, "models/tiny/r2m/train_xe", "--forcerun", "train_xe", "--set-resources", "train_xe:mem_mb=300")
+    r = snakemake(wd, "models/tiny/r2m/s0/train_xe", "--forcerun", "train_xe", "--set-resources", "train_xe:mem_mb=300")
     out = r.stdout + r.stderr
     assert r.returncode != 0
     assert "Error in rule train_xe:" in out, out[-3000:]
@@ -219,7 +219,7 @@ def test_ddp_as_two_srun_tasks_follows_the_single_process_loss_curve(slurm_dag, 
     raw["catalog"]["tiny"]["overrides"]["train_xe"].update(steps=8, eval_every=4, checkpoint_every=4)
     for name in ("one", "two"):
         wd = copy_run(done, tmp_path / name)
-        for rel in ("models/tiny/r2m/train_xe", "results/tiny/r2m/train_xe"):
+        for rel in ("models/tiny/r2m/s0/train_xe", "results/tiny/r2m/s0/train_xe"):
             shutil.rmtree(wd / rel)
         (wd / "ddp_params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     r2m = f"{BIN / 'r2m'} train_xe --dataset tiny --variant r2m --params ddp_params.yaml"
@@ -232,11 +232,11 @@ def test_ddp_as_two_srun_tasks_follows_the_single_process_loss_curve(slurm_dag, 
     steps = subprocess.run(["sacct", "-n", "-P", "-j", jid, "-o", "JobID,NTasks,State"], capture_output=True,
                            text=True, check=True).stdout.splitlines()
     assert {f"{jid}.0|1|COMPLETED", f"{jid}.1|2|COMPLETED"} <= set(steps), steps
-    loss = "results/tiny/r2m/train_xe/loss.tsv"
+    loss = "results/tiny/r2m/s0/train_xe/loss.tsv"
     one, two = tmp_path / "one", tmp_path / "two"
     assert_same_loss_curve((one / loss).read_text(), (two / loss).read_text(), "train_xe: srun -n 1 vs -n 2")
-    assert (two / "models/tiny/r2m/train_xe/model.pt").exists()
-    locks = ".r2m/locks/train_xe/tiny-r2m-rank1.lock"  # rank 1's own lock: RANK=1 came from SLURM_PROCID
+    assert (two / "models/tiny/r2m/s0/train_xe/model.pt").exists()
+    locks = ".r2m/locks/train_xe/tiny-r2m-0-rank1.lock"  # rank 1's own lock: RANK=1 came from SLURM_PROCID
     assert (two / locks).exists() and not (one / locks).exists()
 
 

@@ -43,7 +43,7 @@ def _tiny_dag(root: Path, wd: Path, env: dict[str, str]) -> Path:
     raw = yaml.safe_load((root / "params.yaml").read_text())
     raw.update(datasets=["tiny"], variants=["r2m"])
     (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    r = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "results/tiny/r2m/train_i/eval.json"],
+    r = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "results/tiny/r2m/s0/train_i/eval.json"],
                        cwd=wd, env=env, capture_output=True, text=True, timeout=3000)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return wd
@@ -52,7 +52,7 @@ def _tiny_dag(root: Path, wd: Path, env: dict[str, str]) -> Path:
 def _final_losses(wd: Path) -> dict[str, float]:
     out = {}
     for stage in ("train_xe", "train_s", "train_m", "train_i"):
-        out[stage] = json.loads((wd / f"results/tiny/r2m/{stage}/train_metrics.json").read_text())["train_loss_last10"]
+        out[stage] = json.loads((wd / f"results/tiny/r2m/s0/{stage}/train_metrics.json").read_text())["train_loss_last10"]
     return out
 
 
@@ -71,11 +71,11 @@ def test_tiny_dag_on_cuda_matches_cpu(tmp_path, request, dtype, tiny_dag):
     lc, lg = _final_losses(cpu), _final_losses(gpu)
     for stage in lc:
         assert lg[stage] == pytest.approx(lc[stage], rel=tol["loss_rel"]), stage
-    mc = json.loads((cpu / "results/tiny/r2m/train_i/eval.json").read_text())
-    mg = json.loads((gpu / "results/tiny/r2m/train_i/eval.json").read_text())
+    mc = json.loads((cpu / "results/tiny/r2m/s0/train_i/eval.json").read_text())
+    mg = json.loads((gpu / "results/tiny/r2m/s0/train_i/eval.json").read_text())
     for k, v in mc.items():
         if isinstance(v, float) and isinstance(mg.get(k), float):
             assert abs(100 * mg[k] - 100 * v) <= tol["metric_abs"], (k, v, mg[k])
-    gm = json.loads((gpu / "results/tiny/r2m/train_i/train_metrics.json").read_text())
+    gm = json.loads((gpu / "results/tiny/r2m/s0/train_i/train_metrics.json").read_text())
     assert gm["device"].startswith("cuda") and gm["tf32"] is (dtype != "fp32")
     assert gm["cuda_graph"] is True, gm["cuda_graph_off"]  # the whole-step graph replayed (else: why not)

@@ -54,11 +54,11 @@ def test_train_sup_keeps_the_best_scoring_weights(tmp_path: Path, monkeypatch) -
 
     monkeypatch.setattr(sup_select, "val_selector", fake_selector)
     _run(tmp_path, "train_sup", "mrnn")
-    m = read_json(tmp_path / "results/syn/mrnn/train_sup/train_metrics.json")
+    m = read_json(tmp_path / "results/syn/mrnn/s0/train_sup/train_metrics.json")
     assert [s["step"] for s in m["selection"]] == [2, 4, 6, 8]
     assert [s["bleu4"] for s in m["selection"]] == [SCORES[s] for s in (2, 4, 6, 8)]
     assert m["selected_step"] == 4 and m["steps"] == 8
-    ck = torch.load(tmp_path / "models/syn/mrnn/train_sup/model.pt", weights_only=True)
+    ck = torch.load(tmp_path / "models/syn/mrnn/s0/train_sup/model.pt", weights_only=True)
     assert ck["step"] == 4
     sd = ck["state_dict"]
     assert sd.keys() == seen[4].keys()

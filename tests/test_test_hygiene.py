@@ -13,7 +13,7 @@ from conftest import WORKFLOW, copy_sources, source_files
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUTS = ("data/demo/prepared/images.parquet", "data/demo/inputs.json", "data/demo/vocab/vocab.json",
-           "models/demo/r2m/train_xe/model.pt", "results/demo/r2m/train_i/eval.json", "reports/table1.csv",
+           "models/demo/r2m/s0/train_xe/model.pt", "results/demo/r2m/s0/train_i/eval.json", "reports/table1.csv",
            "logs/demo/prepare.log", ".snakemake/r2m/params.yaml", "src/r2m/__pycache__/x.cpython-311.pyc")
 SOURCES = ("data/demo/references.json", "data/demo/photos.yaml", "src/r2m/__init__.py", "params.yaml",
            "Snakefile")

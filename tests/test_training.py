@@ -111,27 +111,27 @@ def test_four_stages_outputs_and_checkpoint(syn: Path) -> None:
     for st in ("train_xe", "train_s", "train_m", "train_i"):
         m = run_stage(syn, st, p)
         assert m["steps"] == p.model_dump()[st]["steps"]
-        model_dir = syn / "models/syn/r2m" / st
+        model_dir = syn / "models/syn/r2m/s0" / st
         ck = torch.load(model_dir / "model.pt", weights_only=True)
         assert ck["config"]["d"] == 16 and ck["stage"] == st
         assert sorted(f.name for f in model_dir.iterdir()) == [".r2m-owned.json", "inference.json", "model.pt",
                                                                "params.yaml"]
         info = json.loads((model_dir / "inference.json").read_text())  # what `r2m caption IMAGES` needs
         assert info["stage"] == st and info["itos"] == ITOS and info["caption"]["beam"] == 2
-        assert not (syn / ".r2m/resume" / st / "syn-r2m").exists()  # resumable state cleaned on completion
-        tsv = (syn / f"results/syn/r2m/{st}/loss.tsv").read_text().splitlines()
+        assert not (syn / ".r2m/resume" / st / "syn-r2m-0").exists()  # resumable state cleaned on completion
+        tsv = (syn / f"results/syn/r2m/s0/{st}/loss.tsv").read_text().splitlines()
         assert tsv[0].startswith("step\tsplit\tloss")
         assert any("\tval\t" in line for line in tsv[1:])
-        metrics = json.loads((syn / f"results/syn/r2m/{st}/train_metrics.json").read_text())
+        metrics = json.loads((syn / f"results/syn/r2m/s0/{st}/train_metrics.json").read_text())
         assert metrics["train_loss"] is not None and metrics["wall_s"] > 0
     # the image stages learned an image projection of the feature size
-    ck = torch.load(syn / "models/syn/r2m/train_i/model.pt", weights_only=True)
+    ck = torch.load(syn / "models/syn/r2m/s0/train_i/model.pt", weights_only=True)
     assert ck["config"]["image_dim"] == 12 and "image_proj.weight" in ck["state_dict"]
 
 
 def test_val_xe_falls_during_train_xe(syn: Path) -> None:
     run_stage(syn, "train_xe", make_params(train_xe={"steps": 40}))
-    rows = [r.split("\t") for r in (syn / "results/syn/r2m/train_xe/loss.tsv").read_text().splitlines()[1:]]
+    rows = [r.split("\t") for r in (syn / "results/syn/r2m/s0/train_xe/loss.tsv").read_text().splitlines()[1:]]
     val = [float(r[2]) for r in rows if r[1] == "val"]
     assert len(val) == 4 and val[-1] < val[0] - 0.5
 
@@ -149,12 +149,12 @@ def test_resume_continues_from_saved_step(syn: Path, caplog) -> None:
 
     p = make_params(train_xe={"steps": 20, "checkpoint_every": 10})
     full = run_stage(syn, "train_xe", p)
-    final = torch.load(syn / "models/syn/r2m/train_xe/model.pt", weights_only=True)
+    final = torch.load(syn / "models/syn/r2m/s0/train_xe/model.pt", weights_only=True)
     # interrupt a fresh run after its step-10 checkpoint
     import shutil
 
-    shutil.rmtree(syn / "models/syn/r2m/train_xe")
-    work = syn / ".r2m/resume/train_xe/syn-r2m"
+    shutil.rmtree(syn / "models/syn/r2m/s0/train_xe")
+    work = syn / ".r2m/resume/train_xe/syn-r2m-0"
     orig = T.OBJECTIVES["train_xe"]
     calls = {"n": 0}
 
@@ -171,14 +171,14 @@ def test_resume_continues_from_saved_step(syn: Path, caplog) -> None:
     finally:
         T.OBJECTIVES["train_xe"] = orig
     assert torch.load(work / "last.pt", weights_only=True)["step"] == 10
-    assert not (syn / "models/syn/r2m/train_xe").exists()  # a failed stage leaves no model folder
+    assert not (syn / "models/syn/r2m/s0/train_xe").exists()  # a failed stage leaves no model folder
     resumed = run_stage(syn, "train_xe", p)
-    rows = [r.split("\t") for r in (syn / "results/syn/r2m/train_xe/loss.tsv").read_text().splitlines()[1:]]
+    rows = [r.split("\t") for r in (syn / "results/syn/r2m/s0/train_xe/loss.tsv").read_text().splitlines()[1:]]
     steps = [int(r[0]) for r in rows if r[1] == "train"]
     assert steps == list(range(1, 21))  # nothing repeated, nothing lost
     # same data order and RNG: the resumed run ends where the uninterrupted one did
     assert resumed["train_loss"] == pytest.approx(full["train_loss"], rel=1e-4)
-    again = torch.load(syn / "models/syn/r2m/train_xe/model.pt", weights_only=True)
+    again = torch.load(syn / "models/syn/r2m/s0/train_xe/model.pt", weights_only=True)
     assert all(torch.equal(again["state_dict"][k], v) for k, v in final["state_dict"].items())
 
 
@@ -212,11 +212,11 @@ def test_checkpoint_selection_hook(syn: Path) -> None:
     scores = iter([0.1, 0.9, 0.3])
     m = train(ctx_for(syn, "train_xe", make_params(train_xe={"steps": 30})), select=lambda model, step: next(scores))
     assert m["selected_step"] == 20 and m["selected_score"] == 0.9
-    kept = torch.load(syn / "models/syn/r2m/train_xe/model.pt", weights_only=True)
+    kept = torch.load(syn / "models/syn/r2m/s0/train_xe/model.pt", weights_only=True)
     assert kept["step"] == 20
     # the kept weights are step 20's (a run of 20 steps), not the last step's
     train(ctx_for(syn, "train_xe", make_params(train_xe={"steps": 20})))
-    at20 = torch.load(syn / "models/syn/r2m/train_xe/model.pt", weights_only=True)["state_dict"]
+    at20 = torch.load(syn / "models/syn/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
     assert all(torch.equal(kept["state_dict"][k], v) for k, v in at20.items())
 
 
@@ -250,11 +250,11 @@ def test_image_stage_selects_checkpoint_by_val_cider(syn: Path) -> None:
         T.run(ctx_for(syn, "train_m", p))
     finally:
         selection.cider_selector = real
-    m = json.loads((syn / "results/syn/r2m/train_m/train_metrics.json").read_text())
+    m = json.loads((syn / "results/syn/r2m/s0/train_m/train_metrics.json").read_text())
     assert sorted(scores) == [3, 6]
     best = max(sorted(scores), key=scores.get)  # the first of the best on ties
     assert m["selected_step"] == best and m["selected_score"] == scores[best]
-    assert torch.load(syn / "models/syn/r2m/train_m/model.pt", weights_only=True)["step"] == m["selected_step"]
+    assert torch.load(syn / "models/syn/r2m/s0/train_m/model.pt", weights_only=True)["step"] == m["selected_step"]
 
 
 def test_select_by_cider_without_val_references_keeps_last(syn: Path) -> None:
@@ -265,7 +265,7 @@ def test_select_by_cider_without_val_references_keeps_last(syn: Path) -> None:
     run_stage(syn, "train_xe", p)
     run_stage(syn, "train_s", p)
     T.run(ctx_for(syn, "train_m", p))
-    m = json.loads((syn / "results/syn/r2m/train_m/train_metrics.json").read_text())
+    m = json.loads((syn / "results/syn/r2m/s0/train_m/train_metrics.json").read_text())
     assert m["selected_step"] is None and m["steps"] == 4
 
 

@@ -146,7 +146,7 @@ def test_stage_outputs_of_an_older_r2m_are_adopted_user_folders_are_not(tmp_path
     r2m replaces itself, keep working; a folder without that file is not adopted, and stays refused."""
     from r2m.utils.io import adopt_stage_outputs, atomic_path
 
-    old = tmp_path / "models/demo/r2m/train_xe"
+    old = tmp_path / "models/demo/r2m/s0/train_xe"
     old.mkdir(parents=True)
     for name in ("model.pt", "params.yaml", "inference.json"):
         (old / name).write_text(name)

@@ -3,7 +3,7 @@
 captions for image files that belong to no dataset.
 
 IMAGES are files, folders (their image files, not recursive) or glob patterns. The checkpoint folder
-(default ``models/demo/r2m/train_i``, the demo's model after ``make run``) carries
+(default ``models/demo/r2m/s0/train_i``, the demo's model after ``make run``) carries
 ``inference.json``: the vocabulary and the concept/detector/feature/caption settings it was trained
 with (:mod:`r2m.decoding.settings`); the captioning is
 :class:`r2m.decoding.captioner.Captioner`. Detection, (when ``no_concepts`` is ``image``) features and
@@ -30,7 +30,7 @@ from pathlib import Path
 from r2m.decoding.stage import run  # noqa: F401  (the DAG stage: pipeline/stages.py's impl)
 from r2m.utils.guard import not_a_file, positive_int
 
-DEFAULT_MODEL = "models/demo/r2m/train_i"
+DEFAULT_MODEL = "models/demo/r2m/s0/train_i"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 
 

@@ -72,7 +72,10 @@ def _stage_parser(stage: S.Stage, add_help: bool = True) -> argparse.ArgumentPar
     p = OneLineParser(prog=f"r2m {stage.name}", description=stage.help, add_help=add_help,
                       epilog=_next_steps(stage))
     for axis in stage.axes:
-        p.add_argument(f"--{axis}", default=None, help=f"{axis} to run for")
+        if axis == "seed":  # the engines always name it; by hand, the single-seed run's
+            p.add_argument("--seed", default="0", help="the run's seed (default 0; its files: s<seed>/)")
+        else:
+            p.add_argument(f"--{axis}", default=None, help=f"{axis} to run for")
     p.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     p.add_argument("--device", type=device_arg, default=None, help="runtime: auto|cpu|cuda[:N] (env R2M_DEVICE)")
     p.add_argument("--threads", type=int, default=None, help="runtime: torch threads (env R2M_THREADS)")
@@ -140,6 +143,9 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     if "model" in stage.axes and pre.model is not None and pre.model not in P.SUP_MODEL_NAMES:
         print(f"r2m {stage.name}: --model {pre.model!r}: choose from {', '.join(P.SUP_MODEL_NAMES)}",
               file=sys.stderr)
+        return 2
+    if "seed" in stage.axes and pre.seed is not None and not (pre.seed.isascii() and pre.seed.isdigit()):
+        print(f"r2m {stage.name}: --seed {pre.seed!r}: a run's seed is a non-negative integer", file=sys.stderr)
         return 2
     module, func = _load(stage.impl)
     if hasattr(module, "relaunch"):  # e.g. training's --nproc N: re-run under torchrun

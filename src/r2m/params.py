@@ -87,6 +87,31 @@ class _Section(BaseModel):
     model_config = STRICT
 
 
+def seed_numbers(value: Any) -> Any:
+    """A seed list as given on a command line (Snakemake's ``--config 'seeds=[0,1]'`` reads ``["0", "1"]``):
+    digit strings become integers, anything else is left to the schema."""
+    def one(x: Any) -> Any:
+        return int(x) if isinstance(x, str) and x.isascii() and x.isdigit() else x
+
+    if isinstance(value, list):
+        return [one(x) for x in value]
+    if isinstance(value, dict):
+        return {k: seed_numbers(v) for k, v in value.items()}
+    return value
+
+
+def check_seeds(seeds: list[int], what: str) -> list[int]:
+    """A seed list: non-empty, each seed a non-negative integer named once (seeds name folders: ``s<seed>``)."""
+    if not seeds:
+        raise ValueError(f"{what}: give at least one seed")
+    bad = [x for x in seeds if x < 0]
+    if bad:
+        raise ValueError(f"{what}: seeds are non-negative integers, got {bad}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{what}: a seed is listed twice in {seeds}")
+    return seeds
+
+
 # --------------------------------------------------------------------------- datasets
 class DatasetEntry(_Section):
     """A dataset recipe. ``kind`` selects the recipe in :mod:`r2m.datasets`; the remaining keys
@@ -100,6 +125,28 @@ class DatasetEntry(_Section):
     beta: float = Field(1.0, ge=0, description="weight of L_rec^S in L_S (Eq. 11)")
     gamma: float = Field(1.0, ge=0, description="weight of L_rec^I in L_I (Eq. 13)")
     overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    seeds: list[int] | dict[str, list[int]] | None = Field(
+        None, description="the training seeds of this dataset's runs (the DAG's seed axis): a list for every "
+        "variant and baseline, or per name ({r2m: [0, 1, 2]}; names not listed: the top-level `seeds`); "
+        "null = the top-level `seeds`")
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seed_numbers(cls, v: Any) -> Any:
+        return seed_numbers(v)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seed_lists(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            known = (*VARIANT_NAMES, *SUP_MODEL_NAMES)
+            for name, seeds in v.items():
+                if name not in known:
+                    raise ValueError(f"seeds.{name}: not a variant or baseline ({', '.join(known)})")
+                check_seeds(seeds, f"seeds.{name}")
+        elif v is not None:
+            check_seeds(v, "seeds")
+        return v
 
     @field_validator("kind")
     @classmethod
@@ -430,6 +477,11 @@ class _ParamsBase(_Section):
         None, description="derived, for DVC's matrix of the data stages: datasets + baselines.datasets "
         "(`r2m dag --check` says when it is stale; Snakemake recomputes it)")
     variants: list[str] = Field(default_factory=lambda: list(VARIANT_NAMES), min_length=1)
+    seeds: list[int] = Field(default_factory=lambda: [0], description="the training seeds of every run (the DAG's "
+                             "seed axis; a catalog entry's `seeds` overrides them for its dataset)")
+    all_seeds: list[int] | None = Field(
+        None, description="derived, for DVC's matrix of the seeded stages: every seed `seeds` and the catalog "
+        "entries name (`r2m dag --check` says when it is stale; Snakemake recomputes it)")
     catalog: dict[str, DatasetEntry]
     concepts: ConceptsParams = Field(default_factory=ConceptsParams)
     detect_concepts: DetectParams = Field(default_factory=DetectParams)
@@ -460,6 +512,16 @@ class _ParamsBase(_Section):
             check_name(name, "catalog: dataset name")
         return v
 
+    @field_validator("seeds", "all_seeds", mode="before")
+    @classmethod
+    def _seed_numbers(cls, v: Any) -> Any:
+        return seed_numbers(v)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seed_list(cls, v: list[int]) -> list[int]:
+        return check_seeds(v, "seeds")
+
     @field_validator("variants")
     @classmethod
     def _known_variants(cls, v: list[str]) -> list[str]:
@@ -480,7 +542,8 @@ class _ParamsBase(_Section):
             raise ValueError(
                 f"datasets {missing} are not declared under 'catalog' (known: {sorted(self.catalog)})"
             )
-        sections = set(type(self).model_fields) - {"datasets", "all_datasets", "variants", "catalog", "baselines"}
+        sections = set(type(self).model_fields) - {"datasets", "all_datasets", "variants", "catalog", "baselines",
+                                                   "seeds", "all_seeds"}
         for name, entry in self.catalog.items():
             for section in entry.overrides:
                 if section not in sections:
@@ -602,6 +665,45 @@ def with_profile(params: Params, dataset: str) -> Params:
     """``params`` with every null profile item filled from ``dataset``'s profile (no-op when resolved)."""
     raw = params.model_dump(mode="json")
     return Params.model_validate(resolve_fidelity(raw, profile_of(params.catalog[dataset])))
+
+
+# --------------------------------------------------------------------------- seeds
+# the sections whose ``seed`` a run's seed (the DAG's seed axis) shifts: every random choice of a run —
+# initialisation, batch order, concept shuffling, dropout, hard attention's draws (torch's generator seeded
+# with the training stage's seed), caption sampling, retrieval's sampled prior images
+SEEDED_SECTIONS = (*TRAIN_STAGES, "train_sup", "caption", "retrieval")
+
+
+def seeds_for(params: Params, dataset: str, name: str | None) -> list[int]:
+    """The seeds of ``dataset``'s runs of variant or baseline ``name``: its catalog entry's ``seeds`` (a
+    list, or its item ``name``), else the top-level ``seeds``."""
+    entry = params.catalog[dataset].seeds if dataset in params.catalog else None
+    if isinstance(entry, dict):
+        entry = entry.get(name or "")
+    return list(entry if entry is not None else params.seeds)
+
+
+def all_seeds(params: Params) -> list[int]:
+    """Every seed some run uses (sorted): R²M's variants on ``datasets``, the baselines on theirs (DVC's seed
+    matrix)."""
+    runs = [(ds, v) for ds in params.datasets for v in params.variants]
+    runs += [(ds, m) for ds in params.baselines.datasets for m in params.baselines.models]
+    return sorted({s for ds, name in runs for s in seeds_for(params, ds, name)})
+
+
+def with_seed(params: Params, seed: int) -> Params:
+    """``params`` as run ``seed`` sees them: each :data:`SEEDED_SECTIONS` ``seed`` (``train_sup``'s per-model
+    ones too) plus ``seed``. Seed 0 is ``params`` itself: a single-seed run draws what it always drew."""
+    if not seed:
+        return params
+    update: dict[str, Any] = {}
+    for name in SEEDED_SECTIONS:
+        section = getattr(params, name)
+        update[name] = section.model_copy(update={"seed": section.seed + seed})
+    per_model = {m: {**over, "seed": over["seed"] + seed} if "seed" in over else over
+                 for m, over in params.train_sup.per_model.items()}
+    update["train_sup"] = update["train_sup"].model_copy(update={"per_model": per_model})
+    return params.model_copy(update=update)
 
 
 def dump(params: BaseModel | dict[str, Any]) -> str:

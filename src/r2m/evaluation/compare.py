@@ -2,7 +2,7 @@
 over the test images, and B − A (C − A, …) with its paired interval.
 
 A, B, … are COCO results files (``[{"image_id", "caption"}]``) or result folders
-(``results/<dataset>/<variant>/<ckpt>/``: their ``captions.json``, with ``caption_info.json`` for
+(``results/<dataset>/<variant>/s<seed>/<ckpt>/``: their ``captions.json``, with ``caption_info.json`` for
 concept recall). A folder's ``per_image.parquet`` is used as it is when it records the same
 ``captions.json`` and references file (their SHA-256); otherwise the captions are scored here as
 ``r2m evaluate`` scores them (PTB tokenisation, the coco-caption scorers). Every system must

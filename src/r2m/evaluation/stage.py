@@ -1,6 +1,6 @@
 """The ``evaluate`` stage and the standalone ``r2m evaluate --results … --references …`` command.
 
-DAG stage: ``results/<D>/<variant>/<ckpt>/captions.json`` against ``data/<D>/references/references.json``
+DAG stage: ``results/<D>/<variant>/s<seed>/<ckpt>/captions.json`` against ``data/<D>/references/references.json``
 (restricted to the captioned images) → ``eval.json`` (aggregate metrics for ``dvc metrics``, plus
 ``n_images``, ``unreadable_images`` and ``unreadable_image_ids``: the scored images that
 ``detect_concepts`` could not read, listed in ``reports/<D>/bad_images.csv``, captioned from no

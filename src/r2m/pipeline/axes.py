@@ -5,13 +5,19 @@ Cheap to import (params and pydantic only): Snakemake and the stage registry use
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from r2m.params import TRAIN_STAGES, Params
+from r2m.params import TRAIN_STAGES, Params, all_seeds, seeds_for
 
+# every seed some run uses (DVC's matrix; the derived params key): a stage's instances run over it, while a
+# Gather takes each run's own seeds (:func:`run_seeds`: the dataset's, per variant or baseline)
+ALL_SEEDS = "all_seeds"
 # value lists the DAG expands axes over; a Gather or Stage may name another list for an axis
 # (e.g. the baselines' datasets: ``("dataset", "baselines.datasets")``)
-AXIS_SOURCES = {"dataset": "datasets", "variant": "variants", "ckpt": "ckpts", "model": "baselines.models"}
+AXIS_SOURCES = {"dataset": "datasets", "variant": "variants", "ckpt": "ckpts", "model": "baselines.models",
+                "seed": ALL_SEEDS}
 # the dataset list of the data stages other lists' stages need (DVC: the derived params key)
 ALL_DATASETS = "all_datasets"
 
@@ -32,6 +38,7 @@ _AXIS_LISTS: dict[str, Any] = {
     "baselines.models": lambda p: list(p.baselines.models),
     "baselines.datasets": lambda p: list(p.baselines.datasets),
     ALL_DATASETS: all_datasets,
+    ALL_SEEDS: lambda p: [str(s) for s in all_seeds(p)],
 }
 
 
@@ -43,6 +50,35 @@ def axis_value(params: Params, source: str) -> list[str]:
 def axis_values(params: Params) -> dict[str, list[str]]:
     """Every value list an axis can be expanded over, keyed by its params name."""
     return {name: fn(params) for name, fn in _AXIS_LISTS.items()}
+
+
+def run_seeds(params: Params, keys: Mapping[str, str]) -> list[str]:
+    """The seeds of the run ``keys`` names (its dataset and variant or baseline model)."""
+    return [str(s) for s in seeds_for(params, keys["dataset"], keys.get("variant") or keys.get("model"))]
+
+
+def expand(params: Params, over: tuple[str, ...], source: Callable[[str], str],
+           bound: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """Every combination of the ``over`` axes (values from the list ``source(axis)`` names), ``bound`` filled
+    in; a ``seed`` among them takes the seeds of each combination's run (:func:`run_seeds`), last."""
+    plain = [a for a in over if a != "seed"]
+    for combo in itertools.product(*(axis_value(params, source(a)) for a in plain)):
+        keys = {**bound, **dict(zip(plain, combo, strict=True))}
+        if "seed" not in over:
+            yield keys
+            continue
+        for seed in run_seeds(params, keys):
+            yield {**keys, "seed": seed}
+
+
+def stale_all_seeds(params: Params) -> str | None:
+    """A one-line message when the params' ``all_seeds`` (read by DVC) is not the derived list."""
+    want = all_seeds(params)
+    if params.all_seeds is not None and sorted(params.all_seeds) == want:
+        return None
+    have = "missing" if params.all_seeds is None else f"{params.all_seeds}"
+    return (f"{ALL_SEEDS}: {have}, but `seeds` and the catalog entries' `seeds` give {want}: write "
+            f"`{ALL_SEEDS}: {want}` in params.yaml (dvc: -S '{ALL_SEEDS}={want}')")
 
 
 def stale_all_datasets(params: Params) -> str | None:

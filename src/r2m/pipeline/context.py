@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m import params as P
-from r2m.pipeline.axes import axis_value, pick
+from r2m.pipeline.axes import expand, pick
 from r2m.pipeline.stages import Gather, Stage, folder_members
 from r2m.runtime import Runtime
 from r2m.utils.guard import inside
@@ -31,6 +31,7 @@ class StageContext:
     variant: str | None = None
     ckpt: str | None = None
     model: str | None = None
+    seed: str | None = None  # the run's seed (the DAG's seed axis): shifts every section's seed (P.with_seed)
     root: Path = Path(".")
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("r2m"))
 
@@ -38,6 +39,10 @@ class StageContext:
         # a stage always sees explicit ``fidelity`` items (for_dataset resolves them already)
         if self.dataset is not None and self.dataset in self.params.catalog:
             self.params = P.with_profile(self.params, self.dataset)
+        if "seed" in self.stage.axes and self.seed is None:  # in-process callers: the first run's seed
+            self.seed = "0"
+        if self.seed is not None:
+            self.params = P.with_seed(self.params, int(self.seed))
 
     # ------------------------------------------------------------------ paths
     @property
@@ -74,18 +79,11 @@ class StageContext:
         return out
 
     def gather(self, name: str) -> list[tuple[dict[str, str], Path]]:
-        """Expand a :class:`Gather` dependency over the configured datasets/variants/ckpts."""
-        import itertools
-
+        """Expand a :class:`Gather` dependency over the configured datasets/variants/ckpts (and each run's seeds)."""
         g = self.stage.deps[name]
         assert isinstance(g, Gather)
-        values = {g.source(a): axis_value(self.params, g.source(a)) for a in g.over}  # only the lists it uses
-        fixed = dict(g.fixed)
-        out = []
-        for combo in itertools.product(*(values[g.source(a)] for a in g.over)):
-            keys = {**self.axes, **fixed, **dict(zip(g.over, combo, strict=True))}
-            out.append((keys, inside(self.root, g.pattern.format(**keys), f"{self.stage.name}: path")))
-        return out
+        return [(keys, inside(self.root, g.pattern.format(**keys), f"{self.stage.name}: path"))
+                for keys in expand(self.params, g.over, g.source, {**self.axes, **dict(g.fixed)})]
 
     # ------------------------------------------------------------------ params
     @property

@@ -99,13 +99,15 @@ def render() -> str:
 
 
 def _stale_params(path: Path) -> str | None:
-    """The message of :func:`r2m.pipeline.axes.stale_all_datasets` for a params file (None if absent)."""
+    """The messages of :func:`r2m.pipeline.axes.stale_all_datasets` and ``stale_all_seeds`` for a params file
+    (None if absent or both are current)."""
     if not path.exists():
         return None
     from r2m import params as P
-    from r2m.pipeline.axes import stale_all_datasets
+    from r2m.pipeline.axes import stale_all_datasets, stale_all_seeds
 
-    return stale_all_datasets(P.load(path))
+    params = P.load(path)
+    return "; ".join(m for m in (stale_all_datasets(params), stale_all_seeds(params)) if m) or None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--check", action="store_true", help="exit 1 when dvc.yaml differs from the registry")
     g.add_argument("--print", action="store_true", help="print the generated dvc.yaml")
     p.add_argument("--file", default="dvc.yaml")
-    p.add_argument("--params", default="params.yaml", help="--check: its derived all_datasets too (if present)")
+    p.add_argument("--params", default="params.yaml",
+                   help="--check: its derived all_datasets and all_seeds too (if present)")
     args = p.parse_args(argv)
     text = render()
     path = Path(args.file)

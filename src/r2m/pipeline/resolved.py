@@ -39,18 +39,22 @@ RUNNER = "r2m.pipeline.context"  # runs every stage's impl
 # definition, which both engines compare on their own; its files are not code a stage runs
 REGISTRY = ("r2m.pipeline.stages", "r2m.pipeline.sup_stages", "r2m.pipeline.spec")
 # catalog entry items that are not the recipe's: they reach stages through the sections they feed
-# (overrides, fidelity) or are declared on their own (beta, gamma: ``catalog.beta``)
-NOT_RECIPE = ("overrides", "fidelity", "beta", "gamma")
+# (overrides, fidelity), are declared on their own (beta, gamma: ``catalog.beta``) or are the seed axis (seeds)
+NOT_RECIPE = ("overrides", "fidelity", "beta", "gamma", "seeds")
 
 
 # --------------------------------------------------------------------------- params
-def _view(params: P.Params, dataset: str | None, cache: dict | None) -> tuple[P.Params, dict[str, Any]]:
-    if cache is not None and dataset in cache:
-        return cache[dataset]
+def _view(params: P.Params, dataset: str | None, cache: dict | None,
+          seed: str | None = None) -> tuple[P.Params, dict[str, Any]]:
+    """The params as ``dataset``'s run ``seed`` sees them (as :class:`~r2m.pipeline.context.StageContext` does)."""
+    key = (dataset, seed)
+    if cache is not None and key in cache:
+        return cache[key]
     view = P.for_dataset(params, dataset) if dataset else params
+    view = P.with_seed(view, int(seed)) if seed is not None else view
     out = (view, view.model_dump(mode="json"))
     if cache is not None:
-        cache[dataset] = out
+        cache[key] = out
     return out
 
 
@@ -58,7 +62,7 @@ def instance_params(params: P.Params, stage: Stage, bound: Mapping[str, str],
                     _views: dict | None = None) -> dict[str, Any]:
     """The resolved values one stage instance reads (``bound``: its axis values)."""
     dataset = bound.get("dataset")
-    view, dumped = _view(params, dataset, _views)
+    view, dumped = _view(params, dataset, _views, bound.get("seed"))
     data: dict[str, Any] = {}
     for name in stage.params:
         name = name.format(**{a: bound[a] for a in stage.axes})
@@ -67,6 +71,8 @@ def instance_params(params: P.Params, stage: Stage, bound: Mapping[str, str],
             entry = dumped["catalog"][dataset]
             data.setdefault("catalog", {}).update(
                 {item: entry.get(item)} if item else {k: v for k, v in entry.items() if k not in NOT_RECIPE})
+        elif head == "catalog" and item:  # a stage over no dataset reading one item of every entry (seeds)
+            data.setdefault("catalog", {}).update({ds: {item: e.get(item)} for ds, e in dumped["catalog"].items()})
         elif head == "catalog":  # a stage over no dataset reading every entry: as each dataset sees it
             others = [n for n in stage.params if n.partition(".")[0] not in ("catalog", "datasets", "baselines")]
             data["catalog"] = {ds: _entry_view(params, ds, others, _views) for ds in params.catalog}

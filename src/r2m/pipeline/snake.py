@@ -3,14 +3,13 @@ they are plain, testable Python)."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from r2m import params as P
-from r2m.pipeline.axes import ALL_DATASETS, all_datasets, axis_values
+from r2m.pipeline.axes import ALL_DATASETS, ALL_SEEDS, all_datasets, expand
 from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage, folder_members
 
 
@@ -20,13 +19,7 @@ def snake_template(path: str) -> str:
 
 
 def gather_paths(g: Gather, params: P.Params, bound: dict[str, str]) -> list[str]:
-    values = axis_values(params)
-    fixed = dict(g.fixed)
-    out = []
-    for combo in itertools.product(*(values[g.source(a)] for a in g.over)):
-        keys = {**bound, **fixed, **dict(zip(g.over, combo, strict=True))}
-        out.append(g.pattern.format(**keys))
-    return out
+    return [g.pattern.format(**keys) for keys in expand(params, g.over, g.source, {**bound, **dict(g.fixed)})]
 
 
 def expand_gather(g: Gather, params: P.Params):
@@ -85,11 +78,10 @@ def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
 
 
 def with_derived(raw: dict[str, Any], params: P.Params) -> dict[str, Any]:
-    """The config with its derived ``all_datasets`` recomputed (``--config datasets=…`` changes it;
+    """The config with its derived ``all_datasets`` and ``all_seeds`` recomputed (``--config datasets=…`` changes it;
     Snakemake needs no list of its own, but the r2m commands read the merged file)."""
-    if ALL_DATASETS not in raw:
-        return raw
-    return {**raw, ALL_DATASETS: all_datasets(params)}
+    derived = {ALL_DATASETS: all_datasets(params), ALL_SEEDS: P.all_seeds(params)}
+    return {**raw, **{k: v for k, v in derived.items() if k in raw}}
 
 
 def shard_counts(runtime: dict[str, Any]) -> dict[str, int]:
@@ -160,6 +152,7 @@ def wildcard_constraints_for(params: P.Params) -> dict[str, str]:
         "variant": names(P.VARIANT_NAMES),
         "ckpt": names(P.TRAIN_STAGES),
         "model": names(P.SUP_MODEL_NAMES),
+        "seed": r"\d+",
         "shard": r"\d+",
     }
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from r2m.pipeline.axes import AXIS_SOURCES
 
-Axis = Literal["dataset", "variant", "ckpt", "model"]
+Axis = Literal["dataset", "variant", "ckpt", "model", "seed"]
 
 
 @dataclass(frozen=True)
@@ -112,5 +112,8 @@ D = "data/{dataset}"
 PREPARED = ("images.parquet", "corpus.txt", "manifest.json")  # datasets.base.write_prepared
 REFERENCES = ("references.json",)  # datasets.base.write_references (+ train_references.json when paired)
 FEATURES = ("features.h5", "index.parquet", "meta.json")  # vision.feature_store
-M = "models/{dataset}/{variant}"
-R = "results/{dataset}/{variant}/{ckpt}"
+# what a stage gathering over the seed axis reads: each run's seeds (the top-level list, a catalog entry's own)
+SEEDS = ("seeds", "catalog.seeds")
+# a run (one variant or baseline at one seed) keeps its checkpoints and results under its seed's folder
+M = "models/{dataset}/{variant}/s{seed}"
+R = "results/{dataset}/{variant}/s{seed}/{ckpt}"

@@ -10,13 +10,14 @@ fc7 + conv5 grid of their papers on the benchmarks), never R²M's ``D/features``
 
 from __future__ import annotations
 
-from r2m.pipeline.spec import FEATURES, GPU_JOB, D, FanOut, Gather, Out, Resources, Stage
+from r2m.pipeline.spec import FEATURES, GPU_JOB, SEEDS, D, FanOut, Gather, Out, Resources, Stage
 
 # supervised baselines (m-RNN, ...): datasets from `baselines.datasets`, models from `baselines.models`
-SB = "models/{dataset}/{model}/train_sup"
-SR = "results/{dataset}/{model}/train_sup"
-SP = "models/{dataset}/{model}/pretrain_sup"
-SPR = "results/{dataset}/{model}/pretrain_sup"
+SB = "models/{dataset}/{model}/s{seed}/train_sup"
+SR = "results/{dataset}/{model}/s{seed}/train_sup"
+SP = "models/{dataset}/{model}/s{seed}/pretrain_sup"
+SPR = "results/{dataset}/{model}/s{seed}/pretrain_sup"
+R2M_FINAL = "{dataset}/r2m/s{seed}/train_i"  # R2M's final checkpoint (models/…) and its results (results/…)
 SUP = (("dataset", "baselines.datasets"),)
 SF = f"{D}/sup_features"  # the baselines' features (the key "features" in their deps)
 REFS = f"{D}/references"  # the reference captions (stage ``references``)
@@ -54,7 +55,7 @@ def sup_stages() -> tuple[Stage, ...]:
             impl="r2m.supervised.train:run_pretrain",
             help="supervised baselines: a model's pretraining phase (S-CNN-RNN: CNN + concept head and LSTM in "
                  "parallel; others: a skip marker)",
-            axes=("dataset", "model"),
+            axes=("dataset", "model", "seed"),
             deps={"sup_vocab": f"{D}/sup_vocab", "features": SF, "prepared": f"{D}/prepared"},
             outs={
                 "model": Out(SP, directory=True, persist=True, members=("params.yaml",)),
@@ -70,7 +71,7 @@ def sup_stages() -> tuple[Stage, ...]:
             "train_sup",
             impl="r2m.supervised.train:run",
             help="supervised baselines: train one model on the image-caption pairs",
-            axes=("dataset", "model"),
+            axes=("dataset", "model", "seed"),
             deps={"sup_vocab": f"{D}/sup_vocab", "features": SF, "pretrain": SP,
                   "prepared": f"{D}/prepared", "references": REFS},  # references: select_by cider|bleu4
             outs={
@@ -88,7 +89,7 @@ def sup_stages() -> tuple[Stage, ...]:
             "caption_sup",
             impl="r2m.supervised.caption:run",
             help="supervised baselines: beam-search captions for the evaluation images",
-            axes=("dataset", "model"),
+            axes=("dataset", "model", "seed"),
             deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": SF,
                   "prepared": f"{D}/prepared"},
             outs={"captions": Out(f"{SR}/captions.json", cache=False)},
@@ -100,7 +101,7 @@ def sup_stages() -> tuple[Stage, ...]:
             "evaluate_sup",
             impl="r2m.supervised.scores:evaluate",
             help="supervised baselines: coco-caption metrics of the captions",
-            axes=("dataset", "model"),
+            axes=("dataset", "model", "seed"),
             deps={"captions": f"{SR}/captions.json", "prepared": f"{D}/prepared", "references": REFS,
                   "sup_vocab": f"{D}/sup_vocab"},
             outs={
@@ -115,7 +116,7 @@ def sup_stages() -> tuple[Stage, ...]:
             "inspect_sup",
             impl="r2m.supervised.inspect:run",
             help="supervised baselines: SAT attention maps and hit rate, S-CNN-RNN concept head P/R/F1",
-            axes=("dataset", "model"),
+            axes=("dataset", "model", "seed"),
             deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": SF,
                   "prepared": f"{D}/prepared", "references": REFS},
             outs={"inspect": Out(f"{SR}/inspect", directory=True, cache=False)},
@@ -138,7 +139,7 @@ def sup_stages() -> tuple[Stage, ...]:
             "retrieval_sup",
             impl="r2m.supervised.retrieval:run_sup",
             help="supervised baselines: image-sentence retrieval (R@K, Med r) by P(sentence | image)",
-            axes=("dataset", "model"),
+            axes=("dataset", "model", "seed"),
             deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": SF,
                   "prepared": f"{D}/prepared"},
             outs={"retrieval": Out(f"{SR}/retrieval.json", kind="metrics", cache=False)},
@@ -150,10 +151,10 @@ def sup_stages() -> tuple[Stage, ...]:
             "retrieval_r2m",
             impl="r2m.supervised.retrieval:run_r2m",
             help="image-sentence retrieval (R@K, Med r) of R2M through its joint space",
-            axes=("dataset",),
-            deps={"model": "models/{dataset}/r2m/train_i", "vocab": f"{D}/vocab", "features": f"{D}/features",
+            axes=("dataset", "seed"),
+            deps={"model": f"models/{R2M_FINAL}", "vocab": f"{D}/vocab", "features": f"{D}/features",
                   "prepared": f"{D}/prepared", "references": REFS},
-            outs={"retrieval": Out("results/{dataset}/r2m/train_i/retrieval.json", kind="metrics", cache=False)},
+            outs={"retrieval": Out(f"results/{R2M_FINAL}/retrieval.json", kind="metrics", cache=False)},
             params=("retrieval", "concepts", "train_s"),
         ),
         Stage(
@@ -162,20 +163,20 @@ def sup_stages() -> tuple[Stage, ...]:
             help="the supervised baselines' captioning table beside the seeds' published numbers",
             axes=(),
             deps={
-                "evals": Gather(f"{SR}/eval.json", over=("dataset", "model"), sources=SUP, dvc_path="results"),
-                "stats": Gather(f"{SR}/per_image.parquet", over=("dataset", "model"), sources=SUP, dvc_path="results"),
-                "train": Gather(f"{SR}/train_metrics.json", over=("dataset", "model"), sources=SUP,
+                "evals": Gather(f"{SR}/eval.json", over=("dataset", "model", "seed"), sources=SUP, dvc_path="results"),
+                "stats": Gather(f"{SR}/per_image.parquet", over=("dataset", "model", "seed"), sources=SUP, dvc_path="results"),
+                "train": Gather(f"{SR}/train_metrics.json", over=("dataset", "model", "seed"), sources=SUP,
                                 dvc_path="results"),
                 "mostfreq": Gather("results/{dataset}/mostfreq/eval.json", over=("dataset",), sources=SUP,
                                    dvc_path="results"),
                 "mostfreq_stats": Gather("results/{dataset}/mostfreq/per_image.parquet", over=("dataset",),
                                          sources=SUP, dvc_path="results"),
-                "inspect": Gather(f"{SR}/inspect", over=("dataset", "model"), sources=SUP, dvc_path="results"),
+                "inspect": Gather(f"{SR}/inspect", over=("dataset", "model", "seed"), sources=SUP, dvc_path="results"),
             },
             outs={"csv": Out("reports/baselines.csv", cache=False), "md": Out("reports/baselines.md", cache=False),
                   "multilabel": Out("reports/baselines_multilabel.csv", cache=False),
                   "attention": Out("reports/figures/baselines", directory=True, cache=False)},
-            params=("baselines",),
+            params=("baselines", *SEEDS),
         ),
         Stage(
             "retrieval",
@@ -183,10 +184,11 @@ def sup_stages() -> tuple[Stage, ...]:
             help="the image-sentence retrieval table: supervised baselines and R2M beside m-RNN's published rows",
             axes=(),
             deps={
-                "sup": Gather(f"{SR}/retrieval.json", over=("dataset", "model"), sources=SUP, dvc_path="results"),
-                "r2m": Gather("results/{dataset}/r2m/train_i/retrieval.json", over=("dataset",), dvc_path="results"),
+                "sup": Gather(f"{SR}/retrieval.json", over=("dataset", "model", "seed"), sources=SUP, dvc_path="results"),
+                "r2m": Gather(f"results/{R2M_FINAL}/retrieval.json", over=("dataset", "seed"), fixed=(("variant", "r2m"),),
+                              dvc_path="results"),
             },
             outs={"csv": Out("reports/retrieval.csv", cache=False), "md": Out("reports/retrieval.md", cache=False)},
-            params=("datasets", "baselines"),
+            params=("datasets", "baselines", *SEEDS),
         ),
     )

@@ -200,10 +200,16 @@ def baseline_rows(datasets: Sequence[str], models: Sequence[str],
 
 def _inspections(ctx) -> dict[tuple[str, str], dict[str, Any]]:
     out = {}
-    for keys, path in ctx.gather("inspect") if "inspect" in ctx.stage.deps else []:
+    for key, (_, path) in _first_seed(ctx, "inspect").items():
         f = Path(path) / "inspect.json"
-        out[(keys["dataset"], keys["model"])] = read_json(f) if f.exists() else {SKIPPED: f"{f} missing"}
+        out[key] = read_json(f) if f.exists() else {SKIPPED: f"{f} missing"}
     return out
+
+
+def _first_seed(ctx, name: str) -> dict[tuple[str, str], tuple[dict[str, str], Any]]:
+    """Gathered dependency ``name`` at each (dataset, model)'s first seed (none when the stage lacks it)."""
+    gathered = ctx.gather(name) if name in ctx.stage.deps else []
+    return I.first_seeds(gathered, lambda k: (k["dataset"], k["model"]))
 
 
 def multilabel_rows(inspections: dict[tuple[str, str], dict[str, Any]]) -> list[list[str]]:
@@ -271,8 +277,8 @@ def baselines(ctx) -> None:
     datasets = list(ctx.params.baselines.datasets)
     models = list(ctx.params.baselines.models)
     train = {}
-    for keys, path in ctx.gather("train"):
-        train[(keys["dataset"], keys["model"])] = _read(Path(path), f"{keys['model']} on {keys['dataset']}")
+    for (ds, model), (_, path) in _first_seed(ctx, "train").items():  # perplexities: the first seed's
+        train[(ds, model)] = _read(Path(path), f"{model} on {ds}")
     evals = _seed_rows(ctx, "evals", "stats", lambda k: (k["dataset"], k["model"]))
     mostfreq = _seed_rows(ctx, "mostfreq", "mostfreq_stats", lambda k: k["dataset"])
     rows = baseline_rows(datasets, models, evals, train, mostfreq)
@@ -297,7 +303,7 @@ def baselines(ctx) -> None:
         md += "\n## Show, Attend and Tell: attention against ground-truth boxes\n\n" + "\n".join(
             f"- {n}" for n in notes) + "\n"
     if "attention" in ctx.outs:
-        copy_attention_figures(inspections, ctx.gather("inspect"), Path(ctx.outs["attention"]))
+        copy_attention_figures(inspections, list(_first_seed(ctx, "inspect").values()), Path(ctx.outs["attention"]))
     write_text(ctx.outs["md"], md)
     ctx.log.info("wrote %s (%d rows)", ctx.outs["csv"], len(rows))
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.params import TRAIN_STAGES
+from r2m.reports.intervals import first_seeds
 from r2m.reports.plots import (
     attention_figure,
     choose_examples,
@@ -47,7 +48,7 @@ def _captions_by_ckpt(ctx, idx: FigureIndex) -> dict[str, dict[str, str]]:
     from r2m.evaluation.inputs import load_results
 
     out: dict[str, dict[str, str]] = {}
-    for keys, path in ctx.gather("captions"):
+    for keys, path in first_seeds(ctx.gather("captions"), lambda k: k["ckpt"]).values():
         path = Path(path)
         if path.exists():
             out[keys["ckpt"]] = load_results(path)
@@ -90,7 +91,8 @@ def _references(ctx) -> dict[str, list[str]]:
 
 
 def attention_path(ctx) -> Path:
-    return ctx.path("results/{dataset}/r2m/train_i/attention.json")
+    """R2M's final attention weights of the dataset's first seed."""
+    return Path(ctx.gather("attention")[0][1])
 
 
 # --------------------------------------------------------------------------- the stage
@@ -101,9 +103,9 @@ def _losses(ctx, out: Path, idx: FigureIndex) -> None:
         if path.exists():
             curves.setdefault((keys["variant"], keys["ckpt"]), []).append(read_loss(path))  # one per seed
         else:
-            missing.append(f"{keys['variant']}/{keys['ckpt']}")
+            missing.append(f"{keys['variant']}/s{keys['seed']}/{keys['ckpt']}")
     if missing:
-        idx.notes.append(f"loss curves missing (results/{ctx.dataset}/<variant>/<stage>/loss.tsv): "
+        idx.notes.append(f"loss curves missing (results/{ctx.dataset}/<variant>/s<seed>/<stage>/loss.tsv): "
                          + ", ".join(missing))
     if not curves:
         idx.notes.append("no training losses found: loss figure skipped")

@@ -102,6 +102,15 @@ def group_paths(gathered: Sequence[tuple[Mapping[str, str], Any]], key_of) -> di
     return out
 
 
+def first_seeds(gathered: Sequence[tuple[Mapping[str, str], Any]], key_of) -> dict[Any, tuple[Mapping[str, str], Any]]:
+    """The first gathered ``(keys, path)`` of each ``key_of(keys)``: a run's first seed, for what a table or
+    figure shows of one seed only (examples, attention maps, training metrics)."""
+    out: dict[Any, tuple[Mapping[str, str], Any]] = {}
+    for keys, path in gathered:
+        out.setdefault(key_of(keys), (keys, path))
+    return out
+
+
 # --------------------------------------------------------------------------- one row: mean and interval
 def summarise(row: RowEval, metrics: Sequence[str], resamples: int = DEFAULT_RESAMPLES,
               level: float = DEFAULT_LEVEL) -> Summary:

@@ -12,7 +12,7 @@
   frequent in the training labels, for every image).
 * any other model: ``{"skipped": ...}``.
 
-Output folder ``results/<D>/<model>/train_sup/inspect/``: ``inspect.json`` (+ the figures).
+Output folder ``results/<D>/<model>/s<seed>/train_sup/inspect/``: ``inspect.json`` (+ the figures).
 """
 
 from __future__ import annotations

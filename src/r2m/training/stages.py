@@ -77,13 +77,15 @@ def model_config(ctx, vocab_size: int, image_dim: int = 0) -> R2MConfig:
 
 
 # ``frozen_random`` (the official code): the projection is neither trained nor saved, so every
-# image stage draws its own; a fixed seed per stage keeps runs repeatable.
+# image stage draws its own; a fixed seed per stage (plus the run's seed) keeps runs repeatable.
 FROZEN_PROJ_SEED = {"train_m": 0, "train_i": 1}
 
 
 def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
     cfg = model_config(ctx, vocab_size, image_dim)
-    seed = FROZEN_PROJ_SEED.get(ctx.stage.name, 0) if cfg.image_proj == "frozen_random" else cfg.image_proj_seed
+    run_seed = int(getattr(ctx, "seed", None) or 0)
+    seed = (FROZEN_PROJ_SEED.get(ctx.stage.name, 0) + run_seed if cfg.image_proj == "frozen_random"
+            else cfg.image_proj_seed)
     cfg.image_proj_seed = seed
     if "init" not in ctx.deps:
         return R2M(cfg)
@@ -91,7 +93,8 @@ def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
     if not path.exists():
         raise FileNotFoundError(f"{ctx.stage.name}: missing init checkpoint {path} (run the previous stage)")
     prev = ctx.deps["init"].name
-    hint = f"rebuild it: r2m {prev} --dataset {ctx.dataset} --variant {ctx.variant or 'r2m'} --fresh"
+    hint = (f"rebuild it: r2m {prev} --dataset {ctx.dataset} --variant {ctx.variant or 'r2m'} "
+            f"--seed {getattr(ctx, 'seed', None) or 0} --fresh")
     ckpt = load_checkpoint(path, ("config", "state_dict"), hint=hint)
     if not isinstance(ckpt["config"], dict) or not isinstance(ckpt["state_dict"], dict):
         raise CheckpointError(f"{path}: 'config' and 'state_dict' must be dicts; {hint}")
