@@ -488,7 +488,7 @@ def test_unreadable_test_images_are_counted_and_named(wd, killed_and_rerun, tmp_
     from r2m.reports.tables import eval_notes, read_eval
 
     work = tmp_path / "w"
-    for top in ("data/tiny/prepared", "results/tiny/r2m/s0/train_xe", "reports/tiny"):
+    for top in ("data/tiny/prepared", "data/tiny/references", "results/tiny/r2m/s0/train_xe", "reports/tiny"):
         shutil.copytree(wd / top, work / top)
     shutil.copy2(wd / "params.yaml", work / "params.yaml")
     shutil.copytree(wd / "data/dictionaries", work / "data/dictionaries")
