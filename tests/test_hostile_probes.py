@@ -430,6 +430,7 @@ def test_sup_attention_figures_are_not_named_after_image_ids(tmp_path):
         importlib.import_module(mod).__dict__[fn](ctx)
 
     run("prepare")
+    run("references")  # the references keep the recipe's ids; only the index's test ids turn hostile
     prepared = tmp_path / "data/syn/prepared"
     images = pd.read_parquet(prepared / "images.parquet")
     test = images["split"] == "test"
