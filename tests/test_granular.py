@@ -528,7 +528,7 @@ def test_a_reference_edit_reruns_what_reads_references_and_nothing_else(demo_ws)
         ws.run([str(BIN / "dvc"), "repro", "-s", "-q", "references@demo"], ws.dvc)  # DVC runs it at every repro
         stale = ws.dvc_stale()
         assert {s for s, _ in stale} == REFERENCE_READERS  # DVC: the readers, whose input changed
-        assert ("train_m", "demo-r2m") in stale and ("sup_vocab", "demo") in stale
+        assert ("train_m", "demo-r2m-0") in stale and ("sup_vocab", "demo") in stale
     finally:
         undo()
         ws.run([str(BIN / "dvc"), "repro", "-s", "-q", "references@demo"], ws.dvc)

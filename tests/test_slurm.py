@@ -37,8 +37,8 @@ SNAKEMAKE = (sys.executable, str(CLUSTER / "snakemake_poll.py"))
 TABLE1 = "reports/table1.csv"
 # the jobs Table 1 of `tiny` needs, read off the registry by hand (one job each: one dataset, variant r2m,
 # the final checkpoint train_i)
-TABLE1_RULES = sorted(["inputs", "prepare", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
-                       "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "table1"])
+TABLE1_RULES = sorted(["inputs", "prepare", "references", "detect_concepts", "extract_features", "corpus_concepts",
+                       "build_vocab", "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "table1"])
 RESUME = ".r2m/resume/train_xe/tiny-r2m-0/last.pt"
 SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+) \(log: \S*?logs/slurm/rule_([A-Za-z0-9_]+)/")
 pytestmark = pytest.mark.slow
