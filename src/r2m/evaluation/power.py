@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from r2m.evaluation.bootstrap import DEFAULT_LEVEL, t_quantile
+from r2m.utils.io import read_json
 
 MAX_COUNT = 10**9  # beyond this the answer is printed as "more than"
 
@@ -57,7 +58,9 @@ def seeds_needed(sd_seed: float, delta: float, level: float = DEFAULT_LEVEL,
                  most: int = 10_000) -> int | None:
     """Smallest seeds per system ``k ≥ 2`` with ``t_{2k-2} · sd · √(2/k) ≤ delta``; None above ``most``."""
     _check(sd_seed, delta)
-    half = lambda k: t_quantile(level, 2 * k - 2) * sd_seed * math.sqrt(2 / k)  # noqa: E731
+    def half(k: int) -> float:
+        return t_quantile(level, 2 * k - 2) * sd_seed * math.sqrt(2 / k)
+
     if half(most) > delta:
         return None
     lo, hi = 2, most  # half-width falls with k: bisect for the first k that fits
@@ -114,7 +117,7 @@ def scan(root: Path, metric: str) -> dict[str, dict[int | None, tuple[float, dic
         if not ev.is_file():
             continue
         try:
-            evaluation = json.loads(ev.read_text(encoding="utf-8"))
+            evaluation = read_json(ev)
             if "skipped" in evaluation:  # a baseline skipped for want of paired captions
                 continue
             corpus = evaluation[metric]
