@@ -71,24 +71,23 @@ def expand(params: Params, over: tuple[str, ...], source: Callable[[str], str],
             yield {**keys, "seed": seed}
 
 
+def _stale(key: str, have: list | None, want: list, source: str) -> str | None:
+    """A one-line message when the derived list ``key`` in the params (read by DVC) is not ``want``."""
+    if have is not None and sorted(have) == sorted(want):
+        return None
+    shown = "missing" if have is None else f"{have}"
+    return (f"{key}: {shown}, but {source} give {want}: write `{key}: [{', '.join(map(str, want))}]` in "
+            f"params.yaml (dvc: -S '{key}={want}')")
+
+
 def stale_all_seeds(params: Params) -> str | None:
     """A one-line message when the params' ``all_seeds`` (read by DVC) is not the derived list."""
-    want = all_seeds(params)
-    if params.all_seeds is not None and sorted(params.all_seeds) == want:
-        return None
-    have = "missing" if params.all_seeds is None else f"{params.all_seeds}"
-    return (f"{ALL_SEEDS}: {have}, but `seeds` and the catalog entries' `seeds` give {want}: write "
-            f"`{ALL_SEEDS}: {want}` in params.yaml (dvc: -S '{ALL_SEEDS}={want}')")
+    return _stale(ALL_SEEDS, params.all_seeds, all_seeds(params), "`seeds` and the catalog entries' `seeds`")
 
 
 def stale_all_datasets(params: Params) -> str | None:
     """A one-line message when the params' ``all_datasets`` (read by DVC) is not the derived list."""
-    want = all_datasets(params)
-    if params.all_datasets is not None and sorted(params.all_datasets) == sorted(want):
-        return None
-    have = "missing" if params.all_datasets is None else f"{params.all_datasets}"
-    return (f"{ALL_DATASETS}: {have}, but `datasets` + `baselines.datasets` give {want}: write "
-            f"`{ALL_DATASETS}: [{', '.join(want)}]` in params.yaml (dvc: -S '{ALL_DATASETS}={want}')")
+    return _stale(ALL_DATASETS, params.all_datasets, all_datasets(params), "`datasets` + `baselines.datasets`")
 
 
 def pick(dumped: dict[str, Any], key: str, into: dict[str, Any]) -> None:
