@@ -444,6 +444,33 @@ def test_paired_difference_pools_seeds_on_the_same_image_draws():
     assert (got.low, got.high) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
 
 
+def test_a_one_seed_row_is_paired_with_the_references_same_seed_only(tmp_path, repo_root):
+    """R2M ran seeds 0-2, the ablations seed 0 only (the demo's set-up). Each ablation equals R2M's seed 0 on
+    every image, while R2M's seeds 1 and 2 score 0.3 lower CIDEr: the paired difference is exactly 0, not
+    resolved, and ``vs`` names the seed compared. Pooling R2M's three seeds would call every ablation
+    better by 0.2 (``*``): a seed-to-seed spread the bootstrap over images cannot see."""
+    from r2m.evaluation.bootstrap import PerImage, corpus_metrics
+
+    base = random_stats(20, seed=7)
+    runs = [(v, 0, 0.0) for v in VARIANT_NAMES] + [("r2m", 1, -0.3), ("r2m", 2, -0.3)]
+    for v, seed, shift in runs:
+        stats = PerImage(base.ids, {**base.columns, "CIDEr": base.columns["CIDEr"] + shift})
+        ev = {k: float(x) for k, x in corpus_metrics(stats).items()}
+        folder = tmp_path / f"results/tiny/{v}/s{seed}/train_i"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "eval.json").write_text(json.dumps({**ev, "n_images": 20, "split": "test"}))
+        write_stats(folder / "per_image.parquet", stats, ev)
+    raw = make_params(repo_root, ["tiny"]).model_dump(mode="json")
+    raw["catalog"]["tiny"]["seeds"] = {"r2m": [0, 1, 2]}
+    tables.table2(ctx_for("table2", P.validate(raw), tmp_path))
+    by = {r["method"]: r for r in read_csv(tmp_path / "reports/table2.csv")}
+    assert by["R2M"]["seeds"] == "3" and by["D w/o FM"]["seeds"] == "1"
+    for label in ("D w/o FM", "D w/o Memory in RM", "R w/o Memory in RM", "D&R w/o Memory in RM"):
+        r = by[label]
+        assert r["vs"] == "R2M (seed 0)"
+        assert (r["d_C"], r["d_C_lo"], r["d_C_hi"], r["d_C_mark"]) == ("0.0", "0.0", "0.0", "n.s.")
+
+
 def test_published_rows_leave_interval_and_mark_cells_empty(tmp_path, repo_root):
     write_evals(tmp_path)
     tables.table2(ctx_for("table2", make_params(repo_root), tmp_path))

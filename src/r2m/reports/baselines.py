@@ -184,7 +184,8 @@ def baseline_rows(datasets: Sequence[str], models: Sequence[str],
             method = tm.get("label") or MODEL_LABELS.get(m, m)  # e.g. "S-CNN-RNN (end to end)"
             rows.append([label, method, THIS_RUN, *I.interval_cells(P.COLUMNS, P.METRIC_OF, summary),
                          _num(tm.get("test_perplexity"), digits=2), *counts, split,
-                         *I.diff_cells(P.COLUMNS, P.METRIC_OF, ref_label, I.paired(run, ref, metrics)), note])
+                         *I.diff_cells(P.COLUMNS, P.METRIC_OF, I.vs_label(ref_label, run, ref),
+                                       I.paired(run, ref, metrics)), note])
         summary = I.summarise(ref, metrics)
         split, images, scope = scope_cells(ref.first)
         counts = I.count_cells(summary)
@@ -264,12 +265,14 @@ def copy_attention_figures(inspections: dict[tuple[str, str], dict[str, Any]], g
 
 def _seed_rows(ctx, evals: str, stats: str, key_of) -> dict[Any, I.RowEval]:
     """Each row's seeds (gathered ``eval.json`` and, deps ``stats``, ``per_image.parquet``)."""
-    ev_paths = I.group_paths(ctx.gather(evals), key_of)
+    gathered = ctx.gather(evals)
+    ev_paths, seeds = I.group_paths(gathered, key_of), I.group_seeds(gathered, key_of)
     st_paths = I.group_paths(ctx.gather(stats), key_of) if stats in ctx.stage.deps else {}
     out = {}
     for k, paths in ev_paths.items():
         evs = [_read(p, f"{k} evaluation") for p in paths]
-        out[k] = I.RowEval(evs, [I.read_stats(p, ev) for p, ev in zip(st_paths.get(k, []), evs, strict=False)])
+        out[k] = I.RowEval(evs, [I.read_stats(p, ev) for p, ev in zip(st_paths.get(k, []), evs, strict=False)],
+                           seeds[k])
     return out
 
 

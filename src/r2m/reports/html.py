@@ -42,7 +42,7 @@ MACROS = """\
 {% macro interval_parts(t) %}
 {% if t.diffs %}
 <p class="caption"><b>Paired differences</b> (row &minus; reference, &times; 100; paired bootstrap over the test \
-images, pooled over seeds; * = the 95&nbsp;% interval excludes 0, n.s. = it does not):</p>
+images, pooled over the seeds both rows ran, named in &ldquo;vs&rdquo; when one row has seeds the other lacks; * = the 95&nbsp;% interval excludes 0, n.s. = it does not):</p>
 {{ metrics_table(t.diffs) }}
 {% endif %}
 {% if t.sentence %}<p class="caption">{{ t.sentence }}</p>{% endif %}

@@ -9,9 +9,10 @@ each seed's ``eval.json`` and ``per_image.parquet``). Per metric the row gives
   cell says which, ``seeds`` and ``images`` how much stands behind it;
 * against a reference row (Table 2: R2M; Table 3: R2M's final checkpoint; the baselines: the most
   frequent training caption), the **paired bootstrap** difference ``row − reference`` over images,
-  pooled over seeds: each resample draws image ids once and every seed of both rows is scored on
-  those same ids (the seeds' rows concatenated), so the corpus metric of a pooled resample sums the
-  statistics of all seeds. The mark is ``*`` when the 95 % interval excludes 0, else ``n.s.``.
+  pooled over the seeds both rows ran (a row at seed 0 only meets the reference's seed 0, and ``vs``
+  says so): each resample draws image ids once and every shared seed of both rows is scored on those
+  same ids (the seeds' rows concatenated), so the corpus metric of a pooled resample sums the
+  statistics of those seeds. The mark is ``*`` when the 95 % interval excludes 0, else ``n.s.``.
 
 Bootstrap draws come from a fixed seed (:data:`BOOT_SEED`), so the tables are reproducible byte for
 byte. Published rows have no interval (empty cells).
@@ -59,10 +60,17 @@ class RowEval:
 
     evals: Sequence[Mapping[str, Any]]
     stats: Sequence[PerImage] = field(default_factory=tuple)
+    seeds: Sequence[str] = ()  # each eval's seed (the DAG's seed axis); empty: not a seeded run
 
     @property
     def first(self) -> Mapping[str, Any]:
         return self.evals[0] if self.evals else {}
+
+    def only(self, seeds: Sequence[str]) -> RowEval:
+        """The row restricted to ``seeds`` (in that order)."""
+        at = [list(self.seeds).index(s) for s in seeds]
+        stats = [self.stats[i] for i in at] if len(self.stats) == len(self.evals) else []
+        return RowEval([self.evals[i] for i in at], stats, list(seeds))
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,14 @@ def group_paths(gathered: Sequence[tuple[Mapping[str, str], Any]], key_of) -> di
     out: dict[Any, list[Path]] = {}
     for keys, path in gathered:
         out.setdefault(key_of(keys), []).append(Path(path))
+    return out
+
+
+def group_seeds(gathered: Sequence[tuple[Mapping[str, str], Any]], key_of) -> dict[Any, list[str]]:
+    """Like :func:`group_paths`, each gathered item's seed (``""`` for an item without the seed axis)."""
+    out: dict[Any, list[str]] = {}
+    for keys, _ in gathered:
+        out.setdefault(key_of(keys), []).append(str(keys.get("seed", "")))
     return out
 
 
@@ -159,10 +175,32 @@ def _expand(idx: np.ndarray, n: int, k: int) -> np.ndarray:
     return np.concatenate([idx + s * n for s in range(k)], axis=1)
 
 
+def shared_seeds(row: RowEval, ref: RowEval) -> list[str] | None:
+    """The seeds both rows ran, in ``ref``'s order; ``None`` when either is not a seeded run (e.g. the
+    most-frequent-caption reference point) and so pairs with every seed of the other. A difference
+    between different seeds would mix seed-to-seed spread into what the bootstrap over images calls
+    resolved (an ablation at seed 0 against R2M's mean over seeds 0–2), so only shared seeds are paired."""
+    if not all(row.seeds) or not all(ref.seeds) or not row.seeds or not ref.seeds:
+        return None
+    return [s for s in ref.seeds if s in set(row.seeds)]
+
+
+def vs_label(label: str, row: RowEval, ref: RowEval) -> str:
+    """The ``vs`` cell: the reference's label, and the seeds compared when some seed of either row is left out."""
+    shared = shared_seeds(row, ref)
+    if shared is None or (len(shared) == len(row.seeds) == len(ref.seeds)):
+        return label
+    return f"{label} ({'seed' if len(shared) == 1 else 'seeds'} {', '.join(shared)})"
+
+
 def paired(row: RowEval, ref: RowEval, metrics: Sequence[str], resamples: int = DEFAULT_RESAMPLES,
            level: float = DEFAULT_LEVEL) -> dict[str, Difference]:
     """``row − ref`` per metric with its paired percentile interval over the images both scored,
-    pooled over each side's seeds (see the module's docstring); ``{}`` when either has no rows."""
+    pooled over the seeds both rows ran (:func:`shared_seeds`; see the module's docstring); ``{}`` when
+    either has no rows or they share no seed."""
+    shared = shared_seeds(row, ref)
+    if shared is not None:
+        row, ref = row.only(shared), ref.only(shared)
     if not row.stats or not ref.stats or not all(s.n for s in (*row.stats, *ref.stats)):
         return {}
     shared = set.intersection(*(set(s.ids) for s in (*row.stats, *ref.stats)))
@@ -329,7 +367,8 @@ def diff_markdown(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -> 
            md_line(["Dataset", "Method", "vs", *columns]), "|" + "|".join(["---"] * 3 + ["---:"] * len(columns)) + "|"]
     out += [md_line([r["dataset"], r["method"], r["vs"], *(diff_text(r, c) for c in columns)]) for r in compared]
     return out + ["", "Paired bootstrap over the test images (1,000 resamples, the same image draws for both rows, "
-                  "pooled over seeds); * = the 95 % interval excludes 0, n.s. = it does not.", ""]
+                  "pooled over the seeds both rows ran; `vs` names them when a row has seeds the other lacks); "
+                  "* = the 95 % interval excludes 0, n.s. = it does not.", ""]
 
 
 def table_sentence(rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> str:
@@ -356,4 +395,7 @@ def table_sentence(rows: Sequence[Mapping[str, str]], columns: Sequence[str]) ->
     vs = sorted({r["vs"] for r in compared})
     tail = (f" Paired differences against {' / '.join(vs)} resolved (95 % interval excludes 0): "
             + ("; ".join(resolved) if resolved else "none") + "; every other difference n.s.")
+    if any(r.get("seeds") == "1" for r in compared):
+        tail += (" A comparison at one seed resamples the test images only, not the spread between training "
+                 "seeds (`r2m power` says how many seeds resolve a difference).")
     return head + tail

@@ -182,7 +182,8 @@ def build_rows(spec: TableSpec, datasets: Sequence[str], row_keys: Sequence[str]
                 rows.append([label, method, PUBLISHED, *published_row(pub[key])])
             run = _as_row(evals[(ds, key)])
             diffs = I.paired(run, ref, metrics) if ref is not None and key != spec.reference else None
-            rows.append(this_run_row(label, method, run, I.summarise(run, metrics), diffs, vs))
+            rows.append(this_run_row(label, method, run, I.summarise(run, metrics), diffs,
+                                     I.vs_label(vs, run, ref) if ref is not None else vs))
     if spec.axis is None:  # Table 1 always shows the paper's targets, configured or not
         for ds, pub in spec.published.items():
             if ds not in datasets:
@@ -243,13 +244,15 @@ def _gathered_evals(ctx, spec: TableSpec) -> tuple[dict[tuple[str, str], I.RowEv
     def key_of(keys: Mapping[str, str]) -> tuple[str, str]:
         return keys["dataset"], keys[spec.axis] if spec.axis else keys.get("variant", "r2m")
 
-    evals = I.group_paths(ctx.gather("evals"), key_of)
+    gathered = ctx.gather("evals")
+    evals, seeds = I.group_paths(gathered, key_of), I.group_seeds(gathered, key_of)
     stats = I.group_paths(ctx.gather("stats"), key_of) if "stats" in ctx.stage.deps else {}
     rows: dict[tuple[str, str], I.RowEval] = {}
     for k, paths in evals.items():
         what = f"dataset={k[0]}, {spec.axis or 'variant'}={k[1]}"
         evs = [read_eval(p, what) for p in paths]
-        rows[k] = I.RowEval(evs, [I.read_stats(p, ev) for p, ev in zip(stats.get(k, []), evs, strict=False)])
+        rows[k] = I.RowEval(evs, [I.read_stats(p, ev) for p, ev in zip(stats.get(k, []), evs, strict=False)],
+                            seeds[k])
     return rows, list(dict.fromkeys(k for _, k in evals))
 
 
