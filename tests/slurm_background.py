@@ -126,7 +126,8 @@ class SlurmDagRun:
         if self.error:
             pytest.fail(f"the Slurm DAG failed: {self.error}\n{self._tail()}")
         out = self.log.read_text()
-        assert self.proc is not None and self.proc.returncode == 0, out[-6000:]
+        rc = None if self.proc is None else self.proc.returncode
+        assert rc == 0, f"the Slurm DAG (snakemake in {self.wd}) exited {rc}; its output's tail:\n{out[-6000:]}"
         return self.wd, out
 
     def _kill(self) -> None:
