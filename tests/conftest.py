@@ -151,3 +151,19 @@ def tiny_dag(_tiny_dag_started, tmp_path_factory, pytestconfig) -> Path:
     working folder."""
     run = _tiny_dag_started or TinyDagRun(Path(pytestconfig.rootpath), tmp_path_factory)
     return run.wait()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _slurm_dag_started(request, tmp_path_factory):
+    """Start test_slurm.py's cluster and its run of the tiny DAG through Slurm (tests/slurm_background.py) at
+    the session's start when a selected test uses them (fixture ``slurm_run``); stop both at the end if
+    test_slurm.py's own teardown did not."""
+    items = getattr(request.session, "items", [])
+    run = None
+    if any("slurm_run" in item.fixturenames and _runs(item) for item in items):
+        from slurm_background import SlurmDagRun
+
+        run = SlurmDagRun(tmp_path_factory)
+    yield run
+    if run is not None:
+        run.stop()

@@ -21,22 +21,13 @@ import pytest
 import torch
 import yaml
 
-from conftest import tiny_dag_env, tiny_workflow
+from conftest import tiny_dag_env
 from r2m.pipeline.stages import BY_NAME
+from slurm_background import CLUSTER, PROFILE, TABLE1, SlurmDagRun, plugin_missing, snakemake_cmd
 from test_distributed import assert_same_loss_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-CLUSTER = ROOT / "tests" / "cluster"
-PROFILE = "workflow/profiles/slurm"
-# a test's settings on top of the profile: the first status check after 1 s (default 40), files seen at once
-FAST = ("--slurm-init-seconds-before-status-checks", "1", "--latency-wait", "5")
-# `snakemake` with the plugin's status checks at most 1 s apart (it has no setting for that: each check that
-# finds no job finished adds 10 s, so every job of the chain waited 10-30 s to be seen finished)
-SNAKEMAKE = (sys.executable, str(CLUSTER / "snakemake_poll.py"))
-TABLE1 = "reports/table1.csv"
-# the jobs Table 1 of `tiny` needs, read off the registry by hand (one job each: one dataset, variant r2m,
-# the final checkpoint train_i)
 TABLE1_RULES = sorted(["inputs", "prepare", "references", "detect_concepts", "extract_features", "corpus_concepts",
                        "build_vocab", "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "table1"])
 RESUME = ".r2m/resume/train_xe/tiny-r2m-0/last.pt"
@@ -45,23 +36,12 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """The cluster for this module: started here (and stopped afterwards) unless it is already up."""
-    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
-        pytest.skip("Slurm tests: the SLURM executor plugin is not installed (make setup-cluster)")
-    r = subprocess.run(["bash", str(CLUSTER / "slurm_up.sh")], capture_output=True, text=True, timeout=900)
-    if r.returncode:
-        lines = r.stderr.strip().splitlines() or [f"slurm_up.sh exited {r.returncode}"]
-        pytest.skip(f"Slurm tests: {lines[-1]}")
-    started = r.stdout.strip().endswith("started")
-    yield
-    if started:
-        subprocess.run(["bash", str(CLUSTER / "slurm_down.sh")], capture_output=True, text=True, timeout=300)
-        # no configuration left pointing at a stopped controller: every later `snakemake` (the SLURM plugin
-        # runs `scontrol show config` when it loads) would otherwise wait ~9 s for it
-        t0 = time.monotonic()
-        subprocess.run(["scontrol", "show", "config"], capture_output=True, timeout=60)
-        assert time.monotonic() - t0 < 3, "after slurm_down.sh, scontrol still waits for a stopped controller"
+def slurm_run(_slurm_dag_started, tmp_path_factory):
+    """The cluster and its Table-1 DAG, started in the background as the session started
+    (tests/slurm_background.py); stopped once this module's tests are done."""
+    run = _slurm_dag_started or SlurmDagRun(tmp_path_factory)
+    yield run
+    run.stop()
 
 
 def test_cluster_scripts_refuse_a_non_root_user_in_one_line():
@@ -76,8 +56,8 @@ def test_cluster_scripts_refuse_a_non_root_user_in_one_line():
 
 def snakemake(wd: Path, *args: str, timeout: int = 900):
     """``snakemake --workflow-profile workflow/profiles/slurm`` in ``wd``; args: targets, then options."""
-    cmd = [*SNAKEMAKE, "--workflow-profile", PROFILE, *FAST, *args]
-    return subprocess.run(cmd, cwd=wd, env=tiny_dag_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(snakemake_cmd(*args), cwd=wd, env=tiny_dag_env(), capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def sacct(ids: list[str], *fields: str) -> dict[str, dict[str, str]]:
@@ -103,15 +83,10 @@ def copy_run(src: Path, dst: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def slurm_dag(cluster, tmp_path_factory):
+def slurm_dag(slurm_run):
     """Table 1 of `tiny` through Slurm, in a scratch copy of the workflow with the shared local run's params
     (conftest.tiny_workflow); returns (folder, snakemake's output)."""
-    wd = tmp_path_factory.mktemp("slurm_dag")
-    tiny_workflow(ROOT, wd)
-    r = snakemake(wd, TABLE1)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-6000:]
-    return wd, out
+    return slurm_run.wait_dag()
 
 
 def test_every_job_is_a_slurm_job_with_the_resources_the_profile_declares(slurm_dag):
@@ -150,6 +125,27 @@ def _wait_for(what: str, ready, proc: subprocess.Popen, seconds: float) -> None:
         time.sleep(0.5)
 
 
+def sbatch_and_wait(args: list[str], cwd: Path, seconds: float) -> str:
+    """Submit a batch job, wait for it (squeue every 0.25 s) and return its id; fails with its log unless it
+    COMPLETED. Not ``sbatch --wait``: that polls after 2, 8, then every 32 s, so a half-minute job was seen
+    finished ~10-30 s late."""
+    r = subprocess.run(["sbatch", "--parsable", *args], cwd=cwd, env=tiny_dag_env(), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    jid = r.stdout.strip().split(";")[0]
+    deadline, state = time.monotonic() + seconds, ""
+    while state in ("", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", jid])
+            pytest.fail(f"Slurm job {jid} not finished within {seconds:.0f} s")
+        time.sleep(0.25)
+        state = subprocess.run(["squeue", "-h", "-t", "all", "-j", jid, "-o", "%T"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    logs = sorted(cwd.glob(f"*{jid}*.log"))
+    assert state == "COMPLETED", f"Slurm job {jid}: {state}\n" + "".join(p.read_text()[-4000:] for p in logs)
+    return jid
+
+
 def test_scancel_of_a_training_job_is_reported_and_the_rerun_resumes_bit_identical(slurm_dag, tmp_path):
     """train_xe (60 steps, last.pt every 20) as a Slurm job, held at step 30 (R2M_FAULT=train_xe@30:STOP, so
     it cannot finish first) and cancelled with scancel once last.pt exists: Snakemake reports the job and
@@ -158,8 +154,7 @@ def test_scancel_of_a_training_job_is_reported_and_the_rerun_resumes_bit_identic
     done, _ = slurm_dag
     wd = copy_run(done, tmp_path / "cut")
     env = {**tiny_dag_env(), "R2M_FAULT": "train_xe@30:STOP"}
-    cmd = [*SNAKEMAKE, "--workflow-profile", PROFILE, *FAST, "models/tiny/r2m/s0/train_xe",
-           "--forcerun", "train_xe"]
+    cmd = snakemake_cmd("models/tiny/r2m/s0/train_xe", "--forcerun", "train_xe")
     proc = subprocess.Popen(cmd, cwd=wd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for("last.pt", (wd / RESUME).exists, proc, 300)
     running = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i|%Z"], capture_output=True, text=True, check=True)
@@ -223,15 +218,16 @@ def test_ddp_as_two_srun_tasks_follows_the_single_process_loss_curve(slurm_dag, 
             shutil.rmtree(wd / rel)
         (wd / "ddp_params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     r2m = f"{BIN / 'r2m'} train_xe --dataset tiny --variant r2m --params ddp_params.yaml"
-    r = subprocess.run(["sbatch", "--parsable", "--wait", "--ntasks=2", "--cpus-per-task=1", "--mem=4000", "-t", "20",
-                        "-o", "ddp-%j.log", "--wrap", f"cd one && srun -n 1 {r2m} && cd ../two && srun -n 2 {r2m}"],
-                       cwd=tmp_path, env=tiny_dag_env(), capture_output=True, text=True, timeout=900)
-    jid = r.stdout.strip().split(";")[0]
-    log = tmp_path / f"ddp-{jid}.log"
-    assert r.returncode == 0, r.stderr + (log.read_text()[-4000:] if log.exists() else "")
-    steps = subprocess.run(["sacct", "-n", "-P", "-j", jid, "-o", "JobID,NTasks,State"], capture_output=True,
-                           text=True, check=True).stdout.splitlines()
-    assert {f"{jid}.0|1|COMPLETED", f"{jid}.1|2|COMPLETED"} <= set(steps), steps
+    jid = sbatch_and_wait(["--ntasks=2", "--cpus-per-task=1", "--mem=4000", "-t", "20", "-o", "ddp-%j.log", "--wrap",
+                           f"cd one && srun -n 1 {r2m} && cd ../two && srun -n 2 {r2m}"], tmp_path, 900)
+    want = {f"{jid}.0|1|COMPLETED", f"{jid}.1|2|COMPLETED"}
+    for _ in range(40):  # the accounting database may record the steps a moment after the job ended
+        steps = subprocess.run(["sacct", "-n", "-P", "-j", jid, "-o", "JobID,NTasks,State"], capture_output=True,
+                               text=True, check=True).stdout.splitlines()
+        if want <= set(steps):
+            break
+        time.sleep(0.25)
+    assert want <= set(steps), steps
     loss = "results/tiny/r2m/s0/train_xe/loss.tsv"
     one, two = tmp_path / "one", tmp_path / "two"
     assert_same_loss_curve((one / loss).read_text(), (two / loss).read_text(), "train_xe: srun -n 1 vs -n 2")
@@ -244,8 +240,8 @@ def test_the_poll_wrapper_caps_the_plugins_status_interval_and_nothing_else(monk
     """tests/cluster/snakemake_poll.py: the interval the plugin asks for (+10 s per check without a finished job)
     is capped, a shorter one is kept; without the cap the plugin's own value stands (the wrapper must not be a
     no-op that leaves the 10-30 s waits, nor change the executor otherwise)."""
-    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
-        pytest.skip("Slurm tests: the SLURM executor plugin is not installed (make setup-cluster)")
+    if plugin_missing():
+        pytest.skip(plugin_missing())
     import snakemake_executor_plugin_slurm as slurm
 
     spec = importlib.util.spec_from_file_location("snakemake_poll", CLUSTER / "snakemake_poll.py")

@@ -105,6 +105,8 @@ SelectTypeParameters=CR_Core_Memory
 # finished jobs stay visible to squeue for a day (the profile's status command, see README "Scaling out")
 MinJobAge=86400
 KillWait=10
+# a job's processes get the nice value of the sbatch that submitted it (the tests' background DAG runs under nice 5)
+PropagatePrioProcess=1
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStorageEnforce=associations
