@@ -46,8 +46,9 @@ $(VENV)/.r2m-%: requirements-%.lock requirements.lock | $(STAMP)
 	@set -o pipefail; $(BIN)/pip install -q -r requirements-$*.lock -c requirements.lock $(PIPQ)
 	@touch $@
 
+# `r2m warm`: each stage job is forked from one process that imported torch & co. once (src/r2m/warm)
 run: setup
-	$(BIN)/snakemake --cores $(CORES) all
+	$(BIN)/r2m warm -- $(BIN)/snakemake --cores $(CORES) all
 
 # the tests of the tf_oid and owl backends need their extras: installed here (about 2-3 min the first
 # time, 1.5 GB); test-fast skips them (the skip reason says what to install). tests/test_slurm.py starts a

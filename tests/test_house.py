@@ -99,7 +99,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("r2m.vision", "r2m.datasets", "r2m.evaluation"),
     ("r2m.decoding", "r2m.training", "r2m.supervised"),
     ("r2m.reports",),
-    ("r2m.pipeline", "r2m.cli", "r2m.bench"),
+    ("r2m.pipeline", "r2m.cli", "r2m.bench", "r2m.warm"),
 )
 
 

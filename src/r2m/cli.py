@@ -26,6 +26,8 @@ TOOLS: dict[str, tuple[str, str]] = {
                 "metrics of two or more captioners with 95% bootstrap intervals and paired B - A significance"),
     "power": ("r2m.evaluation.power:main",
               "how many test images or seeds resolve a metric difference, from the spreads in a results folder"),
+    "warm": ("r2m.warm.server:main", "run a command (e.g. snakemake) whose r2m stage jobs start warm: forked from "
+                                      "a server that imported torch & co. once"),
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 
@@ -319,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     from r2m.utils.guard import BadInput, disk_full_message, is_disk_full, os_error_line
 
+    if name in S.BY_NAME:  # under `r2m warm`: the job runs in a fork of the warm server
+        from r2m.warm.client import run as run_warm
+
+        rc = run_warm(argv)
+        if rc is not None:
+            return rc
     old_handlers = _signals()
     try:
         if name in S.BY_NAME:

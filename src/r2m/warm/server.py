@@ -1,0 +1,214 @@
+"""``r2m warm [--] COMMAND ...``: run COMMAND (e.g. ``snakemake --cores 2 all``) while a warm server
+forks its ``r2m <stage>`` jobs from a process that has already imported what they import
+(see :mod:`r2m.warm`). The server lives exactly as long as COMMAND; its socket sits in a private
+temporary folder. ``make run`` uses it; nothing else needs it (without it every job runs cold).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from r2m.warm.client import SOCKET_ENV
+
+# what every job would import again: the libraries, then each stage's module (its own imports with it)
+PRELOAD = ("numpy", "pandas", "pyarrow", "pyarrow.parquet", "PIL.Image", "h5py", "yaml", "pydantic",
+           "torch", "torch.optim", "torch._dynamo", "r2m.params", "r2m.cli", "r2m.pipeline.validate")
+USAGE = ("usage: r2m warm [--log FILE] [--] COMMAND [ARGS...]   (e.g. r2m warm -- snakemake --cores 2 all); "
+         "--log FILE: one line per job (its pid, command and exit status)")
+
+
+def preload() -> list[str]:
+    """Import :data:`PRELOAD` and every stage module; the names that could not be imported (an optional
+    extra not installed: its jobs import it themselves, cold)."""
+    from r2m.pipeline.stages import STAGES
+
+    missing = []
+    for name in (*PRELOAD, *dict.fromkeys(s.impl.partition(":")[0] for s in STAGES)):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
+def _recv_job(conn: socket.socket) -> tuple[dict, list[int]]:
+    msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+    (size,) = struct.unpack("!I", msg[:4])
+    raw = msg[4:]
+    while len(raw) < size:
+        more = conn.recv(size - len(raw))
+        if not more:
+            raise ConnectionError("the client left before sending its job")
+        raw += more
+    return json.loads(raw), list(fds)
+
+
+def _watch(conn: socket.socket) -> None:
+    """In the job: forward the client's signals; when the client is gone, die as it did."""
+    pending = b""
+    while True:
+        try:
+            data = conn.recv(64)
+        except OSError:
+            data = b""
+        if not data:
+            os.kill(os.getpid(), signal.SIGKILL)
+        pending += data
+        while len(pending) >= 2:
+            if pending[:1] == b"S":
+                os.kill(os.getpid(), pending[1])
+            pending = pending[2:]
+
+
+def _cli_main(argv: list[str]) -> int:
+    from r2m.cli import main
+
+    return main(argv)
+
+
+def _run_job(listener: socket.socket, conn: socket.socket, job: dict, fds: list[int], target) -> None:
+    """In the forked child: become the client's process (stdio, folder, environment, arguments), run
+    ``r2m <argv>`` and exit with its status. Never returns."""
+    code = 1
+    try:
+        listener.close()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for std, fd in enumerate(fds):
+            os.dup2(fd, std)
+            os.close(fd)
+        os.chdir(job["cwd"])
+        os.environ.clear()
+        os.environ.update(job["env"])
+        os.environ.pop(SOCKET_ENV, None)  # the job runs here; what it starts itself starts cold
+        sys.argv = ["r2m", *job["argv"]]
+        import random
+
+        random.seed()  # fresh entropy, as a cold process starts with (the server's state is shared)
+        tempfile.tempdir = None  # the job's own TMPDIR
+        threading.Thread(target=_watch, args=(conn,), daemon=True).start()
+        code = target(list(job["argv"]))
+    except SystemExit as err:
+        code = err.code if isinstance(err.code, int) else 1
+    except BaseException as err:  # noqa: BLE001 - the job's last line, then its status
+        print(f"r2m: warm job failed: {type(err).__name__}: {err}", file=sys.stderr)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code if isinstance(code, int) else 1)
+
+
+def serve(listener: socket.socket, stop: threading.Event | None = None, log: Path | None = None,
+          target=_cli_main) -> None:
+    """Accept jobs until ``stop`` is set (or SIGTERM); fork each to run ``target(argv)`` (``r2m <argv>``);
+    tell its client how it ended (and ``log``, when given: one line per job start and end)."""
+    def note(line: str) -> None:
+        if log is not None:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ)
+    running: dict[int, socket.socket] = {}
+    done = stop or threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    while not done.is_set():
+        for _key, _ in sel.select(timeout=0.05):
+            conn, _ = listener.accept()
+            try:
+                job, fds = _recv_job(conn)
+            except (OSError, ValueError, ConnectionError) as err:
+                print(f"r2m warm: a job could not be read: {err}", file=sys.stderr)
+                conn.close()
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _run_job(listener, conn, job, fds, target)
+            for fd in fds:
+                os.close(fd)
+            running[pid] = conn
+            note(f"start {pid} r2m {' '.join(job['argv'])}")
+        while running:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            code = os.waitstatus_to_exitcode(status)
+            code = 128 - code if code < 0 else code
+            note(f"end {pid} exit {code}")
+            conn = running.pop(pid, None)
+            if conn is not None:
+                try:
+                    conn.sendall(f"exit {code}\n".encode())
+                except OSError:
+                    pass
+                conn.close()
+    listener.close()
+
+
+def main(argv: list[str]) -> int:
+    log = None
+    if argv[:1] == ["--log"] and len(argv) > 1:
+        log, argv = Path(argv[1]).resolve(), argv[2:]
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    folder = Path(tempfile.mkdtemp(prefix="r2m-warm-"))
+    path = str(folder / "socket")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    missing = preload()  # before the fork: the jobs share these pages
+    if missing:
+        print(f"r2m warm: not preloaded (imported by their jobs): {', '.join(missing)}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    server = os.fork()
+    if server == 0:
+        try:
+            os.setsid()  # the terminal's Ctrl-C reaches the command, and a job only through its client
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            serve(listener, log=log)
+        finally:
+            os._exit(0)
+    listener.close()
+    try:
+        try:
+            command = subprocess.Popen(argv, env={**os.environ, SOCKET_ENV: path})
+        except FileNotFoundError:
+            print(f"r2m warm: {argv[0]}: command not found", file=sys.stderr)
+            return 127
+        # SIGTERM/SIGHUP to us reach the command (it stops its jobs); Ctrl-C reaches it by itself
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, lambda signum, _: command.send_signal(signum))
+        while True:
+            try:
+                return command.wait()
+            except KeyboardInterrupt:
+                continue
+    finally:
+        os.kill(server, signal.SIGTERM)
+        os.waitpid(server, 0)
+        Path(path).unlink(missing_ok=True)
+        folder.rmdir()

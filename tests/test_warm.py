@@ -1,0 +1,144 @@
+"""``r2m warm``: stage jobs forked from a server that imported their libraries once (r2m.warm).
+
+What a user relies on: a warm job writes the same bytes as a cold one; it runs in the server, not in
+its client; a signal to the client reaches the job (Snakemake stops jobs that way); a client killed
+with SIGKILL takes its job with it; with no server there, the job runs cold, saying so in one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from conftest import BIN, ROOT, copy_workflow
+
+ENV = {**os.environ, "R2M_NO_PROGRESS": "1", "R2M_THREADS": "1", "PATH": f"{BIN}:{os.environ['PATH']}"}
+
+
+def _tiny_workspace(wd: Path) -> None:
+    copy_workflow(ROOT, wd)
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["datasets"] = ["tiny"]
+    raw["catalog"]["tiny"].update(n_train_images=6, n_val_images=2, n_test_images=2, n_sentences=40, image_size=32)
+    (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_warm_jobs_run_in_the_server_and_write_the_same_bytes_as_cold_ones(tmp_path):
+    cold, warm = tmp_path / "cold", tmp_path / "warm"
+    jobs = [["inputs", "--dataset", "tiny"], ["prepare", "--dataset", "tiny"], ["references", "--dataset", "tiny"]]
+    for wd in (cold, warm):
+        _tiny_workspace(wd)
+    for job in jobs:
+        r = subprocess.run([str(BIN / "r2m"), *job], cwd=cold, env=ENV, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+    script = " && ".join(f"r2m {' '.join(j)}" for j in jobs)
+    log = tmp_path / "warm.log"
+    r = subprocess.run([str(BIN / "r2m"), "warm", "--log", str(log), "--", "sh", "-c", script], cwd=warm, env=ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = log.read_text().splitlines()
+    started = [ln.split(" ", 2)[2] for ln in lines if ln.startswith("start ")]
+    assert started == [f"r2m {' '.join(j)}" for j in jobs]  # every job ran in the server, in order
+    assert [ln.split()[-1] for ln in lines if ln.startswith("end ")] == ["0"] * len(jobs)
+    assert "not reachable" not in r.stderr
+    a, b = _files(cold / "data/tiny"), _files(warm / "data/tiny")
+    assert sorted(a) == sorted(b) and len(a) >= 5
+    assert [k for k in a if a[k] != b[k]] == []
+    # each job's log went where a cold job's goes
+    assert (warm / "logs/prepare/tiny.log").read_text().count("done in") == 1
+
+
+def test_without_a_server_the_job_runs_cold_and_says_so(tmp_path):
+    env = {**ENV, "R2M_WARM": str(tmp_path / "no-such-socket")}
+    r = subprocess.run([str(BIN / "r2m"), "table1", "--help"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "usage: r2m table1" in r.stdout
+    assert r.stderr.count("\n") == 1 and "not reachable" in r.stderr and "running cold" in r.stderr
+
+
+# a server whose "job" is a small function (not r2m): the protocol's signals and exits, without the stages
+SERVER = r"""
+import os, signal, socket, sys, time
+from pathlib import Path
+from r2m.warm.server import serve
+
+def job(argv):
+    Path(argv[0]).write_text(str(os.getpid()))
+    def stop(signum, frame):
+        Path(argv[0] + ".signal").write_text(signal.Signals(signum).name)
+        sys.exit(42)
+    signal.signal(signal.SIGTERM, stop)
+    while True:
+        time.sleep(0.05)
+
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+listener.listen(8)
+print("ready", flush=True)
+serve(listener, target=job)
+"""
+CLIENT = "import sys; from r2m.warm.client import run; sys.exit(run([sys.argv[1]]))"
+
+
+def _server(tmp_path: Path) -> tuple[subprocess.Popen, dict[str, str]]:
+    sock = tmp_path / "s"
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(sock)], stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline().strip() == "ready"
+    return server, {**ENV, "R2M_WARM": str(sock)}
+
+
+def _wait_for(path: Path, timeout: float = 30) -> str:
+    end = time.monotonic() + timeout
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < end, f"{path} never written"
+        time.sleep(0.05)
+    return path.read_text()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_sigterm_to_the_client_reaches_the_job_and_its_status_comes_back(tmp_path):
+    server, env = _server(tmp_path)
+    try:
+        marker = tmp_path / "job"
+        client = subprocess.Popen([sys.executable, "-c", CLIENT, str(marker)], env=env)
+        pid = int(_wait_for(marker))
+        assert pid != client.pid  # the job is the server's child, not the client
+        client.send_signal(signal.SIGTERM)
+        assert client.wait(timeout=30) == 42  # the job's own exit status, through the client
+        assert (tmp_path / "job.signal").read_text() == "SIGTERM"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_a_client_killed_with_sigkill_takes_its_job_with_it(tmp_path):
+    server, env = _server(tmp_path)
+    try:
+        marker = tmp_path / "job"
+        client = subprocess.Popen([sys.executable, "-c", CLIENT, str(marker)], env=env)
+        pid = int(_wait_for(marker))
+        client.kill()
+        client.wait(timeout=30)
+        end = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not _alive(pid)
+        assert not (tmp_path / "job.signal").exists()  # killed, not asked to stop
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
