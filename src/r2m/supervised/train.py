@@ -31,7 +31,7 @@ from r2m.utils.io import mark_owned, replace_folder, write_json, write_text
 from r2m.utils.lazy import no_grad
 
 # torch, the models and the training loop are imported by the functions that train: a skipped
-# baseline (a dataset without paired captions, a model without a pretraining phase) starts without them
+# baseline (a dataset without paired captions) starts without them
 if TYPE_CHECKING:
     from r2m.supervised.data import PairedSet
     from r2m.training import loop as L
