@@ -4,6 +4,8 @@ Snakemake, where every job gets it); a stage that uses torch still gets those th
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import subprocess
 import sys
@@ -75,3 +77,94 @@ def test_after_import_sets_torch_threads_on_first_import():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.split()[-1] == "3"
+
+
+SKIP_REASON = "no paired training captions (a test's own reason)"
+SKIPPED = {  # stage -> (its output holding the reason, the key under which it is)
+    "pretrain_sup": ("models/demo/mrnn/s0/pretrain_sup/skipped.json", "skipped"),
+    "train_sup": ("results/demo/mrnn/s0/train_sup/train_metrics.json", "skipped"),
+    "caption_sup": ("results/demo/mrnn/s0/train_sup/captions.json", None),
+    "inspect_sup": ("results/demo/mrnn/s0/train_sup/inspect/inspect.json", "skipped"),
+    "retrieval_sup": ("results/demo/mrnn/s0/train_sup/retrieval.json", "skipped"),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(SKIPPED))
+def test_skipped_baseline_starts_without_torch(stage, tmp_path, repo_root):
+    """A dataset without paired captions: every supervised stage of it writes its skip output and
+    never imports torch (issue 33: 20 of the demo DAG's jobs, ~2.3 CPU s each before)."""
+    vocab = tmp_path / "data" / "demo" / "sup_vocab"
+    vocab.mkdir(parents=True)
+    (vocab / "stats.json").write_text(json.dumps({"paired": False, "reason": SKIP_REASON}))
+    for name in ("vocab.json", "captions.parquet"):  # key files present (never read when skipped)
+        (vocab / name).write_text("")
+    rc, imported, _ = _start(f"{stage} --dataset demo --model mrnn --seed 0", tmp_path, repo_root)
+    assert rc == 0 and not imported
+    path, key = SKIPPED[stage]
+    written = json.loads((tmp_path / path).read_text())
+    assert written == [] if key is None else written[key] == SKIP_REASON
+
+
+# --------------------------------------------------------------------------- source scans kept on disk
+def _scan_setup(tmp_path, monkeypatch):
+    from r2m.utils import source_cache
+
+    src = tmp_path / "pkg"
+    src.mkdir()
+    monkeypatch.setattr(source_cache, "_PACKAGE", src.resolve())
+    monkeypatch.setenv("R2M_CACHE", str(tmp_path / "cache"))
+    (src / "a.py").write_text('@THINGS.register("alpha")\nclass A: ...\n')
+    (src / "b.py").write_text('@THINGS.register("beta")\nclass B: ...\n@OTHER.register("gamma")\nclass C: ...\n')
+    return src
+
+
+def test_declared_names_kept_under_the_files_content(tmp_path, monkeypatch):
+    from r2m.utils import registry
+
+    src = _scan_setup(tmp_path, monkeypatch)
+    calls = []
+    parse = ast.parse  # count the parses: a kept scan parses nothing
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: calls.append(1) or parse(*a, **k))
+    assert registry.declared_names([src], "THINGS") == ["alpha", "beta"]
+    assert len(calls) == 2
+    assert registry.declared_names([src], "THINGS") == ["alpha", "beta"] and len(calls) == 2  # kept
+    assert registry.declared_names([src], "OTHER") == ["gamma"] and len(calls) == 4  # another scan
+    (src / "a.py").write_text('@THINGS.register("delta")\nclass A: ...\n')  # an edit: scanned again
+    assert registry.declared_names([src], "THINGS") == ["beta", "delta"] and len(calls) == 6
+    (src / "c.py").write_text('THINGS.register("omega")(object)\n')  # a new file: scanned again
+    assert registry.declared_names([src], "THINGS") == ["beta", "delta", "omega"]
+
+
+def test_a_damaged_or_unwritable_cache_is_not_used(tmp_path, monkeypatch):
+    from r2m.utils import source_cache
+    from r2m.utils.registry import declared_names
+
+    src = _scan_setup(tmp_path, monkeypatch)
+    assert declared_names([src], "THINGS") == ["alpha", "beta"]
+    (entry,) = (tmp_path / "cache" / "source-scans").glob("*.json")
+    for junk in ("{not json", '{"a": 1}', '["alpha", 3]'):
+        entry.write_text(junk)
+        assert declared_names([src], "THINGS") == ["alpha", "beta"]
+        assert json.loads(entry.read_text()) == ["alpha", "beta"]  # written again
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("R2M_CACHE", str(blocked))
+    assert declared_names([src], "THINGS") == ["alpha", "beta"]
+    monkeypatch.setattr(source_cache, "_PACKAGE", (tmp_path / "elsewhere").resolve())  # outside: never kept
+    monkeypatch.setenv("R2M_CACHE", str(tmp_path / "cache2"))
+    assert declared_names([src], "THINGS") == ["alpha", "beta"]
+    assert not (tmp_path / "cache2").exists()
+
+
+def test_declared_keys_kept_equal_a_fresh_scan(tmp_path, monkeypatch):
+    """The package's recipe keys through the cache (twice) equal those of a scan with no cache."""
+    from r2m import params as P
+    from r2m.utils import declared, source_cache
+
+    monkeypatch.setenv("R2M_CACHE", str(tmp_path / "cache"))
+    first = declared.declared_keys.__wrapped__(P.RECIPE_SOURCES, "RECIPES", ("Benchmark",))
+    kept = declared.declared_keys.__wrapped__(P.RECIPE_SOURCES, "RECIPES", ("Benchmark",))
+    monkeypatch.setattr(source_cache, "_PACKAGE", (tmp_path / "nowhere").resolve())
+    fresh = declared.declared_keys.__wrapped__(P.RECIPE_SOURCES, "RECIPES", ("Benchmark",))
+    assert first == kept == fresh and "demo" in fresh and all(isinstance(v, tuple) for v in fresh.values())
+    assert len(list((tmp_path / "cache" / "source-scans").glob("*.json"))) == 1

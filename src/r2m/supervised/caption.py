@@ -15,19 +15,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from r2m.datasets.base import split_ids
-from r2m.decoding.beam import sample_search
-from r2m.decoding.captioner import BANNED, caption_features, first_tokens, load_checkpoint_model, words_of
-from r2m.supervised.data import model_features
-from r2m.supervised.vocab import skip_reason
+from r2m.supervised.skip import skip_reason
 from r2m.utils.io import write_json
+
+# torch and the decoders are imported by the functions that caption: a skipped baseline starts without them
 
 
 def _sampled_tokens(model, feats: Any, image_ids: Sequence[str], cp: Any, device: Any) -> list[list[int]]:
     """One sampled caption per image (``caption.temperature``, draws seeded by ``caption.seed`` on
     ``device``): token ids up to (not including) <#end>, batched by ``caption.batch_size``."""
+    import torch
+
+    from r2m.decoding.beam import sample_search
+    from r2m.decoding.captioner import BANNED, caption_features, first_tokens
+
     gen = torch.Generator(device=torch.device(device)).manual_seed(int(cp.seed))
 
     def draw(model, encoded) -> list[list[int]]:
@@ -38,11 +39,16 @@ def _sampled_tokens(model, feats: Any, image_ids: Sequence[str], cp: Any, device
 
 
 # ``caption.decoder`` -> (model, features, image ids, caption params, device) -> token ids per image
+def _searched_tokens(model, feats: Any, image_ids: Sequence[str], beam: int, cp: Any, device: Any) -> list[list[int]]:
+    """The best of a beam search of width ``beam`` per image (width 1: greedy)."""
+    from r2m.decoding.captioner import caption_features
+
+    return caption_features(model, feats, image_ids, beam, cp.max_len, cp.batch_size, device, desc="caption_sup")
+
+
 SUP_DECODERS: dict[str, Callable[..., list[list[int]]]] = {
-    "beam": lambda model, feats, ids, cp, device: caption_features(model, feats, ids, cp.beam, cp.max_len,
-                                                                   cp.batch_size, device, desc="caption_sup"),
-    "greedy": lambda model, feats, ids, cp, device: caption_features(model, feats, ids, 1, cp.max_len,
-                                                                     cp.batch_size, device, desc="caption_sup"),
+    "beam": lambda model, feats, ids, cp, device: _searched_tokens(model, feats, ids, cp.beam, cp, device),
+    "greedy": lambda model, feats, ids, cp, device: _searched_tokens(model, feats, ids, 1, cp, device),
     "sample": _sampled_tokens,
 }
 
@@ -60,6 +66,10 @@ def run(ctx) -> None:
         write_json(ctx.outs["captions"], [])
         ctx.log.info("caption_sup: %s", reason)
         return
+    from r2m.datasets.base import split_ids
+    from r2m.decoding.captioner import load_checkpoint_model, words_of
+    from r2m.supervised.data import model_features
+
     cp = ctx.params.caption
     ids = split_ids(ctx.deps["prepared"], cp.split)
     device = ctx.runtime.torch_device()

@@ -22,13 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow.parquet as pq
-import torch
-
 from r2m.text.vocab import END
 from r2m.utils.io import write_json
 from r2m.utils.registry import Registry
+
+# numpy, pyarrow and torch are imported by the inspectors: a model with nothing to inspect (or a
+# skipped baseline) starts without them
 
 INSPECTORS: Registry[Callable[..., dict[str, Any]]] = Registry("model inspector")
 BOX_SCORE = 0.3  # prepared/detections.jsonl: true objects score >= 0.8, its false positives < 0.25
@@ -37,6 +36,8 @@ ML_PROTOCOL = ("top-3 labels per image; C-P/C-R averaged over all concepts, O-P/
 
 
 def _split_ids(prepared: Path, split: str) -> list[str]:
+    import pyarrow.parquet as pq
+
     images = pq.read_table(prepared / "images.parquet", columns=["image_id", "split"]).to_pandas()
     return [str(i) for i in images.loc[images["split"] == split, "image_id"]]
 
@@ -68,6 +69,9 @@ def ground_truth_boxes(prepared: Path) -> dict[str, dict[str, list[list[float]]]
 @INSPECTORS.register("sat_hard")  # its maps: α_t, the distribution its location s_t is drawn from
 @INSPECTORS.register("sat")
 def inspect_sat(ctx, model, feats, itos: list[str], out_dir: Path, device) -> dict[str, Any]:
+    import numpy as np
+    import pyarrow.parquet as pq
+    import torch
     from PIL import Image
 
     from r2m.datasets.base import resolve_image_path
@@ -124,6 +128,10 @@ def inspect_sat(ctx, model, feats, itos: list[str], out_dir: Path, device) -> di
 
 @INSPECTORS.register("scnn")
 def inspect_scnn(ctx, model, feats, itos: list[str], out_dir: Path, device) -> dict[str, Any]:
+    import numpy as np
+    import pyarrow.parquet as pq
+    import torch
+
     from r2m.datasets.base import REFERENCES
     from r2m.evaluation.inputs import load_references
     from r2m.models.scnn import topk_multilabel
@@ -161,9 +169,7 @@ def inspect_scnn(ctx, model, feats, itos: list[str], out_dir: Path, device) -> d
 
 
 def run(ctx) -> None:
-    from r2m.decoding.captioner import load_checkpoint_model
-    from r2m.supervised.data import model_features
-    from r2m.supervised.vocab import skip_reason
+    from r2m.supervised.skip import skip_reason
 
     out_dir = Path(ctx.outs["inspect"])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -171,6 +177,9 @@ def run(ctx) -> None:
     if reason or ctx.model not in INSPECTORS:
         result = {"model": ctx.model, "skipped": reason or f"nothing to inspect for {ctx.model}"}
     else:
+        from r2m.decoding.captioner import load_checkpoint_model
+        from r2m.supervised.data import model_features
+
         device = ctx.runtime.torch_device()
         model, _, itos = load_checkpoint_model(ctx.deps["model"], device, ctx.deps["sup_vocab"])
         feats = model_features(ctx.deps["model"], ctx.deps["features"], model.feature_kinds)

@@ -27,15 +27,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-import torch
 
 from r2m.utils.io import write_json
+from r2m.utils.lazy import no_grad
+
+# pyarrow and torch are imported by the functions that score: a skipped baseline starts without them
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import torch
 
 KS = (1, 5, 10)
 
@@ -107,7 +109,7 @@ def retrieval_scores(logp: np.ndarray, sentence_image: np.ndarray, prior_logp: n
 
 
 # --------------------------------------------------------------------------- supervised models
-@torch.no_grad()
+@no_grad
 def sup_logp(model, feats, rows: np.ndarray, inputs, targets, lengths, block: int, device) -> np.ndarray:
     """log P(sentence_j | image_i) for images at feature ``rows`` × all sentences → [N, S]."""
     from r2m.utils.progress import progress
@@ -140,6 +142,10 @@ def sampled_prior(model, feats, pool: Sequence[str], n: int, seed: int, inputs, 
 
 def split_pairs(sup_vocab: Path, split: str, row_of: dict[str, int]) -> tuple[list[str], pa.Table]:
     """The split's images (in first-seen order, with features) and their sentences."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     t = pq.read_table(sup_vocab / "captions.parquet")
     t = t.filter(pc.equal(t["split"], split))
     ids = [str(i) for i in t["image_id"].to_pylist()]
@@ -151,9 +157,7 @@ def split_pairs(sup_vocab: Path, split: str, row_of: dict[str, int]) -> tuple[li
 
 def run_sup(ctx) -> None:
     """DAG stage ``retrieval_sup``: one supervised model on ``retrieval.split``."""
-    from r2m.decoding.captioner import load_checkpoint_model
-    from r2m.supervised.data import model_features, teacher_forcing
-    from r2m.supervised.vocab import skip_reason
+    from r2m.supervised.skip import skip_reason
 
     out = Path(ctx.outs["retrieval"])
     reason = skip_reason(ctx.deps["sup_vocab"])
@@ -161,6 +165,9 @@ def run_sup(ctx) -> None:
         write_json(out, {"skipped": reason})
         ctx.log.info("retrieval_sup: %s", reason)
         return
+    from r2m.decoding.captioner import load_checkpoint_model
+    from r2m.supervised.data import model_features, teacher_forcing
+
     rp = ctx.params.retrieval
     device = ctx.runtime.torch_device()
     model, _, _ = load_checkpoint_model(ctx.deps["model"], device)
@@ -194,6 +201,8 @@ def run_sup(ctx) -> None:
 
 
 def _split_images(ctx, split: str) -> list[str]:
+    import pyarrow.parquet as pq
+
     images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
     return [str(i) for i in images.loc[images["split"] == split, "image_id"]]
 
@@ -207,10 +216,12 @@ def _summary(res: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- R2M
-@torch.no_grad()
+@no_grad
 def r2m_similarity(model, image_feats: torch.Tensor, concepts: torch.Tensor, concept_lens: torch.Tensor,
                    inputs: torch.Tensor, lengths: torch.Tensor, batch: int = 256) -> np.ndarray:
     """v̂^I · ṽ for every image × sentence → [N, S] (ṽ teacher-forced from each sentence's concepts)."""
+    import torch
+
     v_img = model.project_image(image_feats)
     vt = []
     for s in range(0, inputs.shape[0], batch):
@@ -222,6 +233,9 @@ def r2m_similarity(model, image_feats: torch.Tensor, concepts: torch.Tensor, con
 
 def run_r2m(ctx) -> None:
     """DAG stage ``retrieval_r2m``: R²M (final checkpoint) through its joint space."""
+    import pyarrow as pa
+    import torch
+
     from r2m.decoding.captioner import load_checkpoint_model
     from r2m.supervised.data import Features, teacher_forcing
     from r2m.text.dictionary import load_dictionary

@@ -24,18 +24,17 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from r2m.supervised.skip import skip_reason
+from r2m.utils.io import mark_owned, replace_folder, write_json, write_text
+from r2m.utils.lazy import no_grad
 
-from r2m.models import build_sup_model
-from r2m.supervised import finetune
-from r2m.supervised.data import Features, PairedSet
-from r2m.supervised.vocab import skip_reason
-from r2m.text.vocab import load_itos
-from r2m.training import loop as L
-from r2m.utils import resume as RS
-from r2m.utils.io import mark_owned, replace_folder, save_torch, write_json, write_text
+# torch, the models and the training loop are imported by the functions that train: a skipped
+# baseline (a dataset without paired captions) starts without them
+if TYPE_CHECKING:
+    from r2m.supervised.data import PairedSet
+    from r2m.training import loop as L
 
 
 def add_arguments(parser) -> None:
@@ -70,7 +69,7 @@ def write_skipped(ctx, reason: str) -> None:
     ctx.log.info("train_sup: %s", reason)
 
 
-@torch.no_grad()
+@no_grad
 def perplexity(model, pairs: PairedSet, batch_size: int, device) -> float | None:
     """exp(mean per-word NLL) over the pairs (every valid position, <#end> included)."""
     if len(pairs) == 0:
@@ -91,14 +90,15 @@ def run_pretrain(ctx) -> None:
     """``pretrain_sup``: the model's pretraining phase (S-CNN-RNN: concept head and LSTM in
     parallel, the LSTM fed the ground-truth concepts) for ``train_sup.pretrain_steps`` steps; a
     model without one (or with 0 steps) gets ``skipped.json`` and train_sup starts from scratch."""
-    from r2m.models import SUP_MODELS
-
     reason = skip_reason(ctx.deps["sup_vocab"])
     steps = ctx.params.train_sup.for_model(ctx.model).pretrain_steps
-    if not reason and "pretrain" not in SUP_MODELS.get(ctx.model).phases:
-        reason = f"{ctx.model} has no pretraining phase"
-    elif not reason and steps == 0:
-        reason = f"train_sup.pretrain_steps is 0 for {ctx.model}"
+    if not reason:
+        from r2m.models import SUP_MODELS
+
+        if "pretrain" not in SUP_MODELS.get(ctx.model).phases:
+            reason = f"{ctx.model} has no pretraining phase"
+        elif steps == 0:
+            reason = f"train_sup.pretrain_steps is 0 for {ctx.model}"
     if reason:
         write_skipped(ctx, reason)
         return
@@ -114,6 +114,16 @@ def _train(ctx, phase: str) -> None:
     if reason:
         write_skipped(ctx, reason)
         return
+    import torch
+
+    from r2m.models import build_sup_model
+    from r2m.supervised import finetune
+    from r2m.supervised.data import Features, PairedSet
+    from r2m.text.vocab import load_itos
+    from r2m.training import loop as L
+    from r2m.utils import resume as RS
+    from r2m.utils.io import save_torch
+
     name = ctx.model
     tp = ctx.params.train_sup.for_model(name)
     if phase == "pretrain":  # the pretraining phase: its own step count, the last weights
@@ -229,5 +239,7 @@ def caption_objective(columns: tuple[str, ...]) -> L.LoopObjective:
 
     def loss(model, b):
         return model.loss(model.encode(model.batch_features(b.feats, b.image_ids)), b.inputs, b.targets, b.lengths)
+
+    from r2m.training import loop as L
 
     return L.LoopObjective(columns, loss, lambda m, b: loss(m, b)[1], lambda ev: sum(ev.values()))

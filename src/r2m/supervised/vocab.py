@@ -22,10 +22,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from r2m.datasets.base import REFERENCES, TRAIN_REFERENCES
+from r2m.supervised.skip import skip_reason  # noqa: F401 - its home before issue 33
 from r2m.text.tokenize import tokenize
 from r2m.text.vocab import SPECIALS, Vocab, build_vocab
 from r2m.utils.coco import read_coco_captions
-from r2m.utils.io import atomic_path, read_json, write_json
+from r2m.utils.io import atomic_path, write_json
 
 NO_PAIRS = "no paired training captions (references/{file} is absent): supervised baselines skipped"
 
@@ -37,12 +38,6 @@ def _captions(path: Path, splits: set[str]) -> list[tuple[str, str, str]]:
     coco.require_listed(str(path))
     split_of = {i: str(s) for i, s in coco.split_of("train").items()}
     return [(i, split_of[i], cap.strip()) for i, cap in coco.annotations if split_of[i] in splits]
-
-
-def skip_reason(sup_vocab_dir: str | Path) -> str | None:
-    """Why the supervised stages skip this dataset (``None``: it has paired captions)."""
-    stats = read_json(Path(sup_vocab_dir) / "stats.json")
-    return None if stats.get("paired") else str(stats.get("reason") or "no paired training captions")
 
 
 def build(references: Path, out: Path, min_count: int, max_tokens: int) -> dict[str, Any]:

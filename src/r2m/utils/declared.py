@@ -118,23 +118,36 @@ def declared_keys(sources: tuple[Path, ...], registry: str, constructors: tuple[
     (a literal tuple, or a module-level constant holding one); read from the source, nothing imported.
     A ``register(<variable>, keys=...)`` inside a loop gives its keys to every name made by a
     ``Ctor("name", ...)`` call of ``constructors`` in the same file (e.g. the paper benchmarks)."""
-    out: dict[str, tuple[str, ...]] = {}
-    for file in _files(sources):
-        tree = ast.parse(file.read_text(encoding="utf-8"), str(file))
-        constants = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign)
-                     for t in n.targets if isinstance(t, ast.Name)}
-        made = [n.args[0].value for n in ast.walk(tree)
-                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in constructors
-                and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)]
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "register" and isinstance(node.func.value, ast.Name)
-                    and node.func.value.id == registry and node.args):
-                continue
-            kw = {k.arg: k.value for k in node.keywords}
-            keys = _literal_keys(kw["keys"], constants, f"{file}:{node.lineno}") if "keys" in kw else ()
-            first = node.args[0]
-            names = [first.value] if isinstance(first, ast.Constant) else made
-            for name in names:
-                out[name] = keys
-    return out
+    from r2m.utils.source_cache import cached_scan
+
+    files = _files(sources)
+
+    def scan() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for file in files:
+            tree = ast.parse(file.read_text(encoding="utf-8"), str(file))
+            constants = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign)
+                         for t in n.targets if isinstance(t, ast.Name)}
+            made = [n.args[0].value for n in ast.walk(tree)
+                    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in constructors
+                    and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)]
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr == "register" and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == registry and node.args):
+                    continue
+                kw = {k.arg: k.value for k in node.keywords}
+                keys = _literal_keys(kw["keys"], constants, f"{file}:{node.lineno}") if "keys" in kw else ()
+                first = node.args[0]
+                names = [first.value] if isinstance(first, ast.Constant) else made
+                for name in names:
+                    out[name] = list(keys)
+        return out
+
+    def valid(value: Any) -> bool:
+        return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, list)
+                                               and all(isinstance(x, str) for x in v) for k, v in value.items())
+
+    # kept on disk under the files' content: every r2m job validates params (issue 33)
+    found = cached_scan("declared_keys", [registry, list(constructors)], files, scan, valid)
+    return {name: tuple(keys) for name, keys in found.items()}

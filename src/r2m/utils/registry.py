@@ -50,18 +50,26 @@ def declared_names(sources: list[str | Path], registry: str, constructors: tuple
     ``Ctor("name", ...)`` calls count too for each ``Ctor`` in ``constructors`` (registered in a loop)."""
     import ast
 
+    from r2m.utils.source_cache import cached_scan, is_str_list
+
     files: list[Path] = []
     for src in sources:
         p = Path(src)
         files += sorted(p.glob("*.py")) if p.is_dir() else ([p] if p.is_file() else [])
-    names: set[str] = set()
-    for f in files:
-        for node in ast.walk(ast.parse(f.read_text(), str(f))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register"
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id == registry
-                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-                names.add(node.args[0].value)
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in constructors
-                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-                names.add(node.args[0].value)
-    return sorted(names)
+
+    def scan() -> list[str]:
+        names: set[str] = set()
+        for f in files:
+            for node in ast.walk(ast.parse(f.read_text(), str(f))):
+                if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                        and isinstance(node.args[0].value, str)):
+                    continue
+                if (isinstance(node.func, ast.Attribute) and node.func.attr == "register"
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id == registry):
+                    names.add(node.args[0].value)
+                elif isinstance(node.func, ast.Name) and node.func.id in constructors:
+                    names.add(node.args[0].value)
+        return sorted(names)
+
+    # kept on disk under the files' content: every r2m job validates params (issue 33)
+    return cached_scan("declared_names", [registry, list(constructors)], files, scan, is_str_list)

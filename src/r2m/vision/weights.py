@@ -117,9 +117,9 @@ def user_file(path: str | Path, sha256: str | None = None, what: str = "options.
 # ----------------------------------------------------------------------------- downloads (opt-in)
 def cache_root(cache_dir: str | Path | None = None) -> Path:
     """Where downloaded weights go: ``cache_dir``, else ``$R2M_CACHE``, else ``~/.cache/r2m``."""
-    import os
+    from r2m.utils import source_cache
 
-    return Path(cache_dir or os.environ.get("R2M_CACHE") or Path.home() / ".cache" / "r2m").expanduser()
+    return Path(cache_dir).expanduser() if cache_dir else source_cache.cache_root()
 
 
 def _url_name(url: str) -> str:
