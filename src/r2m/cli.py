@@ -163,15 +163,14 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
             return int(module.standalone(args) or 0)
         parser.error(f"missing --{' --'.join(missing)}")
     try:
-        params = V.load(args.params)
+        params = P.load(args.params)
         if "dataset" in stage.axes:
-            # the selected datasets were checked by load; another one gets the checks of the stage's
-            # side: the baselines' feature weights for a supervised stage, R2M's files otherwise
-            if stage.source("dataset") == "baselines.datasets":
-                if args.dataset in params.catalog and args.dataset not in params.baselines.datasets:
-                    V.check_sup_files(params, args.dataset, args.params)
-            elif args.dataset in params.catalog and args.dataset not in params.datasets:
-                V.check_files(params, args.dataset, args.params)
+            # its own dataset's checks (not every selected one's: a stage loads what its instance needs, see
+            # r2m.pipeline.codedeps), those of the stage's side: the baselines' feature weights for a
+            # supervised stage, R2M's files (and the recipe's own check) otherwise
+            if args.dataset in params.catalog:
+                check = V.check_sup_files if stage.source("dataset") == "baselines.datasets" else V.check_files
+                check(params, args.dataset, args.params)
             params = P.for_dataset(params, args.dataset)
     except P.ParamsError as err:
         print(f"r2m {stage.name}: {err}", file=sys.stderr)
@@ -241,6 +240,11 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         _report_failure(log, stage.name, err, log_path)
         return 1
     log.info("done in %.1f s", time.perf_counter() - t0)
+    if os.environ.get("R2M_AUDIT_MODULES"):  # the modules it loaded, for tests/test_code_deps.py
+        loaded = [m for m in sys.modules if m == "r2m" or m.startswith("r2m.")]
+        from r2m.pipeline.codedeps import record_loaded
+
+        record_loaded(stage, axes, loaded)
     return 0
 
 

@@ -91,11 +91,11 @@ def run_pretrain(ctx) -> None:
     """``pretrain_sup``: the model's pretraining phase (S-CNN-RNN: concept head and LSTM in
     parallel, the LSTM fed the ground-truth concepts) for ``train_sup.pretrain_steps`` steps; a
     model without one (or with 0 steps) gets ``skipped.json`` and train_sup starts from scratch."""
-    from r2m.models import SUP_MODELS
+    from r2m.models import sup_model
 
     reason = skip_reason(ctx.deps["sup_vocab"])
     steps = ctx.params.train_sup.for_model(ctx.model).pretrain_steps
-    if not reason and "pretrain" not in SUP_MODELS.get(ctx.model).phases:
+    if not reason and "pretrain" not in sup_model(ctx.model).phases:
         reason = f"{ctx.model} has no pretraining phase"
     elif not reason and steps == 0:
         reason = f"train_sup.pretrain_steps is 0 for {ctx.model}"
@@ -127,9 +127,9 @@ def _train(ctx, phase: str) -> None:
 
     import pyarrow.parquet as pq
 
-    from r2m.models import SUP_MODELS
+    from r2m.models import sup_model
 
-    cls = SUP_MODELS.get(name)
+    cls = sup_model(name)
     captions = pq.read_table(Path(ctx.deps["sup_vocab"]) / "captions.parquet",
                              columns=["image_id", "split", "caption"]).to_pydict()
     section = cls.prepare_params(model_section(ctx), captions)

@@ -138,3 +138,8 @@ def declared_keys(sources: tuple[Path, ...], registry: str, constructors: tuple[
             for name in names:
                 out[name] = keys
     return out
+
+
+def sup_model_modules(package: Path, dotted: str) -> dict[str, str]:
+    """Baseline name -> the module (``dotted`` + file stem) whose file in ``package`` registers it."""
+    return {spec.name: f"{dotted}.{spec.file.stem}" for spec in sup_model_specs((package,))}
