@@ -10,7 +10,7 @@ Three parts, all read from the source (nothing is imported):
   recipe of its dataset's kind (:data:`r2m.datasets.recipes.RECIPE_MODULES`) where ``prepare`` /
   ``references`` build it or the runner runs the kind's check; the detector backend its dataset's
   ``detect_concepts.backend`` names (:data:`r2m.vision.detectors.BACKEND_MODULES`) where a detector is
-  built; the baseline its ``model`` names (:func:`r2m.models.sup_model_module`).
+  built (and those its ``options.parts`` names); the baseline its ``model`` names (:func:`r2m.models.sup_model_module`).
 * **Not code:** the registry's definition of the stage (:data:`NOT_CODE`: what it says of a stage — command,
   paths, params — both engines compare on their own) and :mod:`r2m.params`, whose effect on an instance
   its resolved params already carry (:mod:`r2m.pipeline.resolved`).
@@ -58,15 +58,18 @@ def _checked_kinds() -> frozenset[str]:
     return frozenset(P.registered_names(P.RECIPE_SOURCES, "RECIPE_CHECKS"))
 
 
-_views: dict[tuple[int, str], tuple[P.Params, str, str]] = {}
+_views: dict[tuple[int, str], tuple[P.Params, str, tuple[str, ...]]] = {}
 
 
-def _dataset_facts(params: P.Params, dataset: str) -> tuple[str, str]:
-    """(recipe kind, detect_concepts backend) of ``dataset`` as it sees the params (cached per params object)."""
+def _dataset_facts(params: P.Params, dataset: str) -> tuple[str, tuple[str, ...]]:
+    """(recipe kind, detector backends) of ``dataset`` as it sees the params (cached per params object): the
+    ``detect_concepts.backend`` and the other backends its ``options.parts`` names (``offline``'s parts)."""
     hit = _views.get((id(params), dataset))
     if hit is None or hit[0] is not params:
-        view = P.for_dataset(params, dataset)
-        hit = _views[(id(params), dataset)] = (params, params.catalog[dataset].kind, view.detect_concepts.backend)
+        det = P.for_dataset(params, dataset).detect_concepts
+        parts = det.options.get("parts") or ()
+        backends = (det.backend, *(p for p in parts if isinstance(p, str)))
+        hit = _views[(id(params), dataset)] = (params, params.catalog[dataset].kind, backends)
     return hit[1], hit[2]
 
 
@@ -76,12 +79,12 @@ def by_name(stage: Stage, bound: Mapping[str, str], params: P.Params, pkg: Path 
     out: set[str | None] = set()
     dataset = bound.get("dataset")
     if dataset is not None and dataset in params.catalog:
-        kind, backend = _dataset_facts(params, dataset)
+        kind, backends = _dataset_facts(params, dataset)
         runner_checks = stage.source("dataset") != "baselines.datasets" and kind in _checked_kinds()
         if RECIPE_LOADER in entry or runner_checks:  # r2m.pipeline.validate.check_files: the kind's own check
             out.add(declared_table(RECIPE_LOADER, "RECIPE_MODULES", pkg).get(kind))
         if DETECTOR_LOADER in entry:
-            out.add(declared_table(DETECTOR_LOADER, "BACKEND_MODULES", pkg).get(backend))
+            out |= {declared_table(DETECTOR_LOADER, "BACKEND_MODULES", pkg).get(b) for b in backends}
     if "model" in bound and MODEL_LOADER in entry:
         out.add(sup_model_modules(module_file(MODEL_LOADER, pkg).parent, MODEL_LOADER).get(bound["model"]))
     return {m for m in out if m is not None}
