@@ -240,12 +240,20 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         _report_failure(log, stage.name, err, log_path)
         return 1
     log.info("done in %.1f s", time.perf_counter() - t0)
-    if os.environ.get("R2M_AUDIT_MODULES"):  # the modules it loaded, for tests/test_code_deps.py
-        loaded = [m for m in sys.modules if m == "r2m" or m.startswith("r2m.")]
-        from r2m.pipeline.codedeps import record_loaded
-
-        record_loaded(stage, axes, loaded)
+    _record_loaded(stage, axes)
     return 0
+
+
+def _record_loaded(stage: S.Stage, axes: dict[str, str]) -> None:
+    """With ``R2M_AUDIT_MODULES=<dir>``: the ``r2m`` modules this run loaded, one a line, in
+    ``<dir>/<stage>/<instance key>.txt`` (tests/test_code_deps.py compares them with the declared code
+    dependencies, :mod:`r2m.pipeline.codedeps`). Here, not there: recording must load nothing itself."""
+    folder = os.environ.get("R2M_AUDIT_MODULES")
+    if folder:
+        names = sorted(m for m in sys.modules if m == "r2m" or m.startswith("r2m."))
+        path = Path(folder) / stage.name / f"{'-'.join(str(axes[a]) for a in stage.axes) or 'all'}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(names) + "\n")
 
 
 def _report_failure(log, stage: str, err: Exception, log_path: Path | None) -> None:

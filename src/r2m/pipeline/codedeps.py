@@ -19,7 +19,7 @@ Snakemake gets :func:`code_digest` as a rule param; DVC reads the same digest fr
 ``.params/<stage>/<key>.json`` (written by ``r2m resolve-params``, which re-runs on any ``src`` change), so
 both engines re-run exactly the instances that can load an edited file. The check that this is not
 circular: ``R2M_AUDIT_MODULES=<dir>`` makes every stage run record the ``r2m`` modules it loaded
-(:func:`record_loaded`), and tests/test_code_deps.py requires loaded ⊆ declared for every instance of
+(``r2m.cli._record_loaded``), and tests/test_code_deps.py requires loaded ⊆ declared for every instance of
 the tiny DAG and a few more.
 """
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -39,7 +38,6 @@ from r2m.utils.imports import PKG, closure_modules, declared_table, module_file
 RUNNER = "r2m.cli"  # runs every stage's impl (r2m.cli.run_stage)
 # the stage registry and the params schema: not code a stage runs (see the module docstring)
 NOT_CODE = ("r2m.pipeline.stages", "r2m.pipeline.sup_stages", "r2m.pipeline.spec", "r2m.params")
-AUDIT_ENV = "R2M_AUDIT_MODULES"
 # the loaders: a stage whose entry imports one of these can load the members its instance names
 RECIPE_LOADER, DETECTOR_LOADER, MODEL_LOADER = "r2m.datasets.recipes", "r2m.vision.detectors", "r2m.models"
 
@@ -118,16 +116,3 @@ def _tree_digest(path: Path) -> str:
     from r2m.utils.digest import tree_digest
 
     return tree_digest(path) if path.exists() else "missing"
-
-
-def record_loaded(stage: Stage, axes: Mapping[str, str | None], loaded: list[str]) -> None:
-    """With ``R2M_AUDIT_MODULES=<dir>``: write the ``r2m`` modules the stage's process loaded (``loaded``) into
-    ``<dir>/<stage>/<instance key>.txt`` (one a line), for the test that compares them with
-    :func:`code_modules`."""
-    folder = os.environ.get(AUDIT_ENV)
-    if not folder:
-        return
-    key = "-".join(str(axes[a]) for a in stage.axes) or "all"
-    path = Path(folder) / stage.name / f"{key}.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(sorted(loaded)) + "\n")
