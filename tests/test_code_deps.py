@@ -180,10 +180,11 @@ def test_a_code_edit_reruns_exactly_the_instances_that_load_it(ws, rel):
 
 
 def test_the_declared_tables_name_the_modules_that_register_each_member():
-    """RECIPE_MODULES / BACKEND_MODULES against the source: each module registers the names it is given for."""
+    """RECIPE_MODULES / BACKEND_MODULES / FEATURE_MODULES against the source: each module registers the names it is given for."""
     from r2m.datasets.recipes import RECIPE_MODULES
     from r2m.utils.registry import declared_names
     from r2m.vision.detectors import BACKEND_MODULES
+    from r2m.vision.extractors import FEATURE_MODULES
 
     def file_of(mod: str) -> Path:
         return ROOT / "src" / (mod.replace(".", "/") + ".py")
@@ -196,4 +197,7 @@ def test_the_declared_tables_name_the_modules_that_register_each_member():
     assert sorted(BACKEND_MODULES) == backends
     for name, mod in BACKEND_MODULES.items():
         assert declared_names([file_of(mod)], "DETECTORS") == [name]
+    assert sorted(FEATURE_MODULES) == declared_names([ROOT / "src/r2m/vision/extractors"], "FEATURES")
+    for name, mod in FEATURE_MODULES.items():
+        assert declared_names([file_of(mod)], "FEATURES") == [name]
 

@@ -10,7 +10,8 @@ Three parts, all read from the source (nothing is imported):
   recipe of its dataset's kind (:data:`r2m.datasets.recipes.RECIPE_MODULES`) where ``prepare`` /
   ``references`` build it or the runner runs the kind's check; the detector backend its dataset's
   ``detect_concepts.backend`` names (:data:`r2m.vision.detectors.BACKEND_MODULES`) where a detector is
-  built (and those its ``options.parts`` names); the baseline its ``model`` names (:func:`r2m.models.sup_model_module`).
+  built (and those its ``options.parts`` names); the feature backends its ``extract_features`` and
+  ``sup_features`` name (:data:`r2m.vision.extractors.FEATURE_MODULES`) where an extractor is built; the baseline its ``model`` names (:func:`r2m.models.sup_model_module`).
 * **Not code:** the registry's definition of the stage (:data:`NOT_CODE`: what it says of a stage — command,
   paths, params — both engines compare on their own) and :mod:`r2m.params`, whose effect on an instance
   its resolved params already carry (:mod:`r2m.pipeline.resolved`).
@@ -29,6 +30,7 @@ import functools
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from r2m import params as P
 from r2m.pipeline.spec import Stage
@@ -40,6 +42,7 @@ RUNNER = "r2m.cli"  # runs every stage's impl (r2m.cli.run_stage)
 NOT_CODE = ("r2m.pipeline.stages", "r2m.pipeline.sup_stages", "r2m.pipeline.spec", "r2m.params")
 # the loaders: a stage whose entry imports one of these can load the members its instance names
 RECIPE_LOADER, DETECTOR_LOADER, MODEL_LOADER = "r2m.datasets.recipes", "r2m.vision.detectors", "r2m.models"
+FEATURE_LOADER = "r2m.vision.extractors"
 
 
 def entry_module(stage: Stage) -> str:
@@ -56,19 +59,28 @@ def _checked_kinds() -> frozenset[str]:
     return frozenset(P.registered_names(P.RECIPE_SOURCES, "RECIPE_CHECKS"))
 
 
-_views: dict[tuple[int, str], tuple[P.Params, str, tuple[str, ...]]] = {}
+_views: dict[tuple[int, str], tuple[P.Params, str, tuple[str, ...], tuple[str, ...]]] = {}
 
 
-def _dataset_facts(params: P.Params, dataset: str) -> tuple[str, tuple[str, ...]]:
-    """(recipe kind, detector backends) of ``dataset`` as it sees the params (cached per params object): the
-    ``detect_concepts.backend`` and the other backends its ``options.parts`` names (``offline``'s parts)."""
+def _feature_backends(section: Any) -> list[str]:
+    """A feature section's backend and those its ``options.kinds_from`` names."""
+    more = (section.options.get("kinds_from") or {}).values()
+    return [section.backend, *(m.get("backend") for m in more if isinstance(m, dict) and isinstance(m.get("backend"), str))]
+
+
+def _dataset_facts(params: P.Params, dataset: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(recipe kind, detector backends, feature backends) of ``dataset`` as it sees the params (cached per
+    params object): ``detect_concepts.backend`` and the backends its ``options.parts`` names (``offline``'s
+    parts); ``extract_features`` and ``sup_features``' backends and their ``kinds_from`` ones."""
     hit = _views.get((id(params), dataset))
     if hit is None or hit[0] is not params:
-        det = P.for_dataset(params, dataset).detect_concepts
+        view = P.for_dataset(params, dataset)
+        det = view.detect_concepts
         parts = det.options.get("parts") or ()
-        backends = (det.backend, *(p for p in parts if isinstance(p, str)))
-        hit = _views[(id(params), dataset)] = (params, params.catalog[dataset].kind, backends)
-    return hit[1], hit[2]
+        detectors = (det.backend, *(p for p in parts if isinstance(p, str)))
+        features = (*_feature_backends(view.extract_features), *_feature_backends(view.sup_features))
+        hit = _views[(id(params), dataset)] = (params, params.catalog[dataset].kind, detectors, features)
+    return hit[1], hit[2], hit[3]
 
 
 def by_name(stage: Stage, bound: Mapping[str, str], params: P.Params, pkg: Path = PKG) -> set[str]:
@@ -77,12 +89,14 @@ def by_name(stage: Stage, bound: Mapping[str, str], params: P.Params, pkg: Path 
     out: set[str | None] = set()
     dataset = bound.get("dataset")
     if dataset is not None and dataset in params.catalog:
-        kind, backends = _dataset_facts(params, dataset)
+        kind, backends, features = _dataset_facts(params, dataset)
         runner_checks = stage.source("dataset") != "baselines.datasets" and kind in _checked_kinds()
         if RECIPE_LOADER in entry or runner_checks:  # r2m.pipeline.validate.check_files: the kind's own check
             out.add(declared_table(RECIPE_LOADER, "RECIPE_MODULES", pkg).get(kind))
         if DETECTOR_LOADER in entry:
             out |= {declared_table(DETECTOR_LOADER, "BACKEND_MODULES", pkg).get(b) for b in backends}
+        if FEATURE_LOADER in entry:
+            out |= {declared_table(FEATURE_LOADER, "FEATURE_MODULES", pkg).get(b) for b in features}
     if "model" in bound and MODEL_LOADER in entry:
         out.add(sup_model_modules(module_file(MODEL_LOADER, pkg).parent, MODEL_LOADER).get(bound["model"]))
     return {m for m in out if m is not None}
