@@ -13,7 +13,7 @@ import yaml
 
 from r2m.pipeline import dag
 from r2m.pipeline import stages as S
-from r2m.pipeline.resolved import code_files
+from r2m.pipeline.codedeps import code_files
 from r2m.pipeline.stages import STAGES, Gather
 
 BIN = Path(sys.executable).parent
@@ -28,12 +28,18 @@ def run(cmd, cwd, **kw):
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, **kw)
 
 
+SAMPLE = {"dataset": "tiny", "variant": "r2m", "ckpt": "train_s", "model": "mrnn", "seed": "0"}
+
+
 def test_registry_has_the_required_stages_with_logs_and_sources(repo_root):
+    from r2m.params import load
+
+    params = load(repo_root / "params.yaml")
     names = {s.name for s in STAGES}
     assert REQUIRED <= names
     for s in STAGES:
         assert s.log.startswith(f"logs/{s.name}/")
-        code = code_files(s)
+        code = code_files(s, {a: SAMPLE[a] for a in s.axes}, params)
         assert s.impl.partition(":")[0].replace(".", "/") in " ".join(code), f"{s.name}: its entry is not a dependency"
         for src in code:
             assert (repo_root / src).exists(), f"{s.name}: source {src} does not exist"
@@ -68,7 +74,8 @@ def test_dag_check_detects_drift(tmp_path, repo_root):
 def test_dvc_yaml_uses_params_for_matrix_values():
     doc = yaml.safe_load(dag.render())["stages"]
     assert doc["train_xe"]["matrix"] == {"dataset": "${datasets}", "variant": "${variants}", "seed": "${all_seeds}"}
-    assert "src/r2m/training/stages.py" in doc["train_xe"]["deps"]
+    assert not any(d.startswith("src/") for d in doc["train_xe"]["deps"])  # its code: the digest in its .params file
+    assert doc["resolve_params"]["deps"] == ["src/r2m"]  # which any source edit re-runs
     assert {"models/${item.dataset}/${item.variant}/s${item.seed}/train_xe": {"persist": True}} in doc["train_xe"]["outs"]
     assert ".params/train_s/${item.dataset}-${item.variant}-${item.seed}.json" in doc["train_s"]["deps"]  # resolved params
     assert "params" not in doc["train_s"] and doc["resolve_params"]["params"] == [{"params.yaml": None}]

@@ -15,8 +15,9 @@ import pytest
 from PIL import Image
 
 from r2m.datasets import benchmarks as B
-from r2m.datasets.base import build_references, resolve_image_path
+from r2m.datasets.base import resolve_image_path
 from r2m.datasets.folder import folder
+from r2m.datasets.recipes import build_references
 from r2m.datasets.tiny import OBJECTS, tiny
 from r2m.params import DatasetEntry
 from r2m.text.dictionary import load_dictionary
@@ -363,8 +364,8 @@ def test_fetch_url_resumes(tmp_path, monkeypatch):
 
 
 def test_recipes_registered():
-    from r2m.datasets import load_recipes
     from r2m.datasets.base import RECIPES
+    from r2m.datasets.recipes import load_recipes
 
     load_recipes()
     for kind in ("tiny", "folder", "coco_shutterstock", "flickr30k_coco", "coco_gcc"):

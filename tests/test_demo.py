@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from conftest import copy_sources
-from r2m.datasets.base import RECIPES, build_references, resolve_image_path
+from r2m.datasets.base import RECIPES, resolve_image_path
+from r2m.datasets.recipes import build_references
 from r2m.params import DatasetEntry
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,7 +33,6 @@ from r2m.pipeline import validate as V
 from r2m.pipeline.resolved import (
     NOT_RECIPE,
     all_instance_params,
-    code_files,
     instance_key,
     instance_params,
     instances,
@@ -376,21 +375,6 @@ def test_meaningless_edits_stale_nothing_under_either_engine(ws):
             assert ws.dvc_stale() == set()
     finally:
         ws.restore()
-
-
-@pytest.mark.parametrize("module", ["src/r2m/reports/tables.py", "src/r2m/supervised/__init__.py"])
-def test_a_code_edit_reruns_the_stages_that_import_it(ws, module):
-    params = V.validate(ws.raw, "test")
-    readers = {(s.name, instance_key(s, b)) for s, b in instances(params) if module in code_files(s)}
-    assert readers and len(readers) < len(list(instances(params)))
-    original = (ROOT / module).read_text()
-    (ws.sm / module).write_text(original + "\n# an edit\n")
-    try:
-        assert ws.snakemake_plan() == with_descendants(params, readers) & ws.planned
-        assert ws.dvc_stale() == readers
-    finally:
-        (ws.sm / module).write_text(original)
-    assert ws.snakemake_plan() == set() and ws.dvc_stale() == set()  # undone: nothing to run
 
 
 def test_resolved_params_files_are_rewritten_only_on_change(tmp_path):

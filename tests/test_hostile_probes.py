@@ -128,8 +128,8 @@ def test_demo_records_are_checked_and_name_file_and_record(case, tmp_path):
     TypeError or UnicodeDecodeError lines naming no file or record."""
     import shutil
 
-    from r2m.datasets.base import build_references
     from r2m.datasets.demo import prepare_demo
+    from r2m.datasets.recipes import build_references
     from r2m.params import DatasetEntry
 
     edit, words = DEMO_CASES[case]

@@ -436,7 +436,7 @@ def test_folder_recipe_reports_two_reference_ids_naming_one_file(tmp_path, caplo
 
     assert recipe_duplicates(out / "manifest.json") == [["b.png", "2", "9"]]
     # the references stage keeps the kept id's captions, and takes the dropped id for no stale index
-    from r2m.datasets.base import build_references
+    from r2m.datasets.recipes import build_references
 
     build_references(entry, out, tmp_path / "references", logging.getLogger("r2m.test"))
     got = json.loads((tmp_path / "references/references.json").read_text())

@@ -206,7 +206,8 @@ def test_sup_vocab_without_pairs_says_why(tmp_path):
 def test_tiny_writes_paired_captions_disjoint_from_the_corpus(tmp_path):
     import logging
 
-    from r2m.datasets.base import RECIPES, build_references
+    from r2m.datasets.base import RECIPES
+    from r2m.datasets.recipes import build_references
     from r2m.datasets.tiny import tiny  # noqa: F401  (registers the recipe)
     from r2m.params import DatasetEntry
 

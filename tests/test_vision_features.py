@@ -240,6 +240,8 @@ def test_every_backend_has_its_own_file():
 
     folder = Path(X.__file__).parent
     helpers = {"__init__", "base", "combined", "compute", "gpu_decode", "tf1"}
+    for name in X.FEATURE_MODULES:  # a backend's module is imported when it is chosen (r2m.pipeline.codedeps)
+        X.load_backend(name)
     assert {"inception_v3_fid", "inception_v4", "random_cnn", "vgg16", "vgg19"} <= set(X.FEATURES)
     for name in X.FEATURES:
         assert X.FEATURES.get(name).__module__ == f"r2m.vision.extractors.{name}", name

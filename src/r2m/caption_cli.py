@@ -6,7 +6,7 @@ IMAGES are files, folders (their image files, not recursive) or glob patterns. T
 (default ``models/demo/r2m/s0/train_i``, the demo's model after ``make run``) carries
 ``inference.json``: the vocabulary and the concept/detector/feature/caption settings it was trained
 with (:mod:`r2m.decoding.settings`); the captioning is
-:class:`r2m.decoding.captioner.Captioner`. Detection, (when ``no_concepts`` is ``image``) features and
+:class:`r2m.decoding.photos.Captioner`. Detection, (when ``no_concepts`` is ``image``) features and
 beam search run batched. Prints ``path<TAB>caption`` per image, the path as a JSON string (in
 double quotes, escaped) when it holds a control character, a line or other separator, or starts with
 ``"`` (:func:`path_field`), so every line splits at its first TAB outside quotes (``--json``: a JSON
@@ -107,7 +107,7 @@ def path_field(path: str) -> str:
 
 def standalone(args: argparse.Namespace) -> int:
     """``r2m caption IMAGES…`` (called by :mod:`r2m.cli` when the stage's axes are not given)."""
-    from r2m.decoding.captioner import Captioner
+    from r2m.decoding.photos import Captioner
     from r2m.pipeline.context import setup_logging
     from r2m.runtime import Runtime
 

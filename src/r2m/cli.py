@@ -165,15 +165,14 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
             return int(module.standalone(args) or 0)
         parser.error(f"missing --{' --'.join(missing)}")
     try:
-        params = V.load(args.params)
+        params = P.load(args.params)
         if "dataset" in stage.axes:
-            # the selected datasets were checked by load; another one gets the checks of the stage's
-            # side: the baselines' feature weights for a supervised stage, R2M's files otherwise
-            if stage.source("dataset") == "baselines.datasets":
-                if args.dataset in params.catalog and args.dataset not in params.baselines.datasets:
-                    V.check_sup_files(params, args.dataset, args.params)
-            elif args.dataset in params.catalog and args.dataset not in params.datasets:
-                V.check_files(params, args.dataset, args.params)
+            # its own dataset's checks (not every selected one's: a stage loads what its instance needs, see
+            # r2m.pipeline.codedeps), those of the stage's side: the baselines' feature weights for a
+            # supervised stage, R2M's files (and the recipe's own check) otherwise
+            if args.dataset in params.catalog:
+                check = V.check_sup_files if stage.source("dataset") == "baselines.datasets" else V.check_files
+                check(params, args.dataset, args.params)
             params = P.for_dataset(params, args.dataset)
     except P.ParamsError as err:
         print(f"r2m {stage.name}: {err}", file=sys.stderr)
@@ -243,7 +242,20 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         _report_failure(log, stage.name, err, log_path)
         return 1
     log.info("done in %.1f s", time.perf_counter() - t0)
+    _record_loaded(stage, axes)
     return 0
+
+
+def _record_loaded(stage: S.Stage, axes: dict[str, str]) -> None:
+    """With ``R2M_AUDIT_MODULES=<dir>``: the ``r2m`` modules this run loaded, one a line, in
+    ``<dir>/<stage>/<instance key>.txt`` (tests/test_code_deps.py compares them with the declared code
+    dependencies, :mod:`r2m.pipeline.codedeps`). Here, not there: recording must load nothing itself."""
+    folder = os.environ.get("R2M_AUDIT_MODULES")
+    if folder:
+        names = sorted(m for m in sys.modules if m == "r2m" or m.startswith("r2m."))
+        path = Path(folder) / stage.name / f"{'-'.join(str(axes[a]) for a in stage.axes) or 'all'}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(names) + "\n")
 
 
 def _report_failure(log, stage: str, err: Exception, log_path: Path | None) -> None:

@@ -13,7 +13,6 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from r2m import params as P  # noqa: E402
 from r2m.pipeline import validate as V  # noqa: E402
 from r2m.pipeline import stages as S  # noqa: E402
-from r2m.pipeline.resolved import code_digest  # noqa: E402
 from r2m.pipeline.snake import (  # noqa: E402
     ALL_TARGETS,
     external_param,
@@ -21,6 +20,7 @@ from r2m.pipeline.snake import (  # noqa: E402
     merge_command,
     rule_inputs,
     rule_outputs,
+    rule_code,
     rule_params,
     shard_command,
     shard_counts,

@@ -10,7 +10,7 @@
 # GPU jobs on one box; the SLURM executor requests `--gpus`/`--mem` from them. Its `priority` (Stage.priority)
 # starts the long chains first among the ready jobs.
 # Params a job depends on: exactly the resolved values its instance reads (`resolved`) and a digest of
-# its code (`code`), both compared by content by Snakemake's params trigger (r2m.pipeline.resolved).
+# the code it can load (`code`, r2m.pipeline.codedeps), both compared by content by Snakemake's params trigger.
 # The job's shell `exec`s r2m (killing the shell kills r2m) and every path is quoted ({log:q}). Its
 # `--params` file is this invocation's, content-addressed (common.smk): outside the compared `cmd`.
 
@@ -31,7 +31,7 @@ for _stage in S.STAGES:
         params:
             cmd=lambda wc, _s=_stage, _k=_n: merge_command(R2M, _s, wc, None, _k),
             resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
-            code=code_digest(_stage, Path(workflow.basedir)),  # the files its entry imports (by content)
+            code=lambda wc, _s=_stage: rule_code(PARAMS, _s, wc, Path(workflow.basedir)),  # what it can load
             **({"external": external_param(_stage, PARAMS)} if _stage.external else {}),  # files outside the DAG
         threads: 1
         priority: _stage.priority

@@ -116,18 +116,6 @@ def check_index(prepared: Path, refs: dict[str, Any], source: str) -> None:
                              "the references' image list changed after prepare ran: run prepare again")
 
 
-def build_references(entry: DatasetEntry, prepared: Path, out: Path, log: logging.Logger,
-                     dataset: str = "") -> dict[str, int]:
-    """The ``references`` stage's work: the entry's references (its kind's :data:`REFERENCE_BUILDERS`) over
-    the prepared index ``prepared``, checked against it and written into ``out``; returns the counts."""
-    from r2m.datasets import load_recipes
-
-    load_recipes()
-    refs, train_refs = REFERENCE_BUILDERS.get(entry.kind)(entry, prepared, log)
-    check_index(prepared, refs, f"references of {dataset or 'the dataset'} (kind {entry.kind})")
-    return write_references(out, refs, train_refs)
-
-
 def read_index(prepared_dir: str | Path) -> Any:
     """``prepared/images.parquet``'s ``image_id``, ``path``, ``split`` (a pandas DataFrame, file order)."""
     import pyarrow.parquet as pq

@@ -1,7 +1,7 @@
 """The captioning library: from a checkpoint and an image's concepts to a caption and its attention.
 
 One place for what the DAG's ``caption`` stage (:mod:`r2m.decoding.stage`), ``r2m caption IMAGES``
-(:class:`Captioner`, driven by :mod:`r2m.caption_cli`), R²M's checkpoint selection
+(:class:`r2m.decoding.photos.Captioner`, driven by :mod:`r2m.caption_cli`), R²M's checkpoint selection
 (:mod:`r2m.training.selection`) and the supervised baselines' decoding (:mod:`r2m.supervised.caption`)
 share:
 
@@ -287,69 +287,3 @@ def caption_detections(model, ckpt: dict[str, Any], itos: list[str], ids: list[s
     best = caption_vectors(model, v, beam, max_len, batch_size, desc=desc, decoding=decoding or "paper",
                            ban_unk=ban_unk)
     return Captioned(ids, words, source, chunks, v, best)
-
-
-class Captioner:
-    """A checkpoint with its recorded settings (:mod:`r2m.decoding.settings`), ready to caption
-    image files: detection, (for ``no_concepts: image``) features, beam search — batched."""
-
-    def __init__(self, model_dir: str | Path, device: Any = "cpu", root: Path = Path("."), hint: str = ""):
-        from r2m.decoding import settings
-
-        self.model_dir = Path(model_dir)
-        if not (self.model_dir / "model.pt").exists():
-            raise FileNotFoundError(f"no checkpoint: {self.model_dir / 'model.pt'} is missing{hint}")
-        self.model, self.ckpt, _ = load_checkpoint_model(self.model_dir, device)
-        self.device = device
-        self.settings = settings.load(self.model_dir, self.ckpt, root)
-        self.itos: list[str] = self.settings["itos"]
-        check_vocab(self.model, self.itos, self.model_dir, "recorded vocabulary")
-        self.stoi = {w: i for i, w in enumerate(self.itos)}
-
-    def caption(self, paths: list[Path], batch_size: int | None = None, beam: int | None = None,
-                max_len: int | None = None, no_concepts: str | None = None,
-                attention: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-        """Captions (in input order) of the readable images, and the bad ones ``{path, reason}``."""
-        import pandas as pd
-
-        from r2m.vision.detectors import detect_images
-
-        s = self.settings
-        det_p, cap, conc = s["detect_concepts"], s["caption"], s["concepts"]
-        batch_size = batch_size or int(det_p.get("batch_size", 8))
-        beam, max_len = beam or int(cap["beam"]), max_len or int(cap["max_len"])
-        ids = [str(p) for p in paths]
-        det = detect_images(paths, det_p["backend"], det_p.get("options") or {}, image_ids=ids,
-                            dictionary=conc["dictionary"], batch_size=batch_size,
-                            min_side=int(det_p.get("min_side", 1)), device=self.device)
-        bad = {i: reason for i, _, reason in det.attrs["bad_images"]}
-        good = [i for i in ids if i not in bad]
-        fid = s.get("fidelity") or {}
-        res = caption_detections(
-            self.model, self.ckpt, self.itos, good, det, threshold=float(conc["score_threshold"]),
-            max_per_image=int(conc["max_per_image"]), dictionary=conc["dictionary"],
-            no_concepts=no_concepts or cap.get("no_concepts", "empty"), image_concepts=fid.get("image_concepts"),
-            decoding=fid.get("decoding"), ban_unk=fid.get("ban_unk"), beam=beam, max_len=max_len,
-            batch_size=batch_size, device=self.device,
-            features=lambda files: self._features(files, batch_size))  # asked only with an image projection
-        scores = det.groupby(["image_id", "concept"])["score"].max() if len(det) else pd.Series(dtype=float)
-        out = []
-        for n, (i, toks) in enumerate(zip(good, res.tokens, strict=True)):
-            rec: dict[str, Any] = {
-                "path": i, "caption": words_of(toks, self.itos), "source": res.source[n],
-                "concepts": [{"concept": w, "score": round(float(scores[(i, w)]), 4) if (i, w) in scores else None}
-                             for w in res.words[n]],
-            }
-            if attention:
-                rec["attention"] = attention_record(self.model, self.itos, res.concept_ids[n], [*toks, END][:max_len],
-                                                    self.device, res.v[n])["steps"]
-            out.append(rec)
-        return out, [{"path": i, "reason": bad[i]} for i in ids if i in bad]
-
-    def _features(self, files: list[str], batch_size: int) -> dict[str, Any]:
-        from r2m.vision.extractors import build_extractor, extract_arrays
-
-        fp = self.settings["extract_features"]
-        ex = build_extractor(fp["backend"], fp.get("options") or {})
-        arrays, good, _ = extract_arrays(ex, files, batch_size, self.device, show=False)
-        return {files[g]: arrays["pooled"][n] for n, g in enumerate(good)}

@@ -51,8 +51,8 @@ def _check_main(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """`r2m datasets`: list recipe kinds and the catalog of params.yaml;
     `r2m datasets check DATASET`: sentence counts per filter and vocabulary size beside the paper's."""
-    from r2m.datasets import load_recipes
     from r2m.datasets.base import RECIPES
+    from r2m.datasets.recipes import load_recipes
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "check":

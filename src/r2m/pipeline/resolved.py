@@ -9,18 +9,14 @@
   changes — and each DVC stage depends on its file. A change that means nothing (a comment, the order
   of keys, an override restating the default) leaves every file as it was; an override of section X
   for dataset D changes exactly the files of D's instances that read X.
-* **Code.** A stage's code dependencies are the files under ``src/r2m`` that its entry (``impl``) and
-  the stage runner (:mod:`r2m.pipeline.context`) import, transitively — any import statement, lazy
-  ones included (:func:`r2m.utils.imports.closure`) — plus its declared :attr:`Stage.data`. DVC lists
-  them as deps (``r2m dag --check`` fails when an import moves them); Snakemake gets their digest as a
-  rule param (:func:`code_digest`), so both engines re-run a stage when, and only when, the content of
-  one of its code files changes. The registry modules are not counted (:data:`REGISTRY`).
+* **Code.** A stage instance's code dependencies (the modules it can load) are computed by
+  :mod:`r2m.pipeline.codedeps`; their digest is a Snakemake rule param and the ``code`` item of the
+  instance's ``.params`` file, so DVC re-runs an instance exactly when its code changed.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import json
 from collections.abc import Iterator, Mapping
@@ -31,13 +27,8 @@ from r2m import params as P
 from r2m.pipeline.axes import ALL_DATASETS, AXIS_SOURCES, all_datasets, axis_values, pick
 from r2m.pipeline.spec import Gather, Stage
 from r2m.pipeline.stages import STAGES
-from r2m.utils.imports import PKG, closure
 
 PARAMS_DIR = ".params"  # git-ignored, NOT dvc-ignored: DVC stages depend on the files in it
-RUNNER = "r2m.pipeline.context"  # runs every stage's impl
-# the registry itself: what it says of a stage (command, inputs, outputs, params) is the stage's
-# definition, which both engines compare on their own; its files are not code a stage runs
-REGISTRY = ("r2m.pipeline.stages", "r2m.pipeline.sup_stages", "r2m.pipeline.spec")
 # catalog entry items that are not the recipe's: they reach stages through the sections they feed
 # (overrides, fidelity), are declared on their own (beta, gamma: ``catalog.beta``) or are the seed axis (seeds)
 NOT_RECIPE = ("overrides", "fidelity", "beta", "gamma", "seeds")
@@ -159,42 +150,21 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def all_instance_params(params: P.Params) -> dict[str, str]:
-    """``.params/...`` file -> its canonical text, for every instance the params ask for."""
+def all_instance_params(params: P.Params, root: Path | None = None) -> dict[str, str]:
+    """``.params/...`` file -> its canonical text, for every instance the params ask for; with ``root`` (the
+    project whose ``src`` is digested) its code digest too, under ``code`` (:func:`r2m.pipeline.codedeps.code_digest`)."""
+    from r2m.pipeline.codedeps import code_digest
+
     views: dict = {}
-    return {params_file(stage, instance_key(stage, bound)): canonical(instance_params(params, stage, bound, views))
-            for stage, bound in instances(params)}
+    out = {}
+    for stage, bound in instances(params):
+        data = instance_params(params, stage, bound, views)
+        if root is not None:
+            data["code"] = code_digest(stage, bound, params, root, data=False)
+        out[params_file(stage, instance_key(stage, bound))] = canonical(data)
+    return out
 
 
 def write_params_files(params: P.Params, root: Path = Path(".")) -> list[str]:
-    """Every instance's resolved-params file; returns the ones whose content changed."""
-    return [rel for rel, text in all_instance_params(params).items() if write_if_changed(root / rel, text)]
-
-
-# --------------------------------------------------------------------------- code
-def entry_module(stage: Stage) -> str:
-    return stage.impl.partition(":")[0]
-
-
-def code_files(stage: Stage, pkg: Path = PKG) -> list[str]:
-    """The files ``stage`` depends on as code, relative to the project root (``src/r2m/...``), then its data."""
-    root = pkg.parent.parent
-    code = [str(f.relative_to(root)) for f in closure([entry_module(stage), RUNNER], pkg, stop=REGISTRY)]
-    return code + list(stage.data)
-
-
-def code_digest(stage: Stage, root: Path = Path(".")) -> str:
-    """One digest of the contents of ``stage``'s :func:`code_files` (Snakemake's code dependency: a rule
-    param, so only a content change re-runs the rule — an edit undone re-runs nothing)."""
-    h = hashlib.sha256()
-    for rel in code_files(stage):
-        h.update(f"{rel}\0{_tree_digest(root / rel)}\n".encode())
-    return h.hexdigest()
-
-
-@functools.cache
-def _tree_digest(path: Path) -> str:
-    """Per Snakefile parse, once per file (every stage imports the same utils)."""
-    from r2m.utils.digest import tree_digest
-
-    return tree_digest(path) if path.exists() else "missing"
+    """Every instance's resolved-params file (with its code digest); returns the ones whose content changed."""
+    return [rel for rel, text in all_instance_params(params, root).items() if write_if_changed(root / rel, text)]

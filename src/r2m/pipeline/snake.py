@@ -53,6 +53,14 @@ def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
     return canonical(instance_params(params, stage, {a: getattr(wildcards, a) for a in stage.axes}))
 
 
+def rule_code(params: P.Params, stage: Stage, wildcards: Any, root: Path) -> str:
+    """The digest of the code one job can load (:func:`r2m.pipeline.codedeps.code_digest`, its declared data
+    included): compared by content by Snakemake's params trigger."""
+    from r2m.pipeline.codedeps import code_digest
+
+    return code_digest(stage, {a: getattr(wildcards, a) for a in stage.axes}, params, root)
+
+
 def stage_command(r2m: str, stage: Stage, wildcards: Any, params_file: str | None = None) -> str:
     """``r2m <stage> --dataset X … [--params FILE]`` for one job (values quoted for the shell).
 

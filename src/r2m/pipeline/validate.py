@@ -101,12 +101,10 @@ def _recipe_check(params: P.Params, dataset: str) -> list[str]:
     entry = params.catalog[dataset]
     if entry.kind not in P.registered_names(P.RECIPE_SOURCES, "RECIPE_CHECKS"):  # import recipes only if checked
         return []
-    from r2m.datasets import load_recipes
-    from r2m.datasets.base import RECIPE_CHECKS
+    from r2m.datasets.recipes import recipe_check
 
-    load_recipes()
     try:
-        RECIPE_CHECKS.get(entry.kind)(entry)
+        recipe_check(entry.kind)(entry)
     except (OSError, ValueError) as err:
         return [f"catalog.{dataset}: {err}"]
     return []

@@ -17,7 +17,7 @@ from r2m.bench import parser
 
 def bench_sup(model_name: str, device: str, steps: int, warmup: int, batch: int, length: int, vocab: int,
               feat_dim: int, grid: int, seed: int = 0) -> dict:
-    from r2m.models import SUP_MODELS, build_sup_model
+    from r2m.models import build_sup_model, sup_model
     from r2m.params import Params
 
     torch.manual_seed(seed)
@@ -27,7 +27,7 @@ def bench_sup(model_name: str, device: str, steps: int, warmup: int, batch: int,
     model = build_sup_model(model_name, section, vocab, shapes).to(dev).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, weight_decay=1e-5)
     g = torch.Generator().manual_seed(seed)
-    feats = {k: torch.rand((batch, *shapes[k]), generator=g).to(dev) for k in SUP_MODELS.get(model_name).feature_kinds}
+    feats = {k: torch.rand((batch, *shapes[k]), generator=g).to(dev) for k in sup_model(model_name).feature_kinds}
     targets = torch.randint(4, vocab, (batch, length), generator=g).to(dev)
     targets[:, -1] = 2
     inputs = torch.cat((torch.ones(batch, 1, dtype=torch.long, device=dev), targets[:, :-1]), 1)

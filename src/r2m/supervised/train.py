@@ -93,9 +93,9 @@ def run_pretrain(ctx) -> None:
     reason = skip_reason(ctx.deps["sup_vocab"])
     steps = ctx.params.train_sup.for_model(ctx.model).pretrain_steps
     if not reason:
-        from r2m.models import SUP_MODELS
+        from r2m.models import sup_model
 
-        if "pretrain" not in SUP_MODELS.get(ctx.model).phases:
+        if "pretrain" not in sup_model(ctx.model).phases:
             reason = f"{ctx.model} has no pretraining phase"
         elif steps == 0:
             reason = f"train_sup.pretrain_steps is 0 for {ctx.model}"
@@ -137,9 +137,9 @@ def _train(ctx, phase: str) -> None:
 
     import pyarrow.parquet as pq
 
-    from r2m.models import SUP_MODELS
+    from r2m.models import sup_model
 
-    cls = SUP_MODELS.get(name)
+    cls = sup_model(name)
     captions = pq.read_table(Path(ctx.deps["sup_vocab"]) / "captions.parquet",
                              columns=["image_id", "split", "caption"]).to_pydict()
     section = cls.prepare_params(model_section(ctx), captions)

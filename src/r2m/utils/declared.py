@@ -151,3 +151,8 @@ def declared_keys(sources: tuple[Path, ...], registry: str, constructors: tuple[
     # kept on disk under the files' content: every r2m job validates params (issue 33)
     found = cached_scan("declared_keys", [registry, list(constructors)], files, scan, valid)
     return {name: tuple(keys) for name, keys in found.items()}
+
+
+def sup_model_modules(package: Path, dotted: str) -> dict[str, str]:
+    """Baseline name -> the module (``dotted`` + file stem) whose file in ``package`` registers it."""
+    return {spec.name: f"{dotted}.{spec.file.stem}" for spec in sup_model_specs((package,))}

@@ -110,13 +110,16 @@ def _graph(pkg: Path) -> tuple[dict[str, Path], dict[str, frozenset[str]]]:
     return files, {m: frozenset(s) for m, s in succ.items()}
 
 
-def closure(roots: Iterable[str], pkg: Path = PKG, stop: Iterable[str] = ()) -> list[Path]:
-    """The source files of ``roots`` and of every module they import, transitively (any import
-    statement, lazy ones included, and the ``__init__`` of every package on the way); the modules in
-    ``stop`` are neither included nor followed."""
+def closure_modules(roots: Iterable[str], pkg: Path = PKG, stop: Iterable[str] = ()) -> frozenset[str]:
+    """The module names of :func:`closure`."""
+    return _closure(tuple(roots), pkg, tuple(stop))
+
+
+@functools.cache
+def _closure(roots: tuple[str, ...], pkg: Path, stop: tuple[str, ...]) -> frozenset[str]:
     files, succ = _graph(pkg)
     seen: set[str] = set(stop)
-    todo = [r for r in roots]
+    todo = list(roots)
     while todo:
         mod = todo.pop()
         if mod in seen:
@@ -125,4 +128,27 @@ def closure(roots: Iterable[str], pkg: Path = PKG, stop: Iterable[str] = ()) -> 
             raise KeyError(f"{mod}: not a module under {pkg}")
         seen.add(mod)
         todo += [m for m in (*succ[mod], *parents(mod)) if m in files and m not in seen]
-    return sorted(files[m] for m in seen - set(stop))
+    return frozenset(seen - set(stop))
+
+
+def module_file(mod: str, pkg: Path = PKG) -> Path:
+    return _graph(pkg)[0][mod]
+
+
+def closure(roots: Iterable[str], pkg: Path = PKG, stop: Iterable[str] = ()) -> list[Path]:
+    """The source files of ``roots`` and of every module they import, transitively (any import
+    statement, lazy ones included, and the ``__init__`` of every package on the way); the modules in
+    ``stop`` are neither included nor followed."""
+    files = _graph(pkg)[0]
+    return sorted(files[m] for m in closure_modules(roots, pkg, stop))
+
+
+@functools.cache
+def declared_table(mod: str, name: str, pkg: Path = PKG) -> dict[str, str]:
+    """The literal ``name = {...}`` at the top level of module ``mod``, read from its source (not imported)."""
+    path = module_file(mod, pkg)
+    for node in ast.parse(path.read_text(encoding="utf-8"), str(path)).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        if isinstance(target, ast.Name) and target.id == name and node.value is not None:
+            return ast.literal_eval(node.value)
+    raise KeyError(f"{path}: no top-level {name} = {{...}}")

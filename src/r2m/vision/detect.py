@@ -18,22 +18,7 @@ import pandas as pd
 
 from r2m.text.dictionary import load_dictionary
 from r2m.utils.io import atomic_path, write_json
-from r2m.vision.detectors import (  # noqa: F401  (re-exported)
-    COLUMNS,
-    DEFAULT_FLOOR,
-    DETECTORS,
-    MAPPING_FILE,
-    Detector,
-    Env,
-    ImageDetector,
-    build_detector,
-    class_concepts,
-    detect_images,
-    empty_detections,
-    frame,
-    read_mapping,
-    read_precomputed,
-)
+from r2m.vision.detectors import Env, build_detector, detect_images  # noqa: F401  (re-exported)
 from r2m.vision.images import read_image_index, write_bad_images
 
 

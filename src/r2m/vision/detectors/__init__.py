@@ -21,13 +21,16 @@ factory ``(options, dictionary, device) -> Detector`` chosen by ``detect_concept
     open-vocabulary OWL-ViT / OWLv2 (Hugging Face ``transformers``) queried with the dictionary's
     class names.
 
-Add a backend: a new module here with ``@DETECTORS.register(name)`` on its factory, imported below.
+Add a backend: a new module here with ``@DETECTORS.register(name)`` on its factory, named in
+:data:`BACKEND_MODULES`. :func:`build_detector` imports the chosen backend's module only (never all of
+them), so a stage's code dependencies hold that backend's file and no other (:mod:`r2m.pipeline.codedeps`).
 Every detection with a dictionary concept and ``score >= floor`` (default 0.05) is kept — the 0.3
 threshold and the at-most-5 rule are applied by consumers. The stage is ``r2m.vision.detect``.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,16 +38,6 @@ from typing import Any
 import pandas as pd
 
 from r2m.text.dictionary import Dictionary, load_dictionary
-from r2m.vision.detectors import (  # noqa: F401  (register)
-    classifier,
-    faces,
-    faster_rcnn,
-    offline,
-    owl,
-    precomputed,
-    regions,
-    tf_oid,
-)
 from r2m.vision.detectors.base import (
     COLUMNS,
     DEFAULT_FLOOR,
@@ -57,23 +50,45 @@ from r2m.vision.detectors.base import (
     finish,
     frame,
 )
-from r2m.vision.detectors.classifier import MAPPING_FILE, Classifier, class_concepts, read_mapping
-from r2m.vision.detectors.faces import Faces
-from r2m.vision.detectors.faster_rcnn import FasterRCNN, read_class_names
-from r2m.vision.detectors.offline import Union
-from r2m.vision.detectors.precomputed import Precomputed, read_precomputed
+
+# backend name -> the module that registers it (tests/test_code_deps.py checks it against the source)
+BACKEND_MODULES: dict[str, str] = {
+    "classifier": "r2m.vision.detectors.classifier",
+    "faces": "r2m.vision.detectors.faces",
+    "faster_rcnn": "r2m.vision.detectors.faster_rcnn",
+    "offline": "r2m.vision.detectors.offline",
+    "owl": "r2m.vision.detectors.owl",
+    "precomputed": "r2m.vision.detectors.precomputed",
+    "regions": "r2m.vision.detectors.regions",
+    "tf_oid": "r2m.vision.detectors.tf_oid",
+}
+# names this package re-exports from a backend's module (imported when one is asked for)
+_LAZY = {"MAPPING_FILE": "classifier", "Classifier": "classifier", "class_concepts": "classifier",
+         "read_mapping": "classifier", "Faces": "faces", "FasterRCNN": "faster_rcnn", "read_class_names": "faster_rcnn",
+         "Union": "offline", "Precomputed": "precomputed", "read_precomputed": "precomputed"}
 
 __all__ = [
-    "COLUMNS", "DEFAULT_FLOOR", "DETECTORS", "MAPPING_FILE", "Classifier", "Detector", "Env", "Faces",
-    "FasterRCNN", "ImageDetector", "Precomputed", "Raw", "Union", "build_detector", "class_concepts",
-    "detect_images", "empty_detections", "finish", "frame", "read_class_names", "read_mapping",
-    "read_precomputed",
+    "BACKEND_MODULES", "COLUMNS", "DEFAULT_FLOOR", "DETECTORS", "Detector", "Env", "ImageDetector", "Raw",
+    "build_detector", "detect_images", "empty_detections", "finish", "frame", *_LAZY,
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(BACKEND_MODULES[_LAZY[name]]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def load_backend(backend: str) -> None:
+    """Import the module registering ``backend`` (an unknown one: the registry's own error at ``get``)."""
+    if backend in BACKEND_MODULES:
+        importlib.import_module(BACKEND_MODULES[backend])
 
 
 def build_detector(backend: str, options: dict[str, Any] | None, dictionary: Dictionary | str = "openimages",
                    device: Any = "cpu") -> Detector:
     d = load_dictionary(dictionary) if isinstance(dictionary, str) else dictionary
+    load_backend(backend)
     return DETECTORS.get(backend)(dict(options or {}), d, device)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from r2m.vision.detectors import faces, regions  # noqa: F401  (its default parts: registered)
 from r2m.vision.detectors.base import DETECTORS, Detector, ImageDetector, Raw
 
 
@@ -42,6 +43,9 @@ def _offline(options, dictionary, device) -> Detector:
     names = list(options.get("parts", ["regions", "faces"]))
     parts = []
     for name in names:
+        from r2m.vision.detectors import load_backend  # another part: loaded by name (r2m.pipeline.codedeps)
+
+        load_backend(name)
         part = DETECTORS.get(name)(dict(options.get(name, {})), dictionary, device)
         if not isinstance(part, ImageDetector):
             raise ValueError(f"offline: part {name!r} does not look at images and cannot be combined")

@@ -1,0 +1,203 @@
+"""A stage instance's code dependencies (r2m.pipeline.codedeps) hold every module it loads — checked
+against what really runs, not against the import graph the declaration is computed from — and a code
+edit re-runs, under Snakemake and DVC alike, exactly the instances that load the edited file.
+
+* **Loaded ⊆ declared.** The suite's shared tiny-DAG run (conftest ``tiny_dag``) records, per job, the
+  ``r2m`` modules in ``sys.modules`` when the stage is done (``R2M_AUDIT_MODULES``); a second, small
+  Snakemake run in a copy of it adds what it lacks (the demo's ``inputs``/``prepare``, the ``official``
+  fidelity profile's text, training and caption stages). Every recorded module must
+  be declared; what is declared and never loaded is printed (over-wide edges stay visible).
+* **Edits.** On a stub workspace (test_granular's: outputs made by a stub ``r2m``, nothing computed), a
+  comment appended to one file makes ``snakemake -n`` plan, and ``dvc status`` report, the instances
+  listed here by hand from what each stage loads (plus, for Snakemake, their descendants).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import BIN, audit_dir, copy_sources, tiny_dag_env
+from r2m import params as P
+from r2m.pipeline import validate as V
+from r2m.pipeline.codedeps import NOT_CODE, code_modules
+from r2m.pipeline.resolved import instance_key, instances
+from r2m.utils.imports import closure_modules
+
+ROOT = Path(__file__).resolve().parents[1]
+# modules every stage loads that are not its code: the registry and the params schema, and what they import
+DEFINITION = closure_modules(NOT_CODE)
+
+
+# --------------------------------------------------------------------------- loaded ⊆ declared
+def recorded(folder: Path) -> dict[tuple[str, str], set[str]]:
+    """(stage, instance key) -> the modules its run recorded."""
+    return {(f.parent.name, f.stem): set(f.read_text().split()) for f in sorted(folder.glob("*/*.txt"))}
+
+
+def undeclared(runs: dict[tuple[str, str], set[str]], params: P.Params) -> tuple[list[str], dict[str, set[str]]]:
+    """One line per instance that loaded a module it does not declare; and declared − loaded per instance."""
+    from r2m.pipeline.stages import BY_NAME
+
+    errors, wide = [], {}
+    for key, loaded in sorted(runs.items()):
+        stage = BY_NAME[key[0]]
+        values = key[1].rsplit("-", len(stage.axes) - 1) if stage.axes else []
+        declared = code_modules(stage, dict(zip(stage.axes, values, strict=True)), params)
+        extra = loaded - declared - DEFINITION
+        if extra:
+            errors.append(f"{key[0]}@{key[1]}: loaded but not declared: {sorted(extra)}")
+        wide[f"{key[0]}@{key[1]}"] = declared - loaded
+    return errors, wide
+
+
+def test_the_check_catches_an_undeclared_module():
+    """A hand-made record: ``prepare`` of ``demo`` loading the ``folder`` recipe (no demo instance declares it)."""
+    params = V.validate(yaml.safe_load((ROOT / "params.yaml").read_text()), "test")
+    ok = {"r2m", "r2m.cli", "r2m.datasets", "r2m.datasets.demo", "r2m.pipeline.stages"}
+    assert undeclared({("prepare", "demo"): ok}, params)[0] == []
+    errors, _ = undeclared({("prepare", "demo"): ok | {"r2m.datasets.folder"}}, params)
+    assert errors == ["prepare@demo: loaded but not declared: ['r2m.datasets.folder']"]
+
+
+def extra_raw(wd: Path) -> dict[str, Any]:
+    """The tiny run's params with the ``official`` profile for ``tiny`` (``demo`` is in the catalog)."""
+    raw = yaml.safe_load((wd / "params.yaml").read_text())
+    raw["catalog"]["tiny"]["fidelity"] = "official"
+    return raw
+
+
+def extra_targets() -> list[str]:
+    """The ``official`` profile's text stages, training and captions (one variant and checkpoint: train_i,
+    which needs the other three), and the demo's prepared folder (its ``inputs`` and ``prepare``)."""
+    from r2m.pipeline.stages import BY_NAME
+
+    bound = {"dataset": "tiny", "variant": "r2m", "ckpt": "train_i", "seed": "0"}
+    out = [o.path.format(**bound) for o in BY_NAME["caption"].outs.values()]
+    return out + [o.path.format(dataset="demo") for o in BY_NAME["prepare"].outs.values()]
+
+
+@pytest.fixture(scope="module")
+def extra_run(tiny_dag, tmp_path_factory) -> tuple[Path, P.Params]:
+    """A copy of the finished tiny DAG running the :func:`extra_targets` (their other jobs are up to date)."""
+    wd = tmp_path_factory.mktemp("codedeps") / "work"
+    shutil.copytree(tiny_dag, wd, symlinks=True)
+    copy_sources(ROOT, wd, ("data/demo",))
+    raw = extra_raw(wd)
+    (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    params = V.validate(raw, "test")
+    env = {**tiny_dag_env(), "R2M_AUDIT_MODULES": str(audit_dir(wd))}
+    r = subprocess.run(["nice", "-n", "5", str(BIN / "snakemake"), "--cores", "2", *extra_targets()],
+                       cwd=wd, env=env, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    return wd, params
+
+
+def test_every_module_a_stage_loads_is_declared(tiny_dag, extra_run):
+    tiny_params = V.validate(yaml.safe_load((tiny_dag / "params.yaml").read_text()), "test")
+    base = recorded(audit_dir(tiny_dag))
+    wd, params = extra_run
+    extra = recorded(audit_dir(wd))
+    assert {s for s, _ in base} >= {"prepare", "train_xe", "train_sup", "report"}, sorted(base)
+    assert ("train_sup", "tiny-sat_hard-0") in base  # every baseline (params.yaml's), sat_hard included
+    assert {("prepare", "demo"), ("train_i", "tiny-r2m-0"), ("corpus_concepts", "tiny")} <= set(extra)
+    errors = []
+    for runs, p in ((base, tiny_params), (extra, params)):
+        e, wide = undeclared(runs, p)
+        errors += e
+        for inst, mods in sorted(wide.items()):  # over-wide edges: visible in the log (pytest -s)
+            if mods:
+                print(f"declared, not loaded: {inst}: {sorted(m.removeprefix('r2m.') for m in mods)}")
+    assert not errors, "\n".join(errors)
+
+
+# --------------------------------------------------------------------------- edits under both engines
+def edit_raw() -> dict[str, Any]:
+    """`tiny` for R2M (one variant), `demo` for two baselines, `sat_hard` among them (few instances: fast)."""
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw.update(datasets=["tiny"], all_datasets=["tiny", "demo"], variants=["r2m"], all_seeds=[0])
+    raw["baselines"].update(datasets=["demo"], models=["mrnn", "sat_hard"])
+    return raw
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    from test_granular import Workspace, built
+
+    return built(Workspace(tmp_path_factory.mktemp("codeedit"), edit_raw()))
+
+
+SUP_LOADING_THE_MODEL = ("pretrain_sup", "train_sup", "caption_sup", "inspect_sup", "retrieval_sup")
+# R2M's stages over a dataset (its side: the runner checks the dataset with its recipe's own check)
+R2M_SIDE = ("inputs", "prepare", "references", "detect_concepts", "extract_features", "corpus_concepts",
+            "build_vocab", "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "figures",
+            "retrieval_r2m")
+
+
+def _tiny_r2m_side(keys: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    return {(s, k) for s, k in keys if s in R2M_SIDE and k.split("-")[0] == "tiny"}
+
+
+# file -> the instances (stage, key) that load it, by hand: (instances of the params) -> set
+EDITS = {
+    # sat_hard's file: its own baseline's stages that build or load the model (evaluate_sup reads captions)
+    "src/r2m/models/sat_hard.py": lambda keys: {(s, "demo-sat_hard-0") for s in SUP_LOADING_THE_MODEL},
+    # sat.py: sat_hard subclasses it (and no other baseline here loads it); m-RNN's stages do not
+    "src/r2m/models/sat.py": lambda keys: {(s, "demo-sat_hard-0") for s in SUP_LOADING_THE_MODEL},
+    # the demo recipe: the demo's own inputs, prepare and references, nothing of tiny
+    "src/r2m/datasets/demo.py": lambda keys: {("inputs", "demo"), ("prepare", "demo"), ("references", "demo")},
+    # the tiny recipe has a check the runner runs for R2M's stages over tiny; prepare/references/inputs use it
+    "src/r2m/datasets/tiny.py": _tiny_r2m_side,
+    # a detector backend no dataset here chooses (offline everywhere): nothing
+    "src/r2m/vision/detectors/owl.py": lambda keys: set(),
+    # the stage runner: everything
+    "src/r2m/cli.py": lambda keys: set(keys),
+}
+
+
+@pytest.mark.parametrize("rel", list(EDITS))
+def test_a_code_edit_reruns_exactly_the_instances_that_load_it(ws, rel):
+    from test_granular import with_descendants
+
+    params = V.validate(ws.raw, "test")
+    keys = {(s.name, instance_key(s, b)) for s, b in instances(params)}
+    loaders = EDITS[rel](keys)
+    assert loaders <= keys
+    original = (ws.sm / rel).read_text()
+    (ws.sm / rel).write_text(original + "\n# an edit\n")
+    try:
+        assert ws.snakemake_plan() == with_descendants(params, loaders) & ws.planned
+        assert ws.dvc_stale() == loaders
+    finally:
+        (ws.sm / rel).write_text(original)
+    if rel == "src/r2m/cli.py":  # (the last one) undone: nothing to run
+        assert ws.snakemake_plan() == set() and ws.dvc_stale() == set()
+
+
+def test_the_declared_tables_name_the_modules_that_register_each_member():
+    """RECIPE_MODULES / BACKEND_MODULES / FEATURE_MODULES against the source: each module registers the names it is given for."""
+    from r2m.datasets.recipes import RECIPE_MODULES
+    from r2m.utils.registry import declared_names
+    from r2m.vision.detectors import BACKEND_MODULES
+    from r2m.vision.extractors import FEATURE_MODULES
+
+    def file_of(mod: str) -> Path:
+        return ROOT / "src" / (mod.replace(".", "/") + ".py")
+
+    kinds = P.registered_names(P.RECIPE_SOURCES, "RECIPES", ("Benchmark",))
+    assert sorted(RECIPE_MODULES) == sorted(kinds)
+    for kind, mod in RECIPE_MODULES.items():
+        assert kind in declared_names([file_of(mod)], "RECIPES", ("Benchmark",)), (kind, mod)
+    backends = declared_names([ROOT / "src/r2m/vision/detectors"], "DETECTORS")
+    assert sorted(BACKEND_MODULES) == backends
+    for name, mod in BACKEND_MODULES.items():
+        assert declared_names([file_of(mod)], "DETECTORS") == [name]
+    assert sorted(FEATURE_MODULES) == declared_names([ROOT / "src/r2m/vision/extractors"], "FEATURES")
+    for name, mod in FEATURE_MODULES.items():
+        assert declared_names([file_of(mod)], "FEATURES") == [name]
+
