@@ -31,15 +31,12 @@ from conftest import copy_sources, copy_workflow
 from r2m import params as P
 from r2m.pipeline import validate as V
 from r2m.pipeline.resolved import (
-    NOT_RECIPE,
     all_instance_params,
     code_files,
     instance_key,
-    instance_params,
     instances,
 )
-from r2m.pipeline.snake import gather_paths
-from r2m.pipeline.spec import Gather
+from r2m.pipeline.spec import NOT_RECIPE
 from r2m.pipeline.stages import STAGES
 from stub_r2m import make_outputs
 
@@ -211,10 +208,7 @@ def instance_graph(params: P.Params) -> tuple[dict[tuple[str, str], set[str]], d
     for stage, bound in instances(params):
         key = (stage.name, instance_key(stage, bound))
         outs[key] = {o.path.format(**bound) for o in stage.outs.values()}
-        paths: set[str] = set()
-        for dep in stage.deps.values():
-            paths |= set(gather_paths(dep, params, bound)) if isinstance(dep, Gather) else {dep.format(**bound)}
-        ins[key] = paths
+        ins[key] = set(stage.inputs(params, bound))
     return outs, ins
 
 
@@ -408,7 +402,7 @@ def test_no_instance_depends_on_a_whole_catalog_entry():
     """Overrides reach a stage through the sections it declares, never as the entry's ``overrides``."""
     params = V.validate(small_raw(), "test")
     for stage, bound in instances(params):
-        got = instance_params(params, stage, bound)
+        got = stage.resolved(params, bound)
         assert "overrides" not in (got.get("catalog") or {}), stage.name
 
 
