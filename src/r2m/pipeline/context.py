@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m import params as P
+from r2m.pipeline.axes import gathered
 from r2m.pipeline.stages import Gather, Stage, folder_members
 from r2m.runtime import Runtime
 from r2m.utils.guard import inside
@@ -84,7 +85,8 @@ class StageContext:
         """Expand a :class:`Gather` dependency over the configured datasets/variants/ckpts (and each run's seeds)."""
         g = self.stage.deps[name]
         assert isinstance(g, Gather)
-        return [(keys, inside(self.root, path, f"{self.stage.name}: path")) for keys, path in g.expand(self.params, self.axes)]
+        return [(keys, inside(self.root, path, f"{self.stage.name}: path"))
+                for keys, path in gathered(self.params, g, self.axes)]
 
     # ------------------------------------------------------------------ params
     @property

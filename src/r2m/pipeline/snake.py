@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from r2m import params as P
-from r2m.pipeline.axes import ALL_DATASETS, ALL_SEEDS, all_datasets
+from r2m.pipeline.axes import ALL_DATASETS, ALL_SEEDS, all_datasets, gathered
 from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage, folder_members
 
 
@@ -22,7 +22,7 @@ def expand_gather(g: Gather, params: P.Params):
     """A Snakemake input function expanding ``g`` with the rule's own wildcards bound."""
 
     def _inputs(wildcards: Any) -> list[str]:
-        return [path for _, path in g.expand(params, dict(wildcards.items()))]
+        return [path for _, path in gathered(params, g, dict(wildcards.items()))]
 
     return _inputs
 

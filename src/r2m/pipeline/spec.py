@@ -4,7 +4,7 @@ dependencies, fan-out and resources, and the path prefixes and source lists stag
 What one stage instance (a stage at one value of each of its axes) is, defined once here and used by
 both engines, the stage runner (:class:`r2m.pipeline.context.StageContext`: the params saved beside
 its outputs, the training stages' resume fingerprint) and the reports: its name
-(:meth:`Stage.key`), its input paths (:meth:`Stage.inputs`, :meth:`Gather.expand`) and the params
+(:meth:`Stage.key`), its input paths (:meth:`Stage.inputs`; a Gather's: :func:`r2m.pipeline.axes.gathered`) and the params
 it reads (:meth:`Stage.resolved`).
 
 Cheap to import (no torch, no pandas): Snakemake imports it on every run.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from r2m import params as P
-from r2m.pipeline.axes import AXIS_SOURCES, expand, pick
+from r2m.pipeline.axes import AXIS_SOURCES, gathered, pick
 from r2m.utils.resume import stage_key
 
 Axis = Literal["dataset", "variant", "ckpt", "model", "seed"]
@@ -35,12 +35,6 @@ class Gather:
 
     def source(self, axis: str) -> str:
         return dict(self.sources).get(axis, AXIS_SOURCES[axis])
-
-    def expand(self, params: P.Params, bound: Mapping[str, str]) -> list[tuple[dict[str, str], str]]:
-        """(axis values, path) of every file or folder this dependency names for an instance at ``bound``:
-        one per combination of the ``over`` axes' configured values (each run's own seeds)."""
-        keys = expand(params, self.over, self.source, {**bound, **dict(self.fixed)})
-        return [(k, self.pattern.format(**k)) for k in keys]
 
 
 @dataclass(frozen=True)
@@ -148,7 +142,7 @@ class Stage:
         """Every path the instance at ``bound`` reads: each dependency, a :class:`Gather` expanded."""
         out: list[str] = []
         for dep in self.deps.values():
-            out += [p for _, p in dep.expand(params, bound)] if isinstance(dep, Gather) else [dep.format(**bound)]
+            out += [p for _, p in gathered(params, dep, bound)] if isinstance(dep, Gather) else [dep.format(**bound)]
         return out
 
     def resolved(self, params: P.Params, bound: Mapping[str, str], views: dict | None = None) -> dict[str, Any]:
