@@ -86,7 +86,8 @@ def _view(params: P.Params, dataset: str | None, cache: dict | None,
     key = (dataset, seed)
     if cache is not None and key in cache:
         return cache[key]
-    view = P.for_dataset(params, dataset) if dataset else params
+    # a dataset outside the catalog: an in-process caller's context (the engines only know catalog entries)
+    view = P.for_dataset(params, dataset) if dataset and dataset in params.catalog else params
     view = P.with_seed(view, int(seed)) if seed is not None else view
     out = (view, view.model_dump(mode="json"))
     if cache is not None:
@@ -159,7 +160,7 @@ class Stage:
             name = name.format(**{a: bound[a] for a in self.axes})
             head, _, item = name.partition(".")
             if head == "catalog" and dataset:
-                entry = dumped["catalog"][dataset]
+                entry = dumped["catalog"].get(dataset) or {}
                 data.setdefault("catalog", {}).update(
                     {item: entry.get(item)} if item else {k: v for k, v in entry.items() if k not in NOT_RECIPE})
             elif head == "catalog" and item:  # a stage over no dataset reading one item of every entry (seeds)
