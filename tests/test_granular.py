@@ -319,9 +319,11 @@ def parse_plan(out: str) -> set[Job]:
             jobs.add((stage, name.removesuffix(".log")))
     counts: dict[str, int] = {}  # the plan's "Job stats" table (rule `all`: the target, no stage)
     if "Job stats:" in out:
-        for ln in out.split("Job stats:")[-1].splitlines():
+        for ln in out.split("Job stats:", 1)[1].splitlines():
             cells = ln.split()
-            if len(cells) == 2 and cells[1].isdigit() and cells[0] not in ("all", "total"):
+            if cells[:1] == ["total"]:  # the table's last line
+                break
+            if len(cells) == 2 and cells[1].isdigit() and cells[0] != "all":
                 counts[cells[0]] = int(cells[1])
     if not jobs:
         assert "Nothing to be done" in out and not counts, f"no job parsed from a plan:\n{out[-3000:]}"
