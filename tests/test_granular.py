@@ -38,7 +38,7 @@ from r2m.pipeline.resolved import (
 )
 from r2m.pipeline.spec import NOT_RECIPE
 from r2m.pipeline.stages import STAGES
-from stub_r2m import make_outputs
+from stub_r2m import make_outputs, outputs_map
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -265,7 +265,8 @@ class Workspace:
         bin_dir.mkdir()
         (bin_dir / "r2m").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STUB}" "$@"\n')
         (bin_dir / "r2m").chmod(0o755)
-        self.env = _env(bin_dir)
+        (bin_dir / "outs.json").write_text(json.dumps(outputs_map(STAGES)))
+        self.env = {**_env(bin_dir), "R2M_STUB_OUTS": str(bin_dir / "outs.json")}
         self.planned: set[Job] = set()
         self.seconds: dict[str, float] = {}  # how long the last dry run / status took
         self.smk = [str(BIN / "snakemake"), "--cores", "2", "all", "--config", f"r2m_command={bin_dir / 'r2m'}"]
