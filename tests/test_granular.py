@@ -1,15 +1,17 @@
 """Change one setting, recompute only what depends on it — under Snakemake and DVC alike.
 
-Generated from the registry, not hand-listed:
-
-* every params key some stage reads (top-level section keys, a dataset's override of each, the
-  baselines' ``per_model`` keys, the catalog entry's own items, the fidelity items): changing it changes
-  the resolved params of exactly the stage instances that declare it and see the new value (and nothing
-  else) — the values both engines depend on (:mod:`r2m.pipeline.resolved`);
-* on a small workspace run with a stub ``r2m`` (outputs created, nothing computed): an edit of each kind
-  makes ``snakemake -n`` plan exactly those instances and their descendants, and ``dvc status`` (after the
-  resolver stage) report exactly those instances; edits that mean nothing stale nothing; a code edit
-  re-runs the stages whose entry imports the file.
+* Generated from the registry: every params key some stage reads (top-level section keys, a run
+  dataset's override of each — which must change something —, the baselines' ``per_model`` keys, the
+  catalog entry's own items, the fidelity items): changing it changes the resolved params of exactly the
+  stage instances that declare it and see the new value (and nothing else) — the values both engines
+  depend on (:meth:`r2m.pipeline.spec.Stage.resolved`);
+* on ONE small workspace run with a stub ``r2m`` (outputs created, nothing computed; built once for the
+  module): an edit of each kind (overrides, a top-level key, ``per_model``, a catalog item, a fidelity
+  item and profile, a detector's backend and options, the scorers, data files outside the DAG) makes
+  ``snakemake -n`` plan, and ``dvc status`` report, exactly the instances written down by hand from what
+  each stage reads — not computed by the code under test; edits that mean nothing stale nothing; a code
+  edit re-runs the stages whose entry imports the file. Each edit costs one ``snakemake -n`` beside one
+  ``dvc status`` and is undone by writing back what it touched; the last test checks nothing is left stale.
 """
 
 from __future__ import annotations
