@@ -255,7 +255,8 @@ class Workspace:
     """A copy of the workflow on :func:`ws_raw` built once by Snakemake with the stub r2m, then recorded by DVC
     as it is (``dvc commit``: both engines see the same outputs, nothing runs twice). Every edit asks both
     engines at once (:meth:`check`: one ``snakemake -n`` and one ``dvc status``, side by side) and is undone
-    by writing back what it touched; DVC's lock file is never rewritten by an edit."""
+    by writing back what it touched (a params edit: params.yaml and the ``.params/`` files, DVC's lock untouched;
+    a data file: the file, then its stage under DVC again)."""
 
     def __init__(self, wd: Path, raw: dict[str, Any] | None = None):
         self.sm = self.dvc = wd / "work"
