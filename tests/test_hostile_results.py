@@ -27,6 +27,7 @@ from conftest import copy_sources
 from r2m import params as P
 from r2m.pipeline import stages as S
 from r2m.pipeline.context import StageContext
+from r2m.pipeline.spec import NOT_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -35,8 +36,9 @@ BIN = Path(sys.executable).parent
 # --------------------------------------------------------------------------- params actually read
 class Recorder:
     """A read-only view of a params object that records the dotted path of every value read
-    (``train_xe.steps``, ``fidelity.decoding``, ``catalog``); a method called on a section
-    (``model_dump``…) counts as reading the whole section."""
+    (``train_xe.steps``, ``fidelity.decoding``, ``catalog.kind``: a catalog entry's items one by one, whichever
+    entry); a method called on a section (``model_dump``…) counts as reading the whole section (on an entry:
+    ``catalog``, the whole entry, overrides and all)."""
 
     def __init__(self, target: Any, reads: set[str], path: str = "") -> None:
         object.__setattr__(self, "_target", target)
@@ -51,8 +53,12 @@ class Recorder:
             reads.add(path or "*")
             return value
         here = f"{path}.{name}" if path else name
-        if isinstance(value, BaseModel) and name != "catalog":
+        if isinstance(value, BaseModel):
             return Recorder(value, reads, here)
+        if here == "catalog":
+            return CatalogRecorder(value, reads)
+        if here == "catalog.overrides":
+            return OverridesRecorder(value, reads)
         reads.add(here)
         return value
 
@@ -60,23 +66,56 @@ class Recorder:
         raise AttributeError("params are read-only in a stage")
 
 
-class RecordingContext(StageContext):
-    """A stage context whose ``params`` records what the stage reads; ``resolved()`` (the
-    declaration itself, written beside the outputs) reads the plain params."""
+class CatalogRecorder(dict):
+    """The catalog as a stage reads it: the dataset names freely, each entry through a :class:`Recorder` whose
+    reads are ``catalog.<item>`` (the declarations name items, not datasets)."""
 
-    def resolved(self) -> dict[str, Any]:
-        rec = self.params
-        object.__setattr__(self, "params", object.__getattribute__(rec, "_target"))
-        try:
-            return super().resolved()
-        finally:
-            object.__setattr__(self, "params", rec)
+    def __init__(self, catalog: dict[str, Any], reads: set[str]) -> None:
+        super().__init__({name: Recorder(entry, reads, "catalog") for name, entry in catalog.items()})
+
+
+class OverridesRecorder(dict):
+    """An entry's ``overrides`` as a stage reads them: one section (``catalog.overrides.<section>``: the stage
+    resolves that section as the dataset sees it by hand), or all of them (``catalog.overrides``)."""
+
+    def __init__(self, overrides: dict[str, Any], reads: set[str]) -> None:
+        super().__init__(overrides)
+        self._reads = reads
+
+    def __getitem__(self, section: str) -> Any:
+        self._reads.add(f"catalog.overrides.{section}")
+        return super().__getitem__(section)
+
+    def get(self, section: str, default: Any = None) -> Any:
+        self._reads.add(f"catalog.overrides.{section}")
+        return super().get(section, default)
+
+    def __iter__(self):
+        self._reads.add("catalog.overrides")
+        return super().__iter__()
+
+    def items(self):
+        self._reads.add("catalog.overrides")
+        return super().items()
+
+    def values(self):
+        self._reads.add("catalog.overrides")
+        return super().values()
 
 
 def covered(read: str, declared: tuple[str, ...]) -> bool:
-    # the tracker sees the catalog entry as one read (ctx.entry): an item of it (catalog.beta) covers it
-    return any(read == d or read.startswith(d + ".") or (read == "catalog" and d.startswith("catalog."))
-               for d in declared)
+    """``read`` is declared: the name itself or a section above it; a catalog entry's item ``catalog.X…`` by
+    ``catalog.X``, or by ``catalog`` when X is a recipe item (never overrides, fidelity, beta, gamma, seeds);
+    the entry's override of one section by that section (what the stage reads is the section as the dataset
+    sees it)."""
+    head, _, rest = read.partition(".")
+    item, _, section = rest.partition(".")
+    if head == "catalog" and item == "overrides":
+        section = section.partition(".")[0]
+        return bool(section) and any(d == section or d.startswith(section + ".") for d in declared)
+    if head == "catalog":
+        return bool(item) and (f"catalog.{item}" in declared or ("catalog" in declared and item not in NOT_RECIPE))
+    return any(read == d or read.startswith(d + ".") for d in declared)
 
 
 def declared_unread(declared: tuple[str, ...], reads: set[str]) -> list[str]:
@@ -101,12 +140,13 @@ TINY_RAW = {
     "train_i": {**SCHED, "steps": 2, "lr": 0.0001},
     "caption": {"beam": 2, "max_len": 8, "batch_size": 4},
     "evaluate": {"scorers": ["bleu"]},
-    "baselines": {"datasets": ["tiny"], "models": ["mrnn", "sat", "scnn"]},
+    "baselines": {"datasets": ["tiny"], "models": ["mrnn", "sat", "sat_hard", "scnn"]},
     "sup_vocab": {"min_count": 1},
     "train_sup": {**SCHED, "steps": 2, "lr": 0.003,
                   "per_model": {"sat": {"select_by": "bleu4"}, "scnn": {"pretrain_steps": 2}}},
     "mrnn": {"embed1": 8, "embed2": 16, "recurrent": 16, "multimodal": 16},
     "sat": {"embed": 8, "hidden": 16, "att_dim": 8},
+    "sat_hard": {"embed": 8, "hidden": 16, "att_dim": 8},
     "scnn": {"num_concepts": 20, "hidden": 16},
     "report": {"figure_images": 1},
 }
@@ -118,7 +158,7 @@ LATER_STAGES = (
     *((st, {"ckpt": c}) for c in ("train_xe", "train_s", "train_m") for st in ("caption", "evaluate")),
     ("table1", {}), ("table2", {}), ("table3", {}), ("figures", {}), ("extract_features_sup", {}), ("sup_vocab", {}),
     ("mostfreq", {}),
-    *((st, {"model": m}) for m in ("mrnn", "sat", "scnn")
+    *((st, {"model": m}) for m in ("mrnn", "sat", "sat_hard", "scnn")
       for st in ("pretrain_sup", "train_sup", "caption_sup", "evaluate_sup", "inspect_sup", "retrieval_sup")),
     ("retrieval_r2m", {}), ("baselines", {}), ("retrieval", {}), ("report", {}),
 )
@@ -130,7 +170,7 @@ def _run_stage(root: Path, params: P.Params, name: str, reads: set[str] | None =
     stage = S.get(name)
     axes = {a: v for a, v in {"dataset": "tiny", "variant": "r2m", "ckpt": "train_i", **axes}.items()
             if a in stage.axes}
-    ctx = RecordingContext(stage=stage, params=params, root=root, log=logging.getLogger("r2m.test"), **axes)
+    ctx = StageContext(stage=stage, params=params, root=root, log=logging.getLogger("r2m.test"), **axes)
     if reads is not None:
         object.__setattr__(ctx, "params", Recorder(ctx.params, reads))
     module, func = _load(stage.impl)
@@ -140,10 +180,9 @@ def _run_stage(root: Path, params: P.Params, name: str, reads: set[str] | None =
 INFERENCE = "inference.json"
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> tuple[Path, P.Params, dict[str, set[str]]]:
-    """Every stage of the DAG on a tiny ``tiny`` (in-process, CPU, one thread; R²M variant ``r2m``,
-    the three baselines), with the params each read.
+def recorded_run(root: Path, raw: dict[str, Any], later: tuple = LATER_STAGES) -> tuple[P.Params, dict[str, set[str]]]:
+    """The R²M stages and then ``later`` on ``tiny`` in-process under ``root`` (CPU, one thread), with the params
+    each read.
 
     The training stages' ``inference.json`` (:func:`r2m.decoding.settings.build`: the concept,
     detector, feature and caption settings ``r2m caption IMAGES --model`` starts from) records whole
@@ -151,9 +190,8 @@ def tiny_run(tmp_path_factory) -> tuple[Path, P.Params, dict[str, set[str]]]:
     from r2m.decoding import settings
 
     torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("tiny_run")
     shutil.copytree(ROOT / "data" / "dictionaries", root / "data" / "dictionaries")
-    params = P.for_dataset(P.validate(TINY_RAW), "tiny")
+    params = P.for_dataset(P.validate(raw), "tiny")
     reads: dict[str, set[str]] = {}
     build = settings.build
 
@@ -169,24 +207,41 @@ def tiny_run(tmp_path_factory) -> tuple[Path, P.Params, dict[str, set[str]]]:
         for name in R2M_STAGES:
             reads[name] = set()
             _run_stage(root, params, name, reads[name])
-        for name, axes in LATER_STAGES:
+        for name, axes in later:
             key = "/".join((name, *axes.values()))
             _run_stage(root, params, name, reads.setdefault(key, set()), **axes)
     finally:
         mp.undo()
-    return root, params, reads
+    return params, reads
 
 
-def test_each_stage_declares_exactly_the_params_it_reads(tiny_run):
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> tuple[Path, P.Params, dict[str, set[str]]]:
+    """Every stage of the DAG on a tiny ``tiny`` (R²M variant ``r2m``, the four baselines; the paper profile)."""
+    root = tmp_path_factory.mktemp("tiny_run")
+    return root, *recorded_run(root, TINY_RAW)
+
+
+@pytest.fixture(scope="module")
+def official_run(tmp_path_factory) -> dict[str, set[str]]:
+    """R²M's stages on the same ``tiny`` under the official profile (``catalog.tiny.fidelity: official``: the
+    authors' code paths — tokenizer, plurals, concept order, decoding, losses, frozen image projection)."""
+    raw = json.loads(json.dumps(TINY_RAW))
+    raw["catalog"]["tiny"]["fidelity"] = "official"
+    return recorded_run(tmp_path_factory.mktemp("official_run"), raw, ())[1]
+
+
+def test_each_stage_declares_exactly_the_params_it_reads(tiny_run, official_run):
     """Every stage instance reads only params its stage declares, and every declared item is read by
-    some instance of the stage. Before: corpus_concepts read ``fidelity.vocab_counts`` without
-    declaring it (a stale corpus after switching it), figures read ``concepts`` and ``variants``
+    some instance of the stage (under either profile). Before: corpus_concepts read ``fidelity.vocab_counts``
+    without declaring it (a stale corpus after switching it), figures read ``concepts`` and ``variants``
     undeclared, and several stages declared sections they never read (``prepare``; ``catalog`` in
     train_xe, train_m and the supervised stages)."""
     _, _, reads = tiny_run
     problems = []
     unread_by_stage: dict[str, list[set[str]]] = {}
-    for key, got in reads.items():
+    runs = [*(("paper", k, v) for k, v in reads.items()), *(("official", k, v) for k, v in official_run.items())]
+    for profile, key, got in runs:
         name, *values = key.split("/")
         stage = S.get(name)
         axes = {"dataset": "tiny", "variant": "r2m", "ckpt": "train_i", "model": values[0] if values else ""}
@@ -196,10 +251,10 @@ def test_each_stage_declares_exactly_the_params_it_reads(tiny_run):
         if name in P.TRAIN_STAGES:  # every training stage records inference.json, and only they do
             assert INFERENCE in got, f"{name}: wrote no {INFERENCE}?"
         got = got - {INFERENCE}
-        assert "*" not in got, f"{key}: reads the whole params object"
+        assert "*" not in got, f"{profile} {key}: reads the whole params object"
         undeclared = sorted(r for r in got if not covered(r, declared))
         if undeclared:
-            problems.append(f"{key} reads undeclared {undeclared}")
+            problems.append(f"{profile} {key} reads undeclared {undeclared}")
         unread = declared_unread(declared, got)
         unread_by_stage.setdefault(name, []).append({stage.params[declared.index(d)] for d in unread})
     for name, sets in unread_by_stage.items():
@@ -208,6 +263,24 @@ def test_each_stage_declares_exactly_the_params_it_reads(tiny_run):
             problems.append(f"{name} declares {sorted(never)} but no instance reads them")
     assert not problems, "\n".join(problems)
     assert {k.split("/")[0] for k in reads} == {s.name for s in S.STAGES}  # every stage was run
+    assert set(official_run) == set(R2M_STAGES)
+    assert any(r.startswith("catalog.") for r in reads["prepare"])  # entries' items are recorded one by one
+
+
+def test_the_recorder_sees_a_catalog_entry_item_by_item():
+    """What the check above rests on: an entry's items are recorded one by one (recipe items covered by
+    ``catalog``, ``beta`` only by ``catalog.beta``), its overrides section by section, a whole entry as such."""
+    reads: set[str] = set()
+    rec = Recorder(P.validate(TINY_RAW), reads)
+    entry = rec.catalog["tiny"]
+    assert entry.n_train_images == 10 and entry.beta == 1.0
+    assert entry.overrides.get("build_vocab") == {"min_count": 1}
+    assert reads == {"catalog.n_train_images", "catalog.beta", "catalog.overrides.build_vocab"}
+    assert covered("catalog.n_train_images", ("catalog",)) and not covered("catalog.beta", ("catalog",))
+    assert covered("catalog.overrides.build_vocab", ("build_vocab",)) and not covered("catalog.overrides.build_vocab",
+                                                                                       ("catalog",))
+    entry.model_dump()
+    assert "catalog" in reads and not covered("catalog", ("catalog", "catalog.beta"))
 
 
 # --------------------------------------------------------------------------- the DAG sees every input

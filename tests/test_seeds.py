@@ -17,7 +17,7 @@ import yaml
 from r2m import params as P
 from r2m.pipeline import stages as S
 from r2m.pipeline.context import StageContext
-from r2m.pipeline.resolved import all_instance_params, instance_params, instances
+from r2m.pipeline.resolved import all_instance_params, instances
 from test_training import make_params, make_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def test_seed_zero_resolves_as_before_and_adding_a_seed_changes_none_of_its_file
         if "seed" in bound:
             old = dataclasses.replace(stage, axes=tuple(a for a in stage.axes if a != "seed"))
             unseeded = {k: v for k, v in bound.items() if k != "seed"}
-            assert instance_params(one, stage, bound) == instance_params(one, old, unseeded), (stage.name, bound)
+            assert stage.resolved(one, bound) == old.resolved(one, unseeded), (stage.name, bound)
     a, b = all_instance_params(one), all_instance_params(two)
     changed = {f.split("/")[1] for f, text in a.items() if b[f] != text}
     assert changed == GATHERERS  # only the stages gathering every seed (they declare `seeds`)

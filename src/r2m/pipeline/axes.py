@@ -71,6 +71,15 @@ def expand(params: Params, over: tuple[str, ...], source: Callable[[str], str],
             yield {**keys, "seed": seed}
 
 
+def gathered(params: Params, gather: Any, bound: Mapping[str, str]) -> list[tuple[dict[str, str], str]]:
+    """(axis values, path) of every file or folder a :class:`~r2m.pipeline.spec.Gather` dependency names for the
+    instance at ``bound``: one per combination of its ``over`` axes (:func:`expand`), its ``fixed`` values pinned.
+    The one expansion the engines (Snakemake's inputs, ``snakemake all``'s instances) and the stages
+    (``StageContext.gather``) share."""
+    keys = expand(params, gather.over, gather.source, {**bound, **dict(gather.fixed)})
+    return [(k, gather.pattern.format(**k)) for k in keys]
+
+
 def _stale(key: str, have: list | None, want: list, source: str) -> str | None:
     """A one-line message when the derived list ``key`` in the params (read by DVC) is not ``want``."""
     if have is not None and sorted(have) == sorted(want):

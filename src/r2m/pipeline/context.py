@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m import params as P
-from r2m.pipeline.axes import expand, pick
+from r2m.pipeline.axes import gathered
 from r2m.pipeline.stages import Gather, Stage, folder_members
 from r2m.runtime import Runtime
 from r2m.utils.guard import inside
@@ -34,11 +34,14 @@ class StageContext:
     seed: str | None = None  # the run's seed (the DAG's seed axis): shifts every section's seed (P.with_seed)
     root: Path = Path(".")
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("r2m"))
+    # the params before the run's seed is added: what :meth:`resolved` resolves (as both engines do)
+    base: P.Params = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # a stage always sees explicit ``fidelity`` items (for_dataset resolves them already)
         if self.dataset is not None and self.dataset in self.params.catalog:
             self.params = P.with_profile(self.params, self.dataset)
+        self.base = self.params
         if "seed" in self.stage.axes and self.seed is None:  # in-process callers: the first run's seed
             self.seed = "0"
         if self.seed is not None:
@@ -82,8 +85,8 @@ class StageContext:
         """Expand a :class:`Gather` dependency over the configured datasets/variants/ckpts (and each run's seeds)."""
         g = self.stage.deps[name]
         assert isinstance(g, Gather)
-        return [(keys, inside(self.root, g.pattern.format(**keys), f"{self.stage.name}: path"))
-                for keys in expand(self.params, g.over, g.source, {**self.axes, **dict(g.fixed)})]
+        return [(keys, inside(self.root, path, f"{self.stage.name}: path"))
+                for keys, path in gathered(self.params, g, self.axes)]
 
     # ------------------------------------------------------------------ params
     @property
@@ -95,20 +98,11 @@ class StageContext:
         return getattr(self.params, name)
 
     def resolved(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"stage": self.stage.name, **self.axes}
-        dumped = self.params.model_dump(mode="json")
-        for name in self.stage.params:
-            name = name.format(**self.axes)  # "{model}": the section named like the model
-            head, _, item = name.partition(".")
-            if head == "catalog" and self.dataset:
-                entry = dumped["catalog"][self.dataset]
-                data.setdefault("dataset_entry", {}).update({item: entry.get(item)} if item else entry)
-            elif name.partition(".")[0] in dumped:
-                pick(dumped, name, data)
-        return data
+        """The params this instance reads (:meth:`r2m.pipeline.spec.Stage.resolved`: what both engines compare)."""
+        return self.stage.resolved(self.base, self.axes)
 
     def save_params(self, folder: str | Path, filename: str = "params.yaml") -> Path:
-        """Write the resolved params (as this dataset sees them) into an output folder."""
+        """Write the resolved params (:meth:`resolved`, what the engines compare) into an output folder."""
         return write_text(Path(folder) / filename, P.dump(self.resolved()))
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from r2m import params as P
-from r2m.pipeline.axes import ALL_DATASETS, ALL_SEEDS, all_datasets, expand
+from r2m.pipeline.axes import ALL_DATASETS, ALL_SEEDS, all_datasets, gathered
 from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage, folder_members
 
 
@@ -18,15 +18,11 @@ def snake_template(path: str) -> str:
     return path
 
 
-def gather_paths(g: Gather, params: P.Params, bound: dict[str, str]) -> list[str]:
-    return [g.pattern.format(**keys) for keys in expand(params, g.over, g.source, {**bound, **dict(g.fixed)})]
-
-
 def expand_gather(g: Gather, params: P.Params):
     """A Snakemake input function expanding ``g`` with the rule's own wildcards bound."""
 
     def _inputs(wildcards: Any) -> list[str]:
-        return gather_paths(g, params, dict(wildcards.items()))
+        return [path for _, path in gathered(params, g, dict(wildcards.items()))]
 
     return _inputs
 
@@ -46,11 +42,11 @@ def external_param(stage: Stage, params: P.Params):
 
 
 def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
-    """The resolved params one job reads (:func:`r2m.pipeline.resolved.instance_params`): Snakemake's
+    """The resolved params one job reads (:meth:`r2m.pipeline.spec.Stage.resolved`): Snakemake's
     params trigger re-runs the job when they change, and nothing else does."""
-    from r2m.pipeline.resolved import canonical, instance_params
+    from r2m.pipeline.resolved import canonical
 
-    return canonical(instance_params(params, stage, {a: getattr(wildcards, a) for a in stage.axes}))
+    return canonical(stage.resolved(params, {a: getattr(wildcards, a) for a in stage.axes}))
 
 
 def rule_code(params: P.Params, stage: Stage, wildcards: Any, root: Path) -> str:
@@ -138,8 +134,7 @@ def shard_output(stage: Stage) -> str:
 
 
 def shard_log(stage: Stage) -> str:
-    key = "-".join(f"{{{a}}}" for a in stage.axes)
-    return f"logs/{stage.name}_shard/{key}-{{shard}}.log"
+    return f"logs/{stage.name}_shard/{stage.key()}-{{shard}}.log"
 
 
 def shard_inputs(stage: Stage, n: int):
@@ -237,9 +232,7 @@ def needed_instances(params: P.Params, targets: tuple[str, ...]) -> list[tuple[S
             continue
         seen.add(key)
         out.append((stage, bound))
-        for dep in stage.deps.values():
-            paths = gather_paths(dep, params, bound) if isinstance(dep, Gather) else [dep.format(**bound)]
-            todo += [made[p] for p in paths if p in made]
+        todo += [made[p] for p in stage.inputs(params, bound) if p in made]
     return out
 
 

@@ -1,15 +1,24 @@
 """The building blocks of the stage registry: :class:`Stage`, its outputs, :class:`Gather`
 dependencies, fan-out and resources, and the path prefixes and source lists stages share.
 
+What one stage instance (a stage at one value of each of its axes) is, defined once here and used by
+both engines, the stage runner (:class:`r2m.pipeline.context.StageContext`: the params saved beside
+its outputs, the training stages' resume fingerprint) and the reports: its name
+(:meth:`Stage.key`), its input paths (:meth:`Stage.inputs`; a Gather's: :func:`r2m.pipeline.axes.gathered`) and the params
+it reads (:meth:`Stage.resolved`).
+
 Cheap to import (no torch, no pandas): Snakemake imports it on every run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from r2m.pipeline.axes import AXIS_SOURCES
+from r2m import params as P
+from r2m.pipeline.axes import AXIS_SOURCES, gathered, pick
+from r2m.utils.resume import stage_key
 
 Axis = Literal["dataset", "variant", "ckpt", "model", "seed"]
 
@@ -66,6 +75,33 @@ class Resources:
 
 
 GPU_JOB = Resources(gpu=1, mem_mb=16000)
+# catalog entry items that are not the recipe's: they reach stages through the sections they feed
+# (overrides, fidelity), are declared on their own (beta, gamma: ``catalog.beta``) or are the seed axis (seeds)
+NOT_RECIPE = ("overrides", "fidelity", "beta", "gamma", "seeds")
+
+
+def _view(params: P.Params, dataset: str | None, cache: dict | None,
+          seed: str | None = None) -> tuple[P.Params, dict[str, Any]]:
+    """The params as ``dataset``'s run ``seed`` sees them, and their dump (cached in ``cache``)."""
+    key = (dataset, seed)
+    if cache is not None and key in cache:
+        return cache[key]
+    # a dataset outside the catalog: an in-process caller's context (the engines only know catalog entries)
+    view = P.for_dataset(params, dataset) if dataset and dataset in params.catalog else params
+    view = P.with_seed(view, int(seed)) if seed is not None else view
+    out = (view, view.model_dump(mode="json"))
+    if cache is not None:
+        cache[key] = out
+    return out
+
+
+def _entry_view(params: P.Params, dataset: str, sections: list[str], views: dict | None) -> dict[str, Any]:
+    """A catalog entry's recipe items, and the given sections as that dataset sees them."""
+    _, dumped = _view(params, dataset, views)
+    out = {k: v for k, v in dumped["catalog"][dataset].items() if k not in NOT_RECIPE}
+    for name in sections:
+        pick(dumped, name, out)
+    return out
 
 
 @dataclass(frozen=True)
@@ -97,10 +133,50 @@ class Stage:
     def source(self, axis: str) -> str:
         return dict(self.sources).get(axis, AXIS_SOURCES[axis])
 
+    # ------------------------------------------------------------------ one instance
+    def key(self, bound: Mapping[str, Any] | None = None) -> str:
+        """An instance's name: its axis values joined by ``-`` (``all`` without axes), as logs, ``.params/``
+        files, DVC's matrix items and resume folders spell it; without ``bound``, the ``{axis}`` template."""
+        return stage_key({a: f"{{{a}}}" if bound is None else bound[a] for a in self.axes})
+
+    def inputs(self, params: P.Params, bound: Mapping[str, str]) -> list[str]:
+        """Every path the instance at ``bound`` reads: each dependency, a :class:`Gather` expanded."""
+        out: list[str] = []
+        for dep in self.deps.values():
+            out += [p for _, p in gathered(params, dep, bound)] if isinstance(dep, Gather) else [dep.format(**bound)]
+        return out
+
+    def resolved(self, params: P.Params, bound: Mapping[str, str], views: dict | None = None) -> dict[str, Any]:
+        """The params the instance at ``bound`` reads, as its dataset's run sees them: the sections
+        :attr:`params` names (``{model}`` filled in) with the catalog entry's ``overrides`` merged, the fidelity
+        profile resolved, a baseline's ``per_model`` keys applied to its own model, the run's seed added
+        (:func:`r2m.params.with_seed`); ``catalog``: the entry's recipe items (never :data:`NOT_RECIPE`),
+        ``catalog.X``: item X. What both engines compare, the params saved beside the outputs and the resume
+        fingerprint. ``views``: a cache the caller may share across the instances of one ``params``."""
+        dataset = bound.get("dataset")
+        view, dumped = _view(params, dataset, views, bound.get("seed"))
+        data: dict[str, Any] = {}
+        for name in self.params:
+            name = name.format(**{a: bound[a] for a in self.axes})
+            head, _, item = name.partition(".")
+            if head == "catalog" and dataset:
+                entry = dumped["catalog"].get(dataset) or {}
+                data.setdefault("catalog", {}).update(
+                    {item: entry.get(item)} if item else {k: v for k, v in entry.items() if k not in NOT_RECIPE})
+            elif head == "catalog" and item:  # a stage over no dataset reading one item of every entry (seeds)
+                data.setdefault("catalog", {}).update({ds: {item: e.get(item)} for ds, e in dumped["catalog"].items()})
+            elif head == "catalog":  # a stage over no dataset reading every entry: as each dataset sees it
+                others = [n for n in self.params if n.partition(".")[0] not in ("catalog", "datasets", "baselines")]
+                data["catalog"] = {ds: _entry_view(params, ds, others, views) for ds in params.catalog}
+            elif head == "train_sup" and not item and "model" in bound:
+                data[head] = view.train_sup.for_model(bound["model"]).model_dump(mode="json")
+            else:
+                pick(dumped, name, data)
+        return data
+
     @property
     def log(self) -> str:
-        key = "-".join(f"{{{a}}}" for a in self.axes) or "all"
-        return f"logs/{self.name}/{key}.log"
+        return f"logs/{self.name}/{self.key()}.log"
 
     def command_args(self, fmt: str) -> str:
         """``--dataset X --variant Y`` with values formatted by ``fmt`` (e.g. ``{wildcards.%s}``)."""

@@ -86,7 +86,7 @@ def fingerprint(ctx) -> str:
     data: dict[str, Any] = {"resolved": ctx.resolved()}
     if "init" in ctx.deps:
         data["init"] = file_digest(ctx.deps["init"] / "model.pt")
-    cache = ctx.root / ".r2m" / "digests" / ctx.stage.name / f"{'-'.join(ctx.axes.values()) or 'all'}.json"
+    cache = ctx.root / ".r2m" / "digests" / ctx.stage.name / f"{ctx.stage.key(ctx.axes)}.json"
     data["inputs"] = {name: tree_digest(path, cache) for name, path in sorted(ctx.deps.items())
                       if name != "init" and path.exists()}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
