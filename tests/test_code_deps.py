@@ -25,7 +25,7 @@ import yaml
 from conftest import BIN, audit_dir, copy_sources, tiny_dag_env
 from r2m import params as P
 from r2m.pipeline import validate as V
-from r2m.pipeline.codedeps import NOT_CODE, code_modules
+from r2m.pipeline.codedeps import NOT_CODE, _tree_digest, code_modules
 from r2m.pipeline.resolved import instance_key, instances
 from r2m.utils.imports import closure_modules
 
@@ -170,11 +170,15 @@ def test_a_code_edit_reruns_exactly_the_instances_that_load_it(ws, rel):
     assert loaders <= keys
     original = (ws.sm / rel).read_text()
     (ws.sm / rel).write_text(original + "\n# an edit\n")
+    _tree_digest.cache_clear()  # per process: this one digested the sources before the edit
+    ws.write(ws.raw)  # what DVC's resolve_params does next: the .params files, code digests included
     try:
         assert ws.snakemake_plan() == with_descendants(params, loaders) & ws.planned
         assert ws.dvc_stale() == loaders
     finally:
         (ws.sm / rel).write_text(original)
+        _tree_digest.cache_clear()
+        ws.write(ws.raw)
     if rel == "src/r2m/cli.py":  # (the last one) undone: nothing to run
         assert ws.snakemake_plan() == set() and ws.dvc_stale() == set()
 
