@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import BIN, ROOT, copy_workflow
@@ -111,34 +112,37 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
-def test_sigterm_to_the_client_reaches_the_job_and_its_status_comes_back(tmp_path):
+@pytest.fixture
+def served(tmp_path):
+    """A client whose job is running in a test server: ``(client, job pid)``; the server stopped and the job
+    killed afterwards, whatever the test did."""
     server, env = _server(tmp_path)
+    pid = None
     try:
-        marker = tmp_path / "job"
-        client = subprocess.Popen([sys.executable, "-c", CLIENT, str(marker)], env=env)
-        pid = int(_wait_for(marker))
-        assert pid != client.pid  # the job is the server's child, not the client
-        client.send_signal(signal.SIGTERM)
-        assert client.wait(timeout=30) == 42  # the job's own exit status, through the client
-        assert (tmp_path / "job.signal").read_text() == "SIGTERM"
+        client = subprocess.Popen([sys.executable, "-c", CLIENT, str(tmp_path / "job")], env=env)
+        pid = int(_wait_for(tmp_path / "job"))
+        yield client, pid
     finally:
         server.terminate()
         server.wait(timeout=30)
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
-def test_a_client_killed_with_sigkill_takes_its_job_with_it(tmp_path):
-    server, env = _server(tmp_path)
-    try:
-        marker = tmp_path / "job"
-        client = subprocess.Popen([sys.executable, "-c", CLIENT, str(marker)], env=env)
-        pid = int(_wait_for(marker))
-        client.kill()
-        client.wait(timeout=30)
-        end = time.monotonic() + 10
-        while _alive(pid) and time.monotonic() < end:
-            time.sleep(0.05)
-        assert not _alive(pid)
-        assert not (tmp_path / "job.signal").exists()  # killed, not asked to stop
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+def test_sigterm_to_the_client_reaches_the_job_and_its_status_comes_back(served, tmp_path):
+    client, pid = served
+    assert pid != client.pid  # the job is the server's child, not the client
+    client.send_signal(signal.SIGTERM)
+    assert client.wait(timeout=30) == 42  # the job's own exit status, through the client
+    assert (tmp_path / "job.signal").read_text() == "SIGTERM"
+
+
+def test_a_client_killed_with_sigkill_takes_its_job_with_it(served, tmp_path):
+    client, pid = served
+    client.kill()
+    client.wait(timeout=30)
+    end = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not _alive(pid)
+    assert not (tmp_path / "job.signal").exists()  # killed, not asked to stop
