@@ -146,3 +146,30 @@ def test_a_client_killed_with_sigkill_takes_its_job_with_it(served, tmp_path):
         time.sleep(0.05)
     assert not _alive(pid)
     assert not (tmp_path / "job.signal").exists()  # killed, not asked to stop
+
+
+def test_a_long_tmpdir_still_gets_a_server_and_no_socket_runs_the_command_cold(tmp_path):
+    """A Unix socket's path holds ~107 bytes: a long $TMPDIR must not stop `make run`."""
+    long_tmp = tmp_path / ("t" * 60) / ("u" * 60)
+    long_tmp.mkdir(parents=True)
+    log = tmp_path / "warm.log"
+    env = {**ENV, "TMPDIR": str(long_tmp)}
+    r = subprocess.run([str(BIN / "r2m"), "warm", "--log", str(log), "--", "r2m", "table1", "--help"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "usage: r2m table1" in r.stdout, r.stderr[-2000:]
+    first = log.read_text().splitlines()[0].split(" ", 2)
+    assert first[0] == "start" and first[2] == "r2m table1 --help"  # the job ran in the server
+    assert not list(long_tmp.glob("r2m-warm-*"))  # the server's folder went to /tmp (and is gone)
+
+    from r2m.warm import server
+
+    def no_socket():
+        raise OSError(98, "Address already in use")
+
+    server.open_socket, saved = no_socket, server.open_socket
+    try:
+        rc = server.main(["--", sys.executable, "-c", "import os, sys; sys.exit(0 if 'R2M_WARM' not in os.environ "
+                                                      "else 3)"])
+    finally:
+        server.open_socket = saved
+    assert rc == 0  # the command ran, without a server named

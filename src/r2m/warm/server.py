@@ -165,6 +165,40 @@ def serve(listener: socket.socket, stop: threading.Event | None = None, log: Pat
     listener.close()
 
 
+def run_command(argv: list[str], env: dict[str, str]) -> int:
+    """Run the wrapped command to its end; SIGTERM/SIGHUP to us reach it (it stops its jobs), Ctrl-C reaches it
+    by itself (we wait on)."""
+    try:
+        command = subprocess.Popen(argv, env=env)
+    except FileNotFoundError:
+        print(f"r2m warm: {argv[0]}: command not found", file=sys.stderr)
+        return 127
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _: command.send_signal(signum))
+    while True:
+        try:
+            return command.wait()
+        except KeyboardInterrupt:
+            continue
+
+
+def open_socket() -> tuple[socket.socket, Path]:
+    """A listening Unix socket in a private temporary folder (under /tmp when $TMPDIR is too long for one)."""
+    base = tempfile.gettempdir()
+    if len(base) > 80 and Path("/tmp").is_dir():  # a socket path holds at most ~107 bytes
+        base = "/tmp"
+    folder = Path(tempfile.mkdtemp(prefix="r2m-warm-", dir=base))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(folder / "socket"))
+        listener.listen(64)
+    except OSError:
+        listener.close()
+        folder.rmdir()
+        raise
+    return listener, folder
+
+
 def main(argv: list[str]) -> int:
     log = None
     if argv[:1] == ["--log"] and len(argv) > 1:
@@ -174,11 +208,12 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
-    folder = Path(tempfile.mkdtemp(prefix="r2m-warm-"))
+    try:
+        listener, folder = open_socket()
+    except OSError as err:
+        print(f"r2m warm: no socket for the server ({err.strerror or err}); its jobs start cold", file=sys.stderr)
+        return run_command(argv, {k: v for k, v in os.environ.items() if k != SOCKET_ENV})
     path = str(folder / "socket")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(64)
     missing = preload()  # before the fork: the jobs share these pages
     if missing:
         print(f"r2m warm: not preloaded (imported by their jobs): {', '.join(missing)}", file=sys.stderr)
@@ -194,19 +229,7 @@ def main(argv: list[str]) -> int:
             os._exit(0)
     listener.close()
     try:
-        try:
-            command = subprocess.Popen(argv, env={**os.environ, SOCKET_ENV: path})
-        except FileNotFoundError:
-            print(f"r2m warm: {argv[0]}: command not found", file=sys.stderr)
-            return 127
-        # SIGTERM/SIGHUP to us reach the command (it stops its jobs); Ctrl-C reaches it by itself
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, lambda signum, _: command.send_signal(signum))
-        while True:
-            try:
-                return command.wait()
-            except KeyboardInterrupt:
-                continue
+        return run_command(argv, {**os.environ, SOCKET_ENV: path})
     finally:
         os.kill(server, signal.SIGTERM)
         os.waitpid(server, 0)
