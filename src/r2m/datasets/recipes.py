@@ -13,6 +13,7 @@ from pathlib import Path
 
 from r2m.datasets.base import RECIPE_CHECKS, RECIPES, REFERENCE_BUILDERS, check_index, write_references
 from r2m.params import DatasetEntry
+from r2m.utils.registry import load_member
 
 # dataset kind -> the module that registers it (tests/test_code_deps.py checks it against the source)
 RECIPE_MODULES: dict[str, str] = {
@@ -31,9 +32,7 @@ def recipe_module(kind: str) -> str | None:
 
 def load_recipe(kind: str) -> None:
     """Import the module registering ``kind`` (an unknown kind: the registry's own error at ``get``)."""
-    module = recipe_module(kind)
-    if module is not None:
-        importlib.import_module(module)
+    load_member(RECIPE_MODULES, kind)
 
 
 def load_recipes() -> None:

@@ -17,7 +17,6 @@ package (``from r2m.models import SUP_MODELS``) hold every baseline (all importe
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from r2m.models import registry
 from r2m.models.r2m import R2M, VARIANTS, R2MConfig
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint
 from r2m.utils.declared import sup_model_modules
+from r2m.utils.registry import load_member
 
 registry.MODELS.register("r2m")(R2M)
 
@@ -38,9 +38,7 @@ def sup_model_module(name: str) -> str | None:
 
 
 def _load(name: str) -> None:
-    module = sup_model_module(name)
-    if module is not None:
-        importlib.import_module(module)
+    load_member(sup_model_modules(Path(__file__).parent, __name__), name)
 
 
 def _load_all() -> None:

@@ -3,7 +3,8 @@ feature extractors, models, scorers)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import importlib
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -42,6 +43,16 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._items)
+
+
+def load_member(modules: Mapping[str, str], name: str) -> None:
+    """Import the module a declared table (``name -> module``) names for ``name``: its members register on
+    import. An unknown name imports nothing (the registry's own error names it at ``get``). Loading from a
+    table rather than importing every member keeps a stage's code dependencies to the one module it uses
+    (:mod:`r2m.pipeline.codedeps`)."""
+    module = modules.get(name)
+    if module is not None:
+        importlib.import_module(module)
 
 
 def declared_names(sources: list[str | Path], registry: str, constructors: tuple[str, ...] = ()) -> list[str]:

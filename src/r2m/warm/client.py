@@ -54,10 +54,7 @@ def run(argv: list[str]) -> int | None:
         signal.signal(sig, forward)
     answer = b""
     while not answer.endswith(b"\n"):
-        try:
-            chunk = sock.recv(64)
-        except InterruptedError:  # a forwarded signal interrupted the wait
-            continue
+        chunk = sock.recv(64)  # retried by Python when a forwarded signal interrupts it (PEP 475)
         if not chunk:
             print("r2m: the warm server closed the connection before the job ended", file=sys.stderr)
             return 1

@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from r2m.text.dictionary import Dictionary, load_dictionary
+from r2m.utils.registry import load_member
 from r2m.vision.detectors.base import (
     COLUMNS,
     DEFAULT_FLOOR,
@@ -81,8 +82,7 @@ def __getattr__(name: str) -> Any:
 
 def load_backend(backend: str) -> None:
     """Import the module registering ``backend`` (an unknown one: the registry's own error at ``get``)."""
-    if backend in BACKEND_MODULES:
-        importlib.import_module(BACKEND_MODULES[backend])
+    load_member(BACKEND_MODULES, backend)
 
 
 def build_detector(backend: str, options: dict[str, Any] | None, dictionary: Dictionary | str = "openimages",

@@ -29,9 +29,9 @@ writes the features folder is ``r2m.vision.features``.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from r2m.utils.registry import load_member
 from r2m.vision.extractors.base import FEATURES, Extractor
 from r2m.vision.extractors.combined import build_combined
 from r2m.vision.extractors.compute import extract_arrays, features_of_batch, to_device
@@ -55,8 +55,7 @@ FEATURE_MODULES: dict[str, str] = {
 
 def load_backend(backend: str) -> None:
     """Import the module registering ``backend`` (an unknown one: the registry's own error at ``get``)."""
-    if backend in FEATURE_MODULES:
-        importlib.import_module(FEATURE_MODULES[backend])
+    load_member(FEATURE_MODULES, backend)
 
 
 def _factory(backend: str):
