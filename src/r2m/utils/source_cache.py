@@ -16,10 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from r2m.utils.io import write_json
 
 FORMAT = 1  # bump when a scan's result changes meaning
 _PACKAGE = Path(__file__).resolve().parents[1]  # src/r2m
@@ -60,15 +61,7 @@ def cached_scan(name: str, args: Any, files: Sequence[Path], scan: Callable[[], 
         pass
     value = scan()
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(value, f)
-            os.replace(tmp, entry)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json(entry, value, indent=None)  # atomic: a reader never sees half an entry
     except OSError:  # read-only home, disk full: the scan's result is still good
         pass
     return value
