@@ -26,7 +26,7 @@ from conftest import BIN, audit_dir, copy_sources, tiny_dag_env
 from r2m import params as P
 from r2m.pipeline import validate as V
 from r2m.pipeline.codedeps import NOT_CODE, _tree_digest, code_modules
-from r2m.pipeline.resolved import instance_key, instances
+from r2m.pipeline.resolved import instances
 from r2m.utils.imports import closure_modules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,7 +165,7 @@ def test_a_code_edit_reruns_exactly_the_instances_that_load_it(ws, rel):
     from test_granular import with_descendants
 
     params = V.validate(ws.raw, "test")
-    keys = {(s.name, instance_key(s, b)) for s, b in instances(params)}
+    keys = {(s.name, s.key(b)) for s, b in instances(params)}
     loaders = EDITS[rel](keys)
     assert loaders <= keys
     original = (ws.sm / rel).read_text()

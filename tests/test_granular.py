@@ -34,7 +34,6 @@ from r2m import params as P
 from r2m.pipeline import validate as V
 from r2m.pipeline.resolved import (
     all_instance_params,
-    instance_key,
     instances,
 )
 from r2m.pipeline.spec import NOT_RECIPE
@@ -161,18 +160,18 @@ def declared_readers(before: P.Params, after: P.Params, path: Edit) -> set[tuple
             recipe = item not in NOT_RECIPE  # what a stage declaring "catalog" reads of it
             if (ds in (None, path[1]) and "catalog" in names and recipe) or \
                     (ds == path[1] and f"catalog.{item}" in names):
-                out.add((stage.name, instance_key(stage, bound)))
+                out.add((stage.name, stage.key(bound)))
             continue
         section, key = (path[3], path[4]) if path[0] == "catalog" else (path[0], path[-1])
         if ds is None and "catalog" in names:  # reads the section as every dataset sees it
             if section in names and any(_effective(before, d, model, section, key, views)
                                         != _effective(after, d, model, section, key, views) for d in after.catalog):
-                out.add((stage.name, instance_key(stage, bound)))
+                out.add((stage.name, stage.key(bound)))
             continue
         if not (section in names or f"{section}.{key}" in names):
             continue
         if _effective(before, ds, model, section, key, views) != _effective(after, ds, model, section, key, views):
-            out.add((stage.name, instance_key(stage, bound)))
+            out.add((stage.name, stage.key(bound)))
     return out
 
 
@@ -634,8 +633,8 @@ def test_dvc_and_snakemake_all_differ_exactly_as_documented(which):
     from r2m.pipeline.snake import ALL_TARGETS, needed_instances
 
     params = V.load(ROOT / "params.yaml") if which == "repository" else V.validate(small_raw(), "test")
-    dvc = {(s.name, instance_key(s, b)) for s, b in instances(params)}
-    snake = {(s.name, instance_key(s, b)) for s, b in needed_instances(params, ALL_TARGETS)}
+    dvc = {(s.name, s.key(b)) for s, b in instances(params)}
+    snake = {(s.name, s.key(b)) for s, b in needed_instances(params, ALL_TARGETS)}
     assert snake <= dvc and dvc - snake == dvc_only_instances(params)
     if which == "repository":
         # 106 + 2 more seeds of the demo's R2M (4 train + 4 caption + 4 evaluate + retrieval_r2m = 13 each); DVC:

@@ -37,11 +37,6 @@ def canonical(data: Mapping[str, Any]) -> str:
     return json.dumps(data, sort_keys=True, indent=1) + "\n"
 
 
-def instance_key(stage: Stage, bound: Mapping[str, str]) -> str:
-    """The instance's name (:meth:`Stage.key`, the one definition; kept for callers of this name)."""
-    return stage.key(bound)
-
-
 def params_file(stage: Stage, bound: Mapping[str, str] | None = None) -> str:
     """``.params/<stage>/<instance>.json`` (:meth:`Stage.key`); without ``bound``, the ``{axis}`` template."""
     return f"{PARAMS_DIR}/{stage.name}/{stage.key(bound)}.json"
