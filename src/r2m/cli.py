@@ -253,7 +253,7 @@ def _record_loaded(stage: S.Stage, axes: dict[str, str]) -> None:
     folder = os.environ.get("R2M_AUDIT_MODULES")
     if folder:
         names = sorted(m for m in sys.modules if m == "r2m" or m.startswith("r2m."))
-        path = Path(folder) / stage.name / f"{'-'.join(str(axes[a]) for a in stage.axes) or 'all'}.txt"
+        path = Path(folder) / stage.name / f"{stage.key(axes)}.txt"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(names) + "\n")
 
