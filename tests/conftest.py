@@ -85,13 +85,23 @@ def audit_dir(wd: Path) -> Path:
     return wd.parent / f"{wd.name}.audit"
 
 
+def write_params(wd: Path, raw: dict) -> None:
+    """``raw`` as a scratch workspace's params.yaml, and its dvc.yaml written again as ``r2m dag --write`` would
+    (DVC's instance lists follow the datasets, variants, seeds and baselines)."""
+    from r2m import params as P
+    from r2m.pipeline.dag import render
+
+    (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    (wd / "dvc.yaml").write_text(render(P.validate(raw)))
+
+
 def tiny_workflow(root: Path, wd: Path) -> None:
     """A scratch copy of the workflow whose params.yaml runs ``tiny`` only (datasets and baselines)."""
     copy_workflow(root, wd)
     raw = yaml.safe_load((root / "params.yaml").read_text())
     raw["datasets"] = ["tiny"]
     raw["baselines"]["datasets"] = ["tiny"]
-    (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    write_params(wd, raw)
 
 
 TINY_DAG_TIMEOUT = 1500  # seconds the run may take once a test waits for it

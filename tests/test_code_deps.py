@@ -26,7 +26,7 @@ from conftest import BIN, audit_dir, copy_sources, tiny_dag_env
 from r2m import params as P
 from r2m.pipeline import validate as V
 from r2m.pipeline.codedeps import NOT_CODE, _tree_digest, code_modules
-from r2m.pipeline.resolved import instances
+from r2m.pipeline.resolved import dag_instances
 from r2m.utils.imports import closure_modules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ def test_every_module_a_stage_loads_is_declared(tiny_dag, extra_run):
 def edit_raw() -> dict[str, Any]:
     """`tiny` for R2M (one variant), `demo` for two baselines, `sat_hard` among them (few instances: fast)."""
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw.update(datasets=["tiny"], all_datasets=["tiny", "demo"], variants=["r2m"], all_seeds=[0])
+    raw.update(datasets=["tiny"], variants=["r2m"])
     raw["baselines"].update(datasets=["demo"], models=["mrnn", "sat_hard"])
     return raw
 
@@ -165,7 +165,7 @@ def test_a_code_edit_reruns_exactly_the_instances_that_load_it(ws, rel):
     from test_granular import with_descendants
 
     params = V.validate(ws.raw, "test")
-    keys = {(s.name, s.key(b)) for s, b in instances(params)}
+    keys = {(s.name, s.key(b)) for s, b in dag_instances(params)}
     loaders = EDITS[rel](keys)
     assert loaders <= keys
     original = (ws.sm / rel).read_text()

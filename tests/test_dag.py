@@ -63,22 +63,64 @@ def test_committed_dvc_yaml_matches_registry(repo_root):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def _repo_params(repo_root):
+    from r2m import params as P
+
+    return P.load(repo_root / "params.yaml")
+
+
 def test_dag_check_detects_drift(tmp_path, repo_root):
     f = tmp_path / "dvc.yaml"
-    f.write_text(dag.render().replace("r2m train_xe", "r2m train_xx"))
-    assert dag.main(["--check", "--file", str(f)]) == 1
-    f.write_text(dag.render())
-    assert dag.main(["--check", "--file", str(f)]) == 0
+    params = str(repo_root / "params.yaml")
+    f.write_text(dag.render(_repo_params(repo_root)).replace("r2m train_xe", "r2m train_xx"))
+    assert dag.main(["--check", "--file", str(f), "--params", params]) == 1
+    f.write_text(dag.render(_repo_params(repo_root)))
+    assert dag.main(["--check", "--file", str(f), "--params", params]) == 0
 
 
-def test_dvc_yaml_uses_params_for_matrix_values():
-    doc = yaml.safe_load(dag.render())["stages"]
-    assert doc["train_xe"]["matrix"] == {"dataset": "${datasets}", "variant": "${variants}", "seed": "${all_seeds}"}
-    assert not any(d.startswith("src/") for d in doc["train_xe"]["deps"])  # its code: the digest in its .params file
-    assert doc["resolve_params"]["deps"] == ["src/r2m"]  # which any source edit re-runs
-    assert {"models/${item.dataset}/${item.variant}/s${item.seed}/train_xe": {"persist": True}} in doc["train_xe"]["outs"]
-    assert ".params/train_s/${item.dataset}-${item.variant}-${item.seed}.json" in doc["train_s"]["deps"]  # resolved params
-    assert "params" not in doc["train_s"] and doc["resolve_params"]["params"] == [{"params.yaml": None}]
+def test_a_stale_instance_list_is_refused_in_one_line(tmp_path, repo_root, capsys):
+    """Editing `seeds` without `r2m dag --write`: `r2m dag --check` and the resolver (the first stage of every
+    `dvc repro`) both refuse, naming an instance dvc.yaml lacks; written again, both pass."""
+    from r2m.pipeline import resolve_cmd
+
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["seeds"] = [0, 1]  # the ablations and baselines gain seed 1 (the demo's r2m keeps its own [0, 1, 2])
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    shutil.copy(repo_root / "dvc.yaml", tmp_path / "dvc.yaml")
+    args = ["--file", str(tmp_path / "dvc.yaml"), "--params", str(tmp_path / "params.yaml")]
+    assert dag.main(["--check", *args]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "r2m dag --write" in err and "train_xe@demo-no_fm-1" in err, err
+    with pytest.raises(SystemExit, match="train_xe@demo-no_fm-1"):
+        resolve_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)])
+    assert not (tmp_path / ".params").exists()  # refused before writing anything
+    assert dag.main(["--write", *args]) == 0
+    assert dag.main(["--check", *args]) == 0
+    assert resolve_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)]) == 0
+    assert (tmp_path / ".params/train_xe/demo-no_fm-1.json").exists()
+
+
+def test_dvc_yaml_runs_each_stage_over_its_listed_instances(repo_root):
+    doc = yaml.safe_load((repo_root / "dvc.yaml").read_text())
+    lists, stages = doc["vars"][0]["instances"], doc["stages"]
+    assert stages["train_xe"]["foreach"] == stages["train_i"]["foreach"] == "${instances.train_xe}"
+    # params.yaml: the demo's r2m at seeds 0-2 (its catalog entry), each ablation at the top-level seeds [0]
+    assert lists["train_xe"] == {
+        **{f"demo-r2m-{s}": {"dataset": "demo", "variant": "r2m", "seed": str(s)} for s in (0, 1, 2)},
+        **{f"demo-{v}-0": {"dataset": "demo", "variant": v, "seed": "0"} for v in ("no_fm", "d_lstm", "r_lstm", "dr_lstm")}}
+    # Table 3 reads r2m at every checkpoint, Table 2 each ablation's final one: nothing else is captioned
+    assert stages["evaluate"]["foreach"] == "${instances.caption}"
+    assert sorted(lists["caption"]) == sorted(
+        [f"demo-r2m-{c}-{s}" for c in ("train_xe", "train_s", "train_m", "train_i") for s in (0, 1, 2)]
+        + [f"demo-{v}-train_i-0" for v in ("no_fm", "d_lstm", "r_lstm", "dr_lstm")])
+    assert sorted(lists["inputs"]) == ["demo", "tiny_paired"] and sorted(lists["detect_concepts"]) == ["demo"]
+    train_xe = stages["train_xe"]["do"]
+    assert not any(d.startswith("src/") for d in train_xe["deps"])  # its code: the digest in its .params file
+    assert stages["resolve_params"]["deps"] == ["src/r2m"]  # which any source edit re-runs
+    assert {"models/${item.dataset}/${item.variant}/s${item.seed}/train_xe": {"persist": True}} in train_xe["outs"]
+    train_s = stages["train_s"]["do"]
+    assert ".params/train_s/${item.dataset}-${item.variant}-${item.seed}.json" in train_s["deps"]  # resolved params
+    assert "params" not in train_s and stages["resolve_params"]["params"] == [{"params.yaml": None}]
 
 
 def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):
@@ -178,9 +220,9 @@ def _lookup(params: dict, key: str):
     return params
 
 
-def _dvc_instances(doc: dict, params: dict) -> list[tuple[str, list[str], list[str]]]:
-    """(name, deps, outs) of every stage instance of a dvc.yaml, its matrices expanded with ``params``."""
-    import itertools
+def _dvc_instances(doc: dict) -> list[tuple[str, list[str], list[str]]]:
+    """(name, deps, outs) of every stage instance of a dvc.yaml, its ``foreach`` lists expanded from its vars."""
+    lists = doc["vars"][0]["instances"]
 
     def outs_of(entry):
         return [next(iter(o)) if isinstance(o, dict) else o
@@ -188,17 +230,16 @@ def _dvc_instances(doc: dict, params: dict) -> list[tuple[str, list[str], list[s
 
     out = []
     for name, entry in doc["stages"].items():
-        matrix = entry.get("matrix", {})
-        values = {a: (_lookup(params, v[2:-1]) if isinstance(v, str) else v) for a, v in matrix.items()}
-        for combo in itertools.product(*values.values()):
-            item = dict(zip(values, combo, strict=True))
+        if "foreach" not in entry:
+            out.append((name, entry.get("deps", []), outs_of(entry)))
+            continue
+        body = entry["do"]
+        for key, item in lists[entry["foreach"][len("${instances."):-1]].items():
 
             def sub(text, item=item):
                 return re.sub(r"\$\{item\.(\w+)\}", lambda m: str(item[m.group(1)]), text)
 
-            key = "-".join(str(v) for v in combo)
-            out.append((f"{name}@{key}" if matrix else name, [sub(d) for d in entry.get("deps", [])],
-                        [sub(o) for o in outs_of(entry)]))
+            out.append((f"{name}@{key}", [sub(d) for d in body.get("deps", [])], [sub(o) for o in outs_of(body)]))
     return out
 
 
@@ -209,8 +250,8 @@ def _tracked(repo_root: Path) -> set[str]:
     return files | {str(Path(f).parent) for f in files} | {str(p) for f in files for p in Path(f).parents}
 
 
-def _unproduced(doc: dict, params: dict, tracked: set[str]) -> list[str]:
-    instances = _dvc_instances(doc, params)
+def _unproduced(doc: dict, tracked: set[str]) -> list[str]:
+    instances = _dvc_instances(doc)
     outs = [(name, o) for name, _, os_ in instances for o in os_]
     missing = []
     for name, deps, _ in instances:
@@ -225,47 +266,24 @@ def _unproduced(doc: dict, params: dict, tracked: set[str]) -> list[str]:
 def test_every_dvc_dependency_is_produced_or_in_git(repo_root):
     """With the default params, every stage instance's dependencies are produced by another stage
     instance or tracked in git, so `dvc repro` can finish (the supervised stages run over
-    baselines.datasets: their data stages run over the derived all_datasets)."""
+    baselines.datasets: the data stages run over both lists)."""
     doc = yaml.safe_load((repo_root / "dvc.yaml").read_text())
-    params = yaml.safe_load((repo_root / "params.yaml").read_text())
     tracked = _tracked(repo_root)
-    assert _unproduced(doc, params, tracked) == []
-    names = {n for n, _, _ in _dvc_instances(doc, params)}
+    assert _unproduced(doc, tracked) == []
+    names = {n for n, _, _ in _dvc_instances(doc)}
     assert {"prepare@tiny_paired", "extract_features_sup@tiny_paired", "train_sup@tiny_paired-sat-0"} <= names
-    # the check can fail: without the derived list, nothing prepares tiny_paired
-    stale = {**params, "all_datasets": params["datasets"]}
-    assert "sup_vocab@tiny_paired: data/tiny_paired/references" in _unproduced(doc, stale, tracked)
+    # the check can fail: without tiny_paired in the data stages' list, nothing prepares it
+    del doc["vars"][0]["instances"]["inputs"]["tiny_paired"]
+    assert "pretrain_sup@tiny_paired-mrnn-0: data/tiny_paired/prepared" in _unproduced(doc, tracked)
 
 
-def test_all_datasets_is_derived_and_checked(repo_root, tmp_path):
+def test_the_retired_derived_lists_are_refused_by_name(repo_root):
     from r2m import params as P
-    from r2m.pipeline.axes import all_datasets, stale_all_datasets
-
-    p = P.load(repo_root / "params.yaml")
-    assert p.all_datasets == all_datasets(p) == ["demo", "tiny_paired"]
-    assert stale_all_datasets(p) is None
-    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
-    raw["datasets"] = ["tiny"]
-    f = tmp_path / "params.yaml"
-    f.write_text(yaml.safe_dump(raw))
-    msg = stale_all_datasets(P.load(f))
-    assert msg and "[tiny, demo, tiny_paired]" in msg
-    assert dag.main(["--check", "--file", str(repo_root / "dvc.yaml"), "--params", str(f)]) == 1
-    assert dag.main(["--check", "--file", str(repo_root / "dvc.yaml"), "--params", str(repo_root / "params.yaml")]) == 0
-    raw["all_datasets"] = ["nope"]
-    with pytest.raises(P.ParamsError, match="nope"):
-        P.validate(raw)
-
-
-def test_snakemake_config_recomputes_all_datasets(repo_root):
-    from r2m import params as P
-    from r2m.pipeline.snake import with_derived
 
     raw = yaml.safe_load((repo_root / "params.yaml").read_text())
-    raw["datasets"] = ["tiny"]
-    assert with_derived(raw, P.validate(raw))["all_datasets"] == ["tiny", "demo", "tiny_paired"]
-    del raw["all_datasets"]
-    assert "all_datasets" not in with_derived(raw, P.validate(raw))
+    for key in ("all_datasets", "all_seeds"):
+        with pytest.raises(P.ParamsError, match=f"{key}: no longer a params key.*r2m dag --write"):
+            P.validate({**raw, key: [0]})
 
 
 def test_dvc_lists_the_data_stages_of_every_needed_dataset(repo_root):

@@ -104,7 +104,6 @@ def test_benchmarks_read_vgg16_fc7_and_vgg19_conv5_4(raw) -> None:
 def test_missing_vgg19_weights_is_one_line_saying_where_to_put_them(raw, tmp_path) -> None:
     raw = copy.deepcopy(raw)
     raw["baselines"]["datasets"] = ["coco_shutterstock"]
-    raw["all_datasets"] = ["demo", "coco_shutterstock"]
     opts = raw["catalog"]["coco_shutterstock"]["overrides"]["sup_features"]["options"]
     (tmp_path / "vgg16.pth").write_bytes(b"x")
     opts["weights"] = str(tmp_path / "vgg16.pth")

@@ -33,7 +33,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import copy_workflow
+from conftest import copy_workflow, write_params
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def _params() -> dict:
 def wd(tmp_path_factory) -> Path:
     wd = tmp_path_factory.mktemp("faults")
     copy_workflow(ROOT, wd)
-    (wd / "params.yaml").write_text(yaml.safe_dump(_params(), sort_keys=False))
+    write_params(wd, _params())
     return wd
 
 

@@ -407,9 +407,10 @@ def test_generated_commands_quote_names():
 
     wc = SimpleNamespace(dataset="x;touch PWNED;#")
     assert "'x;touch PWNED;#'" in stage_command("r2m", BY_NAME["prepare"], wc, "p.yaml")
-    cmds = [ln for ln in render().splitlines() if ln.strip().startswith("cmd:")]
-    assert cmds and all("${" not in c or "'${item." in c for c in cmds), cmds
     from r2m import params as P
+
+    cmds = [ln for ln in render(P.validate(base_params())).splitlines() if ln.strip().startswith("cmd:")]
+    assert cmds and all("${" not in c or "'${item." in c for c in cmds), cmds
 
     raw = base_params()
     raw["catalog"]["a.b"] = {"kind": "tiny"}

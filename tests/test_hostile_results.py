@@ -307,8 +307,9 @@ def test_prepare_depends_on_the_files_a_dataset_entry_names(tmp_path):
                                                                           "references.json"]
     prepare = S.get("prepare")
     assert prepare.deps.get("inputs") == "data/{dataset}/inputs.json"
-    doc = yaml.safe_load(dag.render())["stages"]
-    assert doc["inputs"]["always_changed"] is True and "data/${item.dataset}/inputs.json" in doc["prepare"]["deps"]
+    doc = yaml.safe_load(dag.render(params))["stages"]
+    assert doc["inputs"]["do"]["always_changed"] is True
+    assert "data/${item.dataset}/inputs.json" in doc["prepare"]["do"]["deps"]
 
     # the inputs stage's digest follows the bytes: same bytes, same file; one byte more, another
     view = P.for_dataset(params, "mine")

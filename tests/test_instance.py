@@ -23,8 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _raw() -> dict[str, Any]:
     """The repository's params on `tiny` for R²M (two variants, seeds 0 and 1) and `demo` for one baseline."""
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw.update(datasets=["tiny"], all_datasets=["tiny", "demo"], variants=["r2m", "no_fm"], seeds=[0, 1],
-               all_seeds=[0, 1])
+    raw.update(datasets=["tiny"], variants=["r2m", "no_fm"], seeds=[0, 1])
     raw["baselines"].update(datasets=["tiny", "demo"], models=["mrnn", "sat"])
     raw["catalog"]["demo"].pop("seeds", None)
     return raw
@@ -94,7 +93,7 @@ def test_an_instance_has_one_name_everywhere():
 def test_an_instances_inputs_expand_each_runs_seeds():
     """``table1`` at R²M on tiny with seeds 0 and 1 and demo's three: every eval and per-image file, by hand."""
     raw = _raw()
-    raw.update(datasets=["tiny", "demo"], all_seeds=[0, 1, 2])
+    raw.update(datasets=["tiny", "demo"])
     raw["catalog"]["demo"]["seeds"] = {"r2m": [0, 1, 2]}
     got = S.get("table1").inputs(P.validate(raw), {})
     want = [f"results/{d}/r2m/s{s}/train_i/{f}" for f in ("eval.json", "per_image.parquet")

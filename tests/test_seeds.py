@@ -77,14 +77,14 @@ def test_seed_zero_is_the_single_seed_view() -> None:
 # --------------------------------------------------------------------------- resolved params per seed
 def _raw(**top) -> dict:
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw.update(datasets=["tiny"], all_datasets=["tiny", "demo"], variants=["r2m", "no_fm"], **top)
+    raw.update(datasets=["tiny"], variants=["r2m", "no_fm"], **top)
     raw["baselines"].update(datasets=["tiny", "demo"], models=["mrnn", "sat"])
     return raw
 
 
 def test_seed_zero_resolves_as_before_and_adding_a_seed_changes_none_of_its_files() -> None:
-    one = P.validate(_raw(seeds=[0], all_seeds=[0]))
-    two = P.validate(_raw(seeds=[0, 1], all_seeds=[0, 1]))
+    one = P.validate(_raw(seeds=[0]))
+    two = P.validate(_raw(seeds=[0, 1]))
     for stage, bound in instances(one):  # the stage without its seed axis: the instance the pre-axis DAG resolved
         if "seed" in bound:
             old = dataclasses.replace(stage, axes=tuple(a for a in stage.axes if a != "seed"))
@@ -101,14 +101,14 @@ def test_seed_zero_resolves_as_before_and_adding_a_seed_changes_none_of_its_file
 
 
 def test_a_catalog_entry_gives_its_own_seeds_per_variant() -> None:
-    raw = _raw(seeds=[0], all_seeds=[0, 1, 2])
+    raw = _raw(seeds=[0])
     raw["catalog"]["tiny"]["seeds"] = {"r2m": [0, 1, 2]}
     params = P.validate(raw)
     assert P.seeds_for(params, "tiny", "r2m") == [0, 1, 2] and P.seeds_for(params, "tiny", "no_fm") == [0]
-    assert P.seeds_for(params, "demo", "mrnn") == [0] and P.all_seeds(params) == [0, 1, 2]
+    assert P.seeds_for(params, "demo", "mrnn") == [0]
     raw["catalog"]["tiny"]["seeds"] = [3, 4]
     params = P.validate(raw)
-    assert P.seeds_for(params, "tiny", "sat") == [3, 4] and P.all_seeds(params) == [0, 3, 4]  # demo: mrnn, sat at 0
+    assert P.seeds_for(params, "tiny", "sat") == [3, 4] and P.seeds_for(params, "demo", "sat") == [0]
 
 
 def test_prepare_does_not_depend_on_the_entry_seeds() -> None:
@@ -150,7 +150,7 @@ def test_table1_row_is_the_mean_over_its_seeds(tmp_path: Path) -> None:
     from r2m.reports import tables
     from test_reports import fake_metrics, random_stats, write_stats
 
-    raw = _raw(seeds=[0], all_seeds=[0, 1, 2])
+    raw = _raw(seeds=[0])
     raw["catalog"]["tiny"]["seeds"] = {"r2m": [0, 1, 2]}
     params = P.validate(raw)
     cider = {"0": 0.21, "1": 0.27, "2": 0.30}
@@ -173,21 +173,9 @@ def test_seeds_from_the_snakemake_command_line() -> None:
 
     given = parse_config(["seeds=[0,1,2]"])["seeds"]
     assert given == ["0", "1", "2"]  # what the schema receives
-    assert P.validate(_raw(seeds=given, all_seeds=given)).seeds == [0, 1, 2]
+    assert P.validate(_raw(seeds=given)).seeds == [0, 1, 2]
     with pytest.raises(P.ParamsError, match="seeds"):
         P.validate(_raw(seeds=["one"]))
-
-
-def test_a_stale_all_seeds_is_one_line_for_dvc() -> None:
-    from r2m.pipeline.axes import stale_all_seeds
-
-    raw = _raw(seeds=[0, 3], all_seeds=[0])
-    msg = stale_all_seeds(P.validate(raw))
-    assert msg is not None and "\n" not in msg and "all_seeds: [0, 3]" in msg
-    raw["all_seeds"] = [3, 0]
-    assert stale_all_seeds(P.validate(raw)) is None
-    repo = yaml.safe_load((ROOT / "params.yaml").read_text())  # the committed params: demo's R2M at 0, 1, 2
-    assert repo["all_seeds"] == [0, 1, 2] and stale_all_seeds(P.validate(repo)) is None
 
 
 def test_by_hand_a_stage_runs_seed_zero() -> None:

@@ -69,18 +69,21 @@ def test_supervised_stages_depend_on_sup_features() -> None:
         assert deps["features"] == "data/{dataset}/sup_features", name
         assert "data/{dataset}/features" not in deps.values(), name
     assert BY_NAME["retrieval_r2m"].deps["features"] == "data/{dataset}/features"  # R²M's joint space
-    doc = yaml.safe_load(dag.render())["stages"]
-    assert doc["extract_features_sup"]["matrix"] == {"dataset": "${baselines.datasets}"}
-    assert doc["extract_features"]["matrix"] == {"dataset": "${datasets}"}  # no longer needed by the baselines
-    assert "data/${item.dataset}/sup_features" in doc["train_sup"]["deps"]
-    assert "data/${item.dataset}/features" not in doc["train_sup"]["deps"]
+    from r2m import params as P
+
+    whole = yaml.safe_load(dag.render(P.load(Path(__file__).resolve().parents[1] / "params.yaml")))
+    doc, lists = whole["stages"], whole["vars"][0]["instances"]
+    over = lambda name: sorted(lists[doc[name]["foreach"][len("${instances."):-1]])  # noqa: E731
+    assert over("extract_features_sup") == ["demo", "tiny_paired"]  # params.yaml's baselines.datasets
+    assert over("extract_features") == ["demo"]  # its datasets: no longer needed by the baselines
+    assert "data/${item.dataset}/sup_features" in doc["train_sup"]["do"]["deps"]
+    assert "data/${item.dataset}/features" not in doc["train_sup"]["do"]["deps"]
 
 
 # --------------------------------------------------------------------------- missing weights
 def _benchmark_baselines(raw: dict, weights: Path) -> dict:
     raw = copy.deepcopy(raw)
     raw["baselines"]["datasets"] = ["coco_shutterstock"]
-    raw["all_datasets"] = ["demo", "coco_shutterstock"]
     opts = raw["catalog"]["coco_shutterstock"]["overrides"]["sup_features"]["options"]
     opts["weights"] = str(weights)
     opts["kinds_from"]["grid"]["options"]["weights"] = str(weights.parent / "vgg19-dcbb9e9a.pth")  # SAT's grid

@@ -469,19 +469,17 @@ class ReportParams(_Section):
     attention_image: str | None = None
 
 
+# derived lists DVC read from params.yaml before its instance lists moved into dvc.yaml (refused by name)
+RETIRED_KEYS = ("all_datasets", "all_seeds")
+
+
 class _ParamsBase(_Section):
     """Every section but the supervised baselines' own (added from their registrations: :data:`Params`)."""
 
     datasets: list[str] = Field(default_factory=lambda: ["demo"], min_length=1)
-    all_datasets: list[str] | None = Field(
-        None, description="derived, for DVC's matrix of the data stages: datasets + baselines.datasets "
-        "(`r2m dag --check` says when it is stale; Snakemake recomputes it)")
     variants: list[str] = Field(default_factory=lambda: list(VARIANT_NAMES), min_length=1)
     seeds: list[int] = Field(default_factory=lambda: [0], description="the training seeds of every run (the DAG's "
                              "seed axis; a catalog entry's `seeds` overrides them for its dataset)")
-    all_seeds: list[int] | None = Field(
-        None, description="derived, for DVC's matrix of the seeded stages: every seed `seeds` and the catalog "
-        "entries name (`r2m dag --check` says when it is stale; Snakemake recomputes it)")
     catalog: dict[str, DatasetEntry]
     concepts: ConceptsParams = Field(default_factory=ConceptsParams)
     detect_concepts: DetectParams = Field(default_factory=DetectParams)
@@ -505,6 +503,15 @@ class _ParamsBase(_Section):
     evaluate: EvaluateParams = Field(default_factory=EvaluateParams)
     report: ReportParams = Field(default_factory=ReportParams)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_derived_lists(cls, v: Any) -> Any:
+        for key in RETIRED_KEYS:
+            if isinstance(v, dict) and key in v:
+                raise ValueError(f"{key}: no longer a params key: dvc.yaml holds the DAG's instances, written from "
+                                 "these params by `r2m dag --write`; remove the line")
+        return v
+
     @field_validator("catalog", mode="before")
     @classmethod
     def _safe_names(cls, v: Any) -> Any:
@@ -512,7 +519,7 @@ class _ParamsBase(_Section):
             check_name(name, "catalog: dataset name")
         return v
 
-    @field_validator("seeds", "all_seeds", mode="before")
+    @field_validator("seeds", mode="before")
     @classmethod
     def _seed_numbers(cls, v: Any) -> Any:
         return seed_numbers(v)
@@ -535,15 +542,14 @@ class _ParamsBase(_Section):
     @model_validator(mode="after")
     def _datasets_in_catalog(self) -> _ParamsBase:
         missing = [d for d in self.datasets if d not in self.catalog]
-        for d in [*self.baselines.datasets, *(self.all_datasets or [])]:
+        for d in self.baselines.datasets:
             if d not in self.catalog and d not in missing:
                 missing.append(d)
         if missing:
             raise ValueError(
                 f"datasets {missing} are not declared under 'catalog' (known: {sorted(self.catalog)})"
             )
-        sections = set(type(self).model_fields) - {"datasets", "all_datasets", "variants", "catalog", "baselines",
-                                                   "seeds", "all_seeds"}
+        sections = set(type(self).model_fields) - {"datasets", "variants", "catalog", "baselines", "seeds"}
         for name, entry in self.catalog.items():
             for section in entry.overrides:
                 if section not in sections:
@@ -681,14 +687,6 @@ def seeds_for(params: Params, dataset: str, name: str | None) -> list[int]:
     if isinstance(entry, dict):
         entry = entry.get(name or "")
     return list(entry if entry is not None else params.seeds)
-
-
-def all_seeds(params: Params) -> list[int]:
-    """Every seed some run uses (sorted): R²M's variants on ``datasets``, the baselines on theirs (DVC's seed
-    matrix)."""
-    runs = [(ds, v) for ds in params.datasets for v in params.variants]
-    runs += [(ds, m) for ds in params.baselines.datasets for m in params.baselines.models]
-    return sorted({s for ds, name in runs for s in seeds_for(params, ds, name)})
 
 
 def with_seed(params: Params, seed: int) -> Params:

@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from r2m import params as P  # noqa: E402
 from r2m.pipeline import validate as V  # noqa: E402
 from r2m.pipeline import stages as S  # noqa: E402
+from r2m.pipeline.resolved import ALL_TARGETS  # noqa: E402
 from r2m.pipeline.snake import (  # noqa: E402
-    ALL_TARGETS,
     external_param,
     member_targets,
     merge_command,
@@ -30,7 +30,6 @@ from r2m.pipeline.snake import (  # noqa: E402
     snake_template,
     split_config,
     wildcard_constraints_for,
-    with_derived,
     write_merged_params,
 )
 
@@ -48,7 +47,7 @@ except (P.ParamsError, ValueError, yaml.YAMLError) as err:
 
 # this invocation's params, named by their content and never rewritten: a job reads the file of the
 # invocation that started it, whatever a later `snakemake -n --config …` writes (its own file)
-R2M_PARAMS = write_merged_params(with_derived(_params_cfg, PARAMS), ".snakemake/r2m/params")
+R2M_PARAMS = write_merged_params(_params_cfg, ".snakemake/r2m/params")
 R2M_PARAMS_ARG = shlex.quote(R2M_PARAMS)  # appended by each rule's shell, not part of its compared `cmd`
 # the r2m beside the Python running Snakemake (works without activating .venv), else PATH's
 _r2m_here = Path(sys.executable).parent / "r2m"

@@ -9,16 +9,14 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from r2m.params import TRAIN_STAGES, Params, all_seeds, seeds_for
+from r2m.params import TRAIN_STAGES, Params, seeds_for
 
-# every seed some run uses (DVC's matrix; the derived params key): a stage's instances run over it, while a
-# Gather takes each run's own seeds (:func:`run_seeds`: the dataset's, per variant or baseline)
-ALL_SEEDS = "all_seeds"
 # value lists the DAG expands axes over; a Gather or Stage may name another list for an axis
-# (e.g. the baselines' datasets: ``("dataset", "baselines.datasets")``)
+# (e.g. the baselines' datasets: ``("dataset", "baselines.datasets")``). The seed axis has no list of its
+# own: each run takes its own seeds (:func:`run_seeds`: the dataset's, per variant or baseline)
 AXIS_SOURCES = {"dataset": "datasets", "variant": "variants", "ckpt": "ckpts", "model": "baselines.models",
-                "seed": ALL_SEEDS}
-# the dataset list of the data stages other lists' stages need (DVC: the derived params key)
+                "seed": "seeds"}
+# the dataset list of the data stages other lists' stages need (:func:`all_datasets`)
 ALL_DATASETS = "all_datasets"
 
 
@@ -38,18 +36,12 @@ _AXIS_LISTS: dict[str, Any] = {
     "baselines.models": lambda p: list(p.baselines.models),
     "baselines.datasets": lambda p: list(p.baselines.datasets),
     ALL_DATASETS: all_datasets,
-    ALL_SEEDS: lambda p: [str(s) for s in all_seeds(p)],
 }
 
 
 def axis_value(params: Params, source: str) -> list[str]:
-    """The value list named ``source`` (a key of :func:`axis_values`)."""
+    """The value list named ``source`` (a key of :data:`_AXIS_LISTS`)."""
     return _AXIS_LISTS[source](params)
-
-
-def axis_values(params: Params) -> dict[str, list[str]]:
-    """Every value list an axis can be expanded over, keyed by its params name."""
-    return {name: fn(params) for name, fn in _AXIS_LISTS.items()}
 
 
 def run_seeds(params: Params, keys: Mapping[str, str]) -> list[str]:
@@ -78,25 +70,6 @@ def gathered(params: Params, gather: Any, bound: Mapping[str, str]) -> list[tupl
     (``StageContext.gather``) share."""
     keys = expand(params, gather.over, gather.source, {**bound, **dict(gather.fixed)})
     return [(k, gather.pattern.format(**k)) for k in keys]
-
-
-def _stale(key: str, have: list | None, want: list, source: str) -> str | None:
-    """A one-line message when the derived list ``key`` in the params (read by DVC) is not ``want``."""
-    if have is not None and sorted(have) == sorted(want):
-        return None
-    shown = "missing" if have is None else f"{have}"
-    return (f"{key}: {shown}, but {source} give {want}: write `{key}: [{', '.join(map(str, want))}]` in "
-            f"params.yaml (dvc: -S '{key}={want}')")
-
-
-def stale_all_seeds(params: Params) -> str | None:
-    """A one-line message when the params' ``all_seeds`` (read by DVC) is not the derived list."""
-    return _stale(ALL_SEEDS, params.all_seeds, all_seeds(params), "`seeds` and the catalog entries' `seeds`")
-
-
-def stale_all_datasets(params: Params) -> str | None:
-    """A one-line message when the params' ``all_datasets`` (read by DVC) is not the derived list."""
-    return _stale(ALL_DATASETS, params.all_datasets, all_datasets(params), "`datasets` + `baselines.datasets`")
 
 
 def pick(dumped: dict[str, Any], key: str, into: dict[str, Any]) -> None:

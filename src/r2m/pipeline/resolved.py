@@ -17,14 +17,13 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from r2m import params as P
-from r2m.pipeline.axes import ALL_DATASETS, AXIS_SOURCES, all_datasets, axis_values
+from r2m.pipeline.axes import ALL_DATASETS, AXIS_SOURCES, expand
 from r2m.pipeline.spec import Gather, Stage
 from r2m.pipeline.stages import STAGES
 
@@ -81,13 +80,37 @@ def axis_source(stage: Stage, axis: str) -> str:
 
 
 def instances(params: P.Params, stages: tuple[Stage, ...] = STAGES) -> Iterator[tuple[Stage, dict[str, str]]]:
-    """Every stage instance the params ask for (the DVC matrix's items; Snakemake builds the subset a
-    target needs)."""
-    values = {**axis_values(params), ALL_DATASETS: all_datasets(params)}
+    """Every instance each stage can have under the params: each combination of its axes' value lists, a
+    seeded one at each of its run's own seeds (:func:`r2m.pipeline.axes.expand`). :func:`dag_instances` keeps
+    those the reports need."""
     for stage in stages:
-        lists = [values[axis_source(stage, a)] for a in stage.axes]
-        for combo in itertools.product(*lists):
-            yield stage, dict(zip(stage.axes, combo, strict=True))
+        yield from ((stage, bound) for bound in expand(params, stage.axes, lambda a, s=stage: axis_source(s, a), {}))
+
+
+# the stages whose outputs are the DAG's targets (Snakemake's ``rule all``; every DVC instance feeds one)
+ALL_TARGETS = ("table1", "table2", "table3", "baselines", "retrieval", "report")
+
+
+def needed_instances(params: P.Params, targets: tuple[str, ...]) -> list[tuple[Stage, dict[str, str]]]:
+    """The stage instances the ``targets`` stages (axis-free: the reports) need, transitively, in the order
+    of :func:`instances`."""
+    every = list(instances(params))
+    made = {o.path.format(**bound): (stage, bound) for stage, bound in every for o in stage.outs.values()}
+    todo = [(s, b) for s, b in every if s.name in targets]
+    seen: set[tuple[str, str]] = set()
+    while todo:
+        stage, bound = todo.pop()
+        if (stage.name, stage.key(bound)) in seen:
+            continue
+        seen.add((stage.name, stage.key(bound)))
+        todo += [made[p] for p in stage.inputs(params, bound) if p in made]
+    return [(s, b) for s, b in every if (s.name, s.key(b)) in seen]
+
+
+def dag_instances(params: P.Params) -> list[tuple[Stage, dict[str, str]]]:
+    """The DAG both engines run: every instance the targets need (``snakemake all``; ``dvc.yaml``'s instance
+    lists, written from the params by ``r2m dag --write``)."""
+    return needed_instances(params, ALL_TARGETS)
 
 
 def write_if_changed(path: Path, text: str) -> bool:
@@ -107,7 +130,7 @@ def all_instance_params(params: P.Params, root: Path | None = None) -> dict[str,
 
     views: dict = {}
     out = {}
-    for stage, bound in instances(params):
+    for stage, bound in dag_instances(params):
         data = stage.resolved(params, bound, views)
         if root is not None:
             data["code"] = code_digest(stage, bound, params, root, data=False)

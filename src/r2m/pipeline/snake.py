@@ -9,7 +9,8 @@ from typing import Any
 import yaml
 
 from r2m import params as P
-from r2m.pipeline.axes import ALL_DATASETS, ALL_SEEDS, all_datasets, gathered
+from r2m.pipeline.axes import gathered
+from r2m.pipeline.resolved import needed_instances
 from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage, folder_members
 
 
@@ -79,13 +80,6 @@ def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     params = {k: v for k, v in config.items() if k not in RUNTIME_KEYS}
     runtime = {k: config[k] for k in RUNTIME_KEYS if k in config}
     return params, runtime
-
-
-def with_derived(raw: dict[str, Any], params: P.Params) -> dict[str, Any]:
-    """The config with its derived ``all_datasets`` and ``all_seeds`` recomputed (``--config datasets=…`` changes it;
-    Snakemake needs no list of its own, but the r2m commands read the merged file)."""
-    derived = {ALL_DATASETS: all_datasets(params), ALL_SEEDS: P.all_seeds(params)}
-    return {**raw, **{k: v for k, v in derived.items() if k in raw}}
 
 
 def shard_counts(runtime: dict[str, Any]) -> dict[str, int]:
@@ -178,10 +172,6 @@ def write_merged_params(config: dict[str, Any], folder: str) -> str:
 
 
 # --------------------------------------------------------------------------- folders' key files
-# the stages whose outputs are the Snakefile's ``rule all`` (the tables and the report page)
-ALL_TARGETS = ("table1", "table2", "table3", "baselines", "retrieval", "report")
-
-
 def member_paths(path: str, members: tuple[str, ...]) -> list[str]:
     return [f"{path}/{m}" for m in members]
 
@@ -213,26 +203,6 @@ def rule_outputs(stage: Stage, directory: Any) -> dict[str, Any]:
         out[k] = directory(snake_template(o.path)) if o.directory else snake_template(o.path)
         for i, path in enumerate(member_paths(o.path, o.members)):
             out[f"{k}_member{i}"] = path
-    return out
-
-
-def needed_instances(params: P.Params, targets: tuple[str, ...]) -> list[tuple[Stage, dict[str, str]]]:
-    """The stage instances the ``targets`` stages (axis-free: the reports) need, transitively."""
-    from r2m.pipeline.resolved import instances
-
-    every = list(instances(params))
-    made = {o.path.format(**bound): (stage, bound) for stage, bound in every for o in stage.outs.values()}
-    todo = [(s, b) for s, b in every if s.name in targets]
-    seen: set[tuple[str, tuple]] = set()
-    out = []
-    while todo:
-        stage, bound = todo.pop()
-        key = (stage.name, tuple(sorted(bound.items())))
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((stage, bound))
-        todo += [made[p] for p in stage.inputs(params, bound) if p in made]
     return out
 
 
