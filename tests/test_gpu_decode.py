@@ -68,6 +68,16 @@ def odd_files(photos, tmp_path_factory):
     return {p.stem: p for p in sorted(d.iterdir())}
 
 
+def _pil_opens(path) -> bool:
+    """Whether this Pillow reads the file's header. Versions differ on the empty DHT segment of ``refused.jpg``:
+    13.0 opens it (its decoder then refuses the data); the GPU machine's Pillow refused it at open."""
+    try:
+        with Image.open(path):
+            return True
+    except Exception:
+        return False
+
+
 def _decode_cpu(path):
     return G.decode([path.read_bytes()], CPU)[0]
 
@@ -108,7 +118,8 @@ def test_read_plain_jpeg_only_takes_what_needs_no_cpu_work(photos, odd_files):
     Image.open(odd_files["gray"]).save(gray)
     assert read_plain_jpeg(gray) is not None
     assert read_plain_jpeg(photos["small"], min_side=1000) is None
-    assert read_plain_jpeg(odd_files["refused"]) is not None  # a plain header: the decoder finds the fault
+    # a plain header (the decoder finds the fault), where this Pillow reads it
+    assert (read_plain_jpeg(odd_files["refused"]) is not None) == _pil_opens(odd_files["refused"])
     for name in ("chelsea", "gray", "cmyk", "rotated", "trunc", "text", "lossless"):
         assert read_plain_jpeg(odd_files[name]) is None, name
     assert read_plain_jpeg(odd_files["text"].parent / "missing.jpg") is None
@@ -180,7 +191,8 @@ def test_encoded_path_end_to_end_with_fallbacks(photos, odd_files, monkeypatch):
     assert bad_gpu == bad_cpu and [p for p, _ in bad_cpu] == [2, 5, 6, 10]
     reasons = dict(bad_gpu)
     assert "truncated" in reasons[2] and "not a recognised" in reasons[6]
-    assert reasons[5].startswith("unreadable") and reasons[10].startswith("unreadable")
+    assert reasons[5].startswith("unreadable" if _pil_opens(odd_files["refused"]) else "not a recognised")
+    assert reasons[10].startswith("unreadable")
     x, y = a_cpu["pooled"].astype(np.float32), a_gpu["pooled"].astype(np.float32)
     cpu_rows = [good_cpu.index(i) for i in (1, 4, 8, 9)]  # not plain JPEG: prepared by the CPU transform
     assert np.array_equal(x[cpu_rows], y[cpu_rows])

@@ -328,9 +328,10 @@ def test_tf32_switch(monkeypatch) -> None:
 
 
 # --------------------------------------------------------------------------- records
-def test_stage_metrics_record_the_step_on_cpu(tmp_path: Path) -> None:
+def test_stage_metrics_record_the_step_on_cpu(tmp_path: Path, monkeypatch) -> None:
     from test_training import make_params, make_synthetic, run_stage
 
+    monkeypatch.setenv("R2M_DEVICE", "cpu")  # on a CUDA machine too (it failed there: the default picks CUDA)
     torch.set_num_threads(1)
     make_synthetic(tmp_path)
     m = run_stage(tmp_path, "train_xe", make_params(train_xe={"steps": 3}))
