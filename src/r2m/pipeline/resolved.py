@@ -81,10 +81,11 @@ def axis_source(stage: Stage, axis: str) -> str:
 
 def instances(params: P.Params, stages: tuple[Stage, ...] = STAGES) -> Iterator[tuple[Stage, dict[str, str]]]:
     """Every instance each stage can have under the params: each combination of its axes' value lists, a
-    seeded one at each of its run's own seeds (:func:`r2m.pipeline.axes.expand`). :func:`dag_instances` keeps
-    those the reports need."""
+    seeded one at each of its run's own seeds (:func:`r2m.pipeline.axes.expand`; a run its :attr:`Stage.fixed`
+    values name). :func:`dag_instances` keeps those the reports need."""
     for stage in stages:
-        yield from ((stage, bound) for bound in expand(params, stage.axes, lambda a, s=stage: axis_source(s, a), {}))
+        for bound in expand(params, stage.axes, lambda a, s=stage: axis_source(s, a), dict(stage.fixed)):
+            yield stage, {a: bound[a] for a in stage.axes}
 
 
 # the stages whose outputs are the DAG's targets (Snakemake's ``rule all``; every DVC instance feeds one)

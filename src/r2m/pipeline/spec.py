@@ -122,7 +122,10 @@ class Stage:
     # the longest chain of jobs the stage starts on the demo (itself to the last table, measured from the
     # logs), so the long chains (R2M's train_xe -> train_s -> ...) start early and no core idles at the end
     priority: int = 0
-    sources: tuple[tuple[str, str], ...] = ()  # axis -> value list (DVC matrix) other than the default
+    sources: tuple[tuple[str, str], ...] = ()  # axis -> value list other than the default
+    # values the stage's paths pin for an axis it does not have (retrieval_r2m: R2M's final checkpoint, variant
+    # r2m): its instances run at the seeds of that run (:func:`r2m.pipeline.resolved.instances`)
+    fixed: tuple[tuple[str, str], ...] = ()
     # files outside the DAG the stage reads: "module:function" ``(params, dataset) -> digest`` of what it
     # records of them, the rule's ``external`` param under Snakemake (compared by content); DVC cannot list
     # them per matrix item, so such a stage is ``always_changed`` there and its output (a digest of those

@@ -156,6 +156,7 @@ def sup_stages() -> tuple[Stage, ...]:
                   "prepared": f"{D}/prepared", "references": REFS},
             outs={"retrieval": Out(f"results/{R2M_FINAL}/retrieval.json", kind="metrics", cache=False)},
             params=("retrieval", "concepts", "train_s"),
+            fixed=(("variant", "r2m"),),  # R2M's run: its seeds
         ),
         Stage(
             "baselines",
