@@ -328,13 +328,14 @@ def test_tf32_switch(monkeypatch) -> None:
 
 
 # --------------------------------------------------------------------------- records
-def test_stage_metrics_record_the_step_on_cpu(tmp_path: Path, monkeypatch) -> None:
-    from test_training import make_params, make_synthetic, run_stage
+def test_stage_metrics_record_the_step_on_cpu(tmp_path: Path) -> None:
+    from r2m.training.stages import train
+    from test_training import ctx_for, make_params, make_synthetic
 
-    monkeypatch.setenv("R2M_DEVICE", "cpu")  # on a CUDA machine too (it failed there: the default picks CUDA)
     torch.set_num_threads(1)
     make_synthetic(tmp_path)
-    m = run_stage(tmp_path, "train_xe", make_params(train_xe={"steps": 3}))
+    # on the CPU on a CUDA machine too (it failed on the lent H100: the context's default device is auto)
+    m = train(ctx_for(tmp_path, "train_xe", make_params(train_xe={"steps": 3}), runtime=R.Runtime(device="cpu")))
     assert m["tf32"] is False and m["cuda_graph"] is False and m["static_step"] is False
     assert "cpu" in m["cuda_graph_off"]
 
