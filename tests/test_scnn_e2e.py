@@ -61,13 +61,13 @@ def test_multilabel_protocol_by_hand_on_three_images() -> None:
 
 # --------------------------------------------------------------------------- the CNN end to end
 def e2e_model(k: int = 5, V: int = 9):
-    from r2m.supervised.finetune import SCNNEndToEnd, build_cnn
+    from r2m.supervised.finetune import build_cnn, end_to_end_class
 
     ex = build_cnn("random_cnn", {"size": 32, "dim": 16, "seed": 0})
     torch.manual_seed(0)
     cfg = SCNNConfig(vocab_size=V, image_dim=16, concepts=[f"c{j}" for j in range(k)], hidden=12, dropout=0.0,
                      cnn="end_to_end")
-    return SCNNEndToEnd(cfg).attach_cnn(ex.model), ex
+    return end_to_end_class("scnn")(cfg).attach_cnn(ex.model), ex
 
 
 def _batch():

@@ -156,7 +156,7 @@ def _train(ctx, phase: str) -> None:
     ctx.log.info("train_sup: %s on %d training pairs (%d val, %d test); %d pairs lack features", name,
                  len(train), len(val), len(test), train.n_missing + val.n_missing + test.n_missing)
     if e2e:
-        model = finetune.SCNNEndToEnd.from_params(section, len(itos), feats.shapes).attach_cnn(backbone.model)
+        model = finetune.end_to_end_class(name).from_params(section, len(itos), feats.shapes).attach_cnn(backbone.model)
         ctx.log.info("train_sup: %s end to end: the %s CNN trains on %s images", name, sf.backend,
                      "x".join(map(str, backbone.size)))
     else:
