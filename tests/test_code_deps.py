@@ -27,7 +27,7 @@ from r2m import params as P
 from r2m.pipeline import validate as V
 from r2m.pipeline.codedeps import NOT_CODE, _tree_digest, code_modules
 from r2m.pipeline.resolved import instances
-from r2m.utils.imports import closure_modules
+from r2m.utils.imports import closure, closure_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 # modules every stage loads that are not its code: the registry and the params schema, and what they import
@@ -153,8 +153,14 @@ EDITS = {
     "src/r2m/datasets/demo.py": lambda keys: {("inputs", "demo"), ("prepare", "demo"), ("references", "demo")},
     # the tiny recipe has a check the runner runs for R2M's stages over tiny; prepare/references/inputs use it
     "src/r2m/datasets/tiny.py": _tiny_r2m_side,
-    # a detector backend no dataset here chooses (offline everywhere): nothing
+    # a detector backend no dataset here chooses (tiny: precomputed, demo: offline): nothing
     "src/r2m/vision/detectors/owl.py": lambda keys: set(),
+    # the backend tiny chooses: the stage that builds its detector; caption reads the detections, builds none
+    "src/r2m/vision/detectors/precomputed.py": lambda keys: {("detect_concepts", "tiny")},
+    # checkpoint selection: the image stages of R2M only (the text stages never select; the baselines: supervised.select)
+    "src/r2m/training/selection.py": lambda keys: {(s, "tiny-r2m-0") for s in ("train_m", "train_i")},
+    # S-CNN-RNN (not among the baselines here): nothing; its metric, topk_multilabel, is evaluation's
+    "src/r2m/models/scnn.py": lambda keys: set(),
     # the stage runner: everything
     "src/r2m/cli.py": lambda keys: set(keys),
 }
@@ -205,3 +211,44 @@ def test_the_declared_tables_name_the_modules_that_register_each_member():
     for name, mod in FEATURE_MODULES.items():
         assert declared_names([file_of(mod)], "FEATURES") == [name]
 
+
+
+# --------------------------------------------------------------------------- the edges narrowed by structure
+SELECTION = ("src/r2m/training/selection.py", "src/r2m/decoding/captioner.py", "src/r2m/decoding/beam.py",
+             "src/r2m/evaluation/val_score.py", "src/r2m/evaluation/cider.py")
+PHOTOS = ("src/r2m/caption_cli.py", "src/r2m/decoding/photos.py", "src/r2m/reports/gallery.py",
+          "src/r2m/vision/detectors/__init__.py", "src/r2m/vision/extractors/__init__.py")
+
+
+def _files(stage: str, params: P.Params, **bound: str) -> list[str]:
+    from r2m.pipeline.codedeps import code_files
+    from r2m.pipeline.stages import BY_NAME
+
+    return code_files(BY_NAME[stage], bound, params)
+
+
+def test_the_narrowed_edges_hold_what_each_stage_can_load_and_no_more():
+    """By hand, from what each stage runs: only the image stages select a checkpoint by val CIDEr (captioning
+    the val images, scoring them), the text stages never (``select_by: cider`` is refused there); the DAG's
+    ``caption`` reads detections from its ``concepts`` folder and builds no detector (new photos, which do, are
+    ``r2m caption IMAGES``); S-CNN-RNN's file is loaded by the stages of S-CNN-RNN only (its multi-label metric,
+    which ``inspect_sup`` computes for it alone, is evaluation's)."""
+    params = V.validate(yaml.safe_load((ROOT / "params.yaml").read_text()), "test")
+    for stage in ("train_xe", "train_s"):
+        files = _files(stage, params, dataset="demo", variant="r2m", seed="0")
+        assert "src/r2m/training/stages.py" in files and not set(SELECTION) & set(files), stage
+    for stage in ("train_m", "train_i"):
+        files = _files(stage, params, dataset="demo", variant="r2m", seed="0")
+        assert set(SELECTION) <= set(files), stage
+    caption = _files("caption", params, dataset="demo", variant="r2m", ckpt="train_i", seed="0")
+    assert "src/r2m/decoding/stage.py" in caption and "src/r2m/decoding/captioner.py" in caption
+    assert not [f for f in caption if f.startswith("src/r2m/vision/detectors/") or f in PHOTOS], caption
+    # the photos' command: its own entry, which the runner does not import (r2m.cli names it as a string)
+    photo = {str(p.relative_to(ROOT)) for p in closure(["r2m.caption_cli"])}
+    assert set(PHOTOS) <= photo
+    assert not {str(p.relative_to(ROOT)) for p in closure(["r2m.cli"])} & set(PHOTOS)
+    for model, holds in (("mrnn", False), ("sat", False), ("sat_hard", False), ("scnn", True)):
+        for stage in ("pretrain_sup", "train_sup", "inspect_sup"):
+            files = _files(stage, params, dataset="demo", model=model, seed="0")
+            assert ("src/r2m/models/scnn.py" in files) is holds, (stage, model)
+            assert ("src/r2m/models/sat.py" in files) is (model in ("sat", "sat_hard")), (stage, model)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from r2m.models.scnn import SCNNConfig, concept_coverage, concept_vocab, topk_multilabel, word_counts
+from r2m.evaluation.multilabel import topk_multilabel
+from r2m.models.scnn import SCNNConfig, concept_coverage, concept_vocab, word_counts
 from r2m.text.vocab import END, START
 
 torch.set_num_threads(1)

@@ -7,7 +7,7 @@
   (:mod:`r2m.evaluation.attention_hits`).
 * ``scnn`` (S-CNN-RNN): its concept head as a multi-label classifier of the test images: per-class
   and per-image precision / recall / F1 of the top-3 concepts (the seed's protocol,
-  :func:`r2m.models.scnn.topk_multilabel`: averages over all concepts / all images, 0/0 = 0) against the
+  :func:`r2m.evaluation.multilabel.topk_multilabel`: averages over all concepts / all images, 0/0 = 0) against the
   concepts of each image's reference captions, beside a frequency baseline (the 3 concepts most
   frequent in the training labels, for every image).
 * any other model: ``{"skipped": ...}``.
@@ -134,7 +134,7 @@ def inspect_scnn(ctx, model, feats, itos: list[str], out_dir: Path, device) -> d
 
     from r2m.datasets.base import REFERENCES
     from r2m.evaluation.inputs import load_references
-    from r2m.models.scnn import topk_multilabel
+    from r2m.evaluation.multilabel import topk_multilabel
 
     prepared = Path(ctx.deps["prepared"])
     split = ctx.params.caption.split
