@@ -106,14 +106,34 @@ def test_every_module_a_stage_loads_is_declared(tiny_dag, extra_run):
     assert {s for s, _ in base} >= {"prepare", "train_xe", "train_sup", "report"}, sorted(base)
     assert ("train_sup", "tiny-sat_hard-0") in base  # every baseline (params.yaml's), sat_hard included
     assert {("prepare", "demo"), ("train_i", "tiny-r2m-0"), ("corpus_concepts", "tiny")} <= set(extra)
-    errors = []
+    errors, wides = [], []
     for runs, p in ((base, tiny_params), (extra, params)):
         e, wide = undeclared(runs, p)
         errors += e
+        wides.append(wide)
         for inst, mods in sorted(wide.items()):  # over-wide edges: visible in the log (pytest -s)
             if mods:
                 print(f"declared, not loaded: {inst}: {sorted(m.removeprefix('r2m.') for m in mods)}")
     assert not errors, "\n".join(errors)
+    # the edges narrowed by structure: what the runs loaded shows why each side is declared as it is
+    for (stage, key), mod, loads in NARROWED:
+        assert (mod in base[(stage, key)]) is loads, (stage, key, mod)
+        assert mod not in wides[0][f"{stage}@{key}"], (stage, key, mod)  # declared only where it is loaded
+
+
+# (stage, instance of the tiny DAG), a module, whether the instance loads it: the image stages select their
+# checkpoint (training.selection), the text stages never; caption builds no detector; models.scnn is loaded
+# by S-CNN-RNN's stages only
+NARROWED = (
+    (("train_m", "tiny-r2m-0"), "r2m.training.selection", True),
+    (("train_xe", "tiny-r2m-0"), "r2m.training.selection", False),
+    (("train_s", "tiny-r2m-0"), "r2m.training.selection", False),
+    (("caption", "tiny-r2m-train_i-0"), "r2m.vision.detectors", False),
+    (("detect_concepts", "tiny"), "r2m.vision.detectors", True),
+    (("train_sup", "tiny-scnn-0"), "r2m.models.scnn", True),
+    (("train_sup", "tiny-mrnn-0"), "r2m.models.scnn", False),
+    (("inspect_sup", "tiny-sat-0"), "r2m.models.scnn", False),
+)
 
 
 # --------------------------------------------------------------------------- edits under both engines
@@ -143,6 +163,9 @@ def _tiny_r2m_side(keys: set[tuple[str, str]]) -> set[tuple[str, str]]:
     return {(s, k) for s, k in keys if s in R2M_SIDE and k.split("-")[0] == "tiny"}
 
 
+# the stages that save a checkpoint (training) or load one (captions, inspection, retrieval: a model's)
+CHECKPOINT_STAGES = ("train_xe", "train_s", "train_m", "train_i", "caption", "retrieval_r2m", "pretrain_sup",
+                     "train_sup", "caption_sup", "inspect_sup", "retrieval_sup")
 # file -> the instances (stage, key) that load it, by hand: (instances of the params) -> set
 EDITS = {
     # sat_hard's file: its own baseline's stages that build or load the model (evaluate_sup reads captions)
@@ -161,6 +184,8 @@ EDITS = {
     "src/r2m/training/selection.py": lambda keys: {(s, "tiny-r2m-0") for s in ("train_m", "train_i")},
     # S-CNN-RNN (not among the baselines here): nothing; its metric, topk_multilabel, is evaluation's
     "src/r2m/models/scnn.py": lambda keys: set(),
+    # checkpoints (save_torch, load_checkpoint): the stages that train a model or load one, nothing else
+    "src/r2m/utils/checkpoint.py": lambda keys: {(s, k) for s, k in keys if s in CHECKPOINT_STAGES},
     # the stage runner: everything
     "src/r2m/cli.py": lambda keys: set(keys),
 }

@@ -114,7 +114,7 @@ def test_rnn_pretraining_leaves_the_cnn_and_joint_fine_tuning_changes_it() -> No
 def test_end_to_end_checkpoint_is_a_plain_scnn_checkpoint(tmp_path) -> None:
     from r2m.models import load_model
     from r2m.supervised.finetune import load_cnn, save_cnn
-    from r2m.utils.io import save_torch
+    from r2m.utils.checkpoint import save_torch
 
     model, _ = e2e_model()
     save_torch(tmp_path / "model.pt", model.checkpoint(stage="train_sup", step=1, dataset="x"))

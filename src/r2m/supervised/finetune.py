@@ -36,7 +36,8 @@ from torch import Tensor, nn
 
 from r2m.models import sup_model
 from r2m.supervised.data import OWN_FEATURES
-from r2m.utils.io import atomic_path, save_torch, write_json, write_parquet
+from r2m.utils.checkpoint import save_torch
+from r2m.utils.io import atomic_path, write_json, write_parquet
 
 CNN_FILE = "cnn.pt"
 CACHE_BYTES = 1 << 30  # decoded images kept in memory up to this size (tiny_paired: 3.7 MB)

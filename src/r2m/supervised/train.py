@@ -122,7 +122,7 @@ def _train(ctx, phase: str) -> None:
     from r2m.text.vocab import load_itos
     from r2m.training import loop as L
     from r2m.utils import resume as RS
-    from r2m.utils.io import save_torch
+    from r2m.utils.checkpoint import save_torch
 
     name = ctx.model
     tp = ctx.params.train_sup.for_model(name)

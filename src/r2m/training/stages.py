@@ -54,8 +54,8 @@ from r2m.training.data import ImageSet, TextStream, pad_image, pad_text
 from r2m.training.loop import NonFiniteLoss, Selector  # noqa: F401  (public names of this stage)
 from r2m.training.objectives import OBJECTIVES, Objective, text_objective, val_gamma  # noqa: F401
 from r2m.utils import resume as RS
-from r2m.utils.checkpoint import CheckpointError, load_checkpoint
-from r2m.utils.io import atomic_path, save_torch, write_json
+from r2m.utils.checkpoint import CheckpointError, load_checkpoint, save_torch
+from r2m.utils.io import atomic_path, write_json
 
 
 def add_arguments(parser) -> None:
