@@ -14,6 +14,7 @@ edit re-runs, under Snakemake and DVC alike, exactly the instances that load the
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 from pathlib import Path
@@ -123,7 +124,7 @@ def test_every_module_a_stage_loads_is_declared(tiny_dag, extra_run):
 
 # (stage, instance of the tiny DAG), a module, whether the instance loads it: the image stages select their
 # checkpoint (training.selection), the text stages never; caption builds no detector; models.scnn is loaded
-# by S-CNN-RNN's stages only
+# by S-CNN-RNN's stages only; inspect_sup loads its model's inspector (m-RNN has none: no model is opened)
 NARROWED = (
     (("train_m", "tiny-r2m-0"), "r2m.training.selection", True),
     (("train_xe", "tiny-r2m-0"), "r2m.training.selection", False),
@@ -133,6 +134,8 @@ NARROWED = (
     (("train_sup", "tiny-scnn-0"), "r2m.models.scnn", True),
     (("train_sup", "tiny-mrnn-0"), "r2m.models.scnn", False),
     (("inspect_sup", "tiny-sat-0"), "r2m.models.scnn", False),
+    (("inspect_sup", "tiny-sat-0"), "r2m.supervised.inspect_sat", True),
+    (("inspect_sup", "tiny-mrnn-0"), "r2m.decoding.captioner", False),
 )
 
 
@@ -184,6 +187,8 @@ EDITS = {
     "src/r2m/training/selection.py": lambda keys: {(s, "tiny-r2m-0") for s in ("train_m", "train_i")},
     # S-CNN-RNN (not among the baselines here): nothing; its metric, topk_multilabel, is evaluation's
     "src/r2m/models/scnn.py": lambda keys: set(),
+    # SAT's attention figures: the inspection of the SAT baseline here (sat_hard), not m-RNN's
+    "src/r2m/supervised/attention_maps.py": lambda keys: {("inspect_sup", "demo-sat_hard-0")},
     # checkpoints (save_torch, load_checkpoint): the stages that train a model or load one, nothing else
     "src/r2m/utils/checkpoint.py": lambda keys: {(s, k) for s, k in keys if s in CHECKPOINT_STAGES},
     # the stage runner: everything
@@ -215,7 +220,8 @@ def test_a_code_edit_reruns_exactly_the_instances_that_load_it(ws, rel):
 
 
 def test_the_declared_tables_name_the_modules_that_register_each_member():
-    """RECIPE_MODULES / BACKEND_MODULES / FEATURE_MODULES against the source: each module registers the names it is given for."""
+    """RECIPE_MODULES / BACKEND_MODULES / FEATURE_MODULES against the source: each module registers the names it is
+    given for; INSPECTOR_MODULES: each module defines the inspector (``inspect``)."""
     from r2m.datasets.recipes import RECIPE_MODULES
     from r2m.utils.registry import declared_names
     from r2m.vision.detectors import BACKEND_MODULES
@@ -235,6 +241,13 @@ def test_the_declared_tables_name_the_modules_that_register_each_member():
     assert sorted(FEATURE_MODULES) == declared_names([ROOT / "src/r2m/vision/extractors"], "FEATURES")
     for name, mod in FEATURE_MODULES.items():
         assert declared_names([file_of(mod)], "FEATURES") == [name]
+    # the inspectors: one per baseline that has something to show beyond its captions, each defining `inspect`
+    from r2m.supervised.inspect import INSPECTOR_MODULES
+
+    assert sorted(INSPECTOR_MODULES) == ["sat", "sat_hard", "scnn"]
+    for name, mod in INSPECTOR_MODULES.items():
+        tree = ast.parse(file_of(mod).read_text())
+        assert "inspect" in {f.name for f in tree.body if isinstance(f, ast.FunctionDef)}, (name, mod)
 
 
 
@@ -272,6 +285,12 @@ def test_the_narrowed_edges_hold_what_each_stage_can_load_and_no_more():
     photo = {str(p.relative_to(ROOT)) for p in closure(["r2m.caption_cli"])}
     assert set(PHOTOS) <= photo
     assert not {str(p.relative_to(ROOT)) for p in closure(["r2m.cli"])} & set(PHOTOS)
+    # inspect_sup: m-RNN has nothing to inspect (no model opened), SAT its attention, S-CNN-RNN its concept head
+    mrnn = _files("inspect_sup", params, dataset="demo", model="mrnn", seed="0")
+    assert not [f for f in mrnn if f.startswith(("src/r2m/decoding/", "src/r2m/models/", "src/r2m/supervised/inspect_"))]
+    sat = _files("inspect_sup", params, dataset="demo", model="sat", seed="0")
+    assert {"src/r2m/supervised/inspect_sat.py", "src/r2m/supervised/attention_maps.py", "src/r2m/models/sat.py"} <= set(sat)
+    assert "src/r2m/supervised/inspect_scnn.py" not in sat
     for model, holds in (("mrnn", False), ("sat", False), ("sat_hard", False), ("scnn", True)):
         for stage in ("pretrain_sup", "train_sup", "inspect_sup"):
             files = _files(stage, params, dataset="demo", model=model, seed="0")

@@ -11,7 +11,8 @@ Three parts, all read from the source (nothing is imported):
   ``references`` build it or the runner runs the kind's check; the detector backend its dataset's
   ``detect_concepts.backend`` names (:data:`r2m.vision.detectors.BACKEND_MODULES`) where a detector is
   built (and those its ``options.parts`` names); the feature backends its ``extract_features`` and
-  ``sup_features`` name (:data:`r2m.vision.extractors.FEATURE_MODULES`) where an extractor is built; the baseline its ``model`` names (:func:`r2m.models.sup_model_module`).
+  ``sup_features`` name (:data:`r2m.vision.extractors.FEATURE_MODULES`) where an extractor is built; the baseline its ``model`` names (:func:`r2m.models.sup_model_module`);
+  its model's inspector (:data:`r2m.supervised.inspect.INSPECTOR_MODULES`) where ``inspect_sup`` runs one.
 * **Not code:** the registry's definition of the stage (:data:`NOT_CODE`: what it says of a stage — command,
   paths, params — both engines compare on their own) and :mod:`r2m.params`, whose effect on an instance
   its resolved params already carry (:mod:`r2m.pipeline.resolved`).
@@ -42,7 +43,7 @@ RUNNER = "r2m.cli"  # runs every stage's impl (r2m.cli.run_stage)
 NOT_CODE = ("r2m.pipeline.stages", "r2m.pipeline.sup_stages", "r2m.pipeline.spec", "r2m.params")
 # the loaders: a stage whose entry imports one of these can load the members its instance names
 RECIPE_LOADER, DETECTOR_LOADER, MODEL_LOADER = "r2m.datasets.recipes", "r2m.vision.detectors", "r2m.models"
-FEATURE_LOADER = "r2m.vision.extractors"
+FEATURE_LOADER, INSPECT_LOADER = "r2m.vision.extractors", "r2m.supervised.inspect"
 
 
 def entry_module(stage: Stage) -> str:
@@ -84,8 +85,20 @@ def _dataset_facts(params: P.Params, dataset: str) -> tuple[str, tuple[str, ...]
 
 
 def by_name(stage: Stage, bound: Mapping[str, str], params: P.Params, pkg: Path = PKG) -> set[str]:
-    """The modules the instance loads by name, from the declared tables (each one's closure follows)."""
-    entry = closure_modules((entry_module(stage),), pkg, NOT_CODE)
+    """The modules the instance loads by name, from the declared tables (each one's closure follows): those the
+    loaders its entry reaches pick, then those the loaders the picked modules reach pick, until none is new (an
+    inspector, loaded by name, loads its baseline's model by name)."""
+    loaded: set[str] = set()
+    while True:
+        more = _picked(stage, bound, params, closure_modules((entry_module(stage), *sorted(loaded)), pkg, NOT_CODE),
+                       pkg)
+        if more <= loaded:
+            return loaded
+        loaded |= more
+
+
+def _picked(stage: Stage, bound: Mapping[str, str], params: P.Params, entry: frozenset[str], pkg: Path) -> set[str]:
+    """The modules the loaders in ``entry`` (what the instance imports, the runner aside) load for its values."""
     out: set[str | None] = set()
     dataset = bound.get("dataset")
     if dataset is not None and dataset in params.catalog:
@@ -99,6 +112,8 @@ def by_name(stage: Stage, bound: Mapping[str, str], params: P.Params, pkg: Path 
             out |= {declared_table(FEATURE_LOADER, "FEATURE_MODULES", pkg).get(b) for b in features}
     if "model" in bound and MODEL_LOADER in entry:
         out.add(sup_model_modules(module_file(MODEL_LOADER, pkg).parent, MODEL_LOADER).get(bound["model"]))
+    if "model" in bound and INSPECT_LOADER in entry:
+        out.add(declared_table(INSPECT_LOADER, "INSPECTOR_MODULES", pkg).get(bound["model"]))
     return {m for m in out if m is not None}
 
 
