@@ -169,6 +169,9 @@ def _tiny_r2m_side(keys: set[tuple[str, str]]) -> set[tuple[str, str]]:
 # the stages that save a checkpoint (training) or load one (captions, inspection, retrieval: a model's)
 CHECKPOINT_STAGES = ("train_xe", "train_s", "train_m", "train_i", "caption", "retrieval_r2m", "pretrain_sup",
                      "train_sup", "caption_sup", "inspect_sup", "retrieval_sup")
+# the baselines' stages, which each write a "skipped" result for a dataset without paired captions
+SKIPPING_STAGES = ("sup_vocab", "pretrain_sup", "train_sup", "caption_sup", "evaluate_sup", "inspect_sup", "mostfreq",
+                   "retrieval_sup")
 # file -> the instances (stage, key) that load it, by hand: (instances of the params) -> set
 EDITS = {
     # sat_hard's file: its own baseline's stages that build or load the model (evaluate_sup reads captions)
@@ -189,6 +192,8 @@ EDITS = {
     "src/r2m/models/scnn.py": lambda keys: set(),
     # SAT's attention figures: the inspection of the SAT baseline here (sat_hard), not m-RNN's
     "src/r2m/supervised/attention_maps.py": lambda keys: {("inspect_sup", "demo-sat_hard-0")},
+    # the baselines' skip rule (no paired captions): their stages (retrieval_r2m, R2M's side, has its own entry)
+    "src/r2m/supervised/skip.py": lambda keys: {(s, k) for s, k in keys if s in SKIPPING_STAGES},
     # checkpoints (save_torch, load_checkpoint): the stages that train a model or load one, nothing else
     "src/r2m/utils/checkpoint.py": lambda keys: {(s, k) for s, k in keys if s in CHECKPOINT_STAGES},
     # the stage runner: everything

@@ -18,7 +18,8 @@ import torch
 from r2m import params as P
 from r2m.pipeline import stages as S
 from r2m.pipeline.context import StageContext
-from r2m.supervised.retrieval import r2m_similarity, retrieval_scores
+from r2m.supervised.retrieval import retrieval_scores
+from r2m.supervised.retrieval_r2m import r2m_similarity
 from r2m.training import stages as T
 from r2m.utils.io import write_parquet
 from test_training import ctx_for, make_params, make_synthetic, refs_file
