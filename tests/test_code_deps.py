@@ -182,6 +182,10 @@ EDITS = {
     "src/r2m/datasets/demo.py": lambda keys: {("inputs", "demo"), ("prepare", "demo"), ("references", "demo")},
     # the tiny recipe has a check the runner runs for R2M's stages over tiny; prepare/references/inputs use it
     "src/r2m/datasets/tiny.py": _tiny_r2m_side,
+    # the recipes' loader: the stages that build or digest a recipe (inputs, prepare, references) and those over
+    # tiny, whose kind has a check the runner runs; no baseline stage (the runner checks their features only)
+    "src/r2m/datasets/recipes.py": lambda keys: _tiny_r2m_side(keys) | {(s, "demo") for s in ("inputs", "prepare",
+                                                                                               "references")},
     # a detector backend no dataset here chooses (tiny: precomputed, demo: offline): nothing
     "src/r2m/vision/detectors/owl.py": lambda keys: set(),
     # the backend tiny chooses: the stage that builds its detector; caption reads the detections, builds none
@@ -289,7 +293,12 @@ def test_the_narrowed_edges_hold_what_each_stage_can_load_and_no_more():
     # the photos' command: its own entry, which the runner does not import (r2m.cli names it as a string)
     photo = {str(p.relative_to(ROOT)) for p in closure(["r2m.caption_cli"])}
     assert set(PHOTOS) <= photo
-    assert not {str(p.relative_to(ROOT)) for p in closure(["r2m.cli"])} & set(PHOTOS)
+    runner = {str(p.relative_to(ROOT)) for p in closure(["r2m.cli"])}
+    assert not runner & set(PHOTOS)
+    # the runner loads the recipes by name, only where it checks a kind: a table's code holds no recipe
+    assert not [f for f in runner if f.startswith("src/r2m/datasets/")], sorted(runner)
+    table = _files("table1", params)
+    assert not [f for f in table if f.startswith("src/r2m/datasets/")], table
     # inspect_sup: m-RNN has nothing to inspect (no model opened), SAT its attention, S-CNN-RNN its concept head
     mrnn = _files("inspect_sup", params, dataset="demo", model="mrnn", seed="0")
     assert not [f for f in mrnn if f.startswith(("src/r2m/decoding/", "src/r2m/models/", "src/r2m/supervised/inspect_"))]

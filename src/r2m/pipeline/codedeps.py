@@ -8,7 +8,8 @@ Three parts, all read from the source (nothing is imported):
 * **Loads by name.** A registry whose members are imported when one is asked for names the module of
   each member in a declared table; an instance loads the one its values pick (:func:`by_name`): the
   recipe of its dataset's kind (:data:`r2m.datasets.recipes.RECIPE_MODULES`) where ``prepare`` /
-  ``references`` build it or the runner runs the kind's check; the detector backend its dataset's
+  ``references`` build it or the runner runs the kind's check (there the loader itself too,
+  :data:`r2m.pipeline.validate.RECIPE_LOADER`: the runner imports it by name); the detector backend its dataset's
   ``detect_concepts.backend`` names (:data:`r2m.vision.detectors.BACKEND_MODULES`) where a detector is
   built (and those its ``options.parts`` names); the feature backends its ``extract_features`` and
   ``sup_features`` name (:data:`r2m.vision.extractors.FEATURE_MODULES`) where an extractor is built; the baseline its ``model`` names (:func:`r2m.models.sup_model_module`);
@@ -35,6 +36,7 @@ from typing import Any
 
 from r2m import params as P
 from r2m.pipeline.spec import Stage
+from r2m.pipeline.validate import RECIPE_LOADER  # the runner loads it by name where it checks a kind
 from r2m.utils.declared import sup_model_modules
 from r2m.utils.imports import PKG, closure_modules, declared_table, module_file
 
@@ -42,7 +44,7 @@ RUNNER = "r2m.cli"  # runs every stage's impl (r2m.cli.run_stage)
 # the stage registry and the params schema: not code a stage runs (see the module docstring)
 NOT_CODE = ("r2m.pipeline.stages", "r2m.pipeline.sup_stages", "r2m.pipeline.spec", "r2m.params")
 # the loaders: a stage whose entry imports one of these can load the members its instance names
-RECIPE_LOADER, DETECTOR_LOADER, MODEL_LOADER = "r2m.datasets.recipes", "r2m.vision.detectors", "r2m.models"
+DETECTOR_LOADER, MODEL_LOADER = "r2m.vision.detectors", "r2m.models"
 FEATURE_LOADER, INSPECT_LOADER = "r2m.vision.extractors", "r2m.supervised.inspect"
 
 
@@ -104,7 +106,9 @@ def _picked(stage: Stage, bound: Mapping[str, str], params: P.Params, entry: fro
     if dataset is not None and dataset in params.catalog:
         kind, backends, features = _dataset_facts(params, dataset)
         runner_checks = stage.source("dataset") != "baselines.datasets" and kind in _checked_kinds()
-        if RECIPE_LOADER in entry or runner_checks:  # r2m.pipeline.validate.check_files: the kind's own check
+        if runner_checks:  # r2m.pipeline.validate.check_files: the kind's own check, through the loader (by name)
+            out.add(RECIPE_LOADER)
+        if RECIPE_LOADER in entry or runner_checks:
             out.add(declared_table(RECIPE_LOADER, "RECIPE_MODULES", pkg).get(kind))
         if DETECTOR_LOADER in entry:
             out |= {declared_table(DETECTOR_LOADER, "BACKEND_MODULES", pkg).get(b) for b in backends}
