@@ -136,6 +136,8 @@ NARROWED = (
     (("inspect_sup", "tiny-sat-0"), "r2m.models.scnn", False),
     (("inspect_sup", "tiny-sat-0"), "r2m.supervised.inspect_sat", True),
     (("inspect_sup", "tiny-mrnn-0"), "r2m.decoding.captioner", False),
+    (("train_sup", "tiny-scnn-0"), "r2m.supervised.finetune", True),
+    (("train_sup", "tiny-sat-0"), "r2m.supervised.finetune", False),
 )
 
 
@@ -198,8 +200,10 @@ EDITS = {
     "src/r2m/supervised/attention_maps.py": lambda keys: {("inspect_sup", "demo-sat_hard-0")},
     # the baselines' skip rule (no paired captions): their stages (retrieval_r2m, R2M's side, has its own entry)
     "src/r2m/supervised/skip.py": lambda keys: {(s, k) for s, k in keys if s in SKIPPING_STAGES},
-    # checkpoints (save_torch, load_checkpoint): the stages that train a model or load one, nothing else
-    "src/r2m/utils/checkpoint.py": lambda keys: {(s, k) for s, k in keys if s in CHECKPOINT_STAGES},
+    # checkpoints (save_torch, load_checkpoint): the stages that train a model or load one, nothing else (m-RNN's
+    # inspect_sup opens no model: it has nothing to inspect)
+    "src/r2m/utils/checkpoint.py": lambda keys: {(s, k) for s, k in keys if s in CHECKPOINT_STAGES
+                                                 and (s, k) != ("inspect_sup", "demo-mrnn-0")},
     # the stage runner: everything
     "src/r2m/cli.py": lambda keys: set(keys),
 }
@@ -230,7 +234,7 @@ def test_a_code_edit_reruns_exactly_the_instances_that_load_it(ws, rel):
 
 def test_the_declared_tables_name_the_modules_that_register_each_member():
     """RECIPE_MODULES / BACKEND_MODULES / FEATURE_MODULES against the source: each module registers the names it is
-    given for; INSPECTOR_MODULES: each module defines the inspector (``inspect``)."""
+    given for; INSPECTOR_MODULES / END_TO_END_MODULES: each module defines what is asked of it."""
     from r2m.datasets.recipes import RECIPE_MODULES
     from r2m.utils.registry import declared_names
     from r2m.vision.detectors import BACKEND_MODULES
@@ -252,11 +256,19 @@ def test_the_declared_tables_name_the_modules_that_register_each_member():
         assert declared_names([file_of(mod)], "FEATURES") == [name]
     # the inspectors: one per baseline that has something to show beyond its captions, each defining `inspect`
     from r2m.supervised.inspect import INSPECTOR_MODULES
+    from r2m.supervised.train import END_TO_END_MODULES
+
+    def functions(mod: str) -> set[str]:
+        return {f.name for f in ast.parse(file_of(mod).read_text()).body if isinstance(f, ast.FunctionDef)}
 
     assert sorted(INSPECTOR_MODULES) == ["sat", "sat_hard", "scnn"]
     for name, mod in INSPECTOR_MODULES.items():
-        tree = ast.parse(file_of(mod).read_text())
-        assert "inspect" in {f.name for f in tree.body if isinstance(f, ast.FunctionDef)}, (name, mod)
+        assert "inspect" in functions(mod), (name, mod)
+    # the CNN trained end to end: S-CNN-RNN (seed 002), the one baseline whose params have a `cnn` switch
+    assert sorted(END_TO_END_MODULES) == ["scnn"]
+    assert [m for m in P.SUP_MODEL_NAMES if "cnn" in P.Params.model_fields[m].annotation.model_fields] == ["scnn"]
+    for name, mod in END_TO_END_MODULES.items():
+        assert {"end_to_end", "end_to_end_class"} <= functions(mod), (name, mod)
 
 
 
@@ -310,3 +322,7 @@ def test_the_narrowed_edges_hold_what_each_stage_can_load_and_no_more():
             files = _files(stage, params, dataset="demo", model=model, seed="0")
             assert ("src/r2m/models/scnn.py" in files) is holds, (stage, model)
             assert ("src/r2m/models/sat.py" in files) is (model in ("sat", "sat_hard")), (stage, model)
+        for stage in ("pretrain_sup", "train_sup"):  # S-CNN-RNN alone trains its CNN (a feature backend) end to end
+            files = set(_files(stage, params, dataset="demo", model=model, seed="0"))
+            e2e = {"src/r2m/supervised/finetune.py", "src/r2m/vision/extractors/__init__.py"}
+            assert (e2e <= files if holds else not e2e & files), (stage, model)

@@ -13,7 +13,9 @@ Three parts, all read from the source (nothing is imported):
   ``detect_concepts.backend`` names (:data:`r2m.vision.detectors.BACKEND_MODULES`) where a detector is
   built (and those its ``options.parts`` names); the feature backends its ``extract_features`` and
   ``sup_features`` name (:data:`r2m.vision.extractors.FEATURE_MODULES`) where an extractor is built; the baseline its ``model`` names (:func:`r2m.models.sup_model_module`);
-  its model's inspector (:data:`r2m.supervised.inspect.INSPECTOR_MODULES`) where ``inspect_sup`` runs one.
+  its model's inspector (:data:`r2m.supervised.inspect.INSPECTOR_MODULES`) where ``inspect_sup`` runs one, and the
+  module that trains its model's CNN end to end (:data:`r2m.supervised.train.END_TO_END_MODULES`) where a
+  baseline is trained (:data:`MODEL_TABLES`).
 * **Not code:** the registry's definition of the stage (:data:`NOT_CODE`: what it says of a stage — command,
   paths, params — both engines compare on their own) and :mod:`r2m.params`, whose effect on an instance
   its resolved params already carry (:mod:`r2m.pipeline.resolved`).
@@ -45,7 +47,9 @@ RUNNER = "r2m.cli"  # runs every stage's impl (r2m.cli.run_stage)
 NOT_CODE = ("r2m.pipeline.stages", "r2m.pipeline.sup_stages", "r2m.pipeline.spec", "r2m.params")
 # the loaders: a stage whose entry imports one of these can load the members its instance names
 DETECTOR_LOADER, MODEL_LOADER = "r2m.vision.detectors", "r2m.models"
-FEATURE_LOADER, INSPECT_LOADER = "r2m.vision.extractors", "r2m.supervised.inspect"
+FEATURE_LOADER = "r2m.vision.extractors"
+# loaders whose member the instance's model picks: (module, its declared table model -> module)
+MODEL_TABLES = (("r2m.supervised.inspect", "INSPECTOR_MODULES"), ("r2m.supervised.train", "END_TO_END_MODULES"))
 
 
 def entry_module(stage: Stage) -> str:
@@ -116,8 +120,8 @@ def _picked(stage: Stage, bound: Mapping[str, str], params: P.Params, entry: fro
             out |= {declared_table(FEATURE_LOADER, "FEATURE_MODULES", pkg).get(b) for b in features}
     if "model" in bound and MODEL_LOADER in entry:
         out.add(sup_model_modules(module_file(MODEL_LOADER, pkg).parent, MODEL_LOADER).get(bound["model"]))
-    if "model" in bound and INSPECT_LOADER in entry:
-        out.add(declared_table(INSPECT_LOADER, "INSPECTOR_MODULES", pkg).get(bound["model"]))
+    if "model" in bound:
+        out |= {declared_table(mod, table, pkg).get(bound["model"]) for mod, table in MODEL_TABLES if mod in entry}
     return {m for m in out if m is not None}
 
 

@@ -30,6 +30,11 @@ from r2m.supervised.skip import skip_reason
 from r2m.utils.io import mark_owned, replace_folder, write_json, write_text
 from r2m.utils.lazy import no_grad
 
+# the baselines whose CNN can train end to end (their section's ``cnn: end_to_end``) -> the module that does
+# it, loaded by name: r2m.pipeline.codedeps declares it for those baselines' stages only (an edit of the
+# CNN fine-tuning, or of a feature backend it builds, re-runs no m-RNN or SAT training)
+END_TO_END_MODULES: dict[str, str] = {"scnn": "r2m.supervised.finetune"}
+
 # torch, the models and the training loop are imported by the functions that train: a skipped
 # baseline (a dataset without paired captions) starts without them
 if TYPE_CHECKING:
@@ -109,6 +114,18 @@ def run(ctx) -> None:
     _train(ctx, "train")
 
 
+def _end_to_end(name: str, section: dict[str, Any]):
+    """The module that trains ``name``'s CNN end to end (:data:`END_TO_END_MODULES`) when its section asks for
+    it, else None."""
+    import importlib
+
+    module = END_TO_END_MODULES.get(name)
+    if module is None:
+        return None
+    finetune = importlib.import_module(module)
+    return finetune if finetune.end_to_end(section) else None
+
+
 def _train(ctx, phase: str) -> None:
     reason = skip_reason(ctx.deps["sup_vocab"])
     if reason:
@@ -117,7 +134,6 @@ def _train(ctx, phase: str) -> None:
     import torch
 
     from r2m.models import build_sup_model
-    from r2m.supervised import finetune
     from r2m.supervised.data import Features, PairedSet
     from r2m.text.vocab import load_itos
     from r2m.training import loop as L
@@ -143,7 +159,8 @@ def _train(ctx, phase: str) -> None:
     captions = pq.read_table(Path(ctx.deps["sup_vocab"]) / "captions.parquet",
                              columns=["image_id", "split", "caption"]).to_pydict()
     section = cls.prepare_params(model_section(ctx), captions)
-    e2e = finetune.end_to_end(section)
+    finetune = _end_to_end(name, section)
+    e2e = finetune is not None
     feats = Features(ctx.deps["features"], cls.feature_kinds)
     source, backbone = feats, None
     sf = ctx.params.sup_features
