@@ -138,6 +138,8 @@ NARROWED = (
     (("inspect_sup", "tiny-mrnn-0"), "r2m.decoding.captioner", False),
     (("train_sup", "tiny-scnn-0"), "r2m.supervised.finetune", True),
     (("train_sup", "tiny-sat-0"), "r2m.supervised.finetune", False),
+    (("table1", "all"), "r2m.evaluation.coco", False),
+    (("evaluate", "tiny-r2m-train_i-0"), "r2m.evaluation.coco", True),
 )
 
 
@@ -309,8 +311,13 @@ def test_the_narrowed_edges_hold_what_each_stage_can_load_and_no_more():
     assert not runner & set(PHOTOS)
     # the runner loads the recipes by name, only where it checks a kind: a table's code holds no recipe
     assert not [f for f in runner if f.startswith("src/r2m/datasets/")], sorted(runner)
-    table = _files("table1", params)
-    assert not [f for f in table if f.startswith("src/r2m/datasets/")], table
+    # the tables read the scores' per-image statistics (bootstrap): they run no scorer
+    scorers = {"src/r2m/evaluation/coco.py", "src/r2m/evaluation/cider.py", "src/r2m/evaluation/meteor.py"}
+    for stage in ("table1", "table2", "table3", "baselines", "report"):
+        table = set(_files(stage, params))
+        assert not [f for f in table if f.startswith("src/r2m/datasets/")] and not table & scorers, (stage, table)
+        assert "src/r2m/evaluation/stats.py" in table or stage == "report", stage
+    assert scorers <= set(_files("evaluate", params, dataset="demo", variant="r2m", ckpt="train_i", seed="0"))
     # inspect_sup: m-RNN has nothing to inspect (no model opened), SAT its attention, S-CNN-RNN its concept head
     mrnn = _files("inspect_sup", params, dataset="demo", model="mrnn", seed="0")
     assert not [f for f in mrnn if f.startswith(("src/r2m/decoding/", "src/r2m/models/", "src/r2m/supervised/inspect_"))]

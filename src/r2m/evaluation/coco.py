@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from r2m.evaluation.stats import BLEU_STATS, METEOR_N_STATS, METEOR_STATS
 from r2m.utils.registry import Registry
 
 METRIC_NAMES = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE")
@@ -44,11 +45,6 @@ Res = dict[str, list[str]]
 # multiset of images.
 Scored = dict[str, tuple[float | None, list[float]]]
 
-# BLEU's per-image statistics (coco-caption's ``closest`` reference length) and METEOR's 23 numbers
-BLEU_STATS = ("bleu_testlen", "bleu_reflen", *(f"bleu_guess_{n}" for n in range(1, 5)),
-              *(f"bleu_correct_{n}" for n in range(1, 5)))
-METEOR_N_STATS = 23
-METEOR_STATS = tuple(f"meteor_{k:02d}" for k in range(METEOR_N_STATS))
 
 
 class MetricUnavailableWarning(UserWarning):
