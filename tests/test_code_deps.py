@@ -138,6 +138,8 @@ NARROWED = (
     (("inspect_sup", "tiny-mrnn-0"), "r2m.decoding.captioner", False),
     (("train_sup", "tiny-scnn-0"), "r2m.supervised.finetune", True),
     (("train_sup", "tiny-sat-0"), "r2m.supervised.finetune", False),
+    (("pretrain_sup", "tiny-scnn-0"), "r2m.training.loop", True),
+    (("pretrain_sup", "tiny-mrnn-0"), "r2m.training.loop", False),
     (("table1", "all"), "r2m.evaluation.coco", False),
     (("evaluate", "tiny-r2m-train_i-0"), "r2m.evaluation.coco", True),
 )
@@ -271,6 +273,13 @@ def test_the_declared_tables_name_the_modules_that_register_each_member():
     assert [m for m in P.SUP_MODEL_NAMES if "cnn" in P.Params.model_fields[m].annotation.model_fields] == ["scnn"]
     for name, mod in END_TO_END_MODULES.items():
         assert {"end_to_end", "end_to_end_class"} <= functions(mod), (name, mod)
+    # pretraining: the baselines whose model has a "pretrain" phase (S-CNN-RNN's parallel pretraining)
+    from r2m.models import sup_model
+    from r2m.supervised.pretrain import PRETRAINING_MODULES
+
+    assert sorted(PRETRAINING_MODULES) == [m for m in P.SUP_MODEL_NAMES if "pretrain" in sup_model(m).phases]
+    for name, mod in PRETRAINING_MODULES.items():
+        assert "train_phase" in functions(mod), (name, mod)
 
 
 
@@ -328,7 +337,12 @@ def test_the_narrowed_edges_hold_what_each_stage_can_load_and_no_more():
         for stage in ("pretrain_sup", "train_sup", "inspect_sup"):
             files = _files(stage, params, dataset="demo", model=model, seed="0")
             assert ("src/r2m/models/scnn.py" in files) is holds, (stage, model)
-            assert ("src/r2m/models/sat.py" in files) is (model in ("sat", "sat_hard")), (stage, model)
+            sat = model in ("sat", "sat_hard") and stage != "pretrain_sup"  # SAT has no pretraining phase
+            assert ("src/r2m/models/sat.py" in files) is sat, (stage, model)
+        # pretrain_sup: S-CNN-RNN alone has a pretraining phase; the others' write their skip marker only
+        pre = set(_files("pretrain_sup", params, dataset="demo", model=model, seed="0"))
+        loop = {"src/r2m/supervised/train.py", "src/r2m/training/loop.py"}
+        assert (loop <= pre if holds else not loop & pre), model
         for stage in ("pretrain_sup", "train_sup"):  # S-CNN-RNN alone trains its CNN (a feature backend) end to end
             files = set(_files(stage, params, dataset="demo", model=model, seed="0"))
             e2e = {"src/r2m/supervised/finetune.py", "src/r2m/vision/extractors/__init__.py"}

@@ -15,7 +15,8 @@ Three parts, all read from the source (nothing is imported):
   ``sup_features`` name (:data:`r2m.vision.extractors.FEATURE_MODULES`) where an extractor is built; the baseline its ``model`` names (:func:`r2m.models.sup_model_module`);
   its model's inspector (:data:`r2m.supervised.inspect.INSPECTOR_MODULES`) where ``inspect_sup`` runs one, and the
   module that trains its model's CNN end to end (:data:`r2m.supervised.train.END_TO_END_MODULES`) where a
-  baseline is trained (:data:`MODEL_TABLES`).
+  baseline is trained, the training itself where ``pretrain_sup``'s model has a pretraining phase
+  (:data:`r2m.supervised.pretrain.PRETRAINING_MODULES`) (:data:`MODEL_TABLES`).
 * **Not code:** the registry's definition of the stage (:data:`NOT_CODE`: what it says of a stage — command,
   paths, params — both engines compare on their own) and :mod:`r2m.params`, whose effect on an instance
   its resolved params already carry (:mod:`r2m.pipeline.resolved`).
@@ -49,7 +50,8 @@ NOT_CODE = ("r2m.pipeline.stages", "r2m.pipeline.sup_stages", "r2m.pipeline.spec
 DETECTOR_LOADER, MODEL_LOADER = "r2m.vision.detectors", "r2m.models"
 FEATURE_LOADER = "r2m.vision.extractors"
 # loaders whose member the instance's model picks: (module, its declared table model -> module)
-MODEL_TABLES = (("r2m.supervised.inspect", "INSPECTOR_MODULES"), ("r2m.supervised.train", "END_TO_END_MODULES"))
+MODEL_TABLES = (("r2m.supervised.inspect", "INSPECTOR_MODULES"), ("r2m.supervised.train", "END_TO_END_MODULES"),
+                ("r2m.supervised.pretrain", "PRETRAINING_MODULES"))
 
 
 def entry_module(stage: Stage) -> str:

@@ -52,7 +52,7 @@ def sup_stages() -> tuple[Stage, ...]:
         ),
         Stage(
             "pretrain_sup",
-            impl="r2m.supervised.train:run_pretrain",
+            impl="r2m.supervised.pretrain:run",
             help="supervised baselines: a model's pretraining phase (S-CNN-RNN: CNN + concept head and LSTM in "
                  "parallel; others: a skip marker)",
             axes=("dataset", "model", "seed"),

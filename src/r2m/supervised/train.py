@@ -26,8 +26,9 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from r2m.supervised.skip import skip_reason
-from r2m.utils.io import mark_owned, replace_folder, write_json, write_text
+from r2m.supervised.pretrain import add_arguments  # noqa: F401  (r2m.cli reads it from the entry: --fresh)
+from r2m.supervised.skip import reset_folder, skip_reason, write_skipped
+from r2m.utils.io import mark_owned, write_json
 from r2m.utils.lazy import no_grad
 
 # the baselines whose CNN can train end to end (their section's ``cnn: end_to_end``) -> the module that does
@@ -42,36 +43,13 @@ if TYPE_CHECKING:
     from r2m.training import loop as L
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
-
-
 def model_section(ctx) -> dict[str, Any]:
     return getattr(ctx.params, ctx.model).model_dump()
-
-
-def reset_folder(out_dir: Path) -> None:
-    """Empty a stage's model folder: nothing of an older run (``model.pt``, ``cnn.pt``,
-    ``features/``, ``skipped.json``) may outlive the run that writes it now. Only a folder r2m
-    owns is emptied (:func:`r2m.utils.io.replace_folder`); :func:`mark_owned` records the files
-    once the stage has written them."""
-    replace_folder(out_dir)
 
 
 def pretrained(folder: Path | None) -> bool:
     """A pretrain_sup folder to start from: it has a ``model.pt`` and no skip marker."""
     return folder is not None and (folder / "model.pt").exists() and not (folder / "skipped.json").exists()
-
-
-def write_skipped(ctx, reason: str) -> None:
-    out_dir = Path(ctx.outs["model"])
-    reset_folder(out_dir)
-    write_json(out_dir / "skipped.json", {"skipped": reason})
-    ctx.save_params(out_dir)
-    mark_owned(out_dir)
-    write_text(ctx.outs["loss"], "step\tsplit\tloss\txe\n")
-    write_json(ctx.outs["metrics"], {"model": ctx.model, "skipped": reason})
-    ctx.log.info("train_sup: %s", reason)
 
 
 @no_grad
@@ -91,27 +69,8 @@ def perplexity(model, pairs: PairedSet, batch_size: int, device) -> float | None
     return math.exp(nll / words) if words else None
 
 
-def run_pretrain(ctx) -> None:
-    """``pretrain_sup``: the model's pretraining phase (S-CNN-RNN: concept head and LSTM in
-    parallel, the LSTM fed the ground-truth concepts) for ``train_sup.pretrain_steps`` steps; a
-    model without one (or with 0 steps) gets ``skipped.json`` and train_sup starts from scratch."""
-    reason = skip_reason(ctx.deps["sup_vocab"])
-    steps = ctx.params.train_sup.for_model(ctx.model).pretrain_steps
-    if not reason:
-        from r2m.models import sup_model
-
-        if "pretrain" not in sup_model(ctx.model).phases:
-            reason = f"{ctx.model} has no pretraining phase"
-        elif steps == 0:
-            reason = f"train_sup.pretrain_steps is 0 for {ctx.model}"
-    if reason:
-        write_skipped(ctx, reason)
-        return
-    _train(ctx, "pretrain")
-
-
 def run(ctx) -> None:
-    _train(ctx, "train")
+    train_phase(ctx, "train")
 
 
 def _end_to_end(name: str, section: dict[str, Any]):
@@ -126,7 +85,9 @@ def _end_to_end(name: str, section: dict[str, Any]):
     return finetune if finetune.end_to_end(section) else None
 
 
-def _train(ctx, phase: str) -> None:
+def train_phase(ctx, phase: str) -> None:
+    """``phase`` ``train`` (stage ``train_sup``) or ``pretrain`` (``pretrain_sup``, :mod:`r2m.supervised.pretrain`,
+    which loads this module by name for the baselines that have a pretraining phase)."""
     reason = skip_reason(ctx.deps["sup_vocab"])
     if reason:
         write_skipped(ctx, reason)
