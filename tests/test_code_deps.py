@@ -140,6 +140,7 @@ NARROWED = (
     (("train_sup", "tiny-sat-0"), "r2m.supervised.finetune", False),
     (("pretrain_sup", "tiny-scnn-0"), "r2m.training.loop", True),
     (("pretrain_sup", "tiny-mrnn-0"), "r2m.training.loop", False),
+    (("caption_sup", "tiny-sat-0"), "r2m.vision.feature_store", False),
     (("table1", "all"), "r2m.evaluation.coco", False),
     (("evaluate", "tiny-r2m-train_i-0"), "r2m.evaluation.coco", True),
 )
@@ -312,6 +313,12 @@ def test_the_narrowed_edges_hold_what_each_stage_can_load_and_no_more():
         assert set(SELECTION) <= set(files), stage
     caption = _files("caption", params, dataset="demo", variant="r2m", ckpt="train_i", seed="0")
     assert "src/r2m/decoding/stage.py" in caption and "src/r2m/decoding/captioner.py" in caption
+    # the features folder: read by the caption stage alone (caption.no_concepts: image), not by what reuses
+    # the captioning library (checkpoint selection, the baselines' captions)
+    store = "src/r2m/vision/feature_store.py"
+    assert store in caption
+    assert store not in _files("train_m", params, dataset="demo", variant="r2m", seed="0")
+    assert store not in _files("caption_sup", params, dataset="demo", model="sat", seed="0")
     assert not [f for f in caption if f.startswith("src/r2m/vision/detectors/") or f in PHOTOS], caption
     # the photos' command: its own entry, which the runner does not import (r2m.cli names it as a string)
     photo = {str(p.relative_to(ROOT)) for p in closure(["r2m.caption_cli"])}
