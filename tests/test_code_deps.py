@@ -334,6 +334,7 @@ def test_the_narrowed_edges_hold_what_each_stage_can_load_and_no_more():
         assert not [f for f in table if f.startswith("src/r2m/datasets/")] and not table & scorers, (stage, table)
         assert "src/r2m/evaluation/stats.py" in table or stage == "report", stage
     assert scorers <= set(_files("evaluate", params, dataset="demo", variant="r2m", ckpt="train_i", seed="0"))
+    assert not set(_files("figures", params, dataset="demo")) & scorers  # it reads results and references only
     # inspect_sup: m-RNN has nothing to inspect (no model opened), SAT its attention, S-CNN-RNN its concept head
     mrnn = _files("inspect_sup", params, dataset="demo", model="mrnn", seed="0")
     assert not [f for f in mrnn if f.startswith(("src/r2m/decoding/", "src/r2m/models/", "src/r2m/supervised/inspect_"))]
