@@ -162,7 +162,8 @@ def ws(tmp_path_factory):
     return built(Workspace(tmp_path_factory.mktemp("codeedit"), edit_raw()))
 
 
-SUP_LOADING_THE_MODEL = ("pretrain_sup", "train_sup", "caption_sup", "inspect_sup", "retrieval_sup")
+# (pretrain_sup too for a baseline with a pretraining phase: S-CNN-RNN, not among the baselines here)
+SUP_LOADING_THE_MODEL = ("train_sup", "caption_sup", "inspect_sup", "retrieval_sup")
 # R2M's stages over a dataset (its side: the runner checks the dataset with its recipe's own check)
 R2M_SIDE = ("inputs", "prepare", "references", "detect_concepts", "extract_features", "corpus_concepts",
             "build_vocab", "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "figures",
@@ -206,9 +207,9 @@ EDITS = {
     # the baselines' skip rule (no paired captions): their stages (retrieval_r2m, R2M's side, has its own entry)
     "src/r2m/supervised/skip.py": lambda keys: {(s, k) for s, k in keys if s in SKIPPING_STAGES},
     # checkpoints (save_torch, load_checkpoint): the stages that train a model or load one, nothing else (m-RNN's
-    # inspect_sup opens no model: it has nothing to inspect)
+    # inspect_sup opens no model: it has nothing to inspect; neither baseline here has a pretraining phase)
     "src/r2m/utils/checkpoint.py": lambda keys: {(s, k) for s, k in keys if s in CHECKPOINT_STAGES
-                                                 and (s, k) != ("inspect_sup", "demo-mrnn-0")},
+                                                 and (s, k) != ("inspect_sup", "demo-mrnn-0") and s != "pretrain_sup"},
     # the stage runner: everything
     "src/r2m/cli.py": lambda keys: set(keys),
 }
