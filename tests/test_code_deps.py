@@ -10,6 +10,10 @@ edit re-runs, under Snakemake and DVC alike, exactly the instances that load the
 * **Edits.** On a stub workspace (test_granular's: outputs made by a stub ``r2m``, nothing computed), a
   comment appended to one file makes ``snakemake -n`` plan, and ``dvc status`` report, the instances
   listed here by hand from what each stage loads (plus, for Snakemake, their descendants).
+* **Narrowed edges.** Where an entry module was split so that a stage cannot load what it never runs (the text
+  training stages and checkpoint selection, the ``caption`` stage and ``r2m caption IMAGES``' detectors, a
+  baseline and another baseline's model, inspector, end-to-end CNN or pretraining, the tables and the
+  scorers), its code files are checked by hand, and the audited runs show each side loads what it declares.
 """
 
 from __future__ import annotations
