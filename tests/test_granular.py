@@ -423,10 +423,10 @@ def _edits() -> list[tuple[str, Edit, Any, set[Job], set[Job]]]:
          ("catalog", "demo", "gamma"), 0.5, r2m("train_i") | decoded("train_i") | R2M_REPORTS, r2m("train_i")),
         ("a fidelity item: ban_unk, read by the stages that decode (train_m, train_i: selection; caption)",
          ("fidelity", "ban_unk"), False, AFTER_CONCEPTS, r2m("train_m", "train_i") | decoded(*CKPTS, stages=("caption",))),
-        # caption's code holds the chosen backend's module too (its entry also serves `r2m caption IMAGES`, which
-        # detects concepts on new photos): under DVC its instances are stale themselves, not only downstream
+        # caption reads the detections from its concepts folder and builds no detector (`r2m caption IMAGES`,
+        # which does, is a module of its own): under DVC only detect_concepts itself is stale
         ("a detector backend", ("catalog", "demo", "overrides", "detect_concepts", "backend"), "precomputed",
-         detector | AFTER_CONCEPTS, detector | decoded(*CKPTS, stages=("caption",))),
+         detector | AFTER_CONCEPTS, detector),
         ("a detector's options", ("catalog", "demo", "overrides", "detect_concepts", "options"),
          {"parts": ["classifier", "faces"]}, detector | AFTER_CONCEPTS, detector),
         ("the scorers: every evaluation (R²M's, the baselines', most-frequent) and the tables",

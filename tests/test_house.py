@@ -205,7 +205,8 @@ def layer_of(mod: str) -> int | None:
 
 def entry_modules() -> frozenset[str]:
     """The modules named as ``"module:function"`` implementations by the stage registry
-    (:data:`r2m.pipeline.stages.STAGES`), ``r2m``'s tools (:data:`r2m.cli.TOOLS`) and ``r2m bench``
+    (:data:`r2m.pipeline.stages.STAGES`), ``r2m``'s tools (:data:`r2m.cli.TOOLS`), the commands a stage's
+    subcommand serves without its axes (:data:`r2m.cli.STANDALONE`) and ``r2m bench``
     (:data:`r2m.bench.BENCHMARKS`): the command layer, above every library layer."""
     sys.path.insert(0, str(PKG.parent))
     try:
@@ -214,7 +215,7 @@ def entry_modules() -> frozenset[str]:
     finally:
         sys.path.pop(0)
     specs = [s.impl for s in stages.STAGES] + [v[0] for v in cli.TOOLS.values()] + \
-        [v[0] for v in bench.BENCHMARKS.values()]
+        [*cli.STANDALONE.values()] + [v[0] for v in bench.BENCHMARKS.values()]
     return frozenset(spec.split(":")[0] for spec in specs)
 
 

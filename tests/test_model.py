@@ -194,7 +194,7 @@ def test_memorises_tiny_corpus() -> None:
 
 
 def test_checkpoint_roundtrip_weights_only(tmp_path) -> None:
-    from r2m.utils.io import save_torch
+    from r2m.utils.checkpoint import save_torch
 
     m = tiny(image_dim=12)
     save_torch(tmp_path / "model.pt", m.checkpoint(stage="x"))

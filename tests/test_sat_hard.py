@@ -191,9 +191,9 @@ def test_registered_with_its_own_name_label_and_params() -> None:
     assert p.sat.feature_norm is False and p.sat_hard.feature_norm is False  # the seed has no LayerNorm
     with pytest.raises(ValueError, match="test_attention"):
         SATHardConfig(vocab_size=5, test_attention="sample")
-    from r2m.supervised.inspect import INSPECTORS
+    from r2m.supervised.inspect import INSPECTOR_MODULES
 
-    assert INSPECTORS.get("sat_hard") is INSPECTORS.get("sat")
+    assert INSPECTOR_MODULES["sat_hard"] == INSPECTOR_MODULES["sat"]
 
 
 # --------------------------------------------------------------------------- the stages

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from r2m.decoding.beam import beam_search
+from r2m.evaluation.multilabel import topk_multilabel
 from r2m.models import MODELS, load_model
 from r2m.models.sat import SAT, SATConfig, doubly_stochastic
-from r2m.models.scnn import SCNN, SCNNConfig, concept_bce, concept_labels, concept_vocab, topk_multilabel
+from r2m.models.scnn import SCNN, SCNNConfig, concept_bce, concept_labels, concept_vocab
 from r2m.text.vocab import END, PAD, START
 
 torch.set_num_threads(1)
@@ -401,7 +402,7 @@ def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
     assert all((tmp_path / "results/syn/sat/s0/train_sup/inspect" / f["file"]).exists() for f in ins["figures"])
     # every caption word naming an object with a ground-truth box in its image is one event (or one
     # whose box covers no grid cell centre), counted here by hand from the captions and the boxes
-    from r2m.supervised.inspect import ground_truth_boxes
+    from r2m.supervised.inspect_sat import ground_truth_boxes
     from r2m.text.singular import Singulariser
 
     boxes = ground_truth_boxes(tmp_path / "data/syn/prepared")

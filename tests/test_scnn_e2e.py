@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from r2m.models.scnn import SCNNConfig, concept_coverage, concept_vocab, topk_multilabel, word_counts
+from r2m.evaluation.multilabel import topk_multilabel
+from r2m.models.scnn import SCNNConfig, concept_coverage, concept_vocab, word_counts
 from r2m.text.vocab import END, START
 
 torch.set_num_threads(1)
@@ -61,13 +62,13 @@ def test_multilabel_protocol_by_hand_on_three_images() -> None:
 
 # --------------------------------------------------------------------------- the CNN end to end
 def e2e_model(k: int = 5, V: int = 9):
-    from r2m.supervised.finetune import SCNNEndToEnd, build_cnn
+    from r2m.supervised.finetune import build_cnn, end_to_end_class
 
     ex = build_cnn("random_cnn", {"size": 32, "dim": 16, "seed": 0})
     torch.manual_seed(0)
     cfg = SCNNConfig(vocab_size=V, image_dim=16, concepts=[f"c{j}" for j in range(k)], hidden=12, dropout=0.0,
                      cnn="end_to_end")
-    return SCNNEndToEnd(cfg).attach_cnn(ex.model), ex
+    return end_to_end_class("scnn")(cfg).attach_cnn(ex.model), ex
 
 
 def _batch():
@@ -113,7 +114,7 @@ def test_rnn_pretraining_leaves_the_cnn_and_joint_fine_tuning_changes_it() -> No
 def test_end_to_end_checkpoint_is_a_plain_scnn_checkpoint(tmp_path) -> None:
     from r2m.models import load_model
     from r2m.supervised.finetune import load_cnn, save_cnn
-    from r2m.utils.io import save_torch
+    from r2m.utils.checkpoint import save_torch
 
     model, _ = e2e_model()
     save_torch(tmp_path / "model.pt", model.checkpoint(stage="train_sup", step=1, dataset="x"))

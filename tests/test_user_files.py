@@ -327,8 +327,8 @@ def test_checkpoint_on_a_full_disk_names_the_file(tmp_path):
 
     import torch
 
+    from r2m.utils.checkpoint import save_torch
     from r2m.utils.guard import disk_full_message, is_disk_full
-    from r2m.utils.io import save_torch
 
     target = tmp_path / "model.pt"
     save_torch(target, {"w": torch.zeros(4)})

@@ -1,6 +1,7 @@
-"""``r2m caption``: the DAG's ``caption`` stage (:func:`r2m.decoding.stage.run`, with
-``--dataset/--variant/--ckpt``) and, without them, ``r2m caption IMAGES… [--model FOLDER]``:
-captions for image files that belong to no dataset.
+"""``r2m caption IMAGES… [--model FOLDER]``: captions for image files that belong to no dataset
+(``r2m caption`` without ``--dataset/--variant/--ckpt``: :data:`r2m.cli.STANDALONE`; with them it is the
+DAG's ``caption`` stage, :func:`r2m.decoding.stage.run`, which imports nothing of this module, so the
+detector and feature backends new photos need are no code dependency of the stage).
 
 IMAGES are files, folders (their image files, not recursive) or glob patterns. The checkpoint folder
 (default ``models/demo/r2m/s0/train_i``, the demo's model after ``make run``) carries
@@ -27,7 +28,6 @@ import logging
 import sys
 from pathlib import Path
 
-from r2m.decoding.stage import run  # noqa: F401  (the DAG stage: pipeline/stages.py's impl)
 from r2m.utils.guard import not_a_file, positive_int
 
 DEFAULT_MODEL = "models/demo/r2m/s0/train_i"

@@ -30,6 +30,11 @@ TOOLS: dict[str, tuple[str, str]] = {
                                       "a server that imported torch & co. once"),
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
+# stage subcommands that also serve a command outside the DAG, run when the stage's axes are not given:
+# stage name -> the module (with add_arguments and standalone(args)). Its own module, not the stage's impl,
+# so that the DAG stage can load none of it: `r2m caption IMAGES` detects concepts in new photos, and no
+# detector backend is a code dependency of the caption stage (r2m.pipeline.codedeps)
+STANDALONE: dict[str, str] = {"caption": "r2m.caption_cli:standalone"}
 
 
 def _load(spec: str):
@@ -149,7 +154,8 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     if "seed" in stage.axes and pre.seed is not None and not (pre.seed.isascii() and pre.seed.isdigit()):
         print(f"r2m {stage.name}: --seed {pre.seed!r}: a run's seed is a non-negative integer", file=sys.stderr)
         return 2
-    module, func = _load(stage.impl)
+    alone = stage.name in STANDALONE and any(getattr(pre, a) is None for a in stage.axes)
+    module, func = _load(STANDALONE[stage.name] if alone else stage.impl)
     if hasattr(module, "relaunch"):  # e.g. training's --nproc N: re-run under torchrun
         rc = module.relaunch(stage.name, argv)
         if rc is not None:

@@ -123,19 +123,6 @@ def image_vectors(model, ckpt: dict[str, Any], rows: dict[int, str], features: F
     return {r: v[n] for n, (r, _) in enumerate(todo)}
 
 
-def features_from_folder(folder: str | Path) -> FeatureSource:
-    """A :data:`FeatureSource` reading a ``features`` stage folder's pooled vectors."""
-
-    def read(ids: list[str]) -> dict[str, np.ndarray]:
-        from r2m.vision.feature_store import load_features
-
-        arr, index = load_features(folder, "pooled")
-        where = dict(zip(index["image_id"].astype(str), index["row"], strict=True))
-        return {i: arr[where[i]] for i in ids if i in where}
-
-    return read
-
-
 def resolve_sources(source: list[str], vecs: dict[int, torch.Tensor]) -> list[str]:
     """``image`` rows without a v̂^I become ``empty``."""
     return [("image" if n in vecs else "empty") if s == "image" else s for n, s in enumerate(source)]

@@ -36,9 +36,9 @@ import pyarrow.parquet as pq
 from r2m.datasets.base import split_ids
 from r2m.decoding.captioner import (
     END,
+    FeatureSource,
     attention_record,
     caption_detections,
-    features_from_folder,
     load_checkpoint_model,
     source_counts,
     words_of,
@@ -46,6 +46,19 @@ from r2m.decoding.captioner import (
 from r2m.utils.io import write_json
 
 ATTENTION_IMAGES = 8
+
+
+def features_from_folder(folder: str | Path) -> FeatureSource:
+    """A :data:`r2m.decoding.captioner.FeatureSource` reading a ``features`` stage folder's pooled vectors."""
+
+    def read(ids: list[str]) -> dict[str, np.ndarray]:
+        from r2m.vision.feature_store import load_features
+
+        arr, index = load_features(folder, "pooled")
+        where = dict(zip(index["image_id"].astype(str), index["row"], strict=True))
+        return {i: arr[where[i]] for i in ids if i in where}
+
+    return read
 
 
 def run(ctx) -> None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from r2m.evaluation.coco import BLEU_STATS, METEOR_STATS
+from r2m.evaluation.stats import BLEU_STATS, METEOR_STATS
 
 DEFAULT_RESAMPLES = 1000
 DEFAULT_LEVEL = 0.95

@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -31,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from r2m.evaluation.inputs import one_line
+from r2m.evaluation.stats import BLEU_STATS, METEOR_N_STATS, METEOR_STATS
 from r2m.utils.registry import Registry
 
 METRIC_NAMES = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE")
@@ -44,11 +45,6 @@ Res = dict[str, list[str]]
 # multiset of images.
 Scored = dict[str, tuple[float | None, list[float]]]
 
-# BLEU's per-image statistics (coco-caption's ``closest`` reference length) and METEOR's 23 numbers
-BLEU_STATS = ("bleu_testlen", "bleu_reflen", *(f"bleu_guess_{n}" for n in range(1, 5)),
-              *(f"bleu_correct_{n}" for n in range(1, 5)))
-METEOR_N_STATS = 23
-METEOR_STATS = tuple(f"meteor_{k:02d}" for k in range(METEOR_N_STATS))
 
 
 class MetricUnavailableWarning(UserWarning):
@@ -88,30 +84,13 @@ def spice_unavailable() -> str | None:
 
 
 # --------------------------------------------------------------------------- tokenisers
-def _breaks_line(ch: str) -> bool:
-    """Characters the PTB tokeniser's Java line reader (or its lexer) may treat as a line or token
-    boundary, or cannot carry in UTF-8: control and format characters (``\\r``, ``\\x0b``, ``\\x0c``,
-    ``\\x1c``-``\\x1e``, ``\\x85``, …), line/paragraph separators (``\\u2028``, ``\\u2029``), every
-    space separator, lone surrogates, unassigned and private-use code points."""
-    return unicodedata.category(ch)[0] in "CZ"
-
-
-def one_line(text: str) -> str:
-    """``text`` as one tokeniser line: every character of :func:`_breaks_line` becomes a space, runs
-    of spaces collapse, ends are stripped. Ordinary text (letters, digits, punctuation, single ASCII
-    spaces) passes unchanged, so scores of ordinary captions are the same as before."""
-    if text.isascii() and text.isprintable():  # the common case, fast: only ASCII spaces to collapse
-        return " ".join(text.split())
-    return " ".join("".join(" " if _breaks_line(ch) else ch for ch in text).split())
-
-
 TOKENIZERS: Registry[Callable[[list[str]], list[str]]] = Registry("tokenizer")
 
 
 @TOKENIZERS.register("none")
 def tokenize_none(sentences: list[str]) -> list[str]:
     """No tokenisation (nlg-eval's convention: surrounding whitespace stripped), each sentence made
-    one line (:func:`one_line`: METEOR's jar reads one line per segment; whitespace runs collapse,
+    one line (:func:`r2m.evaluation.inputs.one_line`: METEOR's jar reads one line per segment; whitespace runs collapse,
     which no whitespace-splitting scorer sees)."""
     return [one_line(s) for s in sentences]
 

@@ -10,6 +10,7 @@ their decimal string. Every error names the file and the record index.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,8 +130,6 @@ class ReferenceProblems:
 def drop_empty_references(references: dict[str, list[str]]) -> tuple[dict[str, list[str]], dict[str, int]]:
     """The references without their empty (or blank: only spaces, controls, separators) captions,
     and ``{image_id: number dropped}``. An image left with none has no references."""
-    from r2m.evaluation.coco import one_line
-
     kept: dict[str, list[str]] = {}
     dropped: dict[str, int] = {}
     for image_id, caps in references.items():
@@ -158,3 +157,21 @@ def load_results(path: str | Path) -> dict[str, str]:
 
 def load_references(path: str | Path) -> dict[str, list[str]]:
     return parse_references(read_json(path), str(path))
+
+
+# --------------------------------------------------------------------------- one line per caption
+def _breaks_line(ch: str) -> bool:
+    """Characters the PTB tokeniser's Java line reader (or its lexer) may treat as a line or token
+    boundary, or cannot carry in UTF-8: control and format characters (``\\r``, ``\\x0b``, ``\\x0c``,
+    ``\\x1c``-``\\x1e``, ``\\x85``, …), line/paragraph separators (``\\u2028``, ``\\u2029``), every
+    space separator, lone surrogates, unassigned and private-use code points."""
+    return unicodedata.category(ch)[0] in "CZ"
+
+
+def one_line(text: str) -> str:
+    """``text`` as one tokeniser line: every character of :func:`_breaks_line` becomes a space, runs
+    of spaces collapse, ends are stripped. Ordinary text (letters, digits, punctuation, single ASCII
+    spaces) passes unchanged, so scores of ordinary captions are the same as before."""
+    if text.isascii() and text.isprintable():  # the common case, fast: only ASCII spaces to collapse
+        return " ".join(text.split())
+    return " ".join("".join(" " if _breaks_line(ch) else ch for ch in text).split())

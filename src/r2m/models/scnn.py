@@ -29,10 +29,11 @@ Shapes: B batch, T time steps, F image feature size, k concepts, n LSTM size, V 
   their sum is the same as two separate pre-trainings; ``L_r`` never reaches the CNN); then joint
   fine-tuning (phase ``joint``) of ``L = L_u + L_r`` with the LSTM fed ``ŝ``, gradients of both
   into the CNN. Inference: ``ŝ`` from the image, beam width 3.
-* **Multi-label evaluation** (:func:`topk_multilabel`, the seed's §4.2 protocol with the top-3
-  labels per image): C-P / C-R averaged over *all* k classes, O-P / O-R over all images, F1 the
-  harmonic mean of the averaged P and R; every 0/0 (a class never predicted, a class or image
-  without a true label) counts as 0.
+* **Multi-label evaluation** (:func:`r2m.evaluation.multilabel.topk_multilabel`, the seed's §4.2
+  protocol with the top-3 labels per image; a metric on score tensors, apart from this module so that
+  ``inspect_sup`` of the other baselines does not depend on this file): C-P / C-R averaged over *all* k
+  classes, O-P / O-R over all images, F1 the harmonic mean of the averaged P and R; every 0/0 (a class
+  never predicted, a class or image without a true label) counts as 0.
 
 Decoding interface (as :func:`r2m.decoding.beam.beam_search` expects): ``decode_init(v)`` takes
 ``encode``'s output (the pooled feature) and returns ``(h_0, c_0)`` from ŝ;
@@ -280,33 +281,3 @@ class SCNN(SupervisedCaptioner):
             hs.append(h)
         hidden = torch.stack(hs, 1)
         return {"logits": self.logits(hidden), "hidden": hidden, "concept_logits": c_logits, "aux": aux}
-
-
-def _ratio(num: Tensor, den: Tensor) -> Tensor:
-    """``num / den`` elementwise with 0/0 (and x/0) = 0: the protocol's convention."""
-    return torch.where(den > 0, num / den.clamp(min=1), torch.zeros_like(num))
-
-
-def _f1(p: float, r: float) -> float:
-    return 2 * p * r / (p + r) if p + r > 0 else 0.0
-
-
-def topk_multilabel(scores: Tensor, truth: Tensor, k: int = 3) -> dict[str, float]:
-    """The seed's multi-label protocol (§4.2) with the top-``k`` labels per image. ``scores``,
-    ``truth`` [N, C]. Per class: precision = |y ∩ ŷ| / |ŷ| and recall = |y ∩ ŷ| / |y| over the
-    images, C-P / C-R their mean over **all** C classes; per image the same over the classes,
-    O-P / O-R their mean over all N images; C-F1 / O-F1 the harmonic mean of the averaged P and R.
-    Convention for 0/0: 0 (a class never predicted has precision 0, a class without a true image
-    recall 0; an image without a true label recall 0)."""
-    N, C = scores.shape
-    if N == 0 or C == 0:
-        return {c: 0.0 for c in ("C-P", "C-R", "C-F1", "O-P", "O-R", "O-F1")}
-    pred = torch.zeros_like(truth, dtype=torch.bool)
-    pred.scatter_(1, scores.topk(min(k, C), dim=1).indices, True)
-    y = truth.bool()
-    tp = (pred & y).float()
-    cp = float(_ratio(tp.sum(0), pred.sum(0).float()).mean())
-    cr = float(_ratio(tp.sum(0), y.sum(0).float()).mean())
-    op = float(_ratio(tp.sum(1), pred.sum(1).float()).mean())
-    orr = float(_ratio(tp.sum(1), y.sum(1).float()).mean())
-    return {"C-P": cp, "C-R": cr, "C-F1": _f1(cp, cr), "O-P": op, "O-R": orr, "O-F1": _f1(op, orr)}

@@ -8,10 +8,15 @@ Three parts, all read from the source (nothing is imported):
 * **Loads by name.** A registry whose members are imported when one is asked for names the module of
   each member in a declared table; an instance loads the one its values pick (:func:`by_name`): the
   recipe of its dataset's kind (:data:`r2m.datasets.recipes.RECIPE_MODULES`) where ``prepare`` /
-  ``references`` build it or the runner runs the kind's check; the detector backend its dataset's
+  ``references`` build it or the runner runs the kind's check (there the loader itself too,
+  :data:`r2m.pipeline.validate.RECIPE_LOADER`: the runner imports it by name); the detector backend its dataset's
   ``detect_concepts.backend`` names (:data:`r2m.vision.detectors.BACKEND_MODULES`) where a detector is
   built (and those its ``options.parts`` names); the feature backends its ``extract_features`` and
-  ``sup_features`` name (:data:`r2m.vision.extractors.FEATURE_MODULES`) where an extractor is built; the baseline its ``model`` names (:func:`r2m.models.sup_model_module`).
+  ``sup_features`` name (:data:`r2m.vision.extractors.FEATURE_MODULES`) where an extractor is built; the baseline its ``model`` names (:func:`r2m.models.sup_model_module`);
+  its model's inspector (:data:`r2m.supervised.inspect.INSPECTOR_MODULES`) where ``inspect_sup`` runs one, and the
+  module that trains its model's CNN end to end (:data:`r2m.supervised.train.END_TO_END_MODULES`) where a
+  baseline is trained, the training itself where ``pretrain_sup``'s model has a pretraining phase
+  (:data:`r2m.supervised.pretrain.PRETRAINING_MODULES`) (:data:`MODEL_TABLES`).
 * **Not code:** the registry's definition of the stage (:data:`NOT_CODE`: what it says of a stage — command,
   paths, params — both engines compare on their own) and :mod:`r2m.params`, whose effect on an instance
   its resolved params already carry (:mod:`r2m.pipeline.resolved`).
@@ -34,6 +39,7 @@ from typing import Any
 
 from r2m import params as P
 from r2m.pipeline.spec import Stage
+from r2m.pipeline.validate import RECIPE_LOADER  # the runner loads it by name where it checks a kind
 from r2m.utils.declared import sup_model_modules
 from r2m.utils.imports import PKG, closure_modules, declared_table, module_file
 
@@ -41,8 +47,11 @@ RUNNER = "r2m.cli"  # runs every stage's impl (r2m.cli.run_stage)
 # the stage registry and the params schema: not code a stage runs (see the module docstring)
 NOT_CODE = ("r2m.pipeline.stages", "r2m.pipeline.sup_stages", "r2m.pipeline.spec", "r2m.params")
 # the loaders: a stage whose entry imports one of these can load the members its instance names
-RECIPE_LOADER, DETECTOR_LOADER, MODEL_LOADER = "r2m.datasets.recipes", "r2m.vision.detectors", "r2m.models"
+DETECTOR_LOADER, MODEL_LOADER = "r2m.vision.detectors", "r2m.models"
 FEATURE_LOADER = "r2m.vision.extractors"
+# loaders whose member the instance's model picks: (module, its declared table model -> module)
+MODEL_TABLES = (("r2m.supervised.inspect", "INSPECTOR_MODULES"), ("r2m.supervised.train", "END_TO_END_MODULES"),
+                ("r2m.supervised.pretrain", "PRETRAINING_MODULES"))
 
 
 def entry_module(stage: Stage) -> str:
@@ -84,14 +93,28 @@ def _dataset_facts(params: P.Params, dataset: str) -> tuple[str, tuple[str, ...]
 
 
 def by_name(stage: Stage, bound: Mapping[str, str], params: P.Params, pkg: Path = PKG) -> set[str]:
-    """The modules the instance loads by name, from the declared tables (each one's closure follows)."""
-    entry = closure_modules((entry_module(stage),), pkg, NOT_CODE)
+    """The modules the instance loads by name, from the declared tables (each one's closure follows): those the
+    loaders its entry reaches pick, then those the loaders the picked modules reach pick, until none is new (an
+    inspector, loaded by name, loads its baseline's model by name)."""
+    loaded: set[str] = set()
+    while True:
+        more = _picked(stage, bound, params, closure_modules((entry_module(stage), *sorted(loaded)), pkg, NOT_CODE),
+                       pkg)
+        if more <= loaded:
+            return loaded
+        loaded |= more
+
+
+def _picked(stage: Stage, bound: Mapping[str, str], params: P.Params, entry: frozenset[str], pkg: Path) -> set[str]:
+    """The modules the loaders in ``entry`` (what the instance imports, the runner aside) load for its values."""
     out: set[str | None] = set()
     dataset = bound.get("dataset")
     if dataset is not None and dataset in params.catalog:
         kind, backends, features = _dataset_facts(params, dataset)
         runner_checks = stage.source("dataset") != "baselines.datasets" and kind in _checked_kinds()
-        if RECIPE_LOADER in entry or runner_checks:  # r2m.pipeline.validate.check_files: the kind's own check
+        if runner_checks:  # r2m.pipeline.validate.check_files: the kind's own check, through the loader (by name)
+            out.add(RECIPE_LOADER)
+        if RECIPE_LOADER in entry or runner_checks:
             out.add(declared_table(RECIPE_LOADER, "RECIPE_MODULES", pkg).get(kind))
         if DETECTOR_LOADER in entry:
             out |= {declared_table(DETECTOR_LOADER, "BACKEND_MODULES", pkg).get(b) for b in backends}
@@ -99,6 +122,8 @@ def by_name(stage: Stage, bound: Mapping[str, str], params: P.Params, pkg: Path 
             out |= {declared_table(FEATURE_LOADER, "FEATURE_MODULES", pkg).get(b) for b in features}
     if "model" in bound and MODEL_LOADER in entry:
         out.add(sup_model_modules(module_file(MODEL_LOADER, pkg).parent, MODEL_LOADER).get(bound["model"]))
+    if "model" in bound:
+        out |= {declared_table(mod, table, pkg).get(bound["model"]) for mod, table in MODEL_TABLES if mod in entry}
     return {m for m in out if m is not None}
 
 

@@ -70,7 +70,8 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
         deps["corpus"] = f"{D}/corpus"
     return Stage(
         name=name,
-        impl="r2m.training.stages:run",
+        # the image stages select their checkpoint (decoding, evaluation): an entry of their own
+        impl="r2m.training.image_stages:run" if uses_images else "r2m.training.stages:run",
         help=help,
         axes=("dataset", "variant", "seed"),
         deps=deps,
@@ -179,7 +180,7 @@ STAGES: tuple[Stage, ...] = (
     _train("train_i", "train_m", True, "stage 4: L_I = L_M^I + gamma * L_rec^I on unpaired images"),
     Stage(
         "caption",
-        impl="r2m.caption_cli:run",  # the stage is r2m.decoding.stage.run; caption_cli adds `r2m caption IMAGES`
+        impl="r2m.decoding.stage:run",  # `r2m caption IMAGES` (no axes): r2m.cli.STANDALONE's r2m.caption_cli
         help="beam-search captions for the evaluation images (COCO results JSON)",
         axes=("dataset", "variant", "ckpt", "seed"),
         deps={

@@ -17,6 +17,10 @@ from typing import Any
 
 from r2m import params as P
 
+# the recipes' loader, imported by name where a kind has its own check (the runner, r2m.cli, validates every
+# stage's dataset: a plain import would make the recipes every stage's code, r2m.pipeline.codedeps, while only
+# the stages over a dataset whose kind has a check load them; codedeps declares it for those)
+RECIPE_LOADER = "r2m.datasets.recipes"
 # options naming files the user must provide (resolved against the working directory)
 _DETECT_FILE_OPTIONS = ("weights", "checkpoint", "classes", "mapping", "mid_names")
 # backends that need an optional extra: (stage, backend) -> (module, extra, how to install)
@@ -101,10 +105,10 @@ def _recipe_check(params: P.Params, dataset: str) -> list[str]:
     entry = params.catalog[dataset]
     if entry.kind not in P.registered_names(P.RECIPE_SOURCES, "RECIPE_CHECKS"):  # import recipes only if checked
         return []
-    from r2m.datasets.recipes import recipe_check
+    import importlib
 
     try:
-        recipe_check(entry.kind)(entry)
+        importlib.import_module(RECIPE_LOADER).recipe_check(entry.kind)(entry)
     except (OSError, ValueError) as err:
         return [f"catalog.{dataset}: {err}"]
     return []

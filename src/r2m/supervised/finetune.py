@@ -4,8 +4,13 @@ trained on the images' pixels.
 The CNN is the dataset's ``sup_features`` backbone (same backend and options, so the same weights
 source: a file for ``vgg16`` / ``inception_v4``, the seeded net for ``random_cnn``), built with
 :func:`r2m.vision.extractors.build_extractor` and asked for its ``pooled`` feature only. It sits
-under :class:`r2m.models.scnn.SCNN` (the models layer knows no image backbone) in
-:class:`SCNNEndToEnd`, whose ``encode`` runs the CNN on a batch of ``uint8`` images. The images come
+under the baseline's model (:class:`r2m.models.scnn.SCNN`; the models layer knows no image backbone)
+in :func:`end_to_end_class`'s class, whose ``encode`` runs the CNN on a batch of ``uint8`` images. That
+class is made from the model's registry entry (:func:`r2m.models.sup_model`, loaded by name), never
+imported here: ``models/scnn.py`` stays a code dependency of S-CNN-RNN's stages only, not of every
+``train_sup`` (:mod:`r2m.pipeline.codedeps`); and this module is loaded by name for the baselines that can train
+their CNN end to end (:data:`r2m.supervised.train.END_TO_END_MODULES`), so neither it nor the feature backends
+it builds are code of the other baselines' training. The images come
 from the prepared folder (:class:`Pixels`, the :class:`r2m.supervised.data.Features` interface with
 the one kind ``image``; decoded by :mod:`r2m.vision.images`, kept in memory when they fit
 ``CACHE_BYTES``), restricted to the images ``sup_features`` could read.
@@ -22,6 +27,7 @@ the one kind ``image``; decoded by :mod:`r2m.vision.images`, kept in memory when
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -30,9 +36,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from r2m.models.scnn import SCNN
+from r2m.models import sup_model
 from r2m.supervised.data import OWN_FEATURES
-from r2m.utils.io import atomic_path, save_torch, write_json, write_parquet
+from r2m.utils.checkpoint import save_torch
+from r2m.utils.io import atomic_path, write_json, write_parquet
 
 CNN_FILE = "cnn.pt"
 CACHE_BYTES = 1 << 30  # decoded images kept in memory up to this size (tiny_paired: 3.7 MB)
@@ -87,30 +94,38 @@ class Pixels:
         self._cache = None
 
 
-class SCNNEndToEnd(SCNN):
-    """S-CNN-RNN with its CNN: ``encode`` runs ``cnn`` (uint8 images → ``{"pooled": [B, F]}``) when
-    the batch carries ``image``; everything above the CNN is :class:`SCNN`'s. ``checkpoint`` saves
-    that part only (a plain ``scnn`` checkpoint); the CNN goes to ``cnn.pt`` (:func:`save_cnn`)."""
+class EndToEnd:
+    """A baseline with its CNN, mixed in before the baseline's class (:func:`end_to_end_class`):
+    ``encode`` runs ``cnn`` (uint8 images → ``{"pooled": [B, F]}``) when the batch carries ``image``;
+    everything above the CNN is the baseline's. ``checkpoint`` saves that part only (a plain checkpoint
+    of the baseline, e.g. ``scnn``); the CNN goes to ``cnn.pt`` (:func:`save_cnn`)."""
 
     cnn: nn.Module
 
-    def attach_cnn(self, cnn: nn.Module) -> SCNNEndToEnd:
-        self.cnn = cnn
+    def attach_cnn(self, cnn: nn.Module) -> EndToEnd:
+        self.cnn = cnn  # nn.Module's __setattr__ (the baseline's): a submodule
         return self
 
     def encode(self, feats: dict[str, Tensor]) -> Tensor:
         if "image" in feats:
             pooled = self.cnn(feats["image"])["pooled"]
             feats = {**{k: v for k, v in feats.items() if k != "image"}, "pooled": pooled}
-        return super().encode(feats)
+        return super().encode(feats)  # type: ignore[misc]  # the baseline's
 
     def head_state(self) -> dict[str, Tensor]:
-        return {k: v for k, v in self.state_dict().items() if not k.startswith("cnn.")}
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("cnn.")}  # type: ignore[attr-defined]
 
     def checkpoint(self, **meta: Any) -> dict[str, Any]:
-        ck = super().checkpoint(**meta)
+        ck = super().checkpoint(**meta)  # type: ignore[misc]
         ck["state_dict"] = {k: v.detach().cpu() for k, v in self.head_state().items()}
         return ck
+
+
+@functools.cache
+def end_to_end_class(model: str) -> type:
+    """The class of the baseline ``model`` (from its registry entry) with :class:`EndToEnd` on top."""
+    base = sup_model(model)
+    return type(f"{base.__name__}EndToEnd", (EndToEnd, base), {})
 
 
 def build_cnn(backend: str, options: dict[str, Any]):
@@ -120,12 +135,12 @@ def build_cnn(backend: str, options: dict[str, Any]):
     return build_extractor(backend, {**dict(options or {}), "kinds": ["pooled"]})
 
 
-def save_cnn(model: SCNNEndToEnd, folder: Path, backend: str, options: dict[str, Any]) -> None:
+def save_cnn(model: EndToEnd, folder: Path, backend: str, options: dict[str, Any]) -> None:
     save_torch(folder / CNN_FILE, {"backend": backend, "options": dict(options or {}),
                                    "state_dict": {k: v.detach().cpu() for k, v in model.cnn.state_dict().items()}})
 
 
-def load_cnn(model: SCNNEndToEnd, folder: Path, backend: str) -> bool:
+def load_cnn(model: EndToEnd, folder: Path, backend: str) -> bool:
     """Load ``folder/cnn.pt`` into the model's CNN; False when the folder has none."""
     from r2m.utils.checkpoint import load_checkpoint
 
@@ -140,7 +155,7 @@ def load_cnn(model: SCNNEndToEnd, folder: Path, backend: str) -> bool:
 
 
 @torch.no_grad()
-def write_features(model: SCNNEndToEnd, pixels: Pixels, folder: Path, batch_size: int, device: Any,
+def write_features(model: EndToEnd, pixels: Pixels, folder: Path, batch_size: int, device: Any,
                    backend: str) -> int:
     """The fine-tuned CNN's ``pooled`` features of every image of ``pixels`` into ``folder/features``
     (``features.h5`` float16, ``index.parquet``, ``meta.json``), written whole."""

@@ -26,9 +26,15 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from r2m.supervised.skip import skip_reason
-from r2m.utils.io import mark_owned, replace_folder, write_json, write_text
+from r2m.supervised.pretrain import add_arguments  # noqa: F401  (r2m.cli reads it from the entry: --fresh)
+from r2m.supervised.skip import reset_folder, skip_reason, write_skipped
+from r2m.utils.io import mark_owned, write_json
 from r2m.utils.lazy import no_grad
+
+# the baselines whose CNN can train end to end (their section's ``cnn: end_to_end``) -> the module that does
+# it, loaded by name: r2m.pipeline.codedeps declares it for those baselines' stages only (an edit of the
+# CNN fine-tuning, or of a feature backend it builds, re-runs no m-RNN or SAT training)
+END_TO_END_MODULES: dict[str, str] = {"scnn": "r2m.supervised.finetune"}
 
 # torch, the models and the training loop are imported by the functions that train: a skipped
 # baseline (a dataset without paired captions) starts without them
@@ -37,36 +43,13 @@ if TYPE_CHECKING:
     from r2m.training import loop as L
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
-
-
 def model_section(ctx) -> dict[str, Any]:
     return getattr(ctx.params, ctx.model).model_dump()
-
-
-def reset_folder(out_dir: Path) -> None:
-    """Empty a stage's model folder: nothing of an older run (``model.pt``, ``cnn.pt``,
-    ``features/``, ``skipped.json``) may outlive the run that writes it now. Only a folder r2m
-    owns is emptied (:func:`r2m.utils.io.replace_folder`); :func:`mark_owned` records the files
-    once the stage has written them."""
-    replace_folder(out_dir)
 
 
 def pretrained(folder: Path | None) -> bool:
     """A pretrain_sup folder to start from: it has a ``model.pt`` and no skip marker."""
     return folder is not None and (folder / "model.pt").exists() and not (folder / "skipped.json").exists()
-
-
-def write_skipped(ctx, reason: str) -> None:
-    out_dir = Path(ctx.outs["model"])
-    reset_folder(out_dir)
-    write_json(out_dir / "skipped.json", {"skipped": reason})
-    ctx.save_params(out_dir)
-    mark_owned(out_dir)
-    write_text(ctx.outs["loss"], "step\tsplit\tloss\txe\n")
-    write_json(ctx.outs["metrics"], {"model": ctx.model, "skipped": reason})
-    ctx.log.info("train_sup: %s", reason)
 
 
 @no_grad
@@ -86,30 +69,25 @@ def perplexity(model, pairs: PairedSet, batch_size: int, device) -> float | None
     return math.exp(nll / words) if words else None
 
 
-def run_pretrain(ctx) -> None:
-    """``pretrain_sup``: the model's pretraining phase (S-CNN-RNN: concept head and LSTM in
-    parallel, the LSTM fed the ground-truth concepts) for ``train_sup.pretrain_steps`` steps; a
-    model without one (or with 0 steps) gets ``skipped.json`` and train_sup starts from scratch."""
-    reason = skip_reason(ctx.deps["sup_vocab"])
-    steps = ctx.params.train_sup.for_model(ctx.model).pretrain_steps
-    if not reason:
-        from r2m.models import sup_model
-
-        if "pretrain" not in sup_model(ctx.model).phases:
-            reason = f"{ctx.model} has no pretraining phase"
-        elif steps == 0:
-            reason = f"train_sup.pretrain_steps is 0 for {ctx.model}"
-    if reason:
-        write_skipped(ctx, reason)
-        return
-    _train(ctx, "pretrain")
-
-
 def run(ctx) -> None:
-    _train(ctx, "train")
+    train_phase(ctx, "train")
 
 
-def _train(ctx, phase: str) -> None:
+def _end_to_end(name: str, section: dict[str, Any]):
+    """The module that trains ``name``'s CNN end to end (:data:`END_TO_END_MODULES`) when its section asks for
+    it, else None."""
+    import importlib
+
+    module = END_TO_END_MODULES.get(name)
+    if module is None:
+        return None
+    finetune = importlib.import_module(module)
+    return finetune if finetune.end_to_end(section) else None
+
+
+def train_phase(ctx, phase: str) -> None:
+    """``phase`` ``train`` (stage ``train_sup``) or ``pretrain`` (``pretrain_sup``, :mod:`r2m.supervised.pretrain`,
+    which loads this module by name for the baselines that have a pretraining phase)."""
     reason = skip_reason(ctx.deps["sup_vocab"])
     if reason:
         write_skipped(ctx, reason)
@@ -117,12 +95,11 @@ def _train(ctx, phase: str) -> None:
     import torch
 
     from r2m.models import build_sup_model
-    from r2m.supervised import finetune
     from r2m.supervised.data import Features, PairedSet
     from r2m.text.vocab import load_itos
     from r2m.training import loop as L
     from r2m.utils import resume as RS
-    from r2m.utils.io import save_torch
+    from r2m.utils.checkpoint import save_torch
 
     name = ctx.model
     tp = ctx.params.train_sup.for_model(name)
@@ -143,7 +120,8 @@ def _train(ctx, phase: str) -> None:
     captions = pq.read_table(Path(ctx.deps["sup_vocab"]) / "captions.parquet",
                              columns=["image_id", "split", "caption"]).to_pydict()
     section = cls.prepare_params(model_section(ctx), captions)
-    e2e = finetune.end_to_end(section)
+    finetune = _end_to_end(name, section)
+    e2e = finetune is not None
     feats = Features(ctx.deps["features"], cls.feature_kinds)
     source, backbone = feats, None
     sf = ctx.params.sup_features
@@ -156,7 +134,7 @@ def _train(ctx, phase: str) -> None:
     ctx.log.info("train_sup: %s on %d training pairs (%d val, %d test); %d pairs lack features", name,
                  len(train), len(val), len(test), train.n_missing + val.n_missing + test.n_missing)
     if e2e:
-        model = finetune.SCNNEndToEnd.from_params(section, len(itos), feats.shapes).attach_cnn(backbone.model)
+        model = finetune.end_to_end_class(name).from_params(section, len(itos), feats.shapes).attach_cnn(backbone.model)
         ctx.log.info("train_sup: %s end to end: the %s CNN trains on %s images", name, sf.backend,
                      "x".join(map(str, backbone.size)))
     else:

@@ -44,9 +44,9 @@ from torch import Tensor
 from r2m.training import distributed
 from r2m.training import step as ST
 from r2m.utils import resume as RS
-from r2m.utils.checkpoint import CheckpointError, load_checkpoint
+from r2m.utils.checkpoint import CheckpointError, load_checkpoint, save_torch
 from r2m.utils.digest import tree_digest
-from r2m.utils.io import file_digest, save_torch, write_text
+from r2m.utils.io import file_digest, write_text
 from r2m.utils.progress import progress
 
 Selector = Callable[[Any, int], float]

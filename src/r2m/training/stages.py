@@ -27,8 +27,11 @@ dynamic eager step of before. ``train_metrics.json`` records ``tf32``, ``cuda_gr
 **Checkpoint selection** (e.g. by validation CIDEr): call :func:`train` with
 ``select=fn(model, step) -> float`` (higher is better). It is called at every ``eval_every`` step
 and the final step; ``model.pt`` then holds the best-scoring weights (``selected_step`` and
-``selected_score`` in the metrics) instead of the last ones. The DAG stage passes a CIDEr selector
-for the image stages (``<stage>.select_by``: auto/cider) (see :mod:`r2m.training.selection`).
+``selected_score`` in the metrics) instead of the last ones. The image stages' entry,
+:mod:`r2m.training.image_stages`, passes a CIDEr selector (``<stage>.select_by``: auto/cider; see
+:mod:`r2m.training.selection`); this module's :func:`run` is the text stages' (``train_xe``, ``train_s``:
+no images to select by, the last checkpoint is kept), and imports no decoding or evaluation, so neither is
+a code dependency of theirs (:mod:`r2m.pipeline.codedeps`).
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ from r2m.training.data import ImageSet, TextStream, pad_image, pad_text
 from r2m.training.loop import NonFiniteLoss, Selector  # noqa: F401  (public names of this stage)
 from r2m.training.objectives import OBJECTIVES, Objective, text_objective, val_gamma  # noqa: F401
 from r2m.utils import resume as RS
-from r2m.utils.checkpoint import CheckpointError, load_checkpoint
-from r2m.utils.io import atomic_path, save_torch, write_json
+from r2m.utils.checkpoint import CheckpointError, load_checkpoint, save_torch
+from r2m.utils.io import atomic_path, write_json
 
 
 def add_arguments(parser) -> None:
@@ -133,16 +136,12 @@ def static_shape(obj: Objective, tp, ctx) -> ST.StaticShape:
 
 # --------------------------------------------------------------------------- the stage
 def run(ctx) -> None:
-    select = None
-    how = getattr(ctx.params, ctx.stage.name).select_by
-    has_images = "prepared" in ctx.deps
-    if how == "cider" and not has_images:
+    """The text stages (``train_xe``, ``train_s``): the last checkpoint is kept (``select_by`` auto or last)."""
+    if "prepared" in ctx.deps:
+        raise TypeError(f"{ctx.stage.name}: an image stage; its entry is r2m.training.image_stages:run")
+    if getattr(ctx.params, ctx.stage.name).select_by == "cider":
         raise ValueError(f"{ctx.stage.name}.select_by: cider needs images; only train_m/train_i can use it")
-    if how == "cider" or (how == "auto" and has_images):
-        from r2m.training.selection import cider_selector
-
-        select = cider_selector(ctx, ctx.runtime.torch_device(), load_itos(ctx.deps["vocab"]))
-    train(ctx, select)
+    train(ctx)
 
 
 class _Data:

@@ -5,7 +5,7 @@ refused) and turns every failure — missing, truncated or corrupt, refused pick
 missing, content that does not match its digest — into a :class:`CheckpointError` whose one-line
 message names the file and says what to do.
 
-**Digest.** Every checkpoint dict r2m writes (:func:`r2m.utils.io.save_torch`) carries
+**Digest.** Every checkpoint dict r2m writes (:func:`save_torch`) carries
 ``"digest"``: the SHA-256 of its content (:func:`content_digest`: keys, plain values, every tensor's
 dtype, shape and bytes), checked on load. A file whose bytes changed after it was written (bit rot,
 a partial copy that still unpickles) is refused instead of loading garbage weights. Checkpoints
@@ -18,6 +18,8 @@ import pickle
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from r2m.utils.io import atomic_path
 
 
 class CheckpointError(ValueError):
@@ -107,3 +109,41 @@ def load_checkpoint(path: str | Path, required: Sequence[str] = (), hint: str = 
         raise CheckpointError(f"{path}: not an r2m checkpoint, missing key(s) {missing} "
                               f"(has {sorted(map(str, obj))[:8]}); {hint}")
     return obj
+
+
+def save_torch(path: str | Path, obj: Any) -> Path:
+    """``torch.save`` atomically (:func:`r2m.utils.io.atomic_path`); a dict gets its content digest (checked
+    by :func:`load_checkpoint`)."""
+    import torch
+
+    with atomic_path(path, suffix=".pt") as tmp, open(tmp, "wb", buffering=0) as fh:
+        out = _Writes(fh)
+        try:
+            torch.save(with_digest(obj), out)
+        except RuntimeError:  # torch reports a failed write as "[enforce fail ...] unexpected pos ..."
+            if out.error is None:
+                raise
+            raise OSError(out.error.errno, out.error.strerror, str(path)) from None
+    return Path(path)
+
+
+class _Writes:
+    """A file for ``torch.save`` that keeps the ``OSError`` of a failed write (a full disk), which
+    torch itself reports only as a position mismatch."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh, self.error = fh, None
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        try:
+            while done < len(view):
+                done += self.fh.write(view[done:]) or 0
+        except OSError as err:
+            self.error = err
+            raise
+        return done
+
+    def flush(self) -> None:
+        self.fh.flush()
