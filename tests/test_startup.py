@@ -168,3 +168,23 @@ def test_declared_keys_kept_equal_a_fresh_scan(tmp_path, monkeypatch):
     fresh = declared.declared_keys.__wrapped__(P.RECIPE_SOURCES, "RECIPES", ("Benchmark",))
     assert first == kept == fresh and "demo" in fresh and all(isinstance(v, tuple) for v in fresh.values())
     assert len(list((tmp_path / "cache" / "source-scans").glob("*.json"))) == 1
+
+
+def test_the_kept_import_graph_equals_a_fresh_scan(tmp_path, monkeypatch):
+    """The package's import arrows through the cache (twice: the second parses nothing) equal a scan with no
+    cache; an arrow read by hand is among them (training/image_stages.py imports training.selection)."""
+    from r2m.utils import imports, source_cache
+
+    monkeypatch.setenv("R2M_CACHE", str(tmp_path / "cache"))
+    first = imports.import_graph()
+    calls = []
+    parse = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: calls.append(1) or parse(*a, **k))
+    kept = imports.import_graph()
+    assert calls == []  # read from the cache
+    monkeypatch.setattr(source_cache, "_PACKAGE", (tmp_path / "nowhere").resolve())
+    fresh = imports.import_graph()
+    assert len(calls) == len(fresh[0])  # every file parsed again
+    assert first == kept == fresh
+    assert any(e.src == "r2m.training.image_stages" and e.dst == "r2m.training.selection" for e in fresh[1])
+    assert len(list((tmp_path / "cache" / "source-scans").glob("*.json"))) == 1
