@@ -128,7 +128,7 @@ class Stage:
     fixed: tuple[tuple[str, str], ...] = ()
     # files outside the DAG the stage reads: "module:function" ``(params, dataset) -> digest`` of what it
     # records of them, the rule's ``external`` param under Snakemake (compared by content); DVC cannot list
-    # them per matrix item, so such a stage is ``always_changed`` there and its output (a digest of those
+    # them per instance, so such a stage is ``always_changed`` there and its output (a digest of those
     # files) is what later stages depend on
     external: str = ""
     always_changed: bool = False
@@ -139,7 +139,7 @@ class Stage:
     # ------------------------------------------------------------------ one instance
     def key(self, bound: Mapping[str, Any] | None = None) -> str:
         """An instance's name: its axis values joined by ``-`` (``all`` without axes), as logs, ``.params/``
-        files, DVC's matrix items and resume folders spell it; without ``bound``, the ``{axis}`` template."""
+        files, DVC (``stage@key``) and resume folders spell it; without ``bound``, the ``{axis}`` template."""
         return stage_key({a: f"{{{a}}}" if bound is None else bound[a] for a in self.axes})
 
     def inputs(self, params: P.Params, bound: Mapping[str, str]) -> list[str]:
