@@ -106,8 +106,9 @@ def resolver_stage() -> dict[str, Any]:
     }
 
 
-def render(params: P.Params) -> str:
-    lists, uses = instance_lists(params)
+def render(params: P.Params, lists_uses: tuple[dict, dict[str, str]] | None = None) -> str:
+    """``dvc.yaml``'s text for ``params``; ``lists_uses``: their :func:`instance_lists`, when already made."""
+    lists, uses = lists_uses or instance_lists(params)
     head = yaml.safe_dump({"vars": [{INSTANCES: lists}]}, sort_keys=False, width=120, default_flow_style=None)
     doc = {"stages": {"resolve_params": resolver_stage(), **{s.name: dvc_stage(s, uses.get(s.name)) for s in STAGES}}}
     return HEADER + head + yaml.safe_dump(doc, sort_keys=False, width=120)
@@ -151,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     except P.ParamsError as err:
         print(f"r2m dag: {err}", file=sys.stderr)
         return 2
-    text = render(params)
+    lists, uses = instance_lists(params)
+    text = render(params, (lists, uses))
     path = Path(args.file)
     if args.print:
         sys.stdout.write(text)
@@ -160,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
         from r2m.utils.io import write_text
 
         write_text(path, text)
-        lists, uses = instance_lists(params)
         print(f"wrote {path} ({len(STAGES)} stages, {sum(len(lists[uses[s.name]]) for s in STAGES if s.axes)} "
               f"instances of stages with axes)")
         return 0

@@ -43,11 +43,9 @@ def _multilabel(ctx, model, feats, device) -> dict[str, Any]:
     scores_t = torch.cat(scores) if scores else torch.zeros(0, model.cfg.num_concepts)
     captions = pq.read_table(Path(ctx.deps["sup_vocab"]) / "captions.parquet",
                              columns=["image_id", "split", "caption"]).to_pydict()
-    train = [i for i, sp in zip(captions["image_id"], captions["split"], strict=True) if sp == "train"]
-    model.bind_data({"image_id": [i for i, sp in zip(captions["image_id"], captions["split"], strict=True)
-                                  if sp == "train"],
-                     "caption": [c for c, sp in zip(captions["caption"], captions["split"], strict=True)
-                                 if sp == "train"]})
+    rows = [n for n, sp in enumerate(captions["split"]) if sp == "train"]
+    train = [captions["image_id"][n] for n in rows]
+    model.bind_data({"image_id": train, "caption": [captions["caption"][n] for n in rows]})
     uniq = sorted(set(map(str, train)))
     freq = model.labels_of(uniq).mean(0) if uniq else torch.zeros(model.cfg.num_concepts)
     k = 3
