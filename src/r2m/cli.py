@@ -153,7 +153,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         return 2
     if "seed" in stage.axes and pre.seed is not None and not (pre.seed.isascii() and pre.seed.isdigit()
                                                               and int(pre.seed) <= P.MAX_SEED):
-        print(f"r2m {stage.name}: --seed {pre.seed!r}: a run's seed is an integer from 0 to {P.MAX_SEED}",
+        print(f"r2m {stage.name}: --seed {pre.seed!r}: a run's seed is a non-negative integer, at most {P.MAX_SEED}",
               file=sys.stderr)
         return 2
     alone = stage.name in STANDALONE and any(getattr(pre, a) is None for a in stage.axes)

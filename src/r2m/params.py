@@ -113,8 +113,8 @@ def check_seeds(seeds: list[int], what: str) -> list[int]:
         raise ValueError(f"{what}: give at least one seed")
     bad = [x for x in seeds if not 0 <= x <= MAX_SEED]
     if bad:
-        raise ValueError(f"{what}: a seed is an integer from 0 to {MAX_SEED} (2**32 - 1, what the random number "
-                         f"generators take), got {bad[0]}")
+        raise ValueError(f"{what}: a seed is a non-negative integer, at most {MAX_SEED} (2**32 - 1, what the random "
+                         f"number generators take), got {bad[0]}")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"{what}: a seed is listed twice in {seeds}")
     return seeds
