@@ -26,6 +26,7 @@ import glob
 import json
 import logging
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from r2m.utils.guard import not_a_file, positive_int
@@ -117,13 +118,14 @@ def _stream(cap, paths: list[Path], args: argparse.Namespace) -> tuple[list[dict
                          attention=bool(args.html))  # checks the settings before any image is read
     with progress(total=len(paths), desc="caption", unit="img") as bar:
         for good, skipped in batches:
-            for b in skipped:
-                bar.clear()
-                print(f"r2m caption: bad image {path_field(b['path'])}: {' '.join(b['reason'].split())}",
-                      file=sys.stderr, flush=True)
-            if not args.json:
-                for r in good:
-                    print(f"{path_field(r['path'])}\t{r['caption']}", flush=True)
+            with bar.external_write_mode(file=sys.stdout) if sys.stderr.isatty() else nullcontext():
+                # on a terminal the bar is cleared, then redrawn below the new lines
+                for b in skipped:
+                    print(f"r2m caption: bad image {path_field(b['path'])}: {' '.join(b['reason'].split())}",
+                          file=sys.stderr, flush=True)
+                if not args.json:
+                    for r in good:
+                        print(f"{path_field(r['path'])}\t{r['caption']}", flush=True)
             results += good
             bad += skipped
             bar.update(len(good) + len(skipped))
