@@ -8,7 +8,8 @@ IMAGES are files, folders (their image files, not recursive) or glob patterns. T
 ``inference.json``: the vocabulary and the concept/detector/feature/caption settings it was trained
 with (:mod:`r2m.decoding.settings`); the captioning is
 :class:`r2m.decoding.photos.Captioner`. Detection, (when ``no_concepts`` is ``image``) features and
-beam search run batched. Prints ``path<TAB>caption`` per image, the path as a JSON string (in
+beam search run batched, a batch at a time: each batch's ``path<TAB>caption`` lines are printed (and
+flushed) as soon as it is done, with a progress bar on stderr (:func:`_stream`). The path is a JSON string (in
 double quotes, escaped) when it holds a control character, a line or other separator, or starts with
 ``"`` (:func:`path_field`), so every line splits at its first TAB outside quotes (``--json``: a JSON
 list with the concepts and scores); ``--html OUT`` writes a static gallery (``OUT/index.html`` with
