@@ -200,16 +200,19 @@ def test_cli_rejects_bad_axis(argv, repo_root):
 
 def test_stage_failure_is_one_clear_message_with_traceback_in_log(repo_root, tmp_path):
     raw = yaml.safe_load((repo_root / "params.yaml").read_text())
-    (tmp_path / "empty_dir").mkdir()  # exists (checked with the params), holds no image: fails when run
-    (tmp_path / "c.txt").write_text("a dog\n")
-    raw["catalog"]["mine"] = {"kind": "folder", "images": str(tmp_path / "empty_dir"), "corpus": "c.txt"}
+    (tmp_path / "photos").mkdir()  # exists and holds the referenced image (checked with the params)
+    (tmp_path / "photos" / "a.png").write_bytes(b"png")
+    (tmp_path / "refs.json").write_text('{"images": [{"id": 1, "file_name": "a.png"}], "annotations": []}')
+    (tmp_path / "c.txt").write_text("\n\n")  # no sentence: fails when run
+    raw["catalog"]["mine"] = {"kind": "folder", "images": str(tmp_path / "photos"), "corpus": "c.txt",
+                              "references": "refs.json"}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     r = run([str(BIN / "r2m"), "prepare", "--dataset", "mine"], cwd=tmp_path)
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
-    assert "r2m prepare failed" in r.stderr and "empty_dir" in r.stderr
+    assert "r2m prepare failed" in r.stderr and "c.txt has no sentence" in r.stderr
     log = (tmp_path / "logs/prepare/mine.log").read_text()
-    assert "Traceback" in log and "empty_dir" in log
+    assert "Traceback" in log and "c.txt" in log
     assert not (tmp_path / "data/mine/prepared").exists()  # nothing half-written
 
 

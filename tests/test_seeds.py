@@ -142,7 +142,7 @@ def test_a_bad_seed_argument_is_one_line(capsys) -> None:
 
     assert main(["train_xe", "--dataset", "tiny", "--variant", "r2m", "--seed", "x1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "r2m train_xe: --seed 'x1': a run's seed is a non-negative integer"
+    assert err == "r2m train_xe: --seed 'x1': a run's seed is a non-negative integer, at most 4294967295"
 
 
 # --------------------------------------------------------------------------- the tables gather every seed

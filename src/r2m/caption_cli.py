@@ -8,7 +8,8 @@ IMAGES are files, folders (their image files, not recursive) or glob patterns. T
 ``inference.json``: the vocabulary and the concept/detector/feature/caption settings it was trained
 with (:mod:`r2m.decoding.settings`); the captioning is
 :class:`r2m.decoding.photos.Captioner`. Detection, (when ``no_concepts`` is ``image``) features and
-beam search run batched. Prints ``path<TAB>caption`` per image, the path as a JSON string (in
+beam search run batched, a batch at a time: each batch's ``path<TAB>caption`` lines are printed (and
+flushed) as soon as it is done, with a progress bar on stderr (:func:`_stream`). The path is a JSON string (in
 double quotes, escaped) when it holds a control character, a line or other separator, or starts with
 ``"`` (:func:`path_field`), so every line splits at its first TAB outside quotes (``--json``: a JSON
 list with the concepts and scores); ``--html OUT`` writes a static gallery (``OUT/index.html`` with
@@ -26,6 +27,7 @@ import glob
 import json
 import logging
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from r2m.utils.guard import not_a_file, positive_int
@@ -105,6 +107,32 @@ def path_field(path: str) -> str:
     return json.dumps(path, ensure_ascii=False)
 
 
+def _stream(cap, paths: list[Path], args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """Caption ``paths`` a batch at a time: each ``path<TAB>caption`` line (and each bad image, on stderr)
+    printed and flushed as soon as its batch is done, a progress bar on stderr (a line every 30 s when
+    stderr is no terminal: :func:`r2m.utils.progress.progress`); all captions and bad images."""
+    from r2m.utils.progress import progress
+
+    results: list[dict] = []
+    bad: list[dict] = []
+    batches = cap.chunks(paths, args.batch_size, args.beam, args.max_len, args.no_concepts,
+                         attention=bool(args.html))  # checks the settings before any image is read
+    with progress(total=len(paths), desc="caption", unit="img") as bar:
+        for good, skipped in batches:
+            with bar.external_write_mode(file=sys.stdout) if sys.stderr.isatty() else nullcontext():
+                # on a terminal the bar is cleared, then redrawn below the new lines
+                for b in skipped:
+                    print(f"r2m caption: bad image {path_field(b['path'])}: {' '.join(b['reason'].split())}",
+                          file=sys.stderr, flush=True)
+                if not args.json:
+                    for r in good:
+                        print(f"{path_field(r['path'])}\t{r['caption']}", flush=True)
+            results += good
+            bad += skipped
+            bar.update(len(good) + len(skipped))
+    return results, bad
+
+
 def standalone(args: argparse.Namespace) -> int:
     """``r2m caption IMAGES…`` (called by :mod:`r2m.cli` when the stage's axes are not given)."""
     from r2m.decoding.photos import Captioner
@@ -155,21 +183,17 @@ def standalone(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        results, bad = cap.caption(paths, args.batch_size, args.beam, args.max_len, args.no_concepts,
-                                   attention=bool(args.html))
+        results, bad = _stream(cap, paths, args)
     except (FileNotFoundError, ValueError, RuntimeError, ImportError) as err:  # a detector or feature
         # backend that cannot be built here (weights missing, an extra not installed): one line
         print(f"r2m caption: --model {model_dir}: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
     bad += [{"path": item, "reason": reason} for item, reason in missing]
-    for b in bad:
-        print(f"r2m caption: bad image {path_field(b['path'])}: {' '.join(b['reason'].split())}", file=sys.stderr)
+    for item, reason in missing:
+        print(f"r2m caption: bad image {path_field(item)}: {' '.join(reason.split())}", file=sys.stderr)
     if args.json:
         print(json.dumps({"model": str(model_dir), "captions": [{k: v for k, v in r.items() if k != "attention"}
                                                                 for r in results], "bad_images": bad}, indent=1))
-    else:
-        for r in results:
-            print(f"{path_field(r['path'])}\t{r['caption']}")
     if args.html:
         from r2m.reports.gallery import write_gallery
 

@@ -151,8 +151,10 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         print(f"r2m {stage.name}: --model {pre.model!r}: choose from {', '.join(P.SUP_MODEL_NAMES)}",
               file=sys.stderr)
         return 2
-    if "seed" in stage.axes and pre.seed is not None and not (pre.seed.isascii() and pre.seed.isdigit()):
-        print(f"r2m {stage.name}: --seed {pre.seed!r}: a run's seed is a non-negative integer", file=sys.stderr)
+    if "seed" in stage.axes and pre.seed is not None and not (pre.seed.isascii() and pre.seed.isdigit()
+                                                              and int(pre.seed) <= P.MAX_SEED):
+        print(f"r2m {stage.name}: --seed {pre.seed!r}: a run's seed is a non-negative integer, at most {P.MAX_SEED}",
+              file=sys.stderr)
         return 2
     alone = stage.name in STANDALONE and any(getattr(pre, a) is None for a in stage.axes)
     module, func = _load(STANDALONE[stage.name] if alone else stage.impl)

@@ -45,6 +45,13 @@ TRAIN_STAGES = ("train_xe", "train_s", "train_m", "train_i")
 
 # the largest batch any section accepts: more rows than this in one batch is a typo (1e12), not a setting
 MAX_BATCH = 1 << 20
+# a seed is 0 .. 2**32 - 1: what numpy's legacy seeding and every RNG the project seeds take (torch takes up to
+# 2**64 - 1, numpy's SeedSequence any non-negative integer); a run's seed is added to each section's seed, and two
+# such seeds add up to far below torch's limit (2**64 failed in training: "Overflow when unpacking long long")
+MAX_SEED = 2**32 - 1
+# beam width: each step scores batch x beam x vocabulary candidates (beam 100,000 with a 10,000-word vocabulary is
+# 4 GB of scores per image); published captioners use 1 to 20, and no width above a few dozen changes a caption
+MAX_BEAM = 100
 
 
 class ParamsError(ValueError):
@@ -91,7 +98,7 @@ def seed_numbers(value: Any) -> Any:
     """A seed list as given on a command line (Snakemake's ``--config 'seeds=[0,1]'`` reads ``["0", "1"]``):
     digit strings become integers, anything else is left to the schema."""
     def one(x: Any) -> Any:
-        return int(x) if isinstance(x, str) and x.isascii() and x.isdigit() else x
+        return int(x) if isinstance(x, str) and re.fullmatch(r"[+-]?[0-9]+", x.strip()) else x
 
     if isinstance(value, list):
         return [one(x) for x in value]
@@ -101,12 +108,13 @@ def seed_numbers(value: Any) -> Any:
 
 
 def check_seeds(seeds: list[int], what: str) -> list[int]:
-    """A seed list: non-empty, each seed a non-negative integer named once (seeds name folders: ``s<seed>``)."""
+    """A seed list: non-empty, each seed an integer in ``0 .. MAX_SEED`` named once (seeds name folders: ``s<seed>``)."""
     if not seeds:
         raise ValueError(f"{what}: give at least one seed")
-    bad = [x for x in seeds if x < 0]
+    bad = [x for x in seeds if not 0 <= x <= MAX_SEED]
     if bad:
-        raise ValueError(f"{what}: seeds are non-negative integers, got {bad}")
+        raise ValueError(f"{what}: a seed is a non-negative integer, at most {MAX_SEED} (2**32 - 1, what the random "
+                         f"number generators take), got {bad[0]}")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"{what}: a seed is listed twice in {seeds}")
     return seeds
@@ -210,7 +218,7 @@ class CorpusParams(_Section):
     max_tokens: int = Field(40, ge=1, description="drop sentences with more tokens")
     require_concept: bool = True
     holdout: float = Field(0.01, ge=0, lt=1, description="fraction held out for validation")
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
 
     @model_validator(mode="after")
     def _min_le_max(self) -> CorpusParams:
@@ -356,7 +364,7 @@ class TrainParams(_Section):
     eval_every: int = Field(500, ge=1)
     checkpoint_every: int = Field(500, ge=1)
     margin: float = Field(0.2, ge=0)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     select_by: Literal["auto", "last", "cider"] = Field(
         "auto", description="checkpoint kept: the best by val-image CIDEr (cider; image stages only), "
         "the final one (last), or auto = cider for image stages, last for text stages")
@@ -395,7 +403,7 @@ class TrainSupParams(_Section):
     clip: float = Field(5.0, gt=0)
     eval_every: int = Field(500, ge=1)
     checkpoint_every: int = Field(500, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     select_by: Literal["last", "cider", "bleu4"] = Field(
         "last", description="keep the final weights, or the checkpoint with the best val CIDEr / BLEU-4 "
         "(checked every eval_every steps; Show, Attend and Tell early-stops on val BLEU)")
@@ -429,11 +437,11 @@ class RetrievalParams(_Section):
     image_block: int = Field(32, ge=1, description="images scored against all sentences per pass")
     prior_images: int = Field(1000, ge=0, description="m-RNN's sampled images I' for P(sentence), drawn with `seed` "
                                                      "from the train images; 0 = the queried split's own images")
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
 
 
 class CaptionParams(_Section):
-    beam: int = Field(3, ge=1)
+    beam: int = Field(3, ge=1, le=MAX_BEAM, description=f"beam width (at most {MAX_BEAM})")
     max_len: int = Field(20, ge=2)
     batch_size: int = Field(64, ge=1, le=MAX_BATCH)
     split: Literal["test", "val"] = "test"
@@ -441,7 +449,7 @@ class CaptionParams(_Section):
         "beam", description="supervised baselines (caption_sup): beam (width `beam`) | greedy | sample (at "
                             "`temperature`, seeded by `seed`); R2M's caption stage decodes by fidelity.decoding")
     temperature: float = Field(1.0, ge=0, description="decoder sample: softmax temperature (0 = greedy)")
-    seed: int = Field(0, description="decoder sample: seed of the draws")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="decoder sample: seed of the draws")
     no_concepts: Literal["empty", "image", "top1"] = Field(
         "empty", description="images without concepts: empty (v = 0, the paper) | image (v̂^I) | top1 (best "
                              "concept below the threshold)")

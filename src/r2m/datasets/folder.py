@@ -1,4 +1,4 @@
-"""``folder``: bring your own images, (optional) COCO references and a text corpus.
+"""``folder``: bring your own images, their COCO references and a text corpus.
 
 Catalog entry keys::
 
@@ -7,7 +7,7 @@ Catalog entry keys::
       images: path/to/images        # a directory, searched recursively for image files
                                     # (hidden entries skipped, extensions in any case: list_images)
       corpus: path/to/corpus.txt    # UTF-8, one sentence per line
-      references: path/to/refs.json # optional, COCO caption-annotation JSON
+      references: path/to/refs.json # COCO caption-annotation JSON: the test images
       val_fraction: 0.0             # optional: share of the referenced images used for validation
       train_references: path/to/train_refs.json  # optional, COCO caption JSON of training images:
                                     # paired captions for the supervised baselines (m-RNN, ...)
@@ -16,7 +16,9 @@ Image ids are the file stems, except for images named in the references JSON (ma
 ``file_name``, as a path relative to ``images`` or a bare file name), which keep the JSON's ids.
 Referenced images are the evaluation images (``test``; a deterministic ``val_fraction`` of them
 ``val``), all others ``train``. Images of ``train_references`` must not be in ``references``; their
-captions become ``train_references.json``. Paths in ``images.parquet`` are ``images``/relative path, i.e. as
+captions become ``train_references.json``. Without ``references`` there would be no test image
+to caption and score, so the params check (:func:`check`, before any stage) refuses the entry, as it
+refuses a references file that names an image not in the folder. Paths in ``images.parquet`` are ``images``/relative path, i.e. as
 the entry gives the folder (relative to the repository root, or absolute).
 
 Two stages read the reference files. ``prepare`` (:func:`folder`) reads only which images they list
@@ -148,11 +150,48 @@ def _corpus(path: Path) -> Iterator[str]:
         raise ValueError(f"catalog entry (kind folder): corpus: {path} has no sentence (empty or blank lines only)")
 
 
+NO_REFERENCES = ("references: not given; the pipeline captions and scores a dataset's test images, which are "
+                 "the images its references file lists (COCO caption JSON). Give one, or caption a folder of "
+                 "images without references with `r2m caption FOLDER --model MODEL`")
+
+
+def _referenced_files(images_dir: Path, refs_path: Path) -> None:
+    """Every image a references file lists is a file under ``images_dir`` (found as ``prepare`` finds it:
+    its relative path, else a unique bare name); else FileNotFoundError naming the file and record.
+    Reads only the ``images`` list (the captions are the ``references`` stage's to check); a stat per
+    record, and the folder is listed only when a name is not found as a relative path (5,000
+    references: about 0.1 s)."""
+    data = read_json(refs_path)
+    records = data.get("images") if isinstance(data, dict) else None
+    if not isinstance(records, list) or not all(isinstance(r, dict) and r.get("file_name") for r in records):
+        records = load_references(refs_path)[0]  # malformed: its own one-line error names the record
+    root = str(images_dir)
+    match = None
+    for img in records:
+        name = str(img["file_name"])
+        if (not os.path.isabs(name) and not any(p.startswith(".") for p in name.split("/"))
+                and os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES and os.path.isfile(os.path.join(root, name))):
+            continue
+        match = match or _matcher(list_images(images_dir))
+        if match(name) is None:
+            raise FileNotFoundError(f"{refs_path}: image {str(img.get('id'))!r}: file_name {name!r} not found (or "
+                                    f"ambiguous) under {images_dir}")
+
+
 @RECIPE_CHECKS.register("folder")
 def check(entry: DatasetEntry) -> None:
-    _path_option(entry, "images", True, want_dir=True)
+    """What ``prepare`` would refuse, found when the params are checked (before any stage runs): the
+    folder, corpus and references exist, the references are given, and each image they list is there."""
+    images_dir = _path_option(entry, "images", True, want_dir=True)
     _path_option(entry, "corpus", True)
-    _path_option(entry, "references", False)
+    refs_path = _path_option(entry, "references", False)
+    if refs_path is None:
+        raise ValueError(f"catalog entry (kind folder): {NO_REFERENCES}")
+    assert images_dir is not None
+    _referenced_files(images_dir, refs_path)
+    train_refs_path = _path_option(entry, "train_references", False)
+    if train_refs_path is not None:
+        _referenced_files(images_dir, train_refs_path)
 
 
 @RECIPES.register("folder", keys=("images", "corpus", "references", "train_references", "val_fraction"))

@@ -7,6 +7,7 @@ those of decoding (:mod:`r2m.pipeline.codedeps`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,12 @@ from r2m.text.vocab import END
 
 class Captioner:
     """A checkpoint with its recorded settings (:mod:`r2m.decoding.settings`), ready to caption
-    image files: detection, (for ``no_concepts: image``) features, beam search — batched."""
+    image files: detection, (for ``no_concepts: image``) features, beam search — batched. The detector
+    (and feature extractor) is built once, so :meth:`chunks` can caption a long list a batch at a time."""
 
     def __init__(self, model_dir: str | Path, device: Any = "cpu", root: Path = Path("."), hint: str = ""):
         from r2m.decoding import settings
+        from r2m.text.dictionary import load_dictionary
 
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "model.pt").exists():
@@ -33,27 +36,60 @@ class Captioner:
         self.model, self.ckpt, _ = load_checkpoint_model(self.model_dir, device)
         self.device = device
         self.settings = settings.load(self.model_dir, self.ckpt, root)
+        try:  # a name of this project's dictionaries, never a path (before any image is read)
+            name = self.settings["concepts"].get("dictionary")
+            if not isinstance(name, str):
+                raise ValueError(f"expected a dictionary name, got {name!r}")
+            load_dictionary(name)
+        except ValueError as err:
+            raise ValueError(f"{self.model_dir / settings.FILE}: concepts.dictionary: {err}") from None
         self.itos: list[str] = self.settings["itos"]
         check_vocab(self.model, self.itos, self.model_dir, "recorded vocabulary")
         self.stoi = {w: i for i, w in enumerate(self.itos)}
+        self._detector: Any = None
+        self._extractor: Any = None
 
     def caption(self, paths: list[Path], batch_size: int | None = None, beam: int | None = None,
                 max_len: int | None = None, no_concepts: str | None = None,
                 attention: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
         """Captions (in input order) of the readable images, and the bad ones ``{path, reason}``."""
+        out: list[dict[str, Any]] = []
+        bad: list[dict[str, str]] = []
+        for good, skipped in self.chunks(paths, batch_size, beam, max_len, no_concepts, attention):
+            out += good
+            bad += skipped
+        return out, bad
+
+    def chunks(self, paths: list[Path], batch_size: int | None = None, beam: int | None = None,
+               max_len: int | None = None, no_concepts: str | None = None, attention: bool = False
+               ) -> Iterator[tuple[list[dict[str, Any]], list[dict[str, str]]]]:
+        """:meth:`caption` a batch of ``batch_size`` images at a time, in input order: each batch's captions
+        and bad images as soon as they are made. The settings are checked before the first image is read."""
+        from r2m.decoding import settings
+
+        s = self.settings
+        batch_size = batch_size or int(s["detect_concepts"].get("batch_size", 8))
+        beam, max_len = beam or int(s["caption"]["beam"]), max_len or int(s["caption"]["max_len"])
+        settings.beam_problem(beam, "beam")
+        return (self._batch(paths[i: i + batch_size], batch_size, beam, max_len, no_concepts, attention)
+                for i in range(0, len(paths), batch_size))
+
+    def _batch(self, paths: list[Path], batch_size: int, beam: int, max_len: int, no_concepts: str | None,
+               attention: bool) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
         import pandas as pd
 
-        from r2m.vision.detectors import detect_images
+        from r2m.vision.detectors import Env, build_detector
 
         s = self.settings
         det_p, cap, conc = s["detect_concepts"], s["caption"], s["concepts"]
-        batch_size = batch_size or int(det_p.get("batch_size", 8))
-        beam, max_len = beam or int(cap["beam"]), max_len or int(cap["max_len"])
+        if self._detector is None:
+            self._detector = build_detector(det_p["backend"], det_p.get("options") or {}, conc["dictionary"],
+                                            self.device)
         ids = [str(p) for p in paths]
-        det = detect_images(paths, det_p["backend"], det_p.get("options") or {}, image_ids=ids,
-                            dictionary=conc["dictionary"], batch_size=batch_size,
-                            min_side=int(det_p.get("min_side", 1)), device=self.device)
-        bad = {i: reason for i, _, reason in det.attrs["bad_images"]}
+        det, bad_rows = self._detector.detect(pd.DataFrame({"image_id": ids, "file": ids}),
+                                              Env(batch_size=batch_size, workers=0,
+                                                  min_side=int(det_p.get("min_side", 1)), show=False))
+        bad = {i: reason for i, _, reason in bad_rows}
         good = [i for i in ids if i not in bad]
         fid = s.get("fidelity") or {}
         res = caption_detections(
@@ -80,7 +116,8 @@ class Captioner:
     def _features(self, files: list[str], batch_size: int) -> dict[str, Any]:
         from r2m.vision.extractors import build_extractor, extract_arrays
 
-        fp = self.settings["extract_features"]
-        ex = build_extractor(fp["backend"], fp.get("options") or {})
-        arrays, good, _ = extract_arrays(ex, files, batch_size, self.device, show=False)
+        if self._extractor is None:
+            fp = self.settings["extract_features"]
+            self._extractor = build_extractor(fp["backend"], fp.get("options") or {})
+        arrays, good, _ = extract_arrays(self._extractor, files, batch_size, self.device, show=False)
         return {files[g]: arrays["pooled"][n] for n, g in enumerate(good)}

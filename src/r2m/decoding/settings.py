@@ -130,10 +130,22 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
+def beam_problem(beam: Any, where: str) -> None:
+    """ValueError (one line, ``where``) unless ``beam`` is an integer from 1 to :data:`r2m.params.MAX_BEAM`."""
+    from r2m.params import MAX_BEAM
+
+    if beam is None:
+        return
+    if isinstance(beam, bool) or not isinstance(beam, int) or not 1 <= beam <= MAX_BEAM:
+        raise ValueError(f"{where}: {beam!r} is not a beam width from 1 to {MAX_BEAM} (each step scores batch x "
+                         "beam x vocabulary candidates)")
+
+
 def vet(data: dict[str, Any], path: Path) -> dict[str, Any]:
     """``data`` when its backends are this project's and none of their options names code or a
     download; else a one-line ValueError naming ``path`` and the key."""
     try:
+        beam_problem(data["caption"].get("beam"), "caption.beam")
         det = data["detect_concepts"]
         _vet_options("detector", det.get("backend"), det.get("options") or {}, "detect_concepts")
         feats = data.get("extract_features")

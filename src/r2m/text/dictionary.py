@@ -125,8 +125,19 @@ PLURAL_RULES = ("lemma", "official")
 
 @lru_cache(maxsize=4)
 def load_dictionary(name: str = "openimages") -> Dictionary:
-    """``openimages`` (601 OpenImages-v4 boxable classes) or ``coco80``; cached per process."""
-    path = DICTIONARY_DIR / DICTIONARY_FILES.get(name)
+    """``openimages`` (601 OpenImages-v4 boxable classes) or ``coco80``; cached per process. ``name`` is a
+    registered name, never a path (a model folder's ``inference.json`` names it): anything else is a
+    one-line :class:`r2m.utils.guard.BadInput` (a ``ValueError``)."""
+    from r2m.utils.guard import BadInput, inside
+
+    try:
+        file = DICTIONARY_FILES.get(name) if isinstance(name, str) else None
+    except KeyError:
+        file = None
+    if file is None:
+        raise BadInput(f"dictionary {name!r} is not one of this project's dictionaries "
+                       f"({', '.join(DICTIONARY_FILES.names())}; their class lists are in {DICTIONARY_DIR})")
+    path = inside(DICTIONARY_DIR, file, "dictionary file")
     if not path.exists():
         raise FileNotFoundError(f"dictionary {name!r}: class-name file missing: {path}")
     return Dictionary(name=name, labels=read_names(path))

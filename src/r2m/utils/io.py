@@ -17,6 +17,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -227,19 +228,55 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+# lists and objects inside each other: the project's JSON inputs nest 3 to 5 deep; Python's own parser stops
+# at about 1,000 with a RecursionError naming no file, and readers walking a deep document fail later still
+MAX_JSON_DEPTH = 100
+_BRACKETS = b"[]{}"
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKETS)
+_STEP = [0] * 256
+_STEP[ord("[")] = _STEP[ord("{")] = 1
+_STEP[ord("]")] = _STEP[ord("}")] = -1
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def json_depth(raw: bytes) -> int:
+    """How deep the lists and objects of the JSON text ``raw`` nest (brackets inside strings not counted)."""
+    from itertools import accumulate
+
+    brackets = raw.translate(None, _NOT_BRACKETS)
+    if brackets.count(b"[") + brackets.count(b"{") <= MAX_JSON_DEPTH:
+        return 1 if brackets else 0  # a bound, enough to say "not too deep"
+    depth = max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+    if depth <= MAX_JSON_DEPTH:
+        return depth
+    # brackets inside strings may have counted: the exact depth, strings skipped (only for suspicious files)
+    tokens = (m[0] for m in _JSON_TOKEN.finditer(raw) if m[0][:1] != b'"')
+    return max(accumulate(_STEP[t[0]] for t in tokens), default=0)
+
+
 def read_json(path: str | Path) -> Any:
     """The JSON document at ``path``; every error is one line naming the file (a key given twice in
-    one object, too large an integer, not UTF-8 and invalid JSON included)."""
+    one object, too large an integer, nesting deeper than :data:`MAX_JSON_DEPTH`, not UTF-8 and
+    invalid JSON included)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
+        raw = path.read_bytes()
+        depth = json_depth(raw)
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"{path}: lists and objects nested {depth} deep (at most {MAX_JSON_DEPTH}); "
+                             "not an input of this project")
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except FileNotFoundError:
         raise FileNotFoundError(f"missing input file: {path}") from None
     except UnicodeDecodeError as err:
         raise ValueError(not_utf8(path, err)) from None
+    except RecursionError:  # unreachable after the depth check; kept so no reader ever sees it
+        raise ValueError(f"{path}: nested too deep to read") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
     except ValueError as err:  # a duplicate key, an integer of > 4300 digits, not UTF-8
+        if str(err).startswith(f"{path}: "):
+            raise
         raise ValueError(f"{path}: not usable JSON ({' '.join(str(err).split())})") from None
 
 

@@ -1,7 +1,8 @@
 """``r2m warm [--] COMMAND ...``: run COMMAND (e.g. ``snakemake --cores 2 all``) while a warm server
 forks its ``r2m <stage>`` jobs from a process that has already imported what they import
 (see :mod:`r2m.warm`). The server lives exactly as long as COMMAND; its socket sits in a private
-temporary folder. ``make run`` uses it; nothing else needs it (without it every job runs cold).
+temporary folder; the server also ends, removing that folder, when ``r2m warm`` itself is killed (any signal,
+``kill -9`` too). ``make run`` uses it; nothing else needs it (without it every job runs cold).
 """
 
 from __future__ import annotations
@@ -114,9 +115,11 @@ def _run_job(listener: socket.socket, conn: socket.socket, job: dict, fds: list[
 
 
 def serve(listener: socket.socket, stop: threading.Event | None = None, log: Path | None = None,
-          target=_cli_main) -> None:
-    """Accept jobs until ``stop`` is set (or SIGTERM); fork each to run ``target(argv)`` (``r2m <argv>``);
-    tell its client how it ended (and ``log``, when given: one line per job start and end)."""
+          target=_cli_main, parent: int | None = None) -> None:
+    """Accept jobs until ``stop`` is set (or SIGTERM), or, given ``parent`` (the pid of ``r2m warm``), until
+    that process is gone (killed by any signal, ``kill -9`` included: this process is then another's child);
+    fork each job to run ``target(argv)`` (``r2m <argv>``); tell its client how it ended (and ``log``, when
+    given: one line per job start and end). Jobs already running go on to their end."""
     def note(line: str) -> None:
         if log is not None:
             with open(log, "a", encoding="utf-8") as f:
@@ -128,6 +131,8 @@ def serve(listener: socket.socket, stop: threading.Event | None = None, log: Pat
     done = stop or threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     while not done.is_set():
+        if parent is not None and os.getppid() != parent:  # r2m warm died without stopping us
+            break
         for _key, _ in sel.select(timeout=0.05):
             conn, _ = listener.accept()
             try:
@@ -219,13 +224,15 @@ def main(argv: list[str]) -> int:
         print(f"r2m warm: not preloaded (imported by their jobs): {', '.join(missing)}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
+    front = os.getpid()
     server = os.fork()
     if server == 0:
         try:
             os.setsid()  # the terminal's Ctrl-C reaches the command, and a job only through its client
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            serve(listener, log=log)
+            serve(listener, log=log, parent=front)
         finally:
+            remove_socket(folder)  # also when r2m warm was killed and cannot
             os._exit(0)
     listener.close()
     try:
@@ -233,5 +240,13 @@ def main(argv: list[str]) -> int:
     finally:
         os.kill(server, signal.SIGTERM)
         os.waitpid(server, 0)
-        Path(path).unlink(missing_ok=True)
+        remove_socket(folder)
+
+
+def remove_socket(folder: Path) -> None:
+    """Remove the server's socket and its private folder (whichever of server and front end comes first)."""
+    (folder / "socket").unlink(missing_ok=True)
+    try:
         folder.rmdir()
+    except FileNotFoundError:
+        pass

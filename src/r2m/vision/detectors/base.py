@@ -33,6 +33,7 @@ class Env:
     min_side: int = 1
     prepared_dir: Path | None = None
     root: Path = Path(".")
+    show: bool = True  # a progress bar of its own (r2m caption, detecting a batch at a time, shows one of its own)
 
 
 class Detector(Protocol):
@@ -81,7 +82,8 @@ class ImageDetector:
         rows: list[tuple] = []
         bad: list[tuple[str, str, str]] = []
         loader = make_loader(files, self.prepare, env.batch_size, env.workers, env.min_side)
-        bar = progress(total=len(files), desc=f"detect {type(self).__name__}", unit="img")
+        bar = progress(total=len(files), desc=f"detect {type(self).__name__}", unit="img",
+                       **({} if env.show else {"disable": True}))
         for batch in loader:
             bad += [(ids[i], files[i], reason) for i, reason in batch.bad]
             if batch.indices:
