@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 from typing import Any
 
 from r2m.utils import audit
@@ -113,6 +114,7 @@ class NetworkGuard:
         self.refused: list[str] = []
         self.owner = os.getpid()
         self._handle: Any = None
+        self._excepthook: Any = threading.excepthook
 
     def _on_event(self, event: str, args: tuple[Any, ...]) -> None:
         what = describe(event, args)
@@ -133,12 +135,21 @@ class NetworkGuard:
     def __enter__(self) -> NetworkGuard:
         self.owner = os.getpid()
         self._handle = audit.listen(EVENTS, self._on_event)
+        self._excepthook = threading.excepthook
+        threading.excepthook = self._thread_died
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._handle is not None:
             audit.unlisten(self._handle)
             self._handle = None
+            threading.excepthook = self._excepthook
+
+    def _thread_died(self, args: Any) -> None:
+        """A thread ended by a refusal: no traceback (:meth:`check` reports its line once)."""
+        if args.exc_type is not None and issubclass(args.exc_type, NetworkRefused):
+            return
+        self._excepthook(args)
 
     def check(self) -> None:
         """Raise the first refusal when one was caught and swallowed (e.g. in a thread, or by a library)."""
