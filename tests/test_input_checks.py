@@ -176,7 +176,7 @@ def test_a_dictionary_path_in_a_model_folder_is_refused_before_detection(checkpo
     built = _no_detection(monkeypatch)
     assert _caption(photo_folder / "chelsea.png", "--model", folder) == 1
     _one_line(capsys.readouterr().err, "inference.json", "concepts.dictionary", "../../../etc/passwd",
-              "coco80, openimages")
+              "coco80", "openimages")
     assert built == []
 
 

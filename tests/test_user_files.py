@@ -269,11 +269,15 @@ def test_model_folder_names_no_code_or_download(case, checkpoint, photo_folder, 
     one_line(capsys.readouterr().err, str(evil / "inference.json"), key)
 
 
-def test_model_folder_may_select_catalog_sources_and_plain_options(checkpoint):  # noqa: F811
-    """The rule selects, it does not forbid backends: the catalog's own ``source: zoo`` and plain
-    values (thresholds, ``allow_download: false``) pass the check."""
+def test_model_folder_may_select_catalog_sources_and_plain_options(checkpoint, tmp_path, monkeypatch):  # noqa: F811
+    """The rule selects, it does not forbid backends: the catalog's own ``source: zoo`` (its archive
+    already in r2m's cache: no download) and plain values (thresholds, ``allow_download: false``) pass
+    the check."""
     from r2m.decoding.settings import vet
 
+    monkeypatch.setenv("R2M_CACHE", str(tmp_path))
+    (tmp_path / "detectors").mkdir()
+    (tmp_path / "detectors" / "faster_rcnn_inception_resnet_v2_atrous_oid_v4_2018_12_12.tar.gz").write_bytes(b"x")
     info = json.loads((checkpoint / "inference.json").read_text())
     info["detect_concepts"] = {"backend": "tf_oid", "options": {"source": "zoo", "floor": 0.1}}
     assert vet(info, checkpoint / "inference.json") is info

@@ -134,7 +134,23 @@ def _stream(cap, paths: list[Path], args: argparse.Namespace) -> tuple[list[dict
 
 
 def standalone(args: argparse.Namespace) -> int:
-    """``r2m caption IMAGES…`` (called by :mod:`r2m.cli` when the stage's axes are not given)."""
+    """``r2m caption IMAGES…`` (called by :mod:`r2m.cli` when the stage's axes are not given), under the
+    network guard: nothing it does may reach the network (:mod:`r2m.utils.netguard`); an attempt is
+    refused and the command fails in one line naming what tried."""
+    from r2m.utils.netguard import NetworkGuard, NetworkRefused
+
+    guard = NetworkGuard()
+    try:
+        with guard:
+            rc = _standalone(args)
+            guard.check()  # a refusal swallowed by a library or a thread
+            return rc
+    except NetworkRefused as err:
+        print(f"r2m caption: {err}", file=sys.stderr)
+        return 1
+
+
+def _standalone(args: argparse.Namespace) -> int:
     from r2m.decoding.photos import Captioner
     from r2m.pipeline.context import setup_logging
     from r2m.runtime import Runtime

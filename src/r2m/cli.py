@@ -206,6 +206,13 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     if damaged:  # a finished input folder missing a key file: refused before any work
         log.error("r2m %s: %s", stage.name, damaged[0])
         return 2
+    from r2m.pipeline.network import guard_for
+    from r2m.utils.netguard import NetworkRefused
+
+    # no network outside the download stages: an attempt fails the stage in one line naming what tried
+    guard, may_download = guard_for(stage.name, params, axes.get("dataset"))
+    if may_download:
+        log.info("a download stage: may fetch %s", may_download)
     threads = AfterImport("torch", ctx.runtime.apply)  # torch's threads, when (if) the stage imports torch
     ctx.args = args  # type: ignore[attr-defined]  # stage-specific extra flags
     log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
@@ -221,10 +228,14 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         extra = f"{extra or ''}rank{os.environ['RANK']}"
     lock = StageLock(ctx.root, stage.name, axes, outs, extra=extra)
     try:
-        with threads, lock:  # one run per stage output: a second one is refused at once, naming the holder
+        with threads, lock, guard:  # one run per stage output: a second one is refused at once, naming the holder
             for folder in adopt_stage_outputs(ctx.outs.values()):
                 log.info("%s: an output of an older r2m (no ownership marker): adopted", folder)
             getattr(module, func)(ctx)
+            guard.check()  # a refusal a thread or a library swallowed still fails the stage
+    except NetworkRefused as err:
+        log.error("r2m %s: %s", stage.name, err)
+        return 1
     except StageBusy as err:
         log.error("r2m %s refused: %s", stage.name, err)
         return 75  # EX_TEMPFAIL
@@ -247,6 +258,9 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         log.error("r2m %s: %s", stage.name, disk_full_message(err))
         return 1
     except Exception as err:  # report, keep the traceback where it helps, exit non-zero
+        if guard.refused:  # a failure that follows from a refused network access: that is the line
+            log.error("r2m %s: %s", stage.name, guard.refused[0])
+            return 1
         _report_failure(log, stage.name, err, log_path)
         return 1
     log.info("done in %.1f s", time.perf_counter() - t0)

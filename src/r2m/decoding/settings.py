@@ -6,9 +6,13 @@ checkpoints without it, :func:`load` rebuilds the same from the dataset's files
 (``data/<dataset>/vocab/vocab.json``, ``concepts/params.yaml``, ``features/meta.json``) and
 ``params.yaml``.
 
-A model folder may come from anyone, so its ``inference.json`` only *selects* among what this
-project ships (:func:`vet`): detector and feature backends by their registered names, each part of
-a combined backend too, and plain option values. It names no code and no download: an option value
+A model folder may come from anyone, so its ``inference.json`` is data checked against a closed
+schema (:func:`vet`): the keys :func:`build` writes and no other, each section's keys and values those
+of its params section; it only *selects* among what this project ships: detector and feature backends
+by their registered names, each part of a combined backend too, and plain option values. A backend
+whose options make it download (``faster_rcnn`` without a checkpoint: torchvision's COCO weights;
+:func:`r2m.vision.downloads.download_of`) is refused unless what it would fetch is already on this
+machine. It names no code and no download: an option value
 that is a URL, ``allow_download``, ``cache_dir``, a ``source`` outside the backend's own catalog,
 and the options that load a program (:data:`CODE_OPTIONS`: ``tf_oid``'s SavedModel, the TorchScript
 file of ``inception_v3_fid``, ``owl``'s model) are refused in one line naming the file and the key.
@@ -24,12 +28,17 @@ from typing import Any
 import yaml
 
 from r2m.utils.io import read_json, write_json
+from r2m.vision.downloads import download_of, local_copy
 
 FILE = "inference.json"
 SECTIONS = ("concepts", "detect_concepts", "extract_features", "caption", "fidelity")
 # options that make a backend load a program (a TF SavedModel, TorchScript, a transformers folder)
 CODE_OPTIONS = {"tf_oid": ("model",), "inception_v3_fid": ("weights",), "owl": ("model", "revision")}
-CATALOG_SOURCES = {"tf_oid": ("zoo", "hub")}  # the pinned releases a backend may fetch (tf_oid.SOURCES)
+CATALOG_SOURCES = {"tf_oid": ("zoo", "hub")}  # the pinned releases a backend may fetch (downloads.TF_OID_SOURCES)
+TOP_KEYS = ("format", "dataset", "variant", "stage", "itos", *SECTIONS)  # what build() writes, nothing else
+# each section's keys and values: those of the params section of that name (r2m.params)
+SECTION_MODELS = {"concepts": "ConceptsParams", "detect_concepts": "DetectParams", "extract_features": "FeatureParams",
+                  "caption": "CaptionParams", "fidelity": "FidelityParams"}
 NEVER = ("allow_download", "cache_dir")  # a download switch; where downloads land
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -112,6 +121,12 @@ def _vet_options(kind: str, backend: str, options: Any, where: str) -> None:
         for text in _strings(value):
             if URL.match(text.strip()):
                 raise ValueError(f"{at}: {text!r} is a download address; a model folder may not name one")
+    fetch = download_of(kind, backend, options, cached=True, parts=False)
+    if fetch:  # e.g. faster_rcnn without a checkpoint: torchvision's COCO weights, unless in torch's hub cache
+        local = local_copy(kind, backend, options)
+        raise ValueError(f"{where}.backend: {backend!r} with these options downloads {fetch}"
+                         f"{f' (not in {local})' if local is not None else ''}; a model folder may name only "
+                         "backends that need nothing from the network (their weights on this machine)")
     for part in options.get("parts") or [] if backend == "offline" else ():  # other detectors, options under their names
         _vet_options(kind, part, options.get(part, {}), f"{where}.options.{part}")
     for n, spec in (options.get("kinds_from") or {}).items() if kind == "features" else ():
@@ -141,11 +156,39 @@ def beam_problem(beam: Any, where: str) -> None:
                          "beam x vocabulary candidates)")
 
 
+def _closed(data: dict[str, Any]) -> None:
+    """The file's keys are those :func:`build` writes, each section's keys and values those of its params
+    section (:data:`SECTION_MODELS`); else a one-line ValueError naming the first bad key."""
+    from pydantic import ValidationError
+
+    from r2m import params as P
+
+    unknown = [k for k in data if k not in TOP_KEYS]
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not a key of a model folder's settings (known: {', '.join(TOP_KEYS)})")
+    if not isinstance(data.get("format", 1), int) or data.get("format", 1) != 1:
+        raise ValueError(f"format: {data.get('format')!r} is not a settings format this version reads (1)")
+    if not all(isinstance(w, str) for w in data["itos"]):
+        raise ValueError("itos: expected a list of words (strings)")
+    for name, model in SECTION_MODELS.items():
+        if name not in data:
+            continue
+        try:
+            getattr(P, model).model_validate(data[name])
+        except ValidationError as err:
+            e = err.errors()[0]
+            key = ".".join(str(p) for p in (name, *e["loc"]))
+            got = e.get("input")
+            shown = f" (got {got!r})" if isinstance(got, (str, int, float)) and len(repr(got)) <= 80 else ""
+            raise ValueError(f"{key}: {e['msg'].removeprefix('Value error, ')}{shown}") from None
+
+
 def vet(data: dict[str, Any], path: Path) -> dict[str, Any]:
     """``data`` when its backends are this project's and none of their options names code or a
     download; else a one-line ValueError naming ``path`` and the key."""
     try:
         beam_problem(data["caption"].get("beam"), "caption.beam")
+        _closed(data)
         det = data["detect_concepts"]
         _vet_options("detector", det.get("backend"), det.get("options") or {}, "detect_concepts")
         feats = data.get("extract_features")

