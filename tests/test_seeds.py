@@ -22,7 +22,7 @@ from r2m.pipeline.resolved import all_instance_params, instances
 from test_training import make_params, make_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
-GATHERERS = {"table1", "table2", "table3", "figures", "baselines", "retrieval"}  # hand-listed: the seed Gathers
+GATHERERS = {"table1", "table2", "table3", "claims", "figures", "baselines", "retrieval"}  # hand-listed: the seed Gathers
 
 
 # --------------------------------------------------------------------------- a run's seed drives its draws

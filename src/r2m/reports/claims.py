@@ -80,9 +80,10 @@ def compare_family(pairs: Sequence[tuple[I.RowEval, I.RowEval]], metric: str,
     adjusted within the family, the test's and the correction's names, the shared seeds and images), or None
     where the pair cannot be compared (no per-image statistics, no shared seed or image, the metric absent).
 
-    Today: :func:`r2m.reports.intervals.paired` (the tables' paired bootstrap over images, seeds pooled) and
-    Holm's step-down correction written out here; swap both for the seed-aware test and the shared correction
-    without changing the callers."""
+    Today: :func:`r2m.reports.intervals.paired` (the tables' paired bootstrap: each resample draws image ids
+    once and scores every shared seed of both rows on them, so seed k meets seed k; it resamples images only,
+    so its interval leaves the seed-to-seed spread out) and Holm's step-down correction written out here; swap
+    both for the seed-aware test and the shared correction without changing the callers."""
     out: list[Comparison | None] = []
     for higher, lower in pairs:
         d = I.paired(higher, lower, [metric]).get(metric)
