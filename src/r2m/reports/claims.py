@@ -66,7 +66,8 @@ class Comparison:
 
 
 P_FLOOR = 2 / (DEFAULT_RESAMPLES + 1)  # the smallest two-sided p the bootstrap's resamples can give
-TEST = "paired bootstrap over the test images, pooled over the shared seeds (1,000 resamples)"
+TEST = ("paired bootstrap over the test images, the shared seeds pooled (1,000 resamples; the seed-to-seed "
+        "spread is not in its interval)")
 CORRECTION = "Holm over the claims of one table on one dataset"
 
 
