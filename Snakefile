@@ -15,6 +15,7 @@ rule all:
         "reports/table1.csv",
         "reports/table2.csv",
         "reports/table3.csv",
+        "reports/claims.csv",
         "reports/baselines.csv",
         "reports/retrieval.csv",
         "reports/index.html",

@@ -19,7 +19,7 @@ from r2m.pipeline.stages import STAGES, Gather
 BIN = Path(sys.executable).parent
 REQUIRED = {
     "prepare", "references", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
-    "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "table1", "table2", "table3",
+    "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate", "table1", "table2", "table3", "claims",
 }
 
 
@@ -84,35 +84,36 @@ def test_a_stale_instance_list_is_refused_in_one_line(tmp_path, repo_root, capsy
     from r2m.pipeline import resolve_cmd
 
     raw = yaml.safe_load((repo_root / "params.yaml").read_text())
-    raw["seeds"] = [0, 1]  # the ablations and baselines gain seed 1 (the demo's r2m keeps its own [0, 1, 2])
+    raw["seeds"] = [0, 1]  # the baselines gain seed 1 (the demo's R2M and ablations keep their own [0, 1, 2])
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     shutil.copy(repo_root / "dvc.yaml", tmp_path / "dvc.yaml")
     args = ["--file", str(tmp_path / "dvc.yaml"), "--params", str(tmp_path / "params.yaml")]
     assert dag.main(["--check", *args]) == 1
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "r2m dag --write" in err and "train_xe@demo-no_fm-1" in err, err
-    with pytest.raises(SystemExit, match="train_xe@demo-no_fm-1"):
+    assert "\n" not in err and "r2m dag --write" in err and "@demo-mrnn-1" in err, err
+    with pytest.raises(SystemExit, match="@demo-mrnn-1"):
         resolve_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)])
     assert not (tmp_path / ".params").exists()  # refused before writing anything
     assert dag.main(["--write", *args]) == 0
     assert dag.main(["--check", *args]) == 0
     assert resolve_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)]) == 0
-    assert (tmp_path / ".params/train_xe/demo-no_fm-1.json").exists()
+    assert (tmp_path / ".params/train_sup/demo-mrnn-1.json").exists()
 
 
 def test_dvc_yaml_runs_each_stage_over_its_listed_instances(repo_root):
     doc = yaml.safe_load((repo_root / "dvc.yaml").read_text())
     lists, stages = doc["vars"][0]["instances"], doc["stages"]
     assert stages["train_xe"]["foreach"] == stages["train_i"]["foreach"] == "${instances.train_xe}"
-    # params.yaml: the demo's r2m at seeds 0-2 (its catalog entry), each ablation at the top-level seeds [0]
-    assert lists["train_xe"] == {
-        **{f"demo-r2m-{s}": {"dataset": "demo", "variant": "r2m", "seed": str(s)} for s in (0, 1, 2)},
-        **{f"demo-{v}-0": {"dataset": "demo", "variant": v, "seed": "0"} for v in ("no_fm", "d_lstm", "r_lstm", "dr_lstm")}}
+    # params.yaml: the demo's r2m and each ablation at seeds 0-2 (its catalog entry), paired seed by seed
+    ablations = ("no_fm", "d_lstm", "r_lstm", "dr_lstm")
+    assert lists["train_xe"] == {f"demo-{v}-{s}": {"dataset": "demo", "variant": v, "seed": str(s)}
+                                 for v in ("r2m", *ablations) for s in (0, 1, 2)}
     # Table 3 reads r2m at every checkpoint, Table 2 each ablation's final one: nothing else is captioned
     assert stages["evaluate"]["foreach"] == "${instances.caption}"
     assert sorted(lists["caption"]) == sorted(
         [f"demo-r2m-{c}-{s}" for c in ("train_xe", "train_s", "train_m", "train_i") for s in (0, 1, 2)]
-        + [f"demo-{v}-train_i-0" for v in ("no_fm", "d_lstm", "r_lstm", "dr_lstm")])
+        + [f"demo-{v}-train_i-{s}" for v in ablations for s in (0, 1, 2)])
+    assert stages["claims"]["cmd"] == "r2m claims" and "reports/claims.csv" in stages["report"]["deps"]
     assert sorted(lists["inputs"]) == ["demo", "tiny_paired"] and sorted(lists["detect_concepts"]) == ["demo"]
     train_xe = stages["train_xe"]["do"]
     assert not any(d.startswith("src/") for d in train_xe["deps"])  # its code: the digest in its .params file

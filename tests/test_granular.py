@@ -614,14 +614,14 @@ def test_dvc_runs_the_jobs_snakemake_all_plans(ws):
 
 
 def test_the_repository_dag_has_one_instance_per_job(tmp_path):
-    """The repository's params: the demo's R2M at seeds 0-2 and its four ablations at seed 0; the baselines on
-    demo and tiny_paired. Counted by hand: 3 data stages x 2 datasets, 4 per-dataset stages and `figures` on
-    demo, 4 training stages x 7 runs, caption and evaluate x (3 seeds x 4 checkpoints + 4 ablations),
+    """The repository's params: the demo's R2M and its four ablations at seeds 0-2; the baselines on demo and
+    tiny_paired. Counted by hand: 3 data stages x 2 datasets, 4 per-dataset stages and `figures` on demo,
+    4 training stages x 15 runs, caption and evaluate x (3 seeds x 4 checkpoints + 4 ablations x 3 seeds),
     `retrieval_r2m` at R2M's 3 seeds, 2 per-dataset baseline stages and `mostfreq` x 2, 6 baseline stages x 4
-    models x 2 datasets, and the 6 gathering stages: 6 + 5 + 28 + 32 + 3 + 6 + 48 + 6 = 134. The committed
+    models x 2 datasets, and the 7 gathering stages: 6 + 5 + 60 + 48 + 3 + 6 + 48 + 7 = 183. The committed
     dvc.yaml lists exactly the jobs Snakemake's own dry run of `all` plans on those params (in an empty folder)."""
     params = V.load(ROOT / "params.yaml")
-    assert len(dag_instances(params)) == 134
+    assert len(dag_instances(params)) == 183
     (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
     r = subprocess.run([str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "-n", "-p",
                         "--cores", "1", "all"], cwd=tmp_path, env=_env(BIN), capture_output=True, text=True)
@@ -633,7 +633,7 @@ def test_the_repository_dag_has_one_instance_per_job(tmp_path):
     listed |= {(name, "all") for name, entry in doc["stages"].items() if "foreach" not in entry}
     assert listed - {("resolve_params", "all")} == parse_plan(r.stdout + r.stderr)
     guide = " ".join((ROOT / "docs/guide/running.md").read_text().split())
-    assert "the same 134 stage instances" in guide and "216 more instances" not in guide
+    assert "the same 183 stage instances" in guide and "216 more instances" not in guide
 
 
 def runs_at_seed(seed: int) -> set[Job]:

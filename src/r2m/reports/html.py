@@ -70,6 +70,29 @@ over the test images (1,000 resamples, fixed seed). {{ concept_note }}</p>
 {% endfor %}
 </section>
 {%- endmacro %}
+{% macro claims_section(c) %}
+<section id="claims"><h2>The paper&rsquo;s claims</h2>
+{% if c.rows is none %}
+{{ missing(c.path, "claims") }}</section>
+{%- else %}
+<p class="caption">Each claim the paper makes with Tables 1&ndash;3, tested on this run&rsquo;s datasets: \
+<b>supported</b> = the difference (higher &minus; lower, &times; 100) has its {{ c.level }} interval wholly \
+above 0 and its adjusted p &lt; {{ c.alpha }}; <b>contradicted</b> = wholly below 0 with adjusted p \
+&lt; {{ c.alpha }}; <b>unresolved</b> = neither (the note says how many test images or seeds would resolve a difference \
+of that size, by <code>r2m power</code>&rsquo;s rule); <b>not testable here</b> = this run has no pair of rows \
+to compare. A verdict is about this run&rsquo;s data, not a reproduction of the paper&rsquo;s benchmark numbers. \
+{{ c.counts }}.</p>
+<table class="metrics"><thead><tr>{% for h in c.header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>\
+{% for r in c.rows %}<tr class="run"><td>{{ r.statement }}<br><small class="ci">{{ r.claim }}; published: \
+{{ r.published }}</small></td><td>{{ r.dataset }}</td><td>{{ r.comparison }} ({{ r.metric }})</td>\
+<td class="num">{{ r.difference }}{% if r.interval %}<br><small class="ci">{{ r.interval }}</small>{% endif %}</td>\
+<td class="num">{{ r.p }}</td><td class="num">{{ r.p_adjusted }}</td><td class="num">{{ r.seeds }}</td>\
+<td class="num">{{ r.images }}</td><td><span class="verdict {{ r.cls }}">{{ r.verdict }}</span></td>\
+<td>{{ r.note }}</td></tr>{% endfor %}</tbody></table>
+<p class="caption">{% for t in c.tests %}Test: {{ t }}. {% endfor %}{% for t in c.corrections %}Correction: {{ t }}. \
+{% endfor %}Source: <code>{{ c.source }}</code>.</p></section>
+{%- endif %}
+{%- endmacro %}
 {% macro extra_section(t) %}
 <section id="{{ t.name }}"><h2>{{ t.title }}</h2>
 {% if t.table is none %}
@@ -142,7 +165,8 @@ stage (R2M), and the references\
 """
 
 PAGE = """\
-{% from "macros" import tables_section, extra_section, dataset_section, attention_section, weights_section %}
+{% from "macros" import tables_section, claims_section, extra_section, dataset_section, attention_section, \
+weights_section %}
 <!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>R2M reproduction report</title><style>
@@ -173,6 +197,9 @@ color:#888}
 .example dd{margin:0 0 0 10px} .tag{display:inline-block;background:#e6eef6;border-radius:3px;padding:0 5px;margin:1px}
 footer{font-size:12px;color:#777;padding:0 32px 24px}
 .random{color:#7a1010;background:#fde8e8;border-left:3px solid #c62828;padding:4px 10px;font-size:13px;margin:4px 0}
+.verdict{display:inline-block;border-radius:3px;padding:0 6px;font-weight:600}
+.verdict.supported{background:#dff3e3;color:#1b5e20} .verdict.contradicted{background:#fde8e8;color:#7a1010}
+.verdict.unresolved{background:#fff6e0;color:#8a5a00} .verdict.untestable{background:#eef1f4;color:#5f6b76}
 .badge{display:inline-block;background:#c62828;color:#fff;border-radius:3px;padding:0 6px;font-weight:600}
 </style></head>
 <body><header><h1>R&sup2;M: Recurrent Relational Memory for unsupervised image captioning &mdash; reproduction</h1>
@@ -185,6 +212,9 @@ dataset.</p></header>
 {{ weights_section(random_weights) }}
 {% endif %}
 {{ tables_section(tables, concept_note) }}
+{% if claims %}
+{{ claims_section(claims) }}
+{% endif %}
 {% for t in extra %}
 {{ extra_section(t) }}
 {% endfor %}
@@ -337,6 +367,34 @@ def extra_tables_view(paths: Mapping[str, Path]) -> list[dict[str, Any]]:
     return out
 
 
+def claims_view(path: Path | None) -> dict[str, Any] | None:
+    """``reports/claims.csv`` as data for the "Claims" section (``rows`` None: the file is missing; None:
+    no claims file is part of this page)."""
+    if path is None:
+        return None
+    from r2m.reports import claims as CL
+
+    path = Path(path)
+    view: dict[str, Any] = {"path": str(path), "source": path.name, "rows": None, "alpha": f"{CL.ALPHA:g}",
+                            "level": "95 %", "header": ["Claim", "Dataset", "Comparison", "Difference", "p",
+                                                       "adjusted p", "Seeds", "Images", "Verdict", "Note"]}
+    if not path.exists():
+        return view
+    rows = read_table_csv(path)
+    cls = {CL.SUPPORTED: "supported", CL.CONTRADICTED: "contradicted", CL.UNRESOLVED: "unresolved"}
+    view.update(
+        counts=CL.counts_sentence(rows).capitalize(),
+        tests=sorted({r["test"] for r in rows if r.get("test")}),
+        corrections=sorted({r["correction"] for r in rows if r.get("correction")}),
+        rows=[{**{k: r.get(k, "") for k in ("claim", "statement", "published", "dataset", "comparison", "metric",
+                                            "p", "p_adjusted", "seeds", "images", "verdict", "note")},
+               "difference": (("+" if not r["difference"].startswith("-") else "") + r["difference"])
+               if r.get("difference") else "",
+               "interval": f"[{r['low']}, {r['high']}]" if r.get("low") and r.get("high") else "",
+               "cls": cls.get(r.get("verdict", ""), "untestable")} for r in rows])
+    return view
+
+
 # --------------------------------------------------------------------------- figures
 def _rel(target: Path, page_dir: Path) -> str:
     return Path(os.path.relpath(target, page_dir)).as_posix()
@@ -429,19 +487,21 @@ def attention_view(fig_dir: Path, page_dir: Path) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- page
 def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Path]], page_path: Path,
                 extra: Mapping[str, Path] | None = None, attention_dir: Path | None = None,
-                random_weights: Sequence[Mapping[str, str]] = ()) -> str:
+                random_weights: Sequence[Mapping[str, str]] = (), claims: Path | None = None) -> str:
     """The report page: the random-weights lines (rows of :func:`random_weight_rows`), Tables 1–3,
     the ``extra`` tables, each dataset's figures and (from ``attention_dir``) Show, Attend and Tell's
-    attention maps; every value auto-escaped."""
+    attention maps, and (from ``claims``, ``reports/claims.csv``) the verdict on each of the paper's claims; every
+    value auto-escaped."""
     page_dir = page_path.parent
     extra = extra or {}
     nav = ([{"id": "weights", "text": "Random weights"}] if random_weights else []) + (
-        [{"id": "tables", "text": "Tables"}] + [{"id": n, "text": n.capitalize()} for n in extra]
+        [{"id": "tables", "text": "Tables"}] + ([{"id": "claims", "text": "Claims"}] if claims is not None else [])
+        + [{"id": n, "text": n.capitalize()} for n in extra]
         + [{"id": f"ds-{d}", "text": d} for d, _ in figure_dirs])
     return _env().get_template("page").render(
         nav=nav, tables=tables_view(tables), concept_note=CONCEPT_NOTE, extra=extra_tables_view(extra),
         datasets=[dataset_view(d, Path(p), page_dir, random_weights) for d, p in figure_dirs],
-        random_weights=[dict(r) for r in random_weights],
+        random_weights=[dict(r) for r in random_weights], claims=claims_view(claims),
         attention=attention_view(Path(attention_dir), page_dir) if attention_dir is not None else None,
         stamp=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
@@ -453,5 +513,6 @@ def run(ctx) -> None:
     extra = {name: ctx.deps[name] for name in EXTRA_TABLES if name in ctx.deps}
     attention = Path(ctx.deps["baselines_attention"]) if "baselines_attention" in ctx.deps else None
     # the backends come from params: a change there changes the features or detections and so the tables above
-    write_text(out, render_page(tables, figs, Path(out), extra, attention, random_weight_rows(ctx.params)))
+    claims = Path(ctx.deps["claims"]) if "claims" in ctx.deps else None
+    write_text(out, render_page(tables, figs, Path(out), extra, attention, random_weight_rows(ctx.params), claims))
     ctx.log.info("report: wrote %s", out)

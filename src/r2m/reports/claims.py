@@ -1,0 +1,296 @@
+"""A verdict on each claim the paper makes with Tables 1–3 (:mod:`r2m.reports.paper_claims`):
+``reports/claims.csv`` and the report's "Claims" section.
+
+For every dataset of this run, each claim between two rows this pipeline trains (Table 2's variants,
+Table 3's checkpoints of R2M) is the comparison ``higher − lower`` on the claim's metric (× 100),
+paired image by image and seed by seed over the seeds both rows ran. The statistics come from one
+function, :func:`compare_family` (the only place this module calls the statistics code), over one
+family: the testable claims of one table on one dataset. The verdict (:func:`verdict`):
+
+* **supported** — the difference's interval lies wholly above 0 and its family-adjusted p < α;
+* **contradicted** — the interval lies wholly below 0 and its adjusted p < α;
+* **unresolved** — anything else; the row then says how many test images or seeds per system
+  would resolve a difference of the size observed (:mod:`r2m.evaluation.power`'s planning rules,
+  the figures ``r2m power`` prints);
+* **not testable here** — the run has no pair of rows for it (Table 1's baselines UC-GAN and
+  SME-GAN are not run by this pipeline; a variant not configured; no per-image statistics), with
+  the reason.
+
+A verdict is about this run's dataset: on the demo (16 test images, a short schedule) it says whether
+the ordering holds there, not whether the paper's benchmark numbers are reproduced.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from r2m.evaluation import power
+from r2m.evaluation.bootstrap import DEFAULT_LEVEL, DEFAULT_RESAMPLES
+from r2m.reports import intervals as I
+from r2m.reports import paper_claims as C
+from r2m.reports import published as P
+from r2m.utils.io import write_text
+
+ALPHA = 0.05
+SUPPORTED, CONTRADICTED, UNRESOLVED, NOT_TESTABLE = "supported", "contradicted", "unresolved", "not testable here"
+VERDICTS = (SUPPORTED, CONTRADICTED, UNRESOLVED, NOT_TESTABLE)
+COLUMNS = ("claim", "table", "statement", "published", "dataset", "comparison", "metric", "seeds", "images",
+           "difference", "low", "high", "level", "test", "p", "correction", "p_adjusted", "verdict",
+           "images_to_resolve", "seeds_to_resolve", "note")
+ROW_LABELS = {2: P.VARIANT_LABELS, 3: {**P.CKPT_LABELS, "train_i": "R2M final (+L_rec^I)"}}
+
+
+# --------------------------------------------------------------------------- the statistics (one adapter)
+@dataclass(frozen=True)
+class Comparison:
+    """What the statistics say of ``higher − lower`` on one metric: the difference (× 100) and its interval at
+    ``level``, the test's two-sided p and the p adjusted within the family, the names of both, and what stands
+    behind it (the seeds both rows ran, paired seed by seed; the test images both scored)."""
+
+    difference: float
+    low: float
+    high: float
+    p: float
+    p_adjusted: float
+    test: str
+    correction: str
+    seeds: int
+    images: int
+    level: float = DEFAULT_LEVEL
+
+
+P_FLOOR = 2 / (DEFAULT_RESAMPLES + 1)  # the smallest two-sided p the bootstrap's resamples can give
+TEST = ("paired bootstrap over the test images, the shared seeds pooled (1,000 resamples; the seed-to-seed "
+        "spread is not in its interval)")
+CORRECTION = "Holm over the claims of one table on one dataset"
+
+
+def compare_family(pairs: Sequence[tuple[I.RowEval, I.RowEval]], metric: str,
+                   level: float = DEFAULT_LEVEL) -> list[Comparison | None]:
+    """THE adapter between the claims and the statistics code: one family of comparisons, each pair
+    ``(higher row, lower row)`` (each row: its seeds' ``eval.json`` and ``per_image.parquet``,
+    :class:`r2m.reports.intervals.RowEval`), on ``metric`` (an ``eval.json`` name, e.g. ``CIDEr``).
+
+    Returns, per pair and in order, a :class:`Comparison` (``higher − lower`` × 100, its interval, p, the p
+    adjusted within the family, the test's and the correction's names, the shared seeds and images), or None
+    where the pair cannot be compared (no per-image statistics, no shared seed or image, the metric absent).
+
+    Today: :func:`r2m.reports.intervals.paired` (the tables' paired bootstrap: each resample draws image ids
+    once and scores every shared seed of both rows on them, so seed k meets seed k; it resamples images only,
+    so its interval leaves the seed-to-seed spread out) and Holm's step-down correction written out here; swap
+    both for the seed-aware test and the shared correction without changing the callers."""
+    out: list[Comparison | None] = []
+    for higher, lower in pairs:
+        d = I.paired(higher, lower, [metric]).get(metric)
+        if d is None:
+            out.append(None)
+            continue
+        shared = I.shared_seeds(higher, lower)
+        seeds = len(shared) if shared is not None else max(len(higher.evals), len(lower.evals))
+        rows = (higher.only(shared), lower.only(shared)) if shared is not None else (higher, lower)
+        images = len(set.intersection(*(set(s.ids) for r in rows for s in r.stats)))
+        p = max(d.p, P_FLOOR)  # no resample on the other side of 0: p is below what 1,000 resamples can show
+        out.append(Comparison(100 * d.delta, 100 * d.low, 100 * d.high, p, p, TEST, CORRECTION, seeds, images,
+                              d.level))
+    # Holm's step-down: the i-th smallest of k p-values times (k − i + 1), kept monotone, at most 1
+    done = [(c.p, i) for i, c in enumerate(out) if c is not None]
+    running = 0.0
+    for rank, (p, i) in enumerate(sorted(done)):
+        running = max(running, min(1.0, (len(done) - rank) * p))
+        c = out[i]
+        assert c is not None
+        out[i] = Comparison(c.difference, c.low, c.high, c.p, running, c.test, c.correction, c.seeds, c.images,
+                            c.level)
+    return out
+
+
+# --------------------------------------------------------------------------- verdicts
+def verdict(comp: Comparison | None, alpha: float = ALPHA) -> str:
+    """supported / contradicted / unresolved from a comparison of ``higher − lower``; not testable without one."""
+    if comp is None:
+        return NOT_TESTABLE
+    if comp.p_adjusted < alpha and comp.low > 0:
+        return SUPPORTED
+    if comp.p_adjusted < alpha and comp.high < 0:
+        return CONTRADICTED
+    return UNRESOLVED
+
+
+@dataclass(frozen=True)
+class Resolve:
+    """How many test images (paired, at the seeds compared) or seeds per system would resolve a difference
+    of ``delta`` (× 100): :func:`r2m.evaluation.power.images_needed` / ``seeds_needed``; None: cannot say
+    (the metric has no per-image values, a row has one seed, no difference)."""
+
+    delta: float
+    images: int | None
+    seeds: int | None
+
+
+def _per_image(row: I.RowEval, seed_at: int, metric: str) -> dict[str, float] | None:
+    stats = row.stats[seed_at] if seed_at < len(row.stats) else None
+    if stats is None or metric not in stats.columns:
+        return None
+    return {i: 100.0 * float(v) for i, v in zip(stats.ids, np.asarray(stats.columns[metric]), strict=True)}
+
+
+def resolve_with(higher: I.RowEval, lower: I.RowEval, metric: str, delta: float,
+                 level: float = DEFAULT_LEVEL) -> Resolve:
+    """The planning figures of ``r2m power`` for this pair: the per-image paired spread of the first seed both
+    ran, and the seed-to-seed spread of the two rows pooled."""
+    delta = abs(delta)
+    if not (math.isfinite(delta) and delta > 0):
+        return Resolve(delta, None, None)
+    shared = I.shared_seeds(higher, lower) or []
+    images = None
+    if shared:
+        a = _per_image(lower, list(lower.seeds).index(shared[0]), metric)
+        b = _per_image(higher, list(higher.seeds).index(shared[0]), metric)
+        ids = sorted(set(a or {}) & set(b or {}))
+        if a is not None and b is not None and len(ids) >= 2:
+            sd = power.paired_sd([a[i] for i in ids], [b[i] for i in ids])
+            images = power.images_needed(sd, delta, level)
+    groups = [[100.0 * float(ev[metric]) for ev in r.evals if isinstance(ev.get(metric), (int, float))]
+              for r in (higher, lower)]
+    seeds = None
+    if all(len(g) >= 2 for g in groups):
+        seeds = power.seeds_needed(power.pooled_seed_sd(groups), delta, level)
+    return Resolve(delta, images, seeds)
+
+
+# --------------------------------------------------------------------------- rows of claims.csv
+def _num(v: float | None, digits: int = 1) -> str:
+    return "" if v is None or not math.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _p(v: float) -> str:
+    return f"{v:.3f}"
+
+
+def _label(claim: C.Claim, key: str) -> str:
+    return ROW_LABELS.get(claim.table, {}).get(key, key)
+
+
+def base_cells(claim: C.Claim, dataset: str) -> dict[str, str]:
+    return {"claim": claim.id, "table": str(claim.table), "statement": claim.statement,
+            "published": C.published_text(claim), "dataset": dataset,
+            "comparison": f"{_label(claim, claim.higher)} − {_label(claim, claim.lower)}", "metric": claim.metric}
+
+
+def untestable(claim: C.Claim, dataset: str, reason: str) -> dict[str, str]:
+    return {**{k: "" for k in COLUMNS}, **base_cells(claim, dataset), "verdict": NOT_TESTABLE, "note": reason}
+
+
+def tested(claim: C.Claim, dataset: str, comp: Comparison, resolve: Resolve | None) -> dict[str, str]:
+    v = verdict(comp)
+    row = {**{k: "" for k in COLUMNS}, **base_cells(claim, dataset),
+           "seeds": str(comp.seeds), "images": str(comp.images), "difference": _num(comp.difference),
+           "low": _num(comp.low), "high": _num(comp.high), "level": f"{comp.level:g}", "test": comp.test,
+           "p": _p(comp.p), "correction": comp.correction, "p_adjusted": _p(comp.p_adjusted), "verdict": v}
+    if v == UNRESOLVED and resolve is not None:
+        row["images_to_resolve"] = "" if resolve.images is None else str(resolve.images)
+        row["seeds_to_resolve"] = "" if resolve.seeds is None else str(resolve.seeds)
+        parts = []
+        if resolve.images is not None:
+            parts.append(f"about {resolve.images:,} test images (paired)")
+        if resolve.seeds is not None:
+            parts.append(f"{resolve.seeds} seeds per system")
+        row["note"] = (f"a difference of {resolve.delta:.1f} would need {' or '.join(parts)} to resolve "
+                       "(r2m power's rule: the 95 % interval's half-width at most the difference)"
+                       if parts else "r2m power cannot say how many images or seeds would resolve it here")
+    return row
+
+
+def table1_reason(claim: C.Claim, datasets: Sequence[str]) -> str:
+    names = [P.dataset_label(d) for d in claim.datasets]
+    absent = [P.dataset_label(d) for d in claim.datasets if d not in datasets]
+    baseline = "UC-GAN and SME-GAN are" if claim.lower_table else f"{claim.lower} is"
+    reason = (f"{baseline} not run by this pipeline: only published numbers exist, with no per-image scores or "
+              "seeds to pair with")
+    if absent:
+        reason += f"; {' / '.join(absent)} not in this run (datasets: {', '.join(datasets) or 'none'})"
+    elif names:
+        reason += f" on {' / '.join(names)}"
+    return reason
+
+
+def build(datasets: Sequence[str], rows: Mapping[int, Mapping[tuple[str, str], I.RowEval]],
+          claims: Sequence[C.Claim] = C.CLAIMS) -> list[dict[str, str]]:
+    """One row per claim and dataset of this run, in claim order (a claim on rows this pipeline does not run:
+    one row).
+    ``rows``: per table (2, 3) the gathered rows of this run, keyed ``(dataset, row key)``."""
+    results: dict[str, list[dict[str, str]]] = {c.id: [] for c in claims}
+    for claim in claims:
+        if not claim.runs_rows:
+            results[claim.id].append(untestable(claim, " / ".join(P.dataset_label(d) for d in claim.datasets),
+                                                table1_reason(claim, datasets)))
+    for ds in datasets:
+        for table in (2, 3):
+            family = [c for c in claims if c.runs_rows and c.table == table]
+            have = rows.get(table, {})
+            pairs, where = [], []
+            for c in family:
+                missing = [k for k in (c.higher, c.lower) if (ds, k) not in have]
+                if missing:
+                    axis = "variant" if table == 2 else "checkpoint"
+                    results[c.id].append(untestable(c, ds, f"this run has no {axis} {', '.join(missing)} on {ds}"))
+                    continue
+                pairs.append((have[(ds, c.higher)], have[(ds, c.lower)]))
+                where.append(c)
+            metric_of = {c.id: P.METRIC_OF[c.metric] for c in where}
+            for metric in dict.fromkeys(metric_of.values()):  # one family per table, dataset and metric
+                at = [k for k, c in enumerate(where) if metric_of[c.id] == metric]
+                comps = compare_family([pairs[k] for k in at], metric)
+                for k, comp in zip(at, comps, strict=True):
+                    c = where[k]
+                    if comp is None:
+                        results[c.id].append(untestable(c, ds, "no per-image statistics, or no seed and image both "
+                                                                  f"rows share, for {metric}"))
+                        continue
+                    res = resolve_with(pairs[k][0], pairs[k][1], metric, comp.difference)
+                    results[c.id].append(tested(c, ds, comp, res))
+    return [r for c in claims for r in results[c.id]]
+
+
+def to_csv(rows: Sequence[Mapping[str, str]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def counts_sentence(rows: Sequence[Mapping[str, str]]) -> str:
+    """``3 supported, 0 contradicted, 4 unresolved, 3 not testable here``."""
+    return ", ".join(f"{sum(r.get('verdict') == v for r in rows)} {v}" for v in VERDICTS)
+
+
+# --------------------------------------------------------------------------- the stage
+def _gathered(ctx, evals: str, stats: str, axis: str) -> dict[tuple[str, str], I.RowEval]:
+    from r2m.reports.tables import read_eval
+
+    def key_of(keys: Mapping[str, str]) -> tuple[str, str]:
+        return keys["dataset"], keys[axis]
+
+    gathered = ctx.gather(evals)
+    paths, seeds = I.group_paths(gathered, key_of), I.group_seeds(gathered, key_of)
+    stat_paths = I.group_paths(ctx.gather(stats), key_of)
+    out = {}
+    for k, ps in paths.items():
+        evs = [read_eval(p, f"dataset={k[0]}, {axis}={k[1]}") for p in ps]
+        out[k] = I.RowEval(evs, [I.read_stats(p, ev) for p, ev in zip(stat_paths.get(k, []), evs, strict=False)],
+                           seeds[k])
+    return out
+
+
+def run(ctx) -> None:
+    rows = {2: _gathered(ctx, "t2_evals", "t2_stats", "variant"), 3: _gathered(ctx, "t3_evals", "t3_stats", "ckpt")}
+    out = build(list(ctx.params.datasets), rows)
+    write_text(ctx.outs["csv"], to_csv(out))
+    ctx.log.info("claims: wrote %s (%s)", ctx.outs["csv"], counts_sentence(out))
