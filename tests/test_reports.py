@@ -94,8 +94,9 @@ def test_table1(tmp_path, repo_root):
     rows = read_csv(tmp_path / "reports/table1.csv")
     metric_cols = ["B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S", "CR", "CR≥1"]
     assert list(rows[0]) == ["dataset", "method", "source", *(x for c in metric_cols for x in (c, f"{c}_lo", f"{c}_hi")),
-                             "seeds", "images", "interval", "split", "vs",
-                             *(x for c in metric_cols for x in (f"d_{c}", f"d_{c}_lo", f"d_{c}_hi", f"d_{c}_mark")),
+                             "seeds", "images", "interval", "split", "vs", "d_seeds",
+                             *(x for c in metric_cols for x in (f"d_{c}", f"d_{c}_lo", f"d_{c}_hi", f"d_{c}_p",
+                                                                f"d_{c}_holm", f"d_{c}_mark")),
                              "note"]
     tiny = [r for r in rows if r["dataset"] == "tiny"]
     assert len(tiny) == 1 and tiny[0]["source"] == "this run"  # no published rows for tiny
@@ -387,8 +388,11 @@ def test_t_interval_over_two_seeds_by_hand():
     rows = tables.build_rows(tables.TABLES["table1"], ["demo"], ["r2m"], {("demo", "r2m"): I.RowEval(evs, stats)})
     ours = dict(zip(tables.HEADER, rows[0], strict=True))
     assert (ours["C"], ours["C_lo"], ours["C_hi"]) == ("25.0", "-38.5", "88.5")
-    assert (ours["B-1"], ours["B-1_lo"], ours["B-1_hi"]) == ("50.0", "50.0", "50.0")  # equal seeds: zero width
-    assert (ours["seeds"], ours["images"], ours["interval"]) == ("2", "5", "t over seeds")
+    # equal seeds: not a zero-width t interval but the bootstrap over seed 0's images, which are all the
+    # same here (BLEU-1 = 6/10 · exp(1 − 11/10) = 0.5429 on every resample)
+    assert (ours["B-1"], ours["B-1_lo"], ours["B-1_hi"]) == ("50.0", "54.3", "54.3")
+    assert (ours["seeds"], ours["images"]) == ("2", "5")
+    assert ours["interval"] == "t over seeds; bootstrap over images where the seeds agree"
 
 
 def _table2_files(root: Path, better: float) -> None:
@@ -424,9 +428,12 @@ def test_row_better_on_every_image_is_marked_and_an_equal_one_is_not(tmp_path, r
     assert "D w/o FM (tiny) on C" in md and "20 test images" in md
 
 
-def test_paired_difference_pools_seeds_on_the_same_image_draws():
-    """Two seeds per row: each resample's CIDEr difference is the mean over both seeds of both rows on
-    one draw of image ids, recomputed here with plain numpy from the same draws."""
+def test_paired_difference_over_two_seeds_adds_seed_and_image_spread():
+    """Two seeds per row: the difference is the mean of the per-seed CIDEr differences; its half-width
+    is t(0.975, df=1) = 12.706 (t table) · s_d / √2 and z = 1.95996 · sd of the seed-averaged paired
+    bootstrap draws added in quadrature, recomputed here with plain numpy from the same image draws."""
+    import math
+
     import numpy as np
 
     from r2m.evaluation.bootstrap import resample_indices
@@ -438,10 +445,13 @@ def test_paired_difference_pools_seeds_on_the_same_image_draws():
     draws = resample_indices(15, 1000, I.BOOT_SEED)
     ca = np.stack([s.columns["CIDEr"] for s in a])  # [seeds, images]
     cb = np.stack([s.columns["CIDEr"] for s in b])
-    d = cb[:, draws].mean(axis=(0, 2)) - ca[:, draws].mean(axis=(0, 2))
-    lo, hi = np.percentile(d, [2.5, 97.5])
-    assert got.delta == pytest.approx(cb.mean() - ca.mean(), abs=1e-12)
-    assert (got.low, got.high) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
+    per_seed = cb.mean(axis=1) - ca.mean(axis=1)
+    boot = cb[:, draws].mean(axis=(0, 2)) - ca[:, draws].mean(axis=(0, 2))
+    half = math.hypot(12.7062 * per_seed.std(ddof=1) / math.sqrt(2), 1.959964 * boot.std(ddof=1))
+    assert got.seeds == 2 and got.delta == pytest.approx(per_seed.mean(), abs=1e-12)
+    assert (got.low, got.high) == (pytest.approx(per_seed.mean() - half, abs=1e-4),
+                                   pytest.approx(per_seed.mean() + half, abs=1e-4))
+    assert got.p == max(got.p_images, got.p_seeds)
 
 
 def test_a_one_seed_row_is_paired_with_the_references_same_seed_only(tmp_path, repo_root):
