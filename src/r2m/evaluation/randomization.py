@@ -65,13 +65,13 @@ def min_resamples(level: float = B.DEFAULT_LEVEL) -> int:
 
 
 def check_count(what: str, value: int, lowest: int, highest: int) -> str | None:
-    """Why ``value`` resamples/trials give no interval or mark (None: enough). Raises ValueError
-    above ``highest`` (one line)."""
+    """Why ``value`` resamples (no interval) or trials (no mark) are too few (None: enough). Raises
+    ValueError above ``highest`` (one line)."""
     if value > highest:
         raise ValueError(f"{what} {value:,} is above the limit of {highest:,} (the time grows with it; "
                          f"10,000 trials or 1,000 resamples are the usual counts)")
     if value < lowest:
-        return f"{what} {value:,} below the floor of {lowest:,}: no interval or mark printed"
+        return f"{what} {value:,} below the floor of {lowest:,}: no {'mark' if what == 'trials' else 'interval'} printed"
     return None
 
 
