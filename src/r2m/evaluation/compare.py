@@ -144,7 +144,7 @@ def compare(paths: list[str], references: str | Path, *, resamples: int = B.DEFA
     def one(k: int, m: str, d: B.Difference) -> dict[str, Any]:
         t = tests[k][m]
         cell: dict[str, Any] = {**asdict(d), "bootstrap_p": d.p, "p": t.p, "p_holm": adjusted[(k, m)],
-                                "p_floor": t.floor * k_family, "trials": t.trials, "exact": t.exact}
+                                "p_floor": t.floor, "trials": t.trials, "exact": t.exact}
         if no_interval:
             cell.update(low=None, high=None)
         cell["mark"] = "" if no_mark else ("*" if adjusted[(k, m)] <= alpha else "n.s.")
@@ -209,10 +209,11 @@ def render(result: dict[str, Any]) -> str:
             if k:
                 d = result["differences"][k - 1]["metrics"].get(m)
                 if d is not None:
-                    holm = result["family"] > 1
-                    p = RZ.p_text(d["p_holm"] if holm else d["p"], d["p_floor"])
+                    p = RZ.p_text(d["p"], d["p_floor"])
+                    if result["family"] > 1:
+                        p += f", Holm {RZ.p_text(d['p_holm'], min(1.0, d['p_floor'] * result['family']))}"
                     row += (f"  {s['name']} − {result['systems'][0]['name']} {_fmt(d['delta'], True)} "
-                            f"{_iv(d, True)} {d['mark'] or '—':<4} {p}{' (Holm)' if holm else ''}")
+                            f"{_iv(d, True)} {d['mark'] or '—':<4} {p}")
             lines.append(row.rstrip())
     return "\n".join(lines)
 

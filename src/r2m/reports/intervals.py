@@ -428,7 +428,8 @@ def comparison_note(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -
                      "bootstrap over images (1,000 resamples).")
     parts.append(f"Multiple comparisons: one family per table ({k} differences = compared rows × metrics), "
                  f"Holm's step-down correction; * = Holm-adjusted p ≤ {RZ.DEFAULT_ALPHA:g}, n.s. otherwise. "
-                 f"Primary metric: {PRIMARY_COLUMN}.")
+                 f"Primary metric: {PRIMARY_COLUMN}. The intervals are per comparison (not adjusted): one that "
+                 "excludes 0 can still be n.s. after the correction.")
     return " ".join(parts)
 
 
