@@ -41,7 +41,7 @@ from r2m.evaluation.bootstrap import (
     PerImage,
     bootstrap_ci,
     percentile_interval,
-    resample_indices,
+    resample_chunks,
     t_interval,
 )
 
@@ -282,10 +282,10 @@ def retrieval_summary(results: Sequence[Mapping[str, Any]], resamples: int = DEF
         r = np.asarray(ranks.get(t) or [], dtype=np.float64)
         draws: dict[str, list[np.ndarray]] = {m: [] for m in RET_METRICS}
         if r.size:
-            idx = resample_indices(r.size, resamples, BOOT_SEED)
-            for start in range(0, resamples, _CHUNK):
-                for m, v in _rank_stats(r[idx[start:start + _CHUNK]]).items():
-                    draws[m].append(v)
+            for idx in resample_chunks(r.size, resamples, BOOT_SEED):
+                for start in range(0, len(idx), _CHUNK):
+                    for m, v in _rank_stats(r[idx[start:start + _CHUNK]]).items():
+                        draws[m].append(v)
         for m in RET_METRICS:
             lo = hi = None
             if draws[m]:
