@@ -20,7 +20,8 @@ import yaml
 
 from r2m import params as P
 from r2m.evaluation import per_image
-from r2m.evaluation.bootstrap import Difference, PerImage
+from r2m.evaluation.bootstrap import PerImage
+from r2m.evaluation.randomization import SEEDS_AND_IMAGES, SeedDifference
 from r2m.pipeline import stages as S
 from r2m.pipeline.context import StageContext
 from r2m.reports import claims as CL
@@ -91,7 +92,7 @@ def test_each_verdict_from_hand_made_rows() -> None:
     assert got["t2.dr_lstm"]["verdict"] == CL.NOT_TESTABLE and "no variant dr_lstm" in got["t2.dr_lstm"]["note"]
     for r in (got["t2.no_fm"], got["t2.d_lstm"], got["t2.r_lstm"]):
         assert (r["seeds"], r["images"], r["metric"]) == ("3", "16", "C")
-        assert r["test"] == CL.TEST and r["correction"] == CL.CORRECTION
+        assert r["test"] == SEEDS_AND_IMAGES and r["correction"] == CL.CORRECTION
     for cid in ("t3.rec_s", "t3.match", "t3.rec_i"):  # no Table 3 rows in this run
         assert got[cid]["verdict"] == CL.NOT_TESTABLE and "no checkpoint" in got[cid]["note"]
 
@@ -139,7 +140,9 @@ def test_the_adapter_adjusts_the_family_by_holm(monkeypatch) -> None:
     ps = iter([0.01, 0.04, 0.03])
 
     def fake(higher, lower, metrics, *a, **k):
-        return {metrics[0]: Difference(0.5, 0.6, 0.1, 0.05, 0.15, 0.95, next(ps))}
+        return {metrics[0]: SeedDifference(a=0.5, b=0.6, delta=0.1, low=0.05, high=0.15, p=next(ps), p_images=0.0,
+                                           p_seeds=None, per_seed=(0.1,), seeds=1, images=N, trials=999,
+                                           resamples=1000, level=0.95, method="m")}
 
     monkeypatch.setattr(CL.I, "paired", fake)
     r = row(R2M)

@@ -62,7 +62,9 @@ def test_the_command_measures_both_spreads_from_a_results_folder(tmp_path) -> No
     r = subprocess.run([sys.executable, "-m", "r2m.cli", "power", str(root), "--json", "--deltas", "10,20"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    s = json.loads(r.stdout)
+    out = json.loads(r.stdout)
+    assert len(out["datasets"]) == 1
+    s = out["datasets"][0]
     assert s["rows"] == 2 and s["images"] == 3 and s["pairs"] == 1 and s["seeds"] == 3
     assert s["sd_seed"] == pytest.approx(10.0)
     assert s["sd_paired_image"] == pytest.approx(10.0)
@@ -86,3 +88,24 @@ def test_bad_input_is_one_line(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-m", "r2m.cli", "power", str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and str(bad) in r.stderr and "Traceback" not in r.stderr
+
+
+def test_datasets_with_different_test_images_are_not_pooled(tmp_path) -> None:
+    """``results`` holding two datasets: one summary each (their rows, their images), never one pool."""
+    root = tmp_path / "results"
+    _row(root, "demo/r2m/s0/train_i", 0.50, {"1": 0.2, "2": 0.6, "3": 0.7})
+    _row(root, "demo/no_fm/s0/train_i", 0.5, {"1": 0.3, "2": 0.6, "3": 0.6})
+    _row(root, "other/a/s0/ck", 0.1, {f"x{i}": i / 10 for i in range(5)})
+    _row(root, "other/b/s0/ck", 0.2, {f"x{i}": i / 5 for i in range(5)})
+    _row(root, "other/c/s0/ck", 0.3, {f"x{i}": 0.5 for i in range(5)})
+    r = subprocess.run([sys.executable, "-m", "r2m.cli", "power", str(root), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = {d["dataset"]: d for d in json.loads(r.stdout)["datasets"]}
+    assert set(got) == {"demo", "other"}
+    assert (got["demo"]["rows"], got["demo"]["images"], got["demo"]["pairs"]) == (2, 3, 1)
+    assert (got["other"]["rows"], got["other"]["images"], got["other"]["pairs"]) == (3, 5, 3)
+    assert got["demo"]["sd_paired_image"] == pytest.approx(10.0)  # differences 0.1, 0.0, -0.1 (×100)
+    r = subprocess.run([sys.executable, "-m", "r2m.cli", "power", str(root)], capture_output=True, text=True,
+                       timeout=120)
+    assert "(dataset demo)" in r.stdout and "(dataset other)" in r.stdout

@@ -94,8 +94,9 @@ def test_table1(tmp_path, repo_root):
     rows = read_csv(tmp_path / "reports/table1.csv")
     metric_cols = ["B-1", "B-2", "B-3", "B-4", "M", "R", "C", "S", "CR", "CR≥1"]
     assert list(rows[0]) == ["dataset", "method", "source", *(x for c in metric_cols for x in (c, f"{c}_lo", f"{c}_hi")),
-                             "seeds", "images", "interval", "split", "vs",
-                             *(x for c in metric_cols for x in (f"d_{c}", f"d_{c}_lo", f"d_{c}_hi", f"d_{c}_mark")),
+                             "seeds", "images", "interval", "split", "vs", "d_seeds",
+                             *(x for c in metric_cols for x in (f"d_{c}", f"d_{c}_lo", f"d_{c}_hi", f"d_{c}_p",
+                                                                f"d_{c}_holm", f"d_{c}_mark")),
                              "note"]
     tiny = [r for r in rows if r["dataset"] == "tiny"]
     assert len(tiny) == 1 and tiny[0]["source"] == "this run"  # no published rows for tiny
@@ -387,8 +388,11 @@ def test_t_interval_over_two_seeds_by_hand():
     rows = tables.build_rows(tables.TABLES["table1"], ["demo"], ["r2m"], {("demo", "r2m"): I.RowEval(evs, stats)})
     ours = dict(zip(tables.HEADER, rows[0], strict=True))
     assert (ours["C"], ours["C_lo"], ours["C_hi"]) == ("25.0", "-38.5", "88.5")
-    assert (ours["B-1"], ours["B-1_lo"], ours["B-1_hi"]) == ("50.0", "50.0", "50.0")  # equal seeds: zero width
-    assert (ours["seeds"], ours["images"], ours["interval"]) == ("2", "5", "t over seeds")
+    # equal seeds: not a zero-width t interval but the bootstrap over seed 0's images, which are all the
+    # same here (BLEU-1 = 6/10 · exp(1 − 11/10) = 0.5429 on every resample)
+    assert (ours["B-1"], ours["B-1_lo"], ours["B-1_hi"]) == ("50.0", "54.3", "54.3")
+    assert (ours["seeds"], ours["images"]) == ("2", "5")
+    assert ours["interval"] == "t over seeds; bootstrap over images where the seeds agree"
 
 
 def _table2_files(root: Path, better: float) -> None:
@@ -422,11 +426,20 @@ def test_row_better_on_every_image_is_marked_and_an_equal_one_is_not(tmp_path, r
     md = (tmp_path / "reports/table2.md").read_text()
     assert "## Paired differences" in md and "+5.0 [" in md
     assert "D w/o FM (tiny) on C" in md and "20 test images" in md
+    # one family per table: 4 compared rows × 8 metrics with statistics (B-1..4, R, C, CR, CR≥1)
+    assert "Holm's step-down correction" in md and "(32 differences = compared rows × metrics)" in md
+    assert "Primary metric: C (CIDEr)" in md and "Rows paired over one seed: test images only" in md
+    r = by["D w/o FM"]
+    assert r["d_seeds"] == "1" and float(r["d_C_p"]) == pytest.approx(1 / 10001)
+    assert float(r["d_C_holm"]) == pytest.approx(32 / 10001, rel=1e-3)  # the smallest of 32 tied-at-floor p's
 
 
-def test_paired_difference_pools_seeds_on_the_same_image_draws():
-    """Two seeds per row: each resample's CIDEr difference is the mean over both seeds of both rows on
-    one draw of image ids, recomputed here with plain numpy from the same draws."""
+def test_paired_difference_over_two_seeds_adds_seed_and_image_spread():
+    """Two seeds per row: the difference is the mean of the per-seed CIDEr differences; its half-width
+    is t(0.975, df=1) = 12.706 (t table) · s_d / √2 and z = 1.95996 · sd of the seed-averaged paired
+    bootstrap draws added in quadrature, recomputed here with plain numpy from the same image draws."""
+    import math
+
     import numpy as np
 
     from r2m.evaluation.bootstrap import resample_indices
@@ -438,10 +451,13 @@ def test_paired_difference_pools_seeds_on_the_same_image_draws():
     draws = resample_indices(15, 1000, I.BOOT_SEED)
     ca = np.stack([s.columns["CIDEr"] for s in a])  # [seeds, images]
     cb = np.stack([s.columns["CIDEr"] for s in b])
-    d = cb[:, draws].mean(axis=(0, 2)) - ca[:, draws].mean(axis=(0, 2))
-    lo, hi = np.percentile(d, [2.5, 97.5])
-    assert got.delta == pytest.approx(cb.mean() - ca.mean(), abs=1e-12)
-    assert (got.low, got.high) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
+    per_seed = cb.mean(axis=1) - ca.mean(axis=1)
+    boot = cb[:, draws].mean(axis=(0, 2)) - ca[:, draws].mean(axis=(0, 2))
+    half = math.hypot(12.7062 * per_seed.std(ddof=1) / math.sqrt(2), 1.959964 * boot.std(ddof=1))
+    assert got.seeds == 2 and got.delta == pytest.approx(per_seed.mean(), abs=1e-12)
+    assert (got.low, got.high) == (pytest.approx(per_seed.mean() - half, abs=1e-4),
+                                   pytest.approx(per_seed.mean() + half, abs=1e-4))
+    assert got.p == max(got.p_images, got.p_seeds)
 
 
 def test_a_one_seed_row_is_paired_with_the_references_same_seed_only(tmp_path, repo_root):
@@ -469,6 +485,37 @@ def test_a_one_seed_row_is_paired_with_the_references_same_seed_only(tmp_path, r
         r = by[label]
         assert r["vs"] == "R2M (seed 0)"
         assert (r["d_C"], r["d_C_lo"], r["d_C_hi"], r["d_C_mark"]) == ("0.0", "0.0", "0.0", "n.s.")
+
+
+def test_three_seed_rows_are_paired_seed_by_seed_and_seed_spread_decides(tmp_path, repo_root):
+    """Every row at seeds 0-2. D w/o FM is 0.05 CIDEr above R2M on every image at every seed: per-seed
+    differences 5, 5, 5 (× 100), t test p = 0, the randomization p at its floor: marked. D w/o Memory in RM
+    is above R2M on every image at seed 0 (+0.3) but below at seeds 1 and 2 (−0.1, −0.15): within each
+    seed the images agree, yet the mean difference +1.7 has t = 0.017 / (0.2466 / √3) = 0.12 over the seeds
+    (df 2, p = 0.92): n.s., and its interval holds 0."""
+    from r2m.evaluation.bootstrap import PerImage, corpus_metrics
+
+    base = random_stats(20, seed=7)
+    shift = {"no_fm": (0.05, 0.05, 0.05), "d_lstm": (0.3, -0.1, -0.15)}
+    for v in VARIANT_NAMES:
+        for seed in range(3):
+            cider = base.columns["CIDEr"] + 0.02 * seed + (shift[v][seed] if v in shift else 0.0)
+            stats = PerImage(base.ids, {**base.columns, "CIDEr": cider})
+            ev = {k: float(x) for k, x in corpus_metrics(stats).items()}
+            folder = tmp_path / f"results/tiny/{v}/s{seed}/train_i"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "eval.json").write_text(json.dumps({**ev, "n_images": 20, "split": "test"}))
+            write_stats(folder / "per_image.parquet", stats, ev)
+    raw = make_params(repo_root, ["tiny"]).model_dump(mode="json")
+    raw["catalog"]["tiny"]["seeds"] = {v: [0, 1, 2] for v in VARIANT_NAMES}
+    tables.table2(ctx_for("table2", P.validate(raw), tmp_path))
+    by = {r["method"]: r for r in read_csv(tmp_path / "reports/table2.csv") if r["source"] == "this run"}
+    fm, d = by["D w/o FM"], by["D w/o Memory in RM"]
+    assert fm["vs"] == "R2M" and fm["d_seeds"] == "3" and fm["d_C"] == "5.0" and fm["d_C_mark"] == "*"
+    assert (d["d_seeds"], d["d_C"], d["d_C_mark"]) == ("3", "1.7", "n.s.")
+    assert float(d["d_C_lo"]) < 0 < float(d["d_C_hi"]) and float(d["d_C_p"]) > 0.9
+    md = (tmp_path / "reports/table2.md").read_text()
+    assert "Rows paired over 3 seeds" in md and "t test over the seeds' differences" in md
 
 
 def test_published_rows_leave_interval_and_mark_cells_empty(tmp_path, repo_root):
@@ -574,3 +621,20 @@ def test_tables_are_reproducible_byte_for_byte(tmp_path, repo_root):
         tables.table2(ctx_for("table2", params, tmp_path))
         got.append(((tmp_path / "reports/table2.csv").read_bytes(), (tmp_path / "reports/table2.md").read_bytes()))
     assert got[0] == got[1] and b"bootstrap over images" in got[0][0]
+
+
+def test_three_identical_retrieval_seeds_are_not_presented_as_certainty():
+    """Three seeds with the same ranks (R@5 = 37.5 each): not [37.5, 37.5] but the bootstrap over the
+    8 queries, whose first-match ranks 1, 2, 9, 9, 9, 9, 9, 4 give R@5 3/8 and resamples from 0 to 1."""
+    from r2m.reports import intervals as I
+
+    ranks = [1, 2, 9, 9, 9, 9, 9, 4]
+    one = {t: {"R@1": 12.5, "R@5": 37.5, "R@10": 100.0, "Med r": 9.0} for t in I.RET_TASKS}
+    res = [{**one, "n_images": 8, "ranks": {t: ranks for t in I.RET_TASKS}}] * 3
+    s = I.retrieval_summary(res)
+    v, lo, hi = s.values["sentence_retrieval/R@5"]
+    assert v == 37.5 and lo < 37.5 < hi
+    assert s.interval == "t over seeds; bootstrap over queries where the seeds agree"
+    bare = I.retrieval_summary([{**one, "n_images": 8}] * 3)
+    assert bare.values["sentence_retrieval/R@5"] == (37.5, 37.5, 37.5)
+    assert bare.interval == "t over seeds (zero width: the seeds agree)"

@@ -23,7 +23,7 @@ TOOLS: dict[str, tuple[str, str]] = {
                        "write .params/<stage>/<instance>.json (each stage instance's resolved params; DVC's deps)"),
     "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts, bootstrap"),
     "compare": ("r2m.evaluation.compare:main",
-                "metrics of two or more captioners with 95% bootstrap intervals and paired B - A significance"),
+                "metrics of two or more captioners with 95% bootstrap intervals and paired randomization tests of B - A (Holm for more than two)"),
     "power": ("r2m.evaluation.power:main",
               "how many test images or seeds resolve a metric difference, from the spreads in a results folder"),
     "warm": ("r2m.warm.server:main", "run a command (e.g. snakemake) whose r2m stage jobs start warm: forked from "

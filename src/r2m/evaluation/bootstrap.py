@@ -292,11 +292,39 @@ def corpus_metrics(stats: PerImage, idx: np.ndarray | Sequence[int] | None = Non
     return {m: (v[0] if single else v) for m, v in out.items()}
 
 
-def resample_indices(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> np.ndarray:
-    """``[resamples, n]`` image rows drawn with replacement (numpy's PCG64, seeded)."""
+MAX_RESAMPLES = 1_000_000  # beyond this the time, not the memory, is the limit (draws are chunked)
+
+
+def _check_resamples(n: int, resamples: int) -> None:
     if n < 1 or resamples < 1:
         raise ValueError(f"need at least one image and one resample, got {n} and {resamples}")
+    if resamples > MAX_RESAMPLES:
+        raise ValueError(f"{resamples:,} resamples is above the limit of {MAX_RESAMPLES:,}")
+
+
+def resample_indices(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> np.ndarray:
+    """``[resamples, n]`` image rows drawn with replacement (numpy's PCG64, seeded)."""
+    _check_resamples(n, resamples)
+    if resamples * n > 8 * _CHUNK_CELLS:
+        raise ValueError(f"{resamples:,} resamples of {n:,} images at once is too large; use resample_chunks")
     return np.random.default_rng(seed).integers(0, n, size=(resamples, n), dtype=np.int64)
+
+
+def resample_chunks(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = 0):
+    """The rows of :func:`resample_indices` (the same draws, in order) in chunks of at most
+    ``_CHUNK_CELLS`` cells: memory stays bounded for any number of resamples."""
+    _check_resamples(n, resamples)
+    rng = np.random.default_rng(seed)
+    step = max(1, _CHUNK_CELLS // n)
+    for start in range(0, resamples, step):
+        yield rng.integers(0, n, size=(min(step, resamples - start), n), dtype=np.int64)
+
+
+def _draws_many(systems: Sequence[PerImage], resamples: int, seed: int,
+                metrics: Sequence[str]) -> list[dict[str, np.ndarray]]:
+    """:func:`_corpus_many` over :func:`resample_chunks`."""
+    parts = [_corpus_many(systems, chunk, metrics) for chunk in resample_chunks(systems[0].n, resamples, seed)]
+    return [{m: np.concatenate([p[k][m] for p in parts]) for m in metrics} for k in range(len(systems))]
 
 
 def percentile_interval(values: np.ndarray, level: float) -> tuple[float, float]:
@@ -313,7 +341,7 @@ def bootstrap_ci(stats: PerImage, resamples: int = DEFAULT_RESAMPLES, seed: int 
     """Percentile bootstrap interval of each metric over the test images."""
     metrics = list(stats.metrics() if metrics is None else metrics)
     point = corpus_metrics(stats, None, metrics)
-    draws = corpus_metrics(stats, resample_indices(stats.n, resamples, seed), metrics)
+    draws = _draws_many([stats], resamples, seed, metrics)[0]
     return {m: Interval(float(point[m]), *percentile_interval(draws[m], level), level) for m in metrics}
 
 
@@ -328,7 +356,7 @@ def paired_bootstrap(a: PerImage, b: PerImage, resamples: int = DEFAULT_RESAMPLE
     metrics = list(metrics)
     ident = np.arange(a.n)[None, :]
     pa, pb = _corpus_many([a, b], ident, metrics)
-    da, db = _corpus_many([a, b], resample_indices(a.n, resamples, seed), metrics)
+    da, db = _draws_many([a, b], resamples, seed, metrics)
     return {m: difference(float(pa[m][0]), float(pb[m][0]), db[m] - da[m], level) for m in metrics}
 
 

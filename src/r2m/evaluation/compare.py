@@ -7,8 +7,12 @@ concept recall). A folder's ``per_image.parquet`` is used as it is when it recor
 ``captions.json`` and references file (their SHA-256); otherwise the captions are scored here as
 ``r2m evaluate`` scores them (PTB tokenisation, the coco-caption scorers). Every system must
 caption the same images. Intervals: percentile bootstrap (:mod:`r2m.evaluation.bootstrap`), the
-same seeded draws for every system; a difference is ``*`` when its interval excludes 0, else
-``n.s.``.
+same seeded draws for every system. Marks: the paired approximate-randomization test of each corpus
+metric (:mod:`r2m.evaluation.randomization`); with more than two systems the family is every
+difference against A (systems − 1 × metrics), Holm-corrected. A difference is ``*`` when its
+(adjusted) p ≤ 0.05, else ``n.s.``; below :func:`~r2m.evaluation.randomization.min_resamples`
+resamples no interval is printed, below :data:`~r2m.evaluation.randomization.MIN_TRIALS` trials no
+mark.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 from r2m.evaluation import bootstrap as B
 from r2m.evaluation import coco
+from r2m.evaluation import randomization as RZ
 from r2m.evaluation.inputs import EvalInputError, drop_empty_references, load_references, load_results, match
 from r2m.evaluation.per_image import PerImageError
 
@@ -96,9 +101,13 @@ def score(s: System, references: Path, scorers: list[str], logger: logging.Logge
 
 def compare(paths: list[str], references: str | Path, *, resamples: int = B.DEFAULT_RESAMPLES, seed: int = 0,
             level: float = B.DEFAULT_LEVEL, scorers: list[str] | None = None,
-            logger: logging.Logger | None = None) -> dict[str, Any]:
+            logger: logging.Logger | None = None, trials: int = RZ.DEFAULT_TRIALS,
+            alpha: float = RZ.DEFAULT_ALPHA) -> dict[str, Any]:
     """The comparison as a JSON-ready dict (what ``--json`` prints)."""
     logger = logger or logging.getLogger("r2m.compare")
+    # limits first: nothing is scored for a count that would be refused or print nothing
+    no_interval = RZ.check_count("resamples", resamples, RZ.min_resamples(level), RZ.MAX_RESAMPLES)
+    no_mark = RZ.check_count("trials", trials, RZ.MIN_TRIALS, RZ.MAX_TRIALS)
     refs = Path(references)
     if not refs.is_file():
         raise CompareError(f"{refs}: references file not found")
@@ -127,14 +136,35 @@ def compare(paths: list[str], references: str | Path, *, resamples: int = B.DEFA
     rows = [st.aligned_to(base.ids) for st in stats]
     intervals = [B.bootstrap_ci(st, resamples, seed, level) for st in rows]
     diffs = [B.paired_bootstrap(base, st, resamples, seed, level) for st in rows[1:]]
+    tests = [RZ.randomization_test(base, st, trials, seed, list(ds)) for st, ds in zip(rows[1:], diffs, strict=True)]
+    family = {(k, m): t.p for k, ts in enumerate(tests) for m, t in ts.items()}
+    adjusted = RZ.holm(family) if len(tests) > 1 else family
+    k_family = len(family) if len(tests) > 1 else 1
+
+    def one(k: int, m: str, d: B.Difference) -> dict[str, Any]:
+        t = tests[k][m]
+        cell: dict[str, Any] = {**asdict(d), "bootstrap_p": d.p, "p": t.p, "p_holm": adjusted[(k, m)],
+                                "p_floor": t.floor, "trials": t.trials, "exact": t.exact}
+        if no_interval:
+            cell.update(low=None, high=None)
+        cell["mark"] = "" if no_mark else ("*" if adjusted[(k, m)] <= alpha else "n.s.")
+        cell["significant"] = cell["mark"] == "*"
+        return cell
+
     return {
         "references": str(refs), "images": base.n, "resamples": resamples, "seed": seed, "level": level,
+        "trials": trials, "alpha": alpha,
         "interval": "percentile bootstrap over test images",
-        "systems": [{"name": s.name, "path": str(s.path), "metrics": {m: asdict(v) for m, v in iv.items()}}
+        "test": "paired approximate randomization over images, p = (count + 1) / (trials + 1)",
+        "correction": (f"Holm over {k_family} differences (systems - 1 x metrics)" if len(tests) > 1 else "none (one pair)"),
+        "family": k_family, "limits": [x for x in (no_interval, no_mark) if x],
+        "systems": [{"name": s.name, "path": str(s.path),
+                     "metrics": {m: {**asdict(v), **({"low": None, "high": None} if no_interval else {})}
+                                 for m, v in iv.items()}}
                     for s, iv in zip(systems, intervals, strict=True)],
         "differences": [{"a": systems[0].name, "b": s.name,
-                         "metrics": {m: {**asdict(d), "significant": d.significant} for m, d in ds.items()}}
-                        for s, ds in zip(systems[1:], diffs, strict=True)],
+                         "metrics": {m: one(k, m, d) for m, d in ds.items()}}
+                        for k, (s, ds) in enumerate(zip(systems[1:], diffs, strict=True))],
     }
 
 
@@ -149,19 +179,23 @@ def _no_nan(obj: Any) -> Any:
     return obj
 
 
-def _fmt(x: float, sign: bool = False) -> str:
-    return "n/a" if x != x else (f"{x:+.4f}" if sign else f"{x:.4f}")
+def _fmt(x: float | None, sign: bool = False) -> str:
+    return "n/a" if x is None or x != x else (f"{x:+.4f}" if sign else f"{x:.4f}")
 
 
-def _p(p: float, resamples: int) -> str:
-    """Koehn's sign share; 0 means no resample reached 0: below 1/resamples, not 0."""
-    return f"p<{1 / resamples:.2g}" if p == 0 else f"p={p:.3f}"
+def _iv(v: dict[str, Any], sign: bool = False) -> str:
+    if v.get("low") is None:
+        return "[no interval]"
+    return f"[{_fmt(v['low'], sign)}, {_fmt(v['high'], sign)}]"
 
 
 def render(result: dict[str, Any]) -> str:
     pct = f"{result['level'] * 100:g} %"
     lines = [f"{len(result['systems'])} systems on {result['images']} images of {result['references']}; "
-             f"{pct} {result['interval']} ({result['resamples']} resamples, seed {result['seed']})"]
+             f"{pct} {result['interval']} ({result['resamples']} resamples, seed {result['seed']}); "
+             f"marks: {result['test']} ({result['trials']} trials), correction: {result['correction']}, "
+             f"* = p ≤ {result['alpha']:g}"]
+    lines += [f"  ({x})" for x in result.get("limits", [])]
     for s in result["systems"]:
         lines.append(f"  {s['name']}: {s['path']}")
     metrics = list(result["systems"][0]["metrics"])
@@ -170,14 +204,16 @@ def render(result: dict[str, Any]) -> str:
         lines.append("")
         for k, s in enumerate(result["systems"]):
             v = s["metrics"].get(m)
-            cell = "n/a" if v is None else f"{_fmt(v['value'])} [{_fmt(v['low'])}, {_fmt(v['high'])}]"
+            cell = "n/a" if v is None else f"{_fmt(v['value'])} {_iv(v)}"
             row = f"{m if k == 0 else '':<{width}}  {s['name']}  {cell:<26}"
             if k:
                 d = result["differences"][k - 1]["metrics"].get(m)
                 if d is not None:
-                    mark = "*" if d["significant"] else "n.s."
+                    p = RZ.p_text(d["p"], d["p_floor"])
+                    if result["family"] > 1:
+                        p += f", Holm {RZ.p_text(d['p_holm'], min(1.0, d['p_floor'] * result['family']))}"
                     row += (f"  {s['name']} − {result['systems'][0]['name']} {_fmt(d['delta'], True)} "
-                            f"[{_fmt(d['low'], True)}, {_fmt(d['high'], True)}] {mark:<4} {_p(d['p'], result['resamples'])}")
+                            f"{_iv(d, True)} {d['mark'] or '—':<4} {p}")
             lines.append(row.rstrip())
     return "\n".join(lines)
 
@@ -189,7 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("systems", nargs="+", metavar="RESULTS", help="COCO results files or result folders (A B [C …])")
     p.add_argument("--references", required=True, help="COCO caption annotations JSON the systems are scored against")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    p.add_argument("--resamples", type=int, default=B.DEFAULT_RESAMPLES, help="bootstrap resamples (default 1000)")
+    p.add_argument("--resamples", type=int, default=B.DEFAULT_RESAMPLES,
+                   help=f"bootstrap resamples of the intervals (default 1000; none printed below "
+                        f"{RZ.min_resamples()}, at most {RZ.MAX_RESAMPLES:,})")
+    p.add_argument("--trials", type=int, default=RZ.DEFAULT_TRIALS,
+                   help=f"randomization trials of the marks (default {RZ.DEFAULT_TRIALS:,}; no mark below "
+                        f"{RZ.MIN_TRIALS}, at most {RZ.MAX_TRIALS:,})")
     p.add_argument("--seed", type=int, default=0, help="seed of the image draws (default 0)")
     p.add_argument("--level", type=float, default=B.DEFAULT_LEVEL, help="interval level (default 0.95)")
     p.add_argument("--scorers", default=",".join(coco.DEFAULT_SCORERS),
@@ -198,8 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if len(args.systems) < 2:
         p.error("give at least two systems to compare (A B [C …])")
-    if args.resamples < 1 or not 0 < args.level < 1:
-        p.error("--resamples must be >= 1 and --level in (0, 1)")
+    if args.resamples < 1 or args.trials < 1 or not 0 < args.level < 1:
+        p.error("--resamples and --trials must be >= 1 and --level in (0, 1)")
+    if args.resamples > RZ.MAX_RESAMPLES or args.trials > RZ.MAX_TRIALS:
+        p.error(f"--resamples is at most {RZ.MAX_RESAMPLES:,} and --trials at most {RZ.MAX_TRIALS:,} "
+                f"(got {args.resamples:,} and {args.trials:,}): the time grows with them")
     logger = logging.getLogger("r2m.compare")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -212,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in scorers:
             coco.SCORERS.get(s)
         result = compare(args.systems, args.references, resamples=args.resamples, seed=args.seed,
-                         level=args.level, scorers=scorers, logger=logger)
+                         level=args.level, scorers=scorers, logger=logger, trials=args.trials)
     except (CompareError, EvalInputError, PerImageError, FileNotFoundError, KeyError, ValueError) as err:
         text = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
         print(f"r2m compare: {' '.join(str(text).split())}", file=sys.stderr)

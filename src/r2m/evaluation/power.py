@@ -136,6 +136,33 @@ class PowerError(ValueError):
     """A one-line reason `r2m power` cannot plan from its inputs."""
 
 
+def by_dataset(rows: dict[str, dict[int | None, tuple[float, dict[str, float]]]],
+               root_name: str = ".") -> dict[str, dict[str, dict[int | None, tuple[float, dict[str, float]]]]]:
+    """The rows grouped by the test images they scored (one group per dataset: spreads measured on
+    different test sets are never pooled), each group named by its rows' common leading path
+    (``results`` holding ``demo/…`` and ``tiny_paired/…``: ``demo``, ``tiny_paired``), else
+    ``root_name``; groups in name order."""
+    groups: dict[frozenset[str], list[str]] = {}
+    for name, seeds in rows.items():
+        first = seeds[min(seeds, key=lambda s: -1 if s is None else s)][1]
+        groups.setdefault(frozenset(first), []).append(name)
+    out = {}
+    for names in groups.values():
+        parts = [n.split("/") for n in names]
+        common = []
+        for segs in zip(*parts, strict=False):
+            if len(set(segs)) != 1:
+                break
+            common.append(segs[0])
+        if len(names) == 1:
+            common = common[:-1]  # a lone row: its folder, not the row itself
+        label = "/".join(common) or root_name
+        while label in out:
+            label += "'"
+        out[label] = {n: rows[n] for n in names}
+    return dict(sorted(out.items()))
+
+
 def summarise(rows: dict[str, dict[int | None, tuple[float, dict[str, float]]]],
               deltas: Sequence[float], level: float = DEFAULT_LEVEL) -> dict:
     """The spreads measured in ``rows`` and, per delta, the images and seeds that resolve it."""
@@ -166,7 +193,8 @@ def render(s: dict, metric: str, root: Path) -> str:
     def sd(v: float | None) -> str:
         return "—" if v is None else f"{v:.1f}"
 
-    lines = [f"{root}: {s['rows']} rows, {s['images']} test images, {metric} ×100",
+    lines = [f"{root}: {s['rows']} rows, {s['images']} test images, {metric} ×100"
+             + (f" (dataset {s['dataset']})" if s.get("dataset") else ""),
              f"  per-image paired difference sd {sd(s['sd_paired_image'])} (median of {s['pairs']} pairs of rows"
              + (f", {s['sd_paired_image_range'][0]:.1f}–{s['sd_paired_image_range'][1]:.1f}" if s["pairs"] else "")
              + ")",
@@ -217,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"r2m power: no result folder with eval.json and per_image.parquet under {a.results}",
               file=sys.stderr)
         return 2
-    s = summarise(rows, deltas)
-    print(json.dumps(s, indent=1) if a.json else render(s, a.metric, a.results))
+    groups = by_dataset(rows, a.results.name or str(a.results))
+    summaries = [{"dataset": name, **summarise(g, deltas)} for name, g in groups.items()]
+    if a.json:
+        print(json.dumps({"metric": a.metric, "datasets": summaries}, indent=1))
+    else:
+        print("\n\n".join(render(s, a.metric, a.results / s["dataset"] if len(groups) > 1 else a.results)
+                           for s in summaries))
     return 0

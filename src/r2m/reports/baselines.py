@@ -6,7 +6,7 @@ rows). A dataset without paired training captions is one "skipped" line saying w
 
 Every row of this run carries its 95 % intervals, ``seeds``, ``images`` and ``interval``
 (:mod:`r2m.reports.intervals`); each baseline is compared with the most-frequent-caption reference
-point by the paired bootstrap over images (``vs``, ``d_C``, ``d_C_lo``, ``d_C_hi``, ``d_C_mark``).
+point (randomization test over images and seeds, Holm within the table; ``vs``, ``d_seeds``, ``d_C``, ``d_C_lo``, ``d_C_hi``, ``d_C_p``, ``d_C_holm``, ``d_C_mark``).
 R@K and Med r get a bootstrap interval over the queries when ``retrieval.json`` keeps per-query ranks.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 from r2m.params import SUP_MODEL_LABELS
 from r2m.reports import intervals as I
 from r2m.reports import published as P
-from r2m.reports.tables import PUBLISHED, PUBLISHED_SCOPE, THIS_RUN, fmt, scope_cells
+from r2m.reports.tables import PUBLISHED, PUBLISHED_SCOPE, THIS_RUN, apply_holm, fmt, scope_cells
 from r2m.utils.io import read_json, write_text
 
 SKIPPED = "skipped"
@@ -164,6 +164,7 @@ def baseline_rows(datasets: Sequence[str], models: Sequence[str],
     no_diff = I.diff_cells(P.COLUMNS, P.METRIC_OF, "", None)
     width = len(BASE_HEADER) - 3 - 1  # every cell but dataset, method, source and the note
     rows: list[list[str]] = []
+    diffs: dict[int, dict[str, Any]] = {}  # row index -> its paired differences (one Holm family per table)
     for ds in datasets:
         label = _label(ds)
         ref = _as_row(mostfreq[ds])
@@ -185,7 +186,7 @@ def baseline_rows(datasets: Sequence[str], models: Sequence[str],
             rows.append([label, method, THIS_RUN, *I.interval_cells(P.COLUMNS, P.METRIC_OF, summary),
                          _num(tm.get("test_perplexity"), digits=2), *counts, split,
                          *I.diff_cells(P.COLUMNS, P.METRIC_OF, I.vs_label(ref_label, run, ref),
-                                       I.paired(run, ref, metrics)), note])
+                                       diffs.setdefault(len(rows), I.paired(run, ref, metrics))), note])
         summary = I.summarise(ref, metrics)
         split, images, scope = scope_cells(ref.first)
         counts = I.count_cells(summary)
@@ -193,6 +194,7 @@ def baseline_rows(datasets: Sequence[str], models: Sequence[str],
         note = "; ".join(x for x in (scope, f"“{ref.first.get('caption', '')}” for every image") if x)
         rows.append([label, ref_label, REFERENCE, *I.interval_cells(P.COLUMNS, P.METRIC_OF, summary), "", *counts,
                      split, *no_diff, note])
+    apply_holm(rows, diffs, BASE_HEADER, P.COLUMNS, P.METRIC_OF)
     for m in models:
         for ds_label, method, values, note in PUBLISHED_BASELINES.get(m, []):
             rows.append([ds_label, method, PUBLISHED, *_published_cells(values), *no_diff, note])

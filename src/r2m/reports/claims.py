@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from r2m.evaluation import power
-from r2m.evaluation.bootstrap import DEFAULT_LEVEL, DEFAULT_RESAMPLES
+from r2m.evaluation import randomization as RZ
+from r2m.evaluation.bootstrap import DEFAULT_LEVEL
 from r2m.reports import intervals as I
 from r2m.reports import paper_claims as C
 from r2m.reports import published as P
@@ -65,9 +66,6 @@ class Comparison:
     level: float = DEFAULT_LEVEL
 
 
-P_FLOOR = 2 / (DEFAULT_RESAMPLES + 1)  # the smallest two-sided p the bootstrap's resamples can give
-TEST = ("paired bootstrap over the test images, the shared seeds pooled (1,000 resamples; the seed-to-seed "
-        "spread is not in its interval)")
 CORRECTION = "Holm over the claims of one table on one dataset"
 
 
@@ -81,32 +79,20 @@ def compare_family(pairs: Sequence[tuple[I.RowEval, I.RowEval]], metric: str,
     adjusted within the family, the test's and the correction's names, the shared seeds and images), or None
     where the pair cannot be compared (no per-image statistics, no shared seed or image, the metric absent).
 
-    Today: :func:`r2m.reports.intervals.paired` (the tables' paired bootstrap: each resample draws image ids
-    once and scores every shared seed of both rows on them, so seed k meets seed k; it resamples images only,
-    so its interval leaves the seed-to-seed spread out) and Holm's step-down correction written out here; swap
-    both for the seed-aware test and the shared correction without changing the callers."""
+    The difference and its test are the tables' (:func:`r2m.reports.intervals.paired`: seed by seed and image
+    by image — with several seed pairs the interval holds the seed-to-seed spread and the test must reject
+    both within seeds over images and over the seeds; one seed pair: images only), and the correction is
+    :func:`r2m.evaluation.randomization.holm` within the family."""
+    diffs = [I.paired(higher, lower, [metric], level=level).get(metric) for higher, lower in pairs]
+    done = {i: d.p for i, d in enumerate(diffs) if d is not None and d.p == d.p}
+    adjusted = RZ.holm(done) if done else {}
     out: list[Comparison | None] = []
-    for higher, lower in pairs:
-        d = I.paired(higher, lower, [metric]).get(metric)
-        if d is None:
+    for i, d in enumerate(diffs):
+        if d is None or i not in adjusted:
             out.append(None)
             continue
-        shared = I.shared_seeds(higher, lower)
-        seeds = len(shared) if shared is not None else max(len(higher.evals), len(lower.evals))
-        rows = (higher.only(shared), lower.only(shared)) if shared is not None else (higher, lower)
-        images = len(set.intersection(*(set(s.ids) for r in rows for s in r.stats)))
-        p = max(d.p, P_FLOOR)  # no resample on the other side of 0: p is below what 1,000 resamples can show
-        out.append(Comparison(100 * d.delta, 100 * d.low, 100 * d.high, p, p, TEST, CORRECTION, seeds, images,
-                              d.level))
-    # Holm's step-down: the i-th smallest of k p-values times (k − i + 1), kept monotone, at most 1
-    done = [(c.p, i) for i, c in enumerate(out) if c is not None]
-    running = 0.0
-    for rank, (p, i) in enumerate(sorted(done)):
-        running = max(running, min(1.0, (len(done) - rank) * p))
-        c = out[i]
-        assert c is not None
-        out[i] = Comparison(c.difference, c.low, c.high, c.p, running, c.test, c.correction, c.seeds, c.images,
-                            c.level)
+        out.append(Comparison(100 * d.delta, 100 * d.low, 100 * d.high, d.p, adjusted[i], d.method, CORRECTION,
+                              d.seeds, d.images, d.level))
     return out
 
 

@@ -7,14 +7,19 @@ each seed's ``eval.json`` and ``per_image.parquet``). Per metric the row gives
   ≥ 2 seeds (:func:`r2m.evaluation.bootstrap.t_interval`), else the percentile bootstrap over the
   test images of the one seed (:func:`r2m.evaluation.bootstrap.bootstrap_ci`); the ``interval``
   cell says which, ``seeds`` and ``images`` how much stands behind it;
+  When every seed gives the same value (a zero-width t interval), that metric's interval is the
+  bootstrap over the images (queries) instead and the ``interval`` cell says so;
 * against a reference row (Table 2: R2M; Table 3: R2M's final checkpoint; the baselines: the most
-  frequent training caption), the **paired bootstrap** difference ``row − reference`` over images,
-  pooled over the seeds both rows ran (a row at seed 0 only meets the reference's seed 0, and ``vs``
-  says so): each resample draws image ids once and every shared seed of both rows is scored on those
-  same ids (the seeds' rows concatenated), so the corpus metric of a pooled resample sums the
-  statistics of those seeds. The mark is ``*`` when the 95 % interval excludes 0, else ``n.s.``.
+  frequent training caption), the difference ``row − reference`` paired seed by seed over the seeds
+  both rows ran (a row at seed 0 only meets the reference's seed 0, and ``vs`` says so) and image by
+  image (:func:`r2m.evaluation.randomization.seed_difference`): with several seed pairs the mean
+  per-seed difference, an interval with the seed-to-seed and the image spread, and a test that
+  needs both the randomization over images and the t test over seeds to reject; with one, images
+  only (randomization test, paired bootstrap interval). One table is one family: its compared rows ×
+  metrics, Holm's step-down correction (:func:`holm_family`); the mark is ``*`` when the adjusted p
+  ≤ 0.05, else ``n.s.``. CIDEr is the primary metric (the one the paper's claims are read on).
 
-Bootstrap draws come from a fixed seed (:data:`BOOT_SEED`), so the tables are reproducible byte for
+Bootstrap draws and randomization trials come from a fixed seed (:data:`BOOT_SEED`), so the tables are reproducible byte for
 byte. Published rows have no interval (empty cells).
 """
 
@@ -29,16 +34,14 @@ from typing import Any
 import numpy as np
 
 from r2m.evaluation import per_image
+from r2m.evaluation import randomization as RZ
 from r2m.evaluation.bootstrap import (
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
-    Difference,
     PerImage,
     bootstrap_ci,
-    corpus_metrics,
-    difference,
     percentile_interval,
-    resample_indices,
+    resample_chunks,
     t_interval,
 )
 
@@ -47,6 +50,9 @@ T_SEEDS = "t over seeds"
 BOOT_IMAGES = "bootstrap over images"
 BOOT_QUERIES = "bootstrap over queries"
 SIGNIFICANT, NOT_SIGNIFICANT = "*", "n.s."
+SEEDS_AGREE = " (zero width: the seeds agree)"
+SEEDS_AGREE_IMAGES = "; bootstrap over images where the seeds agree"
+SEEDS_AGREE_QUERIES = "; bootstrap over queries where the seeds agree"
 COUNT_COLUMNS = ("seeds", "images", "interval")
 _CHUNK = 100  # resamples expanded over seeds at once (bounds memory on 5,000 images × several seeds)
 _STALE_TOL = 1e-6
@@ -136,6 +142,7 @@ def summarise(row: RowEval, metrics: Sequence[str], resamples: int = DEFAULT_RES
     images = sizes.pop() if len(sizes) == 1 else (row.first.get("n_images") if seeds == 1 else None)
     values: dict[str, tuple[float | None, float | None, float | None]] = {}
     if seeds >= 2:
+        flat = []  # metrics whose seeds all agree: a zero-width t interval is no certainty
         for m in metrics:
             vals = [ev.get(m) for ev in row.evals]
             if any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in vals):
@@ -143,7 +150,14 @@ def summarise(row: RowEval, metrics: Sequence[str], resamples: int = DEFAULT_RES
                 continue
             ci = t_interval([float(v) for v in vals], level)
             values[m] = (ci.value, ci.low, ci.high)
-        return Summary(values, seeds, images, T_SEEDS)
+            if ci.low == ci.high:
+                flat.append(m)
+        stats = row.stats[0] if row.stats else None
+        boot = [m for m in flat if stats is not None and stats.n and m in stats.metrics()]
+        cis = bootstrap_ci(stats, resamples, BOOT_SEED, level, boot) if boot else {}
+        for m, ci in cis.items():
+            values[m] = (values[m][0], ci.low, ci.high)
+        return Summary(values, seeds, images, T_SEEDS + (SEEDS_AGREE_IMAGES if cis else SEEDS_AGREE if flat else ""))
     stats = row.stats[0] if row.stats else None
     boot = [m for m in metrics if stats is not None and stats.n and m in stats.metrics()]
     cis = bootstrap_ci(stats, resamples, BOOT_SEED, level, boot) if boot else {}
@@ -161,24 +175,10 @@ def _rows_for(stats: PerImage, ids: Sequence[str]) -> PerImage:
     return stats.take([where[i] for i in ids])
 
 
-def pooled(seeds: Sequence[PerImage], ids: Sequence[str]) -> PerImage:
-    """The seeds' rows for ``ids`` concatenated (seed 0's rows for every id, then seed 1's, …);
-    only the columns every seed has."""
-    parts = [_rows_for(s, ids) for s in seeds]
-    common = [c for c in parts[0].columns if all(c in p.columns for p in parts)]
-    return PerImage(tuple(ids) * len(parts),
-                    {c: np.concatenate([np.asarray(p.columns[c], dtype=np.float64) for p in parts]) for c in common})
-
-
-def _expand(idx: np.ndarray, n: int, k: int) -> np.ndarray:
-    """Draws of image rows ``[R, n]`` → the same ids in each of ``k`` concatenated seeds ``[R, k·n]``."""
-    return np.concatenate([idx + s * n for s in range(k)], axis=1)
-
-
 def shared_seeds(row: RowEval, ref: RowEval) -> list[str] | None:
     """The seeds both rows ran, in ``ref``'s order; ``None`` when either is not a seeded run (e.g. the
     most-frequent-caption reference point) and so pairs with every seed of the other. A difference
-    between different seeds would mix seed-to-seed spread into what the bootstrap over images calls
+    between different seeds would mix seed-to-seed spread into what the test over images calls
     resolved (an ablation at seed 0 against R2M's mean over seeds 0–2), so only shared seeds are paired."""
     if not all(row.seeds) or not all(ref.seeds) or not row.seeds or not ref.seeds:
         return None
@@ -193,36 +193,55 @@ def vs_label(label: str, row: RowEval, ref: RowEval) -> str:
     return f"{label} ({'seed' if len(shared) == 1 else 'seeds'} {', '.join(shared)})"
 
 
-def paired(row: RowEval, ref: RowEval, metrics: Sequence[str], resamples: int = DEFAULT_RESAMPLES,
-           level: float = DEFAULT_LEVEL) -> dict[str, Difference]:
-    """``row − ref`` per metric with its paired percentile interval over the images both scored,
-    pooled over the seeds both rows ran (:func:`shared_seeds`; see the module's docstring); ``{}`` when
-    either has no rows or they share no seed."""
+def seed_pairs(row: RowEval, ref: RowEval) -> list[tuple[PerImage, PerImage]]:
+    """``(reference, row)`` per-image statistics paired seed by seed (:func:`shared_seeds`), each on the
+    images both scored; an unseeded side (one evaluation) pairs with every seed of the other. Empty
+    when either has no rows or they share no seed or image."""
     shared = shared_seeds(row, ref)
     if shared is not None:
         row, ref = row.only(shared), ref.only(shared)
     if not row.stats or not ref.stats or not all(s.n for s in (*row.stats, *ref.stats)):
-        return {}
-    shared = set.intersection(*(set(s.ids) for s in (*row.stats, *ref.stats)))
-    ids = [i for i in ref.stats[0].ids if i in shared]
+        return []
+    if len(row.stats) == len(ref.stats):
+        couples = list(zip(ref.stats, row.stats, strict=True))
+    elif len(ref.stats) == 1:
+        couples = [(ref.stats[0], s) for s in row.stats]
+    elif len(row.stats) == 1:
+        couples = [(s, row.stats[0]) for s in ref.stats]
+    else:
+        return []
+    common = set.intersection(*(set(s.ids) for s in (*row.stats, *ref.stats)))
+    ids = [i for i in ref.stats[0].ids if i in common]
     if not ids:
+        return []
+    return [(_rows_for(a, ids), _rows_for(b, ids)) for a, b in couples]
+
+
+def paired(row: RowEval, ref: RowEval, metrics: Sequence[str], resamples: int = DEFAULT_RESAMPLES,
+           level: float = DEFAULT_LEVEL, trials: int = RZ.DEFAULT_TRIALS) -> dict[str, RZ.SeedDifference]:
+    """``row − ref`` per metric over the seeds both ran and the images both scored
+    (:func:`seed_pairs`, :func:`r2m.evaluation.randomization.seed_difference`): one seed pair, the
+    randomization test over images and the paired bootstrap interval; several, the mean per-seed
+    difference with the seed-aware test and interval. ``{}`` when nothing pairs."""
+    pairs = seed_pairs(row, ref)
+    if not pairs:
         return {}
-    a, b = pooled(ref.stats, ids), pooled(row.stats, ids)
-    have = set(a.metrics()) & set(b.metrics())
+    have = set(RZ.common_metrics(pairs))
     metrics = [m for m in metrics if m in have]
     if not metrics:
         return {}
-    n, ka, kb = len(ids), len(ref.stats), len(row.stats)
-    pa, pb = corpus_metrics(a, None, metrics), corpus_metrics(b, None, metrics)
-    draws = resample_indices(n, resamples, BOOT_SEED)
-    diffs: dict[str, list[np.ndarray]] = {m: [] for m in metrics}
-    for start in range(0, resamples, _CHUNK):
-        chunk = draws[start:start + _CHUNK]
-        da = corpus_metrics(a, _expand(chunk, n, ka), metrics)
-        db = corpus_metrics(b, _expand(chunk, n, kb), metrics)
-        for m in metrics:
-            diffs[m].append(db[m] - da[m])
-    return {m: difference(float(pa[m]), float(pb[m]), np.concatenate(diffs[m]), level) for m in metrics}
+    return RZ.seed_difference(pairs, metrics, trials, resamples, BOOT_SEED, level)
+
+
+def holm_family(diffs: Mapping[Any, Mapping[str, RZ.SeedDifference] | None]) -> dict[Any, dict[str, float]]:
+    """Holm-adjusted p of every difference of one table (the family: its compared rows × metrics),
+    per row key and metric (:func:`r2m.evaluation.randomization.holm`)."""
+    flat = {(k, m): d.p for k, ds in diffs.items() if ds for m, d in ds.items() if d.p == d.p}
+    adjusted = RZ.holm(flat) if flat else {}
+    out: dict[Any, dict[str, float]] = {}
+    for (k, m), p in adjusted.items():
+        out.setdefault(k, {})[m] = p
+    return out
 
 
 # --------------------------------------------------------------------------- retrieval: over queries
@@ -246,20 +265,27 @@ def retrieval_summary(results: Sequence[Mapping[str, Any]], resamples: int = DEF
     values: dict[str, tuple[float | None, float | None, float | None]] = {}
     images = results[0].get("n_images") if results else None
     if len(results) >= 2:
+        flat = []
         for t, m in keys:
             ci = t_interval([float(r[t][m]) for r in results], level)
             values[f"{t}/{m}"] = (ci.value, ci.low, ci.high)
-        return Summary(values, len(results), images, T_SEEDS)
+            if ci.low == ci.high:
+                flat.append(f"{t}/{m}")
+        boot = retrieval_summary(results[:1], resamples, level) if flat and results[0].get("ranks") else None
+        for k in flat if boot else ():
+            values[k] = (values[k][0], boot.values[k][1], boot.values[k][2])
+        return Summary(values, len(results), images,
+                       T_SEEDS + (SEEDS_AGREE_QUERIES if boot else SEEDS_AGREE if flat else ""))
     res = results[0]
     ranks = res.get("ranks") or {}
     for t in RET_TASKS:
         r = np.asarray(ranks.get(t) or [], dtype=np.float64)
         draws: dict[str, list[np.ndarray]] = {m: [] for m in RET_METRICS}
         if r.size:
-            idx = resample_indices(r.size, resamples, BOOT_SEED)
-            for start in range(0, resamples, _CHUNK):
-                for m, v in _rank_stats(r[idx[start:start + _CHUNK]]).items():
-                    draws[m].append(v)
+            for idx in resample_chunks(r.size, resamples, BOOT_SEED):
+                for start in range(0, len(idx), _CHUNK):
+                    for m, v in _rank_stats(r[idx[start:start + _CHUNK]]).items():
+                        draws[m].append(v)
         for m in RET_METRICS:
             lo = hi = None
             if draws[m]:
@@ -268,10 +294,12 @@ def retrieval_summary(results: Sequence[Mapping[str, Any]], resamples: int = DEF
     return Summary(values, 1, images, BOOT_QUERIES if ranks else "")
 
 
-def mark(diff: Difference | None) -> str:
+def mark(diff: RZ.SeedDifference | None, adjusted: float | None = None, alpha: float = RZ.DEFAULT_ALPHA) -> str:
+    """``*`` when the (Holm-adjusted, when given) p ≤ ``alpha``, else ``n.s.``; empty without a difference."""
     if diff is None:
         return ""
-    return SIGNIFICANT if diff.significant else NOT_SIGNIFICANT
+    p = diff.p if adjusted is None else adjusted
+    return SIGNIFICANT if p <= alpha else NOT_SIGNIFICANT
 
 
 # --------------------------------------------------------------------------- cells
@@ -286,9 +314,14 @@ def interval_header(columns: Sequence[str]) -> list[str]:
     return [h for c in columns for h in (c, f"{c}_lo", f"{c}_hi")]
 
 
+DIFF_FIELDS = ("", "_lo", "_hi", "_p", "_holm", "_mark")
+
+
 def diff_header(columns: Sequence[str]) -> list[str]:
-    """``vs`` (the reference row) then ``d_C, d_C_lo, d_C_hi, d_C_mark`` for each table column."""
-    return ["vs", *(h for c in columns for h in (f"d_{c}", f"d_{c}_lo", f"d_{c}_hi", f"d_{c}_mark"))]
+    """``vs`` (the reference row), ``d_seeds`` (seed pairs behind the difference), then ``d_C``,
+    ``d_C_lo``, ``d_C_hi``, ``d_C_p`` (the test's p), ``d_C_holm`` (Holm-adjusted within the table)
+    and ``d_C_mark`` for each table column."""
+    return ["vs", "d_seeds", *(f"d_{c}{f}" for c in columns for f in DIFF_FIELDS)]
 
 
 def interval_cells(columns: Sequence[str], metric_of: Mapping[str, str], summary: Summary | None,
@@ -309,16 +342,27 @@ def count_cells(summary: Summary | None) -> list[str]:
     return [str(summary.seeds), "" if summary.images is None else str(int(summary.images)), summary.interval]
 
 
+def _p_cell(p: float | None) -> str:
+    return "" if p is None or p != p else f"{p:.4g}"
+
+
 def diff_cells(columns: Sequence[str], metric_of: Mapping[str, str], vs: str,
-               diffs: Mapping[str, Difference] | None, scale: float = 100.0) -> list[str]:
-    """``vs`` then difference, low, high, mark per column; all empty without a comparison."""
+               diffs: Mapping[str, RZ.SeedDifference] | None, scale: float = 100.0,
+               adjusted: Mapping[str, float] | None = None) -> list[str]:
+    """``vs``, ``d_seeds``, then difference, low, high, p, Holm-adjusted p and mark per column (the mark
+    on the adjusted p when ``adjusted`` is given); all empty without a comparison."""
     if not diffs:
-        return [""] * (1 + 4 * len(columns))
-    out = [vs]
+        return [""] * (2 + len(DIFF_FIELDS) * len(columns))
+    seeds = {d.seeds for d in diffs.values()}
+    out = [vs, str(seeds.pop()) if len(seeds) == 1 else ""]
     for c in columns:
         d = diffs.get(metric_of[c])
-        out += ["", "", "", ""] if d is None else [_pct(d.delta, scale), _pct(d.low, scale), _pct(d.high, scale),
-                                                    mark(d)]
+        if d is None:
+            out += [""] * len(DIFF_FIELDS)
+            continue
+        adj = (adjusted or {}).get(metric_of[c])
+        out += [_pct(d.delta, scale), _pct(d.low, scale), _pct(d.high, scale), _p_cell(d.p), _p_cell(adj),
+                mark(d, adj)]
     return out
 
 
@@ -358,17 +402,51 @@ def md_line(cells: Sequence[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
+def family_size(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -> int:
+    """How many differences a table's Holm family holds (its compared rows × metrics with a p)."""
+    return sum(1 for r in recs if r.get("vs") for c in columns if (r.get(f"d_{c}_p") or "").strip())
+
+
+def comparison_note(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -> str:
+    """What the marks of a table rest on: the test, the interval, the seeds, the correction and its family."""
+    compared = [r for r in recs if r.get("vs")]
+    if not compared:
+        return ""
+    seeds = sorted({int(r["d_seeds"]) for r in compared if (r.get("d_seeds") or "").strip().isdigit()})
+    k = family_size(recs, columns)
+    several = [s for s in seeds if s >= 2]
+    parts = []
+    if several:
+        parts.append(f"Rows paired over {', '.join(map(str, several))} seeds (`d_seeds`): the mean per-seed "
+                     "corpus difference; interval = t over the seeds' differences and the paired bootstrap over "
+                     "images (1,000 resamples) added in quadrature; test = approximate randomization within seeds "
+                     f"({RZ.DEFAULT_TRIALS:,} trials) and a t test over the seeds' differences, p the larger of the two.")
+    if 1 in seeds:
+        parts.append("Rows paired over one seed: test images only, not the spread between training seeds — "
+                     f"approximate randomization over images ({RZ.DEFAULT_TRIALS:,} trials, swapping the two rows' "
+                     "captions per image and recomputing each corpus metric), interval = paired percentile "
+                     "bootstrap over images (1,000 resamples).")
+    parts.append(f"Multiple comparisons: one family per table ({k} differences = compared rows × metrics), "
+                 f"Holm's step-down correction; * = Holm-adjusted p ≤ {RZ.DEFAULT_ALPHA:g}, n.s. otherwise. "
+                 f"Primary metric: {PRIMARY_COLUMN}. The intervals are per comparison (not adjusted): one that "
+                 "excludes 0 can still be n.s. after the correction.")
+    return " ".join(parts)
+
+
+PRIMARY_COLUMN = "C (CIDEr)"
+
+
 def diff_markdown(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -> list[str]:
     """The paired differences of the compared rows as a Markdown table (none compared: no lines)."""
     compared = [r for r in recs if r.get("vs")]
     if not compared:
         return []
     out = ["## Paired differences (row − reference, × 100)", "",
-           md_line(["Dataset", "Method", "vs", *columns]), "|" + "|".join(["---"] * 3 + ["---:"] * len(columns)) + "|"]
-    out += [md_line([r["dataset"], r["method"], r["vs"], *(diff_text(r, c) for c in columns)]) for r in compared]
-    return out + ["", "Paired bootstrap over the test images (1,000 resamples, the same image draws for both rows, "
-                  "pooled over the seeds both rows ran; `vs` names them when a row has seeds the other lacks); "
-                  "* = the 95 % interval excludes 0, n.s. = it does not.", ""]
+           md_line(["Dataset", "Method", "vs", "Seeds", *columns]),
+           "|" + "|".join(["---"] * 3 + ["---:"] * (1 + len(columns))) + "|"]
+    out += [md_line([r["dataset"], r["method"], r["vs"], r.get("d_seeds", ""), *(diff_text(r, c) for c in columns)])
+            for r in compared]
+    return out + ["", comparison_note(recs, columns), ""]
 
 
 def table_sentence(rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> str:
@@ -393,9 +471,10 @@ def table_sentence(rows: Sequence[Mapping[str, str]], columns: Sequence[str]) ->
         if hits:
             resolved.append(f"{r.get('method', '')} ({r.get('dataset', '')}) on {', '.join(hits)}")
     vs = sorted({r["vs"] for r in compared})
-    tail = (f" Paired differences against {' / '.join(vs)} resolved (95 % interval excludes 0): "
-            + ("; ".join(resolved) if resolved else "none") + "; every other difference n.s.")
-    if any(r.get("seeds") == "1" for r in compared):
-        tail += (" A comparison at one seed resamples the test images only, not the spread between training "
+    tail = (f" Paired differences against {' / '.join(vs)} marked after Holm's correction over the table's "
+            f"{family_size(rows, columns)} differences: " + ("; ".join(resolved) if resolved else "none")
+            + "; every other difference n.s.")
+    if any(r.get("d_seeds") == "1" for r in compared):
+        tail += (" A comparison at one seed tests the test images only, not the spread between training "
                  "seeds (`r2m power` says how many seeds resolve a difference).")
     return head + tail

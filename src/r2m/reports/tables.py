@@ -131,6 +131,20 @@ def this_run_row(label: str, method: str, row: I.RowEval, summary: I.Summary,
             *I.diff_cells(METRIC_COLUMNS, METRIC_FOR, vs, diffs), note]
 
 
+def apply_holm(rows: list[list[str]], diffs: Mapping[int, Mapping[str, Any]], header: Sequence[str] = HEADER,
+               columns: Sequence[str] = METRIC_COLUMNS, metric_of: Mapping[str, str] = METRIC_FOR) -> None:
+    """Rewrite the difference cells of ``rows[i]`` for every ``i`` in ``diffs`` with the Holm-adjusted p
+    and mark over the whole table (one family: every compared row × metric)."""
+    adjusted = I.holm_family(diffs)
+    at = list(header).index("vs")
+    for i, ds in diffs.items():
+        if not ds:
+            continue
+        vs = rows[i][at]
+        cells = I.diff_cells(columns, metric_of, vs, ds, adjusted=adjusted.get(i, {}))
+        rows[i][at:at + len(cells)] = cells
+
+
 def read_eval(path: Path, what: str) -> dict[str, float | None]:
     """An ``eval.json``; a missing file names the combination and the stage that makes it."""
     if not path.exists():
@@ -165,6 +179,7 @@ def build_rows(spec: TableSpec, datasets: Sequence[str], row_keys: Sequence[str]
     (an ``eval.json`` dict is one seed without per-image statistics: no interval)."""
     metrics = list(METRIC_FOR.values())
     rows: list[list[str]] = []
+    diffs: dict[int, dict[str, Any]] = {}  # row index -> its paired differences (one Holm family per table)
     for ds in datasets:
         label = P.dataset_label(ds)
         pub = spec.published.get(ds, {})
@@ -181,9 +196,11 @@ def build_rows(spec: TableSpec, datasets: Sequence[str], row_keys: Sequence[str]
             if key in pub:
                 rows.append([label, method, PUBLISHED, *published_row(pub[key])])
             run = _as_row(evals[(ds, key)])
-            diffs = I.paired(run, ref, metrics) if ref is not None and key != spec.reference else None
-            rows.append(this_run_row(label, method, run, I.summarise(run, metrics), diffs,
+            if ref is not None and key != spec.reference:
+                diffs[len(rows)] = I.paired(run, ref, metrics)
+            rows.append(this_run_row(label, method, run, I.summarise(run, metrics), diffs.get(len(rows)),
                                      I.vs_label(vs, run, ref) if ref is not None else vs))
+    apply_holm(rows, diffs)
     if spec.axis is None:  # Table 1 always shows the paper's targets, configured or not
         for ds, pub in spec.published.items():
             if ds not in datasets:

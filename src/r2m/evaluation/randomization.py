@@ -1,0 +1,337 @@
+"""Paired approximate randomization on each metric's corpus form, seed-aware differences, Holm's correction.
+
+**The test** (Noreen 1989; Yeh, COLING 2000). Under the null hypothesis that systems A and B are
+equally good, A's and B's outputs for one image are exchangeable. Each trial swaps the two systems'
+per-image statistics on a random half of the images (a fair coin per image), recomputes the
+**corpus** form of every metric of both (:func:`r2m.evaluation.bootstrap.corpus_metrics`: BLEU and
+METEOR from summed counts, the means of ROUGE-L / CIDEr-D / SPICE), and counts the trials whose
+absolute difference reaches the observed one. ``p = (count + 1) / (trials + 1)``: the observed
+assignment counts as one of the trials, so p is never 0 and its floor is ``1 / (trials + 1)``; the
+test is two-sided by construction (no doubling). When every assignment fits in ``trials``
+(``2**images ≤ trials``) all of them are enumerated and ``p = count / 2**images`` exactly.
+A trial is vectorised: the swapped sums are ``sum_A + S @ (B − A)`` and ``sum_B − S @ (B − A)`` for
+a ``[trials, images]`` 0/1 matrix ``S``, in chunks.
+
+**Seeds** (:func:`seed_difference`). Where both rows ran several training seeds, paired seed by seed,
+the difference is the mean over seeds of the per-seed corpus differences ``d_s``. Its test is an
+intersection–union test (Berger 1982) of two nulls, both of which must be rejected:
+
+* *images*: randomization within seeds — each seed's pair is swapped per image independently (the
+  seeds are strata), the statistic is the mean over seeds of the per-seed differences;
+* *seeds*: Student's t test of ``mean(d_s) = 0`` over the ``k`` seeds (``k − 1`` degrees of freedom).
+
+``p = max(p_images, p_seeds)``, which is a valid p-value for "no difference on these images, or no
+difference between the methods beyond seed-to-seed spread". Its interval adds two half-widths in
+quadrature: the t half-width over seeds (``t_{k−1} · s_d / √k``) and the image half-width
+(``z · sd`` of the paired bootstrap of the seed-averaged difference, the same image draws for every
+seed). With one seed pair it falls back to images only (the randomization test and the paired
+percentile bootstrap), and :attr:`SeedDifference.seeds` says 1.
+
+**Multiplicity** (:func:`holm`): one family per table (rows × metrics); Holm's step-down adjusted
+p-values, a difference marked when its adjusted p ≤ ``alpha``.
+
+**Limits**: fewer than :data:`MIN_TRIALS` trials or :func:`min_resamples` resamples give no mark or
+interval (:func:`check_count` says why); more than :data:`MAX_TRIALS` / :data:`MAX_RESAMPLES` are
+refused (work is chunked, so memory is never the limit; time is).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from r2m.evaluation import bootstrap as B
+
+DEFAULT_TRIALS = 10_000  # sacreBLEU's default for approximate randomization
+DEFAULT_ALPHA = 0.05
+PRIMARY_METRIC = "CIDEr"  # the metric the paper's claims are read on; the others are secondary
+# below 199 trials the smallest p (1 / (trials + 1)) exceeds alpha / 10 at alpha = 0.05, and the
+# Monte-Carlo standard error of a p near alpha, sqrt(alpha (1 - alpha) / trials), exceeds a third of alpha
+MIN_TRIALS = 199
+MAX_TRIALS = 1_000_000
+MAX_RESAMPLES = 1_000_000
+_CHUNK_CELLS = 1 << 21  # trials × images held at once (16 MiB of float64 swaps)
+_EXACT_MAX_BITS = 20
+
+
+def min_resamples(level: float = B.DEFAULT_LEVEL) -> int:
+    """The fewest bootstrap resamples that put at least 5 draws beyond each end of a central
+    ``level`` percentile interval (200 at 95 %): fewer, and an end is an order statistic of one or two
+    draws (at 1 resample the interval is one point that need not contain the estimate)."""
+    return math.ceil(10 / (1 - level) - 1e-9)
+
+
+def check_count(what: str, value: int, lowest: int, highest: int) -> str | None:
+    """Why ``value`` resamples (no interval) or trials (no mark) are too few (None: enough). Raises
+    ValueError above ``highest`` (one line)."""
+    if value > highest:
+        raise ValueError(f"{what} {value:,} is above the limit of {highest:,} (the time grows with it; "
+                         f"10,000 trials or 1,000 resamples are the usual counts)")
+    if value < lowest:
+        return f"{what} {value:,} below the floor of {lowest:,}: no {'mark' if what == 'trials' else 'interval'} printed"
+    return None
+
+
+@dataclass(frozen=True)
+class Test:
+    """One metric's randomization test of B − A: the observed statistic, its p and what it rests on."""
+
+    delta: float  # observed statistic (mean over strata of corpus B − corpus A)
+    p: float  # (count + 1) / (trials + 1); exact: count / trials
+    count: int  # trials whose |difference| reached |delta|
+    trials: int  # trials run (exact: every assignment, 2**images)
+    exact: bool = False
+
+    @property
+    def floor(self) -> float:
+        """The smallest p this test can give."""
+        return 1.0 / self.trials if self.exact else 1.0 / (self.trials + 1)
+
+
+def _masks(rng: np.random.Generator, rows: int, n: int) -> np.ndarray:
+    """``[rows, n]`` fair coins as float64 (unpacked from random bytes)."""
+    per = (n + 7) // 8
+    raw = np.frombuffer(rng.bytes(rows * per), dtype=np.uint8).reshape(rows, per)
+    return np.unpackbits(raw, axis=1, count=n).astype(np.float64)
+
+
+def _all_masks(n: int) -> np.ndarray:
+    codes = np.arange(2**n, dtype=np.int64)
+    return ((codes[:, None] >> np.arange(n)) & 1).astype(np.float64)
+
+
+def _check_pairs(pairs: Sequence[tuple[B.PerImage, B.PerImage]]) -> list[tuple[B.PerImage, B.PerImage]]:
+    if not pairs:
+        raise ValueError("need at least one pair of systems")
+    out = []
+    for a, b in pairs:
+        if a.n == 0:
+            raise ValueError("a system with no scored image cannot be compared")
+        out.append((a, b.aligned_to(a.ids)))
+    return out
+
+
+def common_metrics(pairs: Sequence[tuple[B.PerImage, B.PerImage]]) -> list[str]:
+    """The metrics every system of every pair has, in table order."""
+    have = [set(s.metrics()) for pair in pairs for s in pair]
+    return [m for m in B.METRICS if all(m in h for h in have)]
+
+
+def stratified_randomization(pairs: Sequence[tuple[B.PerImage, B.PerImage]], trials: int = DEFAULT_TRIALS,
+                             seed: int = 0, metrics: Sequence[str] | None = None) -> dict[str, Test]:
+    """Approximate randomization of the mean over strata (seed pairs) of ``corpus(B_s) − corpus(A_s)``,
+    swapping each stratum's two systems per image independently. One pair: the plain paired test."""
+    if trials < 1:
+        raise ValueError(f"need at least one trial, got {trials}")
+    if trials > MAX_TRIALS:
+        raise ValueError(f"{trials:,} trials is above the limit of {MAX_TRIALS:,}")
+    pairs = _check_pairs(pairs)
+    metrics = list(common_metrics(pairs) if metrics is None else metrics)
+    strata = []  # per stratum: [(part of A, part of B, D = B − A columns, sum A, sum B)]
+    for a, b in pairs:
+        pa, pb = B._parts(a, metrics), B._parts(b, metrics)
+        strata.append([(x, y.columns - x.columns, x.columns.sum(0), y.columns.sum(0))
+                       for x, y in zip(pa, pb, strict=True)])
+    sizes = [a.n for a, _ in pairs]
+    total = sum(sizes)
+    offsets = np.cumsum([0, *sizes])
+
+    def stat(masks: np.ndarray | None) -> dict[str, np.ndarray]:
+        acc: dict[str, np.ndarray] = {}
+        for s, parts in enumerate(strata):
+            for part, diff, sa, sb in parts:
+                if masks is None:
+                    moved = np.zeros((1, diff.shape[1]))
+                else:
+                    moved = masks[:, offsets[s]:offsets[s + 1]] @ diff
+                got_a, got_b = part.finish(sa + moved), part.finish(sb - moved)
+                for m in got_a:
+                    acc[m] = acc.get(m, 0.0) + (got_b[m] - got_a[m])
+        return {m: v / len(strata) for m, v in acc.items()}
+
+    observed = {m: float(v[0]) for m, v in stat(None).items()}
+    exact = total <= _EXACT_MAX_BITS and 2**total <= trials
+    counts = dict.fromkeys(metrics, 0)
+
+    def tally(masks: np.ndarray) -> None:
+        for m, v in stat(masks).items():
+            obs = abs(observed[m])
+            with np.errstate(invalid="ignore"):
+                counts[m] += int(np.count_nonzero(np.abs(v) >= obs - (1e-9 * obs + 1e-13)))
+
+    if exact:
+        tally(_all_masks(total))
+        runs = 2**total
+    else:
+        rng = np.random.default_rng(seed)
+        step = max(1, _CHUNK_CELLS // total)
+        for start in range(0, trials, step):
+            tally(_masks(rng, min(step, trials - start), total))
+        runs = trials
+    return {m: Test(observed[m], (counts[m] / runs) if exact else (counts[m] + 1) / (runs + 1),
+                    counts[m], runs, exact) for m in metrics}
+
+
+def randomization_test(a: B.PerImage, b: B.PerImage, trials: int = DEFAULT_TRIALS, seed: int = 0,
+                       metrics: Sequence[str] | None = None) -> dict[str, Test]:
+    """Paired approximate randomization of ``corpus(B) − corpus(A)`` per metric (``b`` aligned to
+    ``a``'s images; the two must cover the same images)."""
+    return stratified_randomization([(a, b)], trials, seed, metrics)
+
+
+# --------------------------------------------------------------------------- seeds
+def t_test_p(values: Sequence[float] | np.ndarray) -> float:
+    """Two-sided p of Student's one-sample t test of mean 0 (``len ≥ 2``; zero spread: 0 when the
+    mean is not 0, else 1)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or len(x) < 2:
+        raise ValueError(f"a t test needs at least two values, got {x.tolist()}")
+    sd = float(x.std(ddof=1))
+    mean = float(x.mean())
+    if sd == 0 or not math.isfinite(sd):
+        return 1.0 if mean == 0 else 0.0
+    t = abs(mean) / (sd / math.sqrt(len(x)))
+    return max(0.0, 1.0 - B._t_two_sided(t, len(x) - 1))
+
+
+@dataclass(frozen=True)
+class SeedDifference:
+    """B − A of one metric, over ``seeds`` paired seeds and the images: the means of A and B over the
+    seeds, the mean difference, its interval, the test's p and what stands behind them."""
+
+    a: float
+    b: float
+    delta: float
+    low: float
+    high: float
+    p: float  # the decision's p (seeds ≥ 2: max of p_images and p_seeds)
+    p_images: float  # randomization within seeds
+    p_seeds: float | None  # t test over the per-seed differences (None: one seed)
+    per_seed: tuple[float, ...]  # the per-seed corpus differences
+    seeds: int
+    images: int
+    trials: int
+    resamples: int
+    level: float = B.DEFAULT_LEVEL
+    floor: float = 0.0  # the smallest p the randomization can give
+    method: str = ""  # a phrase naming the interval and the test
+
+    @property
+    def excludes_zero(self) -> bool:
+        return bool(self.low > 0 or self.high < 0)
+
+
+IMAGES_ONLY = "randomization over images; paired percentile bootstrap interval (one seed: images only)"
+SEEDS_AND_IMAGES = ("randomization within seeds and t over seeds (both must reject); interval: t over seeds "
+                    "and bootstrap over images in quadrature")
+
+
+def seed_difference(pairs: Sequence[tuple[B.PerImage, B.PerImage]], metrics: Sequence[str] | None = None,
+                    trials: int = DEFAULT_TRIALS, resamples: int = B.DEFAULT_RESAMPLES, seed: int = 0,
+                    level: float = B.DEFAULT_LEVEL) -> dict[str, SeedDifference]:
+    """B − A per metric from ``pairs`` = one ``(A_s, B_s)`` per shared seed (each pair on the same
+    images). One pair: randomization over images and the paired percentile bootstrap. Several: the
+    module's seed-aware test and interval. ``resamples`` / ``trials`` must be within their limits."""
+    pairs = _check_pairs(pairs)
+    metrics = list(common_metrics(pairs) if metrics is None else metrics)
+    if not metrics:
+        return {}
+    if resamples > MAX_RESAMPLES:
+        raise ValueError(f"{resamples:,} resamples is above the limit of {MAX_RESAMPLES:,}")
+    tests = stratified_randomization(pairs, trials, seed, metrics)
+    k = len(pairs)
+    n = pairs[0][0].n
+    if k == 1:
+        a, b = pairs[0]
+        boot = B.paired_bootstrap(a, b, resamples, seed, level, metrics)
+        return {m: SeedDifference(boot[m].a, boot[m].b, boot[m].delta, boot[m].low, boot[m].high, tests[m].p,
+                                  tests[m].p, None, (boot[m].delta,), 1, n, tests[m].trials, resamples, level,
+                                  tests[m].floor, IMAGES_ONLY) for m in metrics}
+    points = [B._corpus_many([a, b], np.arange(a.n)[None, :], metrics) for a, b in pairs]
+    draws = _seed_averaged_draws(pairs, metrics, resamples, seed)
+    z = _z(level)
+    out = {}
+    for m in metrics:
+        va = [float(pa[m][0]) for pa, _ in points]
+        vb = [float(pb[m][0]) for _, pb in points]
+        d = np.asarray(vb) - np.asarray(va)
+        mean = float(d.mean())
+        if not np.isfinite(d).all():
+            out[m] = SeedDifference(float(np.mean(va)), float(np.mean(vb)), mean, math.nan, math.nan, 1.0, 1.0,
+                                    None, tuple(map(float, d)), k, n, tests[m].trials, resamples, level,
+                                    tests[m].floor, SEEDS_AND_IMAGES)
+            continue
+        seed_half = B.t_quantile(level, k - 1) * float(d.std(ddof=1)) / math.sqrt(k)
+        finite = draws[m][np.isfinite(draws[m])]
+        image_half = z * float(finite.std(ddof=1)) if finite.size > 1 else 0.0
+        half = math.hypot(seed_half, image_half)
+        p_seeds = t_test_p(d)
+        out[m] = SeedDifference(float(np.mean(va)), float(np.mean(vb)), mean, mean - half, mean + half,
+                                max(tests[m].p, p_seeds), tests[m].p, p_seeds, tuple(map(float, d)), k, n,
+                                tests[m].trials, resamples, level, tests[m].floor, SEEDS_AND_IMAGES)
+    return out
+
+
+def _seed_averaged_draws(pairs: Sequence[tuple[B.PerImage, B.PerImage]], metrics: Sequence[str],
+                         resamples: int, seed: int) -> dict[str, np.ndarray]:
+    """Paired bootstrap of the seed-averaged difference: each resample draws image rows once and every
+    seed pair is scored on the same draw (images identified by id: each pair aligned to the first)."""
+    ids = pairs[0][0].ids
+    aligned = [(a.aligned_to(ids), b.aligned_to(ids)) for a, b in pairs]
+    n = len(ids)
+    acc = {m: np.zeros(resamples) for m in metrics}
+    at = 0
+    for chunk in B.resample_chunks(n, resamples, seed):
+        for a, b in aligned:
+            da, db = B._corpus_many([a, b], chunk, metrics)
+            for m in metrics:
+                acc[m][at:at + len(chunk)] += db[m] - da[m]
+        at += len(chunk)
+    return {m: v / len(pairs) for m, v in acc.items()}
+
+
+def _z(level: float) -> float:
+    lo, hi = 0.0, 40.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if math.erf(mid / math.sqrt(2)) < level else (lo, mid)
+    return (lo + hi) / 2
+
+
+# --------------------------------------------------------------------------- multiplicity
+def holm(pvalues: Mapping[object, float] | Sequence[float]) -> dict[object, float] | list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979): sort the ``k`` p-values, the ``i``-th smallest
+    (``i`` from 1) becomes ``max_{j ≤ i} min(1, (k − j + 1) · p_(j))``. A hypothesis is rejected at
+    family-wise level ``alpha`` when its adjusted p ≤ alpha — the same decisions as comparing the
+    ``i``-th smallest with ``alpha / (k − i + 1)`` and stopping at the first that fails. Ties keep
+    their input order. A mapping gives a mapping (same keys), a sequence a list."""
+    keys = list(pvalues) if isinstance(pvalues, Mapping) else list(range(len(pvalues)))
+    vals = [float(pvalues[k]) for k in keys]
+    if any(not (0 <= v <= 1) for v in vals):
+        raise ValueError(f"p-values must lie in [0, 1], got {vals}")
+    order = sorted(range(len(vals)), key=lambda i: vals[i])
+    adjusted = [0.0] * len(vals)
+    running, k = 0.0, len(vals)
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (k - rank) * vals[i]))
+        adjusted[i] = running
+    if isinstance(pvalues, Mapping):
+        return dict(zip(keys, adjusted, strict=True))
+    return adjusted
+
+
+def p_text(p: float, floor: float) -> str:
+    """``p=0.034``, or ``p≤0.0001`` when p is at the floor its trials allow (never a bound below the
+    floor). ``floor``: the smallest p the test could give, times the Holm factor where adjusted."""
+    if p != p:
+        return "p=n/a"
+    if p <= floor * (1 + 1e-9):
+        return f"p≤{_g(floor)}"
+    return f"p={_g(p)}"
+
+
+def _g(x: float) -> str:
+    return f"{x:.2g}" if x < 0.01 else f"{x:.3f}".rstrip("0").rstrip(".") if x < 1 else "1"

@@ -1,0 +1,126 @@
+"""``r2m bench randomization`` (time of the randomization test) and ``r2m bench significance``
+(rates of marks on planted nulls).
+
+Both score seeded synthetic captions with the coco-caption scorers (:func:`r2m.evaluation.bench.synthetic`
+references; tokeniser ``none``; SPICE left out) and add synthetic concept counts, so every metric the
+tables mark has real per-image statistics.
+
+* ``randomization``: 10,000 trials of :func:`r2m.evaluation.randomization.randomization_test` of two
+  systems on 5,000 images × every metric (default sizes), wall and CPU seconds.
+* ``significance``: two captioning runs of the same recipe on the same images; a planted null takes
+  ``n`` images at random and gives each image's two captions to A and B in a random order, so A and
+  B differ by chance alone. Over ``--pairs`` such pairs per ``n`` it prints, per metric, the share
+  marked at 5 % by the randomization test and by the paired percentile bootstrap, with the
+  Monte-Carlo standard error ``sqrt(0.05 · 0.95 / pairs)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import time
+
+import numpy as np
+
+from r2m.evaluation import bootstrap as B
+from r2m.evaluation import randomization as RZ
+from r2m.evaluation.bench import WORDS, synthetic
+
+
+def _runs(images: int, refs: int, scorers: list[str], runs: int, seed: int) -> list[B.PerImage]:
+    """``runs`` caption files of one recipe (half of a reference's words kept, the rest random) on the
+    same images, scored image by image, with synthetic concept counts."""
+    from r2m.evaluation import coco
+    from r2m.evaluation.per_image import from_evaluation
+
+    _, references = synthetic(images, refs, seed=seed)
+    rng = random.Random(seed + 1)
+    nrng = np.random.default_rng(seed + 2)
+    given = nrng.integers(0, 6, size=images).astype(np.float64)
+    out = []
+    for _ in range(runs):
+        results = {}
+        for i, rs in references.items():
+            words = rng.choice(rs).split()
+            results[i] = " ".join(w if rng.random() < 0.5 else rng.choice(WORDS) for w in words)
+        _, per, stats = coco.evaluate_stats(results, references, scorers, tokenizer="none")
+        rows = from_evaluation(list(results), per, stats)
+        named = np.floor(given * nrng.random(images) * 1.0)
+        out.append(B.PerImage(rows.ids, dict(rows.columns, concept_given=given, concept_named=named)))
+    return out
+
+
+def planted_null(r1: B.PerImage, r2: B.PerImage, n: int, pairs: int, trials: int, resamples: int = 0,
+                 seed: int = 0, alpha: float = RZ.DEFAULT_ALPHA) -> dict[str, dict[str, float]]:
+    """Per test (``randomization``; ``bootstrap`` when ``resamples``) and metric, the share of
+    ``pairs`` planted nulls of ``n`` images marked at ``alpha``: each pair takes ``n`` of the images
+    without replacement and gives each image's two rows (``r1``, ``r2``) to A and B in random order."""
+    rng = np.random.default_rng(seed)
+    metrics = [m for m in r1.metrics() if m in set(r2.metrics())]
+    hits = {"randomization": dict.fromkeys(metrics, 0), **({"bootstrap": dict.fromkeys(metrics, 0)} if resamples else {})}
+    for k in range(pairs):
+        rows = rng.choice(r1.n, size=n, replace=False)
+        a1, a2 = r1.take(rows), r2.take(rows)
+        flip = rng.random(n) < 0.5
+        a = B.PerImage(a1.ids, {c: np.where(flip, a2.columns[c], a1.columns[c]) for c in a1.columns})
+        b = B.PerImage(a1.ids, {c: np.where(flip, a1.columns[c], a2.columns[c]) for c in a1.columns})
+        for m, t in RZ.randomization_test(a, b, trials, seed=k, metrics=metrics).items():
+            hits["randomization"][m] += t.p <= alpha
+        if resamples:
+            for m, d in B.paired_bootstrap(a, b, resamples, seed=k, level=1 - alpha, metrics=metrics).items():
+                hits["bootstrap"][m] += d.significant
+    return {test: {m: h / pairs for m, h in hs.items()} for test, hs in hits.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="r2m bench randomization", description=__doc__.split("\n\n")[0])
+    p.add_argument("--images", type=int, default=5000)
+    p.add_argument("--refs", type=int, default=5)
+    p.add_argument("--trials", type=int, default=RZ.DEFAULT_TRIALS)
+    p.add_argument("--scorers", default="bleu,meteor,rouge,cider", help="scorers whose statistics to test")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    a, b = _runs(args.images, args.refs, [s for s in args.scorers.split(",") if s], 2, args.seed)
+    t_score = time.perf_counter() - t0
+    RZ.randomization_test(a.take(range(10)), b.take(range(10)), 50)  # warm-up (BLAS threads)
+    t1, c1 = time.perf_counter(), time.process_time()
+    tests = RZ.randomization_test(a, b, args.trials, args.seed)
+    wall, cpu = time.perf_counter() - t1, time.process_time() - c1
+    print(f"randomization: {args.images} images x {args.refs} refs, {args.trials} trials, metrics {', '.join(tests)}")
+    print(f"  scoring both systems (not part of the test): {t_score:.1f} s")
+    print(f"  randomization_test, two systems, all metrics: {wall:.2f} s ({cpu:.2f} CPU-s)")
+    for m, t in tests.items():
+        print(f"  {m:<15} B - A {t.delta:+.4f}  {RZ.p_text(t.p, t.floor)}")
+    return 0
+
+
+def significance(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="r2m bench significance", description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="16,50,100,300", help="test-set sizes n (default 16,50,100,300)")
+    p.add_argument("--pairs", type=int, default=1000, help="planted nulls per size (default 1000)")
+    p.add_argument("--trials", type=int, default=999, help="randomization trials per test (default 999)")
+    p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per test (0: no bootstrap)")
+    p.add_argument("--images", type=int, default=600, help="images scored, drawn from for each pair (default 600)")
+    p.add_argument("--scorers", default="bleu,meteor,rouge,cider")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    if not sizes or min(sizes) < 1 or max(sizes) > args.images:
+        p.error(f"--sizes must be between 1 and --images ({args.images})")
+    r1, r2 = _runs(args.images, 5, [s for s in args.scorers.split(",") if s], 2, args.seed)
+    se = math.sqrt(0.05 * 0.95 / args.pairs)
+    print(f"planted nulls: {args.pairs} pairs per size, {args.trials} randomization trials, "
+          f"{args.resamples} bootstrap resamples; nominal 5 %, Monte-Carlo SE {100 * se:.2f} % "
+          f"(5 % ± 3 SE: {100 * (0.05 - 3 * se):.1f}–{100 * (0.05 + 3 * se):.1f} %)")
+    t0 = time.perf_counter()
+    for n in sizes:
+        rates = planted_null(r1, r2, n, args.pairs, args.trials, args.resamples, args.seed + n)
+        metrics = list(rates["randomization"])
+        if n == sizes[0]:
+            print(f"{'n':>5}  {'test':<14}" + "".join(f"{m:>15}" for m in metrics))
+        for test, r in rates.items():
+            print(f"{n:>5}  {test:<14}" + "".join(f"{100 * r[m]:>14.1f}%" for m in metrics))
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    return 0

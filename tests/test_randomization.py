@@ -1,0 +1,209 @@
+"""Approximate randomization, seed-aware differences, Holm, p text and limits (src/r2m/evaluation/randomization.py).
+
+Expectations from outside the code: p-values enumerated by hand over all 2^4 swaps of four images,
+the same count from a plain loop over explicitly swapped systems (BLEU's corpus form), Holm's
+adjusted p-values of a hand-made vector, a t test p from the closed form for 2 degrees of freedom,
+and planted nulls whose rate of marks must be 5 % ± 3 Monte-Carlo standard errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from r2m.evaluation import bootstrap as B
+from r2m.evaluation import randomization as RZ
+from test_bootstrap import _compare_files, _rows, corpus  # noqa: F401
+from test_evaluation import no_spice, shared_meteor_pool  # noqa: F401
+
+
+def _mean_system(ids, **cols) -> B.PerImage:
+    return B.PerImage(tuple(ids), {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()})
+
+
+# --------------------------------------------------------------------------- hand-worked p
+def test_four_images_every_swap_enumerated_by_hand():
+    """CIDEr differences B − A per image 3, 2, −1, 1 (observed mean 1.25, sum 5). A swap flips an
+    image's sign; of the 16 sign patterns, |3s1 + 2s2 − s3 + s4| ≥ 5 for (+,+,·,·) with −s3 + s4 ∈
+    {0, 0, 2} and the three mirror images: 6 → p = 6/16. ROUGE-L differences 1, 2, 3, 4: only all-plus
+    and all-minus reach |10| → p = 2/16."""
+    ids = "abcd"
+    a = _mean_system(ids, CIDEr=[0, 0, 0, 0], ROUGE_L=[0, 0, 0, 0])
+    b = _mean_system(ids, CIDEr=[3, 2, -1, 1], ROUGE_L=[1, 2, 3, 4])
+    got = RZ.randomization_test(a, b, trials=10_000)
+    assert got["CIDEr"].exact and got["CIDEr"].trials == 16
+    assert (got["CIDEr"].delta, got["CIDEr"].count, got["CIDEr"].p) == (1.25, 6, 6 / 16)
+    assert (got["ROUGE_L"].delta, got["ROUGE_L"].count, got["ROUGE_L"].p) == (2.5, 2, 2 / 16)
+    # swapping A and B changes the sign of the difference, not the p
+    back = RZ.randomization_test(b, a, trials=10_000)
+    assert back["CIDEr"].delta == -1.25 and back["CIDEr"].p == 6 / 16
+
+
+def test_sampled_trials_agree_with_the_enumeration():
+    """12 images: 2,000 random trials estimate the exact p (all 4,096 swaps, counted by a plain loop)
+    within 4 binomial standard errors; p = (count + 1) / (trials + 1)."""
+    rng = np.random.default_rng(3)
+    d = rng.normal(0.3, 1.0, 12)
+    b = _mean_system([str(i) for i in range(12)], CIDEr=d)
+    a = _mean_system(b.ids, CIDEr=np.zeros(12))
+    hits = sum(abs(sum(s * x for s, x in zip(signs, d, strict=True))) >= abs(d.sum()) - 1e-12
+               for signs in itertools.product((1, -1), repeat=12))
+    exact = hits / 4096
+    got = RZ.randomization_test(a, b, trials=2000, seed=5)["CIDEr"]
+    assert not got.exact and got.trials == 2000 and got.p == (got.count + 1) / 2001
+    assert abs(got.count / 2000 - exact) < 4 * math.sqrt(exact * (1 - exact) / 2000)
+    assert RZ.randomization_test(a, b, trials=4096)["CIDEr"].p == exact
+
+
+def test_bleu_is_tested_on_its_corpus_form():
+    """Five images of BLEU counts: every one of the 32 swaps rebuilt as two explicit systems and scored by
+    corpus_metrics (summed counts, geometric mean, brevity penalty); the count of |ΔBLEU| ≥ |observed|
+    equals the vectorised test's."""
+    rng = np.random.default_rng(1)
+
+    def counts():
+        guess = rng.integers(6, 12, size=(5, 1)) - np.arange(4)[None, :]
+        correct = np.minimum(guess, rng.integers(0, 7, size=(5, 4)))
+        testlen = guess[:, 0]
+        cols = {"bleu_testlen": testlen, "bleu_reflen": testlen + rng.integers(-2, 4, size=5)}
+        cols.update({f"bleu_guess_{k + 1}": guess[:, k] for k in range(4)})
+        cols.update({f"bleu_correct_{k + 1}": correct[:, k] for k in range(4)})
+        return _mean_system("vwxyz", **cols)
+
+    a, b = counts(), counts()
+    metrics = ["Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4"]
+    obs = {m: float(B.corpus_metrics(b, metrics=metrics)[m] - B.corpus_metrics(a, metrics=metrics)[m]) for m in metrics}
+    hits = dict.fromkeys(metrics, 0)
+    for mask in itertools.product((False, True), repeat=5):
+        m_ = np.array(mask)
+        sa = B.PerImage(a.ids, {c: np.where(m_, b.columns[c], a.columns[c]) for c in a.columns})
+        sb = B.PerImage(a.ids, {c: np.where(m_, a.columns[c], b.columns[c]) for c in a.columns})
+        va, vb = B.corpus_metrics(sa, metrics=metrics), B.corpus_metrics(sb, metrics=metrics)
+        for m in metrics:
+            hits[m] += abs(float(vb[m] - va[m])) >= abs(obs[m]) - 1e-12
+    got = RZ.randomization_test(a, b, trials=100, metrics=metrics)
+    for m in metrics:
+        assert got[m].exact and got[m].delta == pytest.approx(obs[m], abs=1e-12)
+        assert got[m].count == hits[m], m
+
+
+# --------------------------------------------------------------------------- Holm, p text, limits
+def test_holm_on_a_hand_made_vector():
+    """p = 0.01, 0.04, 0.03, 0.005: sorted 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 → 0.06
+    (monotone). At 0.05: 0.005 ≤ 0.0125 and 0.01 ≤ 0.0167 rejected, 0.03 > 0.025 stops."""
+    assert RZ.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert RZ.holm({"x": 0.5, "y": 0.001}) == pytest.approx({"x": 0.5, "y": 0.002})
+    assert RZ.holm([0.3, 0.9]) == pytest.approx([0.6, 0.9])
+    with pytest.raises(ValueError):
+        RZ.holm([1.2])
+
+
+def test_p_text_never_claims_below_its_floor():
+    assert RZ.p_text(1 / 1001, 1 / 1001) == "p≤0.001"
+    assert RZ.p_text(0.002, 0.002) == "p≤0.002"  # a floor of 0.002 is never printed as p<0.001
+    assert RZ.p_text(0.0342, 1 / 10001) == "p=0.034"
+    assert RZ.p_text(1.0, 0.001) == "p=1"
+
+
+def test_t_test_p_closed_form_for_two_degrees_of_freedom():
+    """d = 1, 2, 3: t = 2 / (1 / √3) = 3.4641; for df = 2 the two-sided p is 1 − t / √(t² + 2) = 0.0742."""
+    t = 2 * math.sqrt(3)
+    assert RZ.t_test_p([1, 2, 3]) == pytest.approx(1 - t / math.sqrt(t * t + 2), abs=1e-9)
+    assert RZ.t_test_p([2, 2, 2]) == 0.0 and RZ.t_test_p([0, 0]) == 1.0
+
+
+def test_counts_outside_the_limits():
+    assert RZ.min_resamples(0.95) == 200 and RZ.min_resamples(0.9) == 100
+    assert "below the floor of 200" in RZ.check_count("resamples", 3, 200, RZ.MAX_RESAMPLES)
+    assert RZ.check_count("trials", 999, RZ.MIN_TRIALS, RZ.MAX_TRIALS) is None
+    with pytest.raises(ValueError, match="above the limit"):
+        RZ.check_count("resamples", 10**8, 200, RZ.MAX_RESAMPLES)
+    with pytest.raises(ValueError, match="above the limit"):
+        B.bootstrap_ci(_mean_system("ab", CIDEr=[1, 2]), resamples=10**8)
+
+
+# --------------------------------------------------------------------------- seeds
+def test_three_identical_seed_pairs_keep_the_image_interval():
+    """Three seeds whose per-seed differences are equal: the seed half-width is 0 (not a zero-width
+    interval overall: the image spread remains), the t test rejects, so the randomization decides."""
+    rng = np.random.default_rng(0)
+    a = _mean_system([str(i) for i in range(30)], CIDEr=rng.random(30))
+    b = B.PerImage(a.ids, {"CIDEr": a.columns["CIDEr"] + rng.normal(0.05, 0.2, 30)})
+    got = RZ.seed_difference([(a, b)] * 3, trials=999)["CIDEr"]
+    assert got.seeds == 3 and got.p_seeds == 0.0 and got.p == got.p_images
+    assert got.low < got.delta < got.high and got.high - got.low > 0.01
+    one = RZ.seed_difference([(a, b)], trials=999)["CIDEr"]
+    assert one.seeds == 1 and one.p_seeds is None and one.method == RZ.IMAGES_ONLY
+
+
+# --------------------------------------------------------------------------- calibration
+def _null_rates(r1: B.PerImage, r2: B.PerImage, n: int, pairs: int, seed: int) -> dict[str, float]:
+    """Each pair: n images drawn without replacement; each image's two captions go to A and B in a
+    random order (exchangeable by construction)."""
+    rng = np.random.default_rng(seed)
+    metrics = r1.metrics()
+    hits = dict.fromkeys(metrics, 0)
+    for k in range(pairs):
+        rows = rng.choice(r1.n, size=n, replace=False)
+        flip = rng.random(n) < 0.5
+        a = B.PerImage(tuple(r1.ids[r] for r in rows),
+                       {c: np.where(flip, r2.columns[c][rows], r1.columns[c][rows]) for c in r1.columns})
+        b = B.PerImage(a.ids, {c: np.where(flip, r1.columns[c][rows], r2.columns[c][rows]) for c in r1.columns})
+        for m, t in RZ.randomization_test(a, b, trials=999, seed=k).items():
+            hits[m] += t.p <= 0.05
+    return {m: h / pairs for m, h in hits.items()}
+
+
+@pytest.mark.parametrize("n", [16, 300])
+def test_planted_null_marks_at_the_nominal_rate(corpus, n):  # noqa: F811
+    """400 planted nulls: each metric's share of p ≤ 0.05 lies within 5 % ± 3 Monte-Carlo SE
+    (1.7–8.3 %)."""
+    _, _, (r1, r2) = corpus
+    pairs = 400
+    rates = _null_rates(r1, r2, n, pairs, seed=n)
+    print(f"planted-null rate at n={n} over {pairs} pairs:", rates)
+    se = math.sqrt(0.05 * 0.95 / pairs)
+    assert set(rates) >= {"Bleu_1", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr"}
+    for m, r in rates.items():
+        assert 0.05 - 3 * se <= r <= 0.05 + 3 * se, (m, r)
+
+
+def test_better_on_every_image_is_marked_at_16_images(corpus):  # noqa: F811
+    """B captions each image with one of its references: better on every image; 16 images, 999 trials."""
+    refs, _, (a, _) = corpus
+    b, _ = _rows({i: refs[i][0] for i in refs}, refs)
+    worse = np.flatnonzero(a.columns["ROUGE_L"] < 1)[:16]
+    a, b = a.take(worse), b.take(worse)
+    assert (b.columns["CIDEr"] > a.columns["CIDEr"]).all()
+    got = RZ.randomization_test(a, b, trials=999)
+    for m, t in got.items():
+        assert t.delta > 0 and t.p == t.floor == 1 / 1000, m
+
+
+# --------------------------------------------------------------------------- r2m compare
+def test_compare_marks_by_randomization_and_refuses_counts_outside_the_limits(tmp_path, capsys, no_spice,  # noqa: F811
+                                                                             shared_meteor_pool):  # noqa: F811
+    from r2m.cli import main
+
+    refs, a = _compare_files(tmp_path)
+    assert main(["compare", "--references", str(refs), str(a), str(a), str(a), "--json", "--trials", "500"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trials"] == 500 and out["family"] == 2 * 7 and "Holm" in out["correction"]
+    d = out["differences"][1]["metrics"]["CIDEr"]
+    assert (d["p"], d["p_holm"], d["mark"]) == (1.0, 1.0, "n.s.") and d["exact"]  # 2 images: 4 swaps, all tied
+    # one resample: no interval, no mark (an interval of one draw need not hold its estimate)
+    assert main(["compare", "--references", str(refs), str(a), str(a), "--resamples", "1", "--trials", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "resamples 1 below the floor of 200: no interval printed" in text
+    assert "trials 3 below the floor of 199: no mark printed" in text
+    line = next(x for x in text.splitlines() if "B − A" in x and x.startswith("CIDEr") or "B − A" in x)
+    assert "[no interval]" in line and " * " not in line and "n.s." not in line
+    for flag in ("--resamples", "--trials"):
+        with pytest.raises(SystemExit) as stop:
+            main(["compare", "--references", str(refs), str(a), str(a), flag, "100000000"])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert "at most 1,000,000" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
