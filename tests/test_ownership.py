@@ -276,3 +276,22 @@ def test_dvc_never_deletes_a_folder_output_before_its_command():
                 seen.add(template)
                 assert (opts or {}).get("persist") is True, path
     assert seen == folders
+
+
+# --------------------------------------------------------------------------- other output paths
+@pytest.mark.parametrize("out", ["", "notes.txt/metrics.json"], ids=["empty", "below-a-file"])
+def test_evaluate_out_empty_or_below_a_file_is_refused_before_scoring(out, tmp_path, monkeypatch, capsys):
+    """``r2m evaluate --out ""`` / ``--out notes.txt/metrics.json``. Before: the captions were scored and
+    printed, and the metrics written nowhere without a word (empty) or lost to NotADirectoryError (below a
+    file). After: refused first, in one line, nothing printed on stdout."""
+    monkeypatch.chdir(tmp_path)
+    refs = {"images": [{"id": 1}, {"id": 2}], "annotations": [{"image_id": 1, "caption": "a dog on a bench"},
+                                                              {"image_id": 2, "caption": "a cat on a mat"}]}
+    Path("refs.json").write_text(json.dumps(refs))
+    Path("res.json").write_text(json.dumps([{"image_id": 1, "caption": "a dog"}, {"image_id": 2, "caption": "a cat"}]))
+    Path("notes.txt").write_text("mine\n")
+    assert cli("evaluate", "--results", "res.json", "--references", "refs.json", "--scorers", "bleu",
+               "--out", out) == 2
+    stdout, err = capsys.readouterr()
+    one_line(err, "--out", "empty" if not out else "notes.txt")
+    assert stdout == "" and Path("notes.txt").read_text() == "mine\n"
