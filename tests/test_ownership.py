@@ -243,9 +243,9 @@ def test_snakemake_forcerun_refuses_a_job_whose_folder_holds_a_users_file(tmp_pa
     (folder / "notes.txt").write_text("which captions I fixed by hand\n")
     before = digest_tree(folder)
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "R2M_THREADS": "1"}
-    r = subprocess.run([str(BIN / "snakemake"), "--cores", "1", "--forcerun", "references",
-                        "data/demo/references/references.json"], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run([str(BIN / "snakemake"), "--cores", "1", "data/demo/references/references.json",
+                        "--forcerun", "references"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)  # the target first: --forcerun takes every name after it
     assert r.returncode != 0, r.stdout[-2000:] + r.stderr[-2000:]
     refusals = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("r2m: ")]
     assert len(refusals) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
