@@ -254,6 +254,11 @@ def test_snakemake_forcerun_refuses_a_job_whose_folder_holds_a_users_file(tmp_pa
     assert digest_tree(folder) == before
     assert not (tmp_path / "data/demo/prepared").exists()  # no job started (inputs, prepare came first)
     assert not (tmp_path / ".snakemake/locks").exists() or not any((tmp_path / ".snakemake/locks").iterdir())
+    (folder / "notes.txt").unlink()  # the folder r2m's again: the same command runs (inputs, prepare, references)
+    r = subprocess.run(r.args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert json.loads((folder / MARK).read_text())["kind"] == "stage:references"
+    assert "annotations" in json.loads((folder / "references.json").read_text())
 
 
 def test_dvc_never_deletes_a_folder_output_before_its_command():
