@@ -31,3 +31,17 @@ onerror:
 
     for _line in failure_reasons(log):
         print(f"r2m: {_line}", file=sys.stderr)
+
+
+onstart:
+    # Snakemake deletes a job's declared outputs before running it: a folder output holding a file r2m did not
+    # write (or another command's output) is refused here, one line each, before the first job starts
+    # (r2m.pipeline.snake.output_refusals); `--no-hooks` skips this check
+    import sys
+    from r2m.pipeline.snake import output_refusals, snakemake_planned
+
+    _refused = output_refusals(snakemake_planned(workflow.dag))
+    if _refused:
+        for _line in _refused:
+            print(f"r2m: {_line}", file=sys.stderr)
+        sys.exit(1)  # Snakemake releases its lock; no job was started

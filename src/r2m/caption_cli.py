@@ -168,10 +168,10 @@ def _standalone(args: argparse.Namespace) -> int:
     runtime = Runtime.from_env(args.device, args.threads, args.workers)
     runtime.apply()
     paths, missing = expand(args.images)
-    if args.html:  # before any model is loaded or image captioned
+    if args.html is not None:  # before any model is loaded or image captioned ("": refused, not ignored)
         from r2m.reports.gallery import gallery_target_problem
 
-        problem = gallery_target_problem(Path(args.html), paths)
+        problem = gallery_target_problem(args.html, paths)
         if problem:
             print(f"r2m caption: --html {args.html}: {problem}", file=sys.stderr)
             return 2

@@ -218,7 +218,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
     t0 = time.perf_counter()
     from r2m.utils.guard import disk_full_message, is_disk_full
-    from r2m.utils.io import adopt_stage_outputs
+    from r2m.utils.io import NotOwned, adopt_stage_outputs, owned_as, stage_kind
     from r2m.utils.resume import Preempted, StageBusy, StageLock
 
     shard = getattr(args, "shard", None)
@@ -228,9 +228,15 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         extra = f"{extra or ''}rank{os.environ['RANK']}"
     lock = StageLock(ctx.root, stage.name, axes, outs, extra=extra)
     try:
-        with threads, lock, guard:  # one run per stage output: a second one is refused at once, naming the holder
-            for folder in adopt_stage_outputs(ctx.outs.values()):
-                log.info("%s: an output of an older r2m (no ownership marker): adopted", folder)
+        with threads, lock, owned_as(stage_kind(stage.name)), guard:  # one run per stage output (a second one is
+            # refused at once, naming the holder); the folders it writes are marked as this stage's
+            refused = ctx.output_problems()  # before any work: under Snakemake the Snakefile's onstart checks too
+            if refused:
+                raise NotOwned(refused[0])
+            for folder in adopt_stage_outputs([(p, stage.outs[k].adopt) for k, p in ctx.outs.items()
+                                               if stage.outs[k].directory]):
+                log.info("%s: an output of an older r2m (its marker names no kind, or it has none): adopted",
+                         folder)
             getattr(module, func)(ctx)
             guard.check()  # a refusal a thread or a library swallowed still fails the stage
     except NetworkRefused as err:

@@ -218,9 +218,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _refused_out(out: str | None, *inputs: str) -> str | None:
-    """Why ``--out`` may not be written (a folder, or one of the input files), or None."""
-    if not out:
+    """Why ``--out`` may not be written (empty, below a file, a folder, or one of the input files), or None."""
+    from r2m.utils.io import output_path_problem
+
+    if out is None:
         return None
+    problem = output_path_problem(out)
+    if problem:
+        return problem
     path = Path(out)
     if path.is_dir():
         return "is a folder; name a file (a folder is never replaced)"

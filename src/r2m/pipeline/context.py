@@ -19,7 +19,7 @@ from r2m.pipeline.axes import gathered
 from r2m.pipeline.stages import Gather, Stage, folder_members
 from r2m.runtime import Runtime
 from r2m.utils.guard import inside
-from r2m.utils.io import marker_mismatch, write_text
+from r2m.utils.io import marker_mismatch, output_path_problem, stage_output_problem, write_text
 
 
 @dataclass
@@ -79,6 +79,24 @@ class StageContext:
             if gone:
                 out.append(f"{gone}: {folder} (output of {found[0]}) is incomplete; "
                            f"re-run {found[0]} (snakemake and dvc repro rebuild it)")
+        return out
+
+    def output_problems(self) -> list[str]:
+        """One line per declared output this run may not write, found before any work: a path below a file,
+        a file output where a folder is, a folder output r2m may not replace as this stage's
+        (:func:`r2m.utils.io.stage_output_problem`: a user's file in it, another command's output, a marker
+        naming no kind or listing no files)."""
+        out = []
+        for key, o in self.stage.outs.items():
+            path = self.outs[key]
+            problem = output_path_problem(path)
+            if problem is None and o.directory:
+                problem = stage_output_problem(path, self.stage.name, o.adopt)
+                problem = problem and problem.removeprefix(str(path)).strip(" :")
+            elif problem is None and path.is_dir() and not path.is_symlink():
+                problem = "is a folder, where this stage writes a file; r2m does not replace it: move it away"
+            if problem:
+                out.append(f"output {path}: {problem}")
         return out
 
     def gather(self, name: str) -> list[tuple[dict[str, str], Path]]:

@@ -86,8 +86,8 @@ def dvc_stage(stage: Stage, over: str | None = None) -> dict[str, Any]:
             opts = {}
             if not out.cache:
                 opts["cache"] = False
-            if out.persist:
-                opts["persist"] = True
+            if out.persist or out.directory:  # a folder: DVC would delete it before the command runs, a user's file
+                opts["persist"] = True  # in it with it; kept, r2m itself replaces only a folder it owns (checked first)
             opts.update(dict(out.plot))
             items.append({path: opts} if opts else path)
         if items:

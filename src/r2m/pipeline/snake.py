@@ -217,3 +217,34 @@ def member_targets(params: P.Params, targets: tuple[str, ...]) -> list[str]:
     folder missing one is rebuilt (Snakemake leaves a missing file alone when nothing it feeds must re-run)."""
     return [p for stage, bound in needed_instances(params, targets) for o in stage.outs.values()
             for p in member_paths(o.path.format(**bound), o.members)]
+
+
+# --------------------------------------------------------------------------- folders the jobs will replace
+def output_refusals(planned: Any) -> list[str]:
+    """One line per output a planned job may not replace: ``planned`` holds ``(rule name, [(path,
+    is_directory)])`` per job. Snakemake deletes a job's declared outputs before it runs (and again when it
+    fails), so the stage's own check (:meth:`r2m.pipeline.context.StageContext.output_problems`) would come
+    too late: the Snakefile's ``onstart`` runs this over every job it is about to run, before the first one
+    starts. The rules of the registry's stages (and their ``_shard`` jobs) are checked by the stage's ownership
+    kind (:func:`r2m.utils.io.stage_output_problem`)."""
+    from r2m.utils.io import output_path_problem, stage_output_problem
+
+    out = []
+    for rule, outputs in planned:
+        stage = rule.removesuffix("_shard") if rule.removesuffix("_shard") in BY_NAME else rule
+        if stage not in BY_NAME:
+            continue
+        signature = {f for o in BY_NAME[stage].outs.values() if o.directory for f in o.adopt}
+        for path, is_dir in outputs:
+            problem = output_path_problem(path)
+            if problem is None and is_dir:
+                problem = stage_output_problem(path, stage, signature)
+                problem = problem and problem.removeprefix(str(path)).strip(" :")
+            if problem:
+                out.append(f"{rule}: output {path}: {problem}")
+    return out
+
+
+def snakemake_planned(dag: Any) -> list[tuple[str, list[tuple[str, bool]]]]:
+    """The jobs Snakemake's ``dag`` is about to run, as :func:`output_refusals` takes them."""
+    return [(job.rule.name, [(str(f), bool(f.is_directory)) for f in job.output]) for job in dag.needrun_jobs()]

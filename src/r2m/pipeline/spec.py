@@ -49,6 +49,9 @@ class Out:
     # sees folders, not what is in them: a deleted one re-runs the stage), checked by every consumer on use
     # (``r2m`` refuses in one line naming the missing file); DVC hashes the whole folder anyway
     members: tuple[str, ...] = ()
+    # a folder output's file that shows an r2m older than the ownership kinds wrote it (r2m.utils.io.adoptable):
+    # the stage adopts such a folder as its own; the params.yaml most stages write beside their outputs
+    adopt: tuple[str, ...] = ("params.yaml",)
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ def sup_stages() -> tuple[Stage, ...]:
             axes=("dataset", "model", "seed"),
             deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": SF,
                   "prepared": f"{D}/prepared", "references": REFS},
-            outs={"inspect": Out(f"{SR}/inspect", directory=True, cache=False)},
+            outs={"inspect": Out(f"{SR}/inspect", directory=True, cache=False, adopt=("inspect.json",))},
             params=("caption", "report"),
             sources=SUP,
         ),
@@ -176,7 +176,8 @@ def sup_stages() -> tuple[Stage, ...]:
             },
             outs={"csv": Out("reports/baselines.csv", cache=False), "md": Out("reports/baselines.md", cache=False),
                   "multilabel": Out("reports/baselines_multilabel.csv", cache=False),
-                  "attention": Out("reports/figures/baselines", directory=True, cache=False)},
+                  "attention": Out("reports/figures/baselines", directory=True, cache=False,
+                                  adopt=("index.json",))},
             params=("baselines", *SEEDS),
         ),
         Stage(

@@ -23,7 +23,7 @@ from r2m.params import SUP_MODEL_LABELS
 from r2m.reports import intervals as I
 from r2m.reports import published as P
 from r2m.reports.tables import PUBLISHED, PUBLISHED_SCOPE, THIS_RUN, apply_holm, fmt, scope_cells
-from r2m.utils.io import read_json, write_text
+from r2m.utils.io import mark_owned, read_json, replace_folder, write_text
 
 SKIPPED = "skipped"
 REFERENCE = "reference point"
@@ -247,10 +247,11 @@ def attention_notes(inspections: dict[tuple[str, str], dict[str, Any]]) -> list[
 
 
 def copy_attention_figures(inspections: dict[tuple[str, str], dict[str, Any]], gathered, out_dir: Path) -> None:
-    """The SAT attention maps into ``reports/figures/baselines/`` (the report page shows them)."""
+    """The SAT attention maps into ``reports/figures/baselines/`` (the report page shows them), the folder
+    emptied first and marked as the stage's when complete (:func:`r2m.utils.io.replace_folder`)."""
     import shutil
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    replace_folder(out_dir)
     index = []
     for keys, path in gathered:
         ins = inspections.get((keys["dataset"], keys["model"]), {})
@@ -263,6 +264,7 @@ def copy_attention_figures(inspections: dict[tuple[str, str], dict[str, Any]], g
                               "caption": fig.get("caption", ""), "image_id": fig.get("image_id", "")})
     (out_dir / "index.json").write_text(json.dumps({"figures": index, "notes": attention_notes(inspections)},
                                                    indent=2))
+    mark_owned(out_dir)
 
 
 def _seed_rows(ctx, evals: str, stats: str, key_of) -> dict[Any, I.RowEval]:

@@ -4,10 +4,12 @@ scores, its caption and the FM/RM attention plot (:func:`r2m.reports.plots.atten
 The page comes from a Jinja2 template with auto-escaping (file names, captions and concepts are
 data, never markup). The gallery is built in a temporary folder beside ``OUT`` and renamed into
 place only when complete, so a failure (a full disk) leaves the previous gallery as it was. An
-``OUT`` that exists is replaced only when r2m made it and it holds nothing else and nothing changed
-(the ownership marker of :mod:`r2m.utils.io`: a folder that merely holds ``index.html`` or
-``images/`` is not a gallery), and never when it holds (or is) one of the images to caption; both
-are refused before anything is captioned (:func:`gallery_target_problem`).
+``OUT`` that exists is replaced only when it is a gallery r2m made (the ownership marker of
+:mod:`r2m.utils.io` names the kind ``gallery``: a folder that merely holds ``index.html`` or
+``images/`` is not one, nor is any other r2m output such as a model folder) and it holds nothing else
+and nothing changed, and never when it holds (or is) one of the images to caption; all of it, an
+empty OUT and an OUT below a file included, is refused before anything is captioned
+(:func:`gallery_target_problem`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from r2m.utils.guard import is_disk_full
-from r2m.utils.io import atomic_path, ownership_problem
+from r2m.utils.io import atomic_path, output_path_problem, ownership_problem
+
+KIND = "gallery"  # the ownership kind of a gallery folder
 
 NOTES = {"top1": " (best concept below the threshold)", "image": " (from the image feature)",
          "empty": " (from no concept)"}
@@ -77,16 +81,20 @@ def render_page(cards: list[dict[str, Any]], bad: list[dict[str, str]], model_di
     return env.from_string(TEMPLATE).render(cards=cards, bad=bad, model_dir=str(model_dir))
 
 
-def gallery_target_problem(out: Path, inputs: Sequence[Path] = ()) -> str | None:
-    """Why ``--html OUT`` cannot be (re)written, or None: OUT must be new, an empty folder or a
-    gallery r2m wrote (unchanged, nothing added), and hold none of the ``inputs`` (the images)."""
+def gallery_target_problem(out: str | Path, inputs: Sequence[Path] = ()) -> str | None:
+    """Why ``--html OUT`` cannot be (re)written, or None: OUT must be a non-empty path below folders, new,
+    an empty folder or a gallery r2m wrote (unchanged, nothing added), and hold none of the ``inputs``."""
+    problem = output_path_problem(out)
+    if problem:
+        return problem
+    out = Path(out)
     if out.exists() or out.is_symlink():
         target = out.resolve()
         inside = [p for p in inputs if p.resolve() == target or target in p.resolve().parents]
         if inside:
             return (f"holds the image {inside[0]} to caption; r2m never replaces a folder holding its inputs: "
                     "give a new folder for the gallery")
-    problem = ownership_problem(out)
+    problem = ownership_problem(out, KIND)
     return None if problem is None else problem.removeprefix(str(out)).strip(" :")
 
 
@@ -111,7 +119,7 @@ def write_gallery(out: Path, results: list[dict[str, Any]], bad: list[dict[str, 
     if problem:
         raise ValueError(f"{out}: {problem}")
     try:
-        with atomic_path(out) as tmp:
+        with atomic_path(out, kind=KIND) as tmp:
             (tmp / "images").mkdir(parents=True)
             (tmp / "attention").mkdir()
             cards = [_card(n, r, cfg, tmp) for n, r in enumerate(results)]

@@ -15,7 +15,8 @@ loaded by name from :data:`INSPECTOR_MODULES` (the model, its features and vocab
 inspector and nothing of the others' (:mod:`r2m.pipeline.codedeps`): m-RNN's, which has none, neither the
 decoding nor the attention figures.
 
-Output folder ``results/<D>/<model>/s<seed>/train_sup/inspect/``: ``inspect.json`` (+ the figures).
+Output folder ``results/<D>/<model>/s<seed>/train_sup/inspect/``: ``inspect.json`` (+ the figures), emptied first
+and then marked as the stage's (:func:`r2m.utils.io.replace_folder`, :func:`r2m.utils.io.mark_owned`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from r2m.utils.io import write_json
+from r2m.utils.io import mark_owned, replace_folder, write_json
 
 # model -> the module of its inspector (tests/test_code_deps.py checks each defines ``inspect``)
 INSPECTOR_MODULES: dict[str, str] = {
@@ -37,10 +38,11 @@ def run(ctx) -> None:
     from r2m.supervised.skip import skip_reason
 
     out_dir = Path(ctx.outs["inspect"])
-    out_dir.mkdir(parents=True, exist_ok=True)
+    replace_folder(out_dir)  # nothing of an older run outlives this one; only a folder of this stage is emptied
     reason = skip_reason(ctx.deps["sup_vocab"])
     if reason or ctx.model not in INSPECTOR_MODULES:
         result = {"model": ctx.model, "skipped": reason or f"nothing to inspect for {ctx.model}"}
     else:
         result = importlib.import_module(INSPECTOR_MODULES[ctx.model]).inspect(ctx, out_dir)
     write_json(out_dir / "inspect.json", result)
+    mark_owned(out_dir)

@@ -2,18 +2,27 @@
 output that looks complete.
 
 Ownership (one rule for every folder r2m replaces or empties): a folder r2m writes whole gets a
-marker file :data:`OWNER_MARK` listing each file it wrote with its size and SHA-256
-(:func:`mark_owned`). r2m deletes or replaces an existing folder only when it is empty, or holds
-that marker and still holds exactly what the marker lists, unchanged (:func:`ownership_problem`);
-anything else — a folder without the marker (the user's, or made by an older r2m), a file added
-to it, a file edited in it — is refused with one line naming the folder (:class:`NotOwned`), and
-nothing is deleted. :func:`replace_folder` empties a folder a stage then fills in place (its marker
-says so until :func:`mark_owned` records the files).
+marker file :data:`OWNER_MARK` naming its KIND — what made it: ``stage:<name>`` (a stage's declared
+output, written under :func:`owned_as` by the stage runner), ``gallery`` (``r2m caption --html``),
+:data:`ANY_KIND` (r2m code run outside a command, e.g. a test) — and listing each file it wrote with
+its size and SHA-256 (:func:`mark_owned`). r2m deletes or replaces an existing folder only when it
+holds no file, or its marker names the same kind as the command about to replace it, lists every
+file the folder holds, and each is unchanged (:func:`ownership_problem`). Anything else is refused
+with one line naming the folder (:class:`NotOwned`) and nothing is deleted: a folder without the
+marker (the user's), a marker of another kind (a gallery never replaces a model folder), a marker
+naming no kind (an older r2m's: which command made it is unknown), a marker without a file list
+(``"files": null``), a file added to the folder or edited in it. The one exception is
+:func:`adopt_stage_outputs`: a stage's own declared output folder that an older r2m wrote (its
+``params.yaml`` present, and every file listed and unchanged when it has a marker) becomes that
+stage's. :func:`replace_folder` empties a folder a stage then fills in place (its marker lists what
+it kept until :func:`mark_owned` records the files). :func:`output_path_problem`: an output path
+whose parent is a file, refused before any work.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import json
 import os
@@ -28,20 +37,54 @@ from r2m.utils.guard import BadInput
 
 OWNER_MARK = ".r2m-owned.json"
 ENGINE_FILES = frozenset({".snakemake_timestamp"})  # what a workflow engine adds to a folder output
+ANY_KIND = "r2m"  # the kind of a folder r2m code writes outside a command that names one (a test, a benchmark)
+_KIND: contextvars.ContextVar[str] = contextvars.ContextVar("r2m_owner_kind", default=ANY_KIND)
+
+
+def stage_kind(stage: str) -> str:
+    """The ownership kind of a stage's outputs: ``stage:<name>``."""
+    return f"stage:{stage}"
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path, suffix: str | None = None) -> Iterator[Path]:
+def owned_as(kind: str) -> Iterator[None]:
+    """Folders written (and replaced) inside this block are of ``kind`` (the stage runner: ``stage:<name>``)."""
+    token = _KIND.set(kind)
+    try:
+        yield
+    finally:
+        _KIND.reset(token)
+
+
+def current_kind() -> str:
+    return _KIND.get()
+
+
+def describe_kind(kind: str) -> str:
+    """``stage:train_i`` -> "the output of stage train_i" (for the refusals)."""
+    if kind.startswith("stage:"):
+        return f"the output of stage {kind.removeprefix('stage:')}"
+    if kind == "gallery":
+        return "a gallery of r2m caption --html"
+    if kind == ANY_KIND:
+        return "a folder r2m code wrote outside any command"
+    return f"an r2m folder of kind {kind!r}"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, suffix: str | None = None, kind: str | None = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` only on success.
 
     Works for files and for directories (write a whole directory under the yielded path).
     A folder written this way gets the ownership marker (:func:`mark_owned`); an existing folder at
     ``path`` is replaced only when r2m owns it (:func:`check_owned`, before the work and again before
     the rename; refused then, the new output is left in the temporary folder, named in the error).
+    ``kind``: the folder's ownership kind (default: :func:`current_kind`).
     """
     path = Path(path)
+    kind = kind or current_kind()
     if path.is_dir() and not path.is_symlink():
-        check_owned(path)
+        check_owned(path, kind=kind)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent)
     os.close(fd)
@@ -50,12 +93,12 @@ def atomic_path(path: str | Path, suffix: str | None = None) -> Iterator[Path]:
     try:
         yield tmp_path
         if tmp_path.is_dir():
-            mark_owned(tmp_path)
+            mark_owned(tmp_path, kind=kind)
     except BaseException:
         _discard(tmp_path)
         raise
     if path.is_dir() and not path.is_symlink():
-        check_owned(path, f"; this run's output is kept in {tmp_path}")
+        check_owned(path, f"; this run's output is kept in {tmp_path}", kind=kind)
         shutil.rmtree(path)
     try:
         os.replace(tmp_path, path)
@@ -93,26 +136,36 @@ def _entry(path: Path) -> list[Any]:
     return [path.stat().st_size, file_digest(path)]
 
 
-def mark_owned(folder: str | Path, files: bool = True) -> Path:
-    """Write the ownership marker into ``folder``: every file below it with its size and SHA-256
-    (``files=False``: a folder a stage is still filling in place; it records no files)."""
+def mark_owned(folder: str | Path, kind: str | None = None, keep_record: bool = False) -> Path:
+    """Write the ownership marker into ``folder``: its ``kind`` (default: :func:`current_kind`) and every
+    file below it with its size and SHA-256 (``keep_record``: the file list of the marker already there)."""
     folder = Path(folder)
-    record = {rel: _entry(folder / rel) for rel in _files(folder)} if files else None
     mark = folder / OWNER_MARK
-    mark.write_text(json.dumps({"by": "r2m", "files": record}, indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    if keep_record:
+        record = _marker_doc(folder)["files"]
+    else:
+        record = {rel: _entry(folder / rel) for rel in _files(folder)}
+    doc = {"by": "r2m", "kind": kind or current_kind(), "files": record}
+    mark.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n", encoding="utf-8")
     return mark
 
 
-def _marker_record(folder: Path) -> dict[str, Any] | None:
-    """The files ``folder``'s ownership marker lists (None: a folder filled in place); ValueError when the
-    marker is missing, unreadable or not r2m's."""
+def _marker_doc(folder: Path) -> dict[str, Any]:
+    """``folder``'s ownership marker; ValueError when it is missing, unreadable or not r2m's."""
     try:
         doc = json.loads((folder / OWNER_MARK).read_text(encoding="utf-8"))
-        record = doc["files"]
-        assert doc.get("by") == "r2m" and (record is None or isinstance(record, dict))
-    except (OSError, ValueError, KeyError, TypeError, AssertionError) as err:
+        assert isinstance(doc, dict) and doc.get("by") == "r2m"
+        assert isinstance(doc.get("kind", ""), str)
+    except (OSError, ValueError, AssertionError) as err:
         raise ValueError(f"{folder / OWNER_MARK}: not a readable ownership marker") from err
-    return record
+    return doc
+
+
+def _marker_record(folder: Path) -> dict[str, Any] | None:
+    """The files ``folder``'s ownership marker lists (None: it lists none, ``"files"`` missing or not a
+    mapping); ValueError when the marker is missing, unreadable or not r2m's."""
+    record = _marker_doc(folder).get("files")
+    return record if isinstance(record, dict) else None
 
 
 def marker_mismatch(folder: str | Path) -> str | None:
@@ -134,30 +187,16 @@ def marker_mismatch(folder: str | Path) -> str | None:
     return None
 
 
-def ownership_problem(folder: str | Path) -> str | None:
-    """Why r2m may not delete or replace ``folder``, or None (absent, empty, or r2m's and unchanged)."""
-    folder = Path(folder)
-    if not folder.exists() and not folder.is_symlink():
-        return None
-    if folder.is_symlink() or not folder.is_dir():
-        return f"{folder} exists and is not a folder r2m made (a {'link' if folder.is_symlink() else 'file'})"
-    present = _files(folder)
-    mark = folder / OWNER_MARK
-    if not mark.is_file():
-        if not present:
-            return None
-        return (f"{folder} exists and was not made by r2m (it has no {OWNER_MARK} marker), so r2m will not delete "
-                "or replace it; move it away, or give another folder")
-    try:
-        record = _marker_record(folder)
-    except ValueError:
-        return f"{folder}: unreadable ownership marker {OWNER_MARK}; r2m will not delete or replace the folder"
-    if record is None:  # a folder a stage fills in place (replace_folder)
-        return None
+def _listing_problem(folder: Path, record: dict[str, Any] | None, present: list[str]) -> str | None:
+    """Why the marker's file list does not cover ``folder``'s files unchanged, or None."""
+    if record is None:
+        return (f"{folder}: its ownership marker {OWNER_MARK} lists no files, so everything in the folder is "
+                "protected and r2m will not delete or replace it; move it away, or give another folder")
     extra = [f for f in present if f not in record]
     if extra:
-        return (f"{folder} holds files r2m did not write ({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}), "
-                "so r2m will not delete or replace it; move them away, or give another folder")
+        return (f"{folder} holds files its ownership marker does not list ({', '.join(extra[:3])}"
+                f"{', ...' if len(extra) > 3 else ''}), so r2m will not delete or replace it; move them away, "
+                "or give another folder")
     for rel in present:
         if _entry(folder / rel) != record[rel]:
             return (f"{folder}: {rel} changed since r2m wrote it, so r2m will not delete or replace the folder; "
@@ -165,39 +204,114 @@ def ownership_problem(folder: str | Path) -> str | None:
     return None
 
 
-def check_owned(folder: str | Path, note: str = "") -> None:
-    """:class:`NotOwned` (one line, ``note`` appended) unless r2m may delete or replace ``folder``."""
-    problem = ownership_problem(folder)
+def ownership_problem(folder: str | Path, kind: str | None = None) -> str | None:
+    """Why a command of ``kind`` (default: :func:`current_kind`) may not delete or replace ``folder``, or
+    None: absent, holding no file, or marked as of ``kind`` with every file listed and unchanged."""
+    folder = Path(folder)
+    kind = kind or current_kind()
+    if not folder.exists() and not folder.is_symlink():
+        return None
+    if folder.is_symlink() or not folder.is_dir():
+        return f"{folder} exists and is not a folder r2m made (a {'link' if folder.is_symlink() else 'file'})"
+    present = _files(folder)
+    if not present:  # nothing in it to lose (an empty folder, a marker alone)
+        return None
+    if not (folder / OWNER_MARK).is_file():
+        return (f"{folder} exists and was not made by r2m (it has no {OWNER_MARK} marker), so r2m will not delete "
+                "or replace it; move it away, or give another folder")
+    try:
+        doc = _marker_doc(folder)
+    except ValueError:
+        return f"{folder}: unreadable ownership marker {OWNER_MARK}; r2m will not delete or replace the folder"
+    made = doc.get("kind")
+    if not made:
+        return (f"{folder}: its ownership marker names no kind (an older r2m wrote it), so which command made the "
+                f"folder is unknown and r2m will not delete or replace it as {describe_kind(kind)}; move it "
+                "away, or give another folder")
+    if made != kind:
+        return (f"{folder} is {describe_kind(made)}, not {describe_kind(kind)}: r2m replaces a folder only by "
+                "the command that made it; give another folder")
+    return _listing_problem(folder, _marker_record(folder), present)
+
+
+def check_owned(folder: str | Path, note: str = "", kind: str | None = None) -> None:
+    """:class:`NotOwned` (one line, ``note`` appended) unless a command of ``kind`` may delete or replace
+    ``folder`` (:func:`ownership_problem`)."""
+    problem = ownership_problem(folder, kind)
     if problem:
         raise NotOwned(problem + note)
 
 
-def adopt_stage_outputs(folders: Iterable[str | Path]) -> list[Path]:
-    """Mark as r2m's (a marker without a file list) the folders among a stage's declared outputs that
-    an r2m older than the marker wrote: no marker, and the ``params.yaml`` every stage writes into its
-    output folders. Only declared outputs (paths the registry derives from checked names, never a
-    user's choice) are adopted, so a workspace made before the marker keeps working under DVC (whose
-    ``persist`` outputs r2m replaces itself). Returns the folders adopted."""
+def adoptable(folder: str | Path, signature: Iterable[str] = ("params.yaml",)) -> bool:
+    """Whether ``folder``, a stage's declared output, is one an r2m older than the ownership kinds wrote: it
+    holds a ``signature`` file (the ``params.yaml`` most stages write into their output folders:
+    :attr:`r2m.pipeline.spec.Out.adopt`), and it has no marker (an r2m older than the marker) or a marker
+    naming no kind that lists every file (a signature file among them), each unchanged."""
+    folder = Path(folder)
+    signature = tuple(signature)
+    if not folder.is_dir() or folder.is_symlink() or not any((folder / f).is_file() for f in signature):
+        return False
+    if not (folder / OWNER_MARK).exists():
+        return True
+    try:
+        doc = _marker_doc(folder)
+    except ValueError:
+        return False
+    record = _marker_record(folder)
+    return (not doc.get("kind") and record is not None and any(f in record for f in signature)
+            and _listing_problem(folder, record, _files(folder)) is None)
+
+
+def stage_output_problem(folder: str | Path, stage: str, signature: Iterable[str] = ("params.yaml",)) -> str | None:
+    """Why stage ``stage`` may not replace its declared output folder ``folder`` (None: it may, possibly
+    after :func:`adopt_stage_outputs`)."""
+    return None if adoptable(folder, signature) else ownership_problem(folder, stage_kind(stage))
+
+
+def adopt_stage_outputs(folders: Iterable[str | Path | tuple[str | Path, Iterable[str]]],
+                        kind: str | None = None) -> list[Path]:
+    """Mark as of ``kind`` (default: :func:`current_kind`; the runner's is ``stage:<name>``) the folders among
+    a stage's declared outputs that an older r2m wrote (:func:`adoptable`; a folder may come with its
+    signature files, ``(folder, signature)``): without a marker, every file is listed now; with a marker
+    naming no kind, its list is kept. Only declared outputs (paths the registry derives from checked names,
+    never a user's choice) are adopted, so a workspace made by an older r2m keeps working under both engines.
+    Returns the folders adopted."""
     adopted = []
-    for folder in map(Path, folders):
-        if (folder.is_dir() and not folder.is_symlink() and not (folder / OWNER_MARK).exists()
-                and (folder / "params.yaml").is_file()):
-            mark_owned(folder, files=False)
+    for item in folders:
+        folder, signature = (Path(item[0]), item[1]) if isinstance(item, tuple) else (Path(item), ("params.yaml",))
+        if adoptable(folder, signature):
+            mark_owned(folder, kind, keep_record=(folder / OWNER_MARK).exists())
             adopted.append(folder)
     return adopted
 
 
-def replace_folder(folder: str | Path, empty: bool = True) -> Path:
-    """Empty ``folder`` (only when r2m owns it, :func:`check_owned`; ``empty=False``: keep what it
-    holds) or create it, for a stage that fills it in place; its marker records no files until
-    :func:`mark_owned` is called at the end (or the folder is replaced whole by :func:`atomic_path`)."""
+def replace_folder(folder: str | Path, empty: bool = True, kind: str | None = None) -> Path:
+    """Empty ``folder`` (only when a command of ``kind`` may, :func:`check_owned`; ``empty=False``: keep what
+    it holds) or create it, for a stage that fills it in place; its marker lists what it kept until
+    :func:`mark_owned` is called at the end (or the folder is replaced whole by :func:`atomic_path`): a
+    run stopped halfway leaves files the marker does not list, and the folder is refused until moved away."""
     folder = Path(folder)
-    check_owned(folder)
+    check_owned(folder, kind=kind)
     if empty and folder.is_dir():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    mark_owned(folder, files=False)
+    mark_owned(folder, kind)
     return folder
+
+
+def output_path_problem(path: str | Path) -> str | None:
+    """Why nothing can be written at ``path``: it is empty, or a parent of it is a file (or a link to
+    one), not a folder; None otherwise. Checked before any work."""
+    text = str(path)
+    if not text.strip():
+        return "an empty path; give a file or folder name"
+    for parent in Path(path).parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                what = "a link to no folder" if parent.is_symlink() else "a file"
+                return f"its parent {parent} is {what}, not a folder"
+            return None
+    return None
 
 
 def write_text(path: str | Path, text: str) -> Path:
