@@ -28,7 +28,7 @@ TOOLS: dict[str, tuple[str, str]] = {
               "how many test images or seeds resolve a metric difference, from the spreads in a results folder"),
     "warm": ("r2m.warm.server:main", "run a command (e.g. snakemake) whose r2m stage jobs start warm: forked from "
                                       "a server that imported torch & co. once"),
-    "why": ("r2m.pipeline.record:main", "is a stage instance current? what changed since its last run, one line each"),
+    "why": ("r2m.pipeline.why_cmd:main", "is a stage instance current? what changed since its last run, one line each"),
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 # stage subcommands that also serve a command outside the DAG, run when the stage's axes are not given:

@@ -21,9 +21,7 @@ and the engines' folders. :func:`stale` answers "is this instance current?" for 
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -86,38 +84,3 @@ def stale(stage: Any, axes: Mapping[str, str], params: Any, root: Path = Path(".
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         return [f"{path}: a record of another format; rerun the instance"]
     return changes(record, Path(root), instance_params(stage, params, axes), Path(root) / DIGEST_CACHE)
-
-
-def main(argv: list[str]) -> int:
-    """``r2m why STAGE [--dataset D] [--variant V] [--ckpt C] [--model M] [--seed S]``."""
-    from r2m import params as P
-    from r2m.pipeline import stages as S
-
-    ap = argparse.ArgumentParser(prog="r2m why", description="is a stage instance current? one line per "
-                                 "change since its last successful run (exit 0: current, 1: stale)")
-    ap.add_argument("stage", help="a stage name (r2m --help lists them)")
-    for axis in ("dataset", "variant", "ckpt", "model"):
-        ap.add_argument(f"--{axis}", default=None)
-    ap.add_argument("--seed", default="0", help="the run's seed (default 0)")
-    ap.add_argument("--params", default="params.yaml")
-    args = ap.parse_args(argv)
-    stage = S.BY_NAME.get(args.stage)
-    if stage is None:
-        print(f"r2m why: unknown stage {args.stage!r}; r2m --help lists them", file=sys.stderr)
-        return 2
-    missing = [a for a in stage.axes if getattr(args, a) is None]
-    if missing:
-        print(f"r2m why: {stage.name} needs --{' --'.join(missing)}", file=sys.stderr)
-        return 2
-    axes = {a: str(getattr(args, a)) for a in stage.axes}
-    try:
-        params = P.load(args.params)
-        lines = stale(stage, axes, params)
-    except P.ParamsError as err:
-        print(f"r2m why: {err}", file=sys.stderr)
-        return 2
-    for line in lines:
-        print(line)
-    if not lines:
-        print(f"{stage.name}@{stage.key(axes)}: current")
-    return 1 if lines else 0
