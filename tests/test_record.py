@@ -224,3 +224,32 @@ def test_the_meteor_helper_source_is_recorded_when_meteor_runs(tmp_path):
     assert 0 < score <= 1
     helper = {e["path"]: e for e in body["reads"]}["src/r2m/evaluation/java/R2mMeteorThreads.java"]
     assert helper["kind"] == "exec" and helper["sha256"] == sha(HELPER)
+
+
+# --------------------------------------------------------------------------------------------- the listener
+def test_written_hidden_and_outside_files_are_not_inputs_program_arguments_are(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "lib").mkdir(parents=True)
+    for name in ("read.txt", "written.txt", ".hidden", "arg.txt", "lib/x.class"):
+        (ws / name).write_text(name)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("o")
+    rec = Recorder(ws).start()
+    try:
+        (ws / "written.txt").write_text("new")  # written, then read back: the run's own
+        assert (ws / "written.txt").read_text() == "new"
+        for name in ("read.txt", ".hidden"):
+            (ws / name).read_text()
+        outside.read_text()
+        fd = os.open(ws / "read.txt", os.O_RDONLY)
+        os.close(fd)
+        # a path argument and a class path naming a folder (and a file that does not exist)
+        subprocess.run([sys.executable, "-c", "pass", str(ws / "arg.txt"), f"{ws / 'lib'}{os.pathsep}{ws / 'gone'}"],
+                       check=True)
+    finally:
+        body = rec.finish()
+    kinds = {e["path"]: e["kind"] for e in body["reads"] if e["kind"] != "module"}
+    assert kinds == {"read.txt": "file", "arg.txt": "exec", "lib": "exec"}
+    digests = {e["path"]: e["sha256"] for e in body["reads"]}
+    assert digests["read.txt"] == hashlib.sha256(b"read.txt").hexdigest()
+    assert digests["lib"].startswith("tree:")

@@ -86,6 +86,12 @@ class Recorder:
         self.code = (code or self.root).resolve()
         self.exclude = tuple(Path(p).resolve() for p in exclude)
         self.prefixes = tuple(Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+        self._exclude_s = tuple(str(e) for e in self.exclude)
+        self._prefixes_s = tuple(str(e) for e in self.prefixes)
+        # (folder, paths below it recorded relative?): resolved and as given (a checkout reached through a link)
+        given = [(str(self.root), True), (os.path.abspath(root), True), (str(self.code), False),
+                 (os.path.abspath(code or root), False)]
+        self._bases_s = tuple(dict.fromkeys(given))
         self.files: dict[str, str] = {}  # path -> "file" | "exec" (in the order first read)
         # the declared inputs (files or folders): compiled readers (pyarrow, h5py) open files unseen
         self.deps: list[str] = []
@@ -110,24 +116,26 @@ class Recorder:
         try:
             text = os.fsdecode(raw) if isinstance(raw, bytes | str | os.PathLike) else None
             if text:
-                p = Path(os.path.abspath(os.path.join(cwd or os.getcwd(), text)))
-                out = self._name(p)
+                out = self._name(os.path.abspath(os.path.join(cwd or os.getcwd(), text)))
         except (TypeError, ValueError, OSError):
             out = None
         self._where[key] = out
         return out
 
-    def _name(self, p: Path) -> str | None:
-        if any(p == e or e in p.parents for e in self.exclude) or "__pycache__" in p.parts:
+    def _name(self, p: str) -> str | None:
+        """String tests only (a ``Path``'s parents cost ~50 times more: this runs for every module)."""
+        sep = os.sep
+        if any(p == e or p.startswith(e + sep) for e in self._exclude_s) or f"{sep}__pycache__{sep}" in p:
             return None
-        if any(pre in p.parents for pre in self.prefixes) or "site-packages" in p.parts:
+        if any(p.startswith(pre + sep) for pre in self._prefixes_s) or f"{sep}site-packages{sep}" in p:
             return None
-        for base in (self.root, self.code):
-            if base in p.parents:
-                rel = p.relative_to(base)
-                if rel.parts[0] in IGNORED_TOP or any(part[:1] == "." for part in rel.parts):
+        for base, relative in self._bases_s:
+            if p.startswith(base + sep):
+                rel = p[len(base) + 1:]
+                parts = rel.split(sep)
+                if parts[0] in IGNORED_TOP or any(part[:1] == "." for part in parts):
                     return None  # state and caches; hidden files (an output folder being written: .name.x.tmp)
-                return rel.as_posix() if base == self.root else str(p)
+                return rel.replace(sep, "/") if relative else p
         return None
 
     # -------------------------------------------------------------- events
