@@ -96,6 +96,7 @@ class Recorder:
         # the declared inputs (files or folders): compiled readers (pyarrow, h5py) open files unseen
         self.deps: list[str] = []
         self.written: set[str] = set()
+        self.errors: list[str] = []  # events the listener could not read (the record is then incomplete)
         self.params: dict[tuple[str, ...], Any] = {}
         self._where: dict[Any, str | None] = {}  # raw path -> project path or None (the decision cache)
         self._models: dict[int, tuple[Any, tuple[str, ...]]] = {}
@@ -142,6 +143,12 @@ class Recorder:
     def _on_event(self, event: str, args: tuple[Any, ...]) -> None:
         if os.getpid() != self._pid:  # a forked worker: its reads are its parent's business
             return
+        try:
+            self._seen(event, args)
+        except Exception as err:  # noqa: BLE001 - never fail the run's own open; the record says it is incomplete
+            self.errors.append(f"{event}: {type(err).__name__}: {err}")
+
+    def _seen(self, event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
             path, mode, flags = args
             if isinstance(path, int):
@@ -324,7 +331,7 @@ class Recorder:
         reads = [{"path": n, **e, "sha256": digests[n]} for n, e in sorted(entries.items())]
         params = [{"key": ".".join(k), "path": list(k), "sha256": value_digest(v)}
                   for k, v in sorted(self.params.items())]
-        return {"reads": reads, "params": params}
+        return {"reads": reads, "params": params, **({"incomplete": self.errors[:5]} if self.errors else {})}
 
 
 def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dict[str, str]:
@@ -366,7 +373,7 @@ def _lookup(params: Any, path: list[str]) -> tuple[bool, Any]:
 def changes(record: dict[str, Any], root: Path, params: Any, cache: Path | None = None) -> list[str]:
     """What changed since ``record`` was written, one line each (empty: current): a read file changed or
     removed, a params key whose value changed or that is gone (``params``: the instance's params now)."""
-    out: list[str] = []
+    out: list[str] = [f"the record is incomplete ({why})" for why in record.get("incomplete") or ()][:1]
     reads = record.get("reads") or []
     now = path_digests(Path(root), [r["path"] for r in reads], cache)
     for r in reads:
