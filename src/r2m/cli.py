@@ -28,6 +28,7 @@ TOOLS: dict[str, tuple[str, str]] = {
               "how many test images or seeds resolve a metric difference, from the spreads in a results folder"),
     "warm": ("r2m.warm.server:main", "run a command (e.g. snakemake) whose r2m stage jobs start warm: forked from "
                                       "a server that imported torch & co. once"),
+    "why": ("r2m.pipeline.why_cmd:main", "is a stage instance current? what changed since its last run, one line each"),
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 # stage subcommands that also serve a command outside the DAG, run when the stage's axes are not given:
@@ -227,6 +228,11 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 holds the stage's lock, the others their own
         extra = f"{extra or ''}rank{os.environ['RANK']}"
     lock = StageLock(ctx.root, stage.name, axes, outs, extra=extra)
+    from r2m.pipeline import record
+
+    # what the instance reads, recorded (.r2m/records/, r2m.pipeline.record) by one run of it (not a shard's)
+    recording = shard is None and extra is None and os.environ.get("R2M_RECORD", "1") != "0"
+    rec = None
     try:
         with threads, lock, owned_as(stage_kind(stage.name)), guard:  # one run per stage output (a second one is
             # refused at once, naming the holder); the folders it writes are marked as this stage's
@@ -237,8 +243,11 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
                                                if stage.outs[k].directory]):
                 log.info("%s: an output of an older r2m (its marker names no kind, or it has none): adopted",
                          folder)
+            rec = record.start(ctx, args.params) if recording else None
             getattr(module, func)(ctx)
             guard.check()  # a refusal a thread or a library swallowed still fails the stage
+            if rec is not None:
+                record.finish(rec, ctx)
     except NetworkRefused as err:
         log.error("r2m %s: %s", stage.name, err)
         return 1
@@ -269,6 +278,9 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
             return 1
         _report_failure(log, stage.name, err, log_path)
         return 1
+    finally:
+        if rec is not None:
+            rec.stop()  # a failed run: its hooks removed, no record written
     log.info("done in %.1f s", time.perf_counter() - t0)
     _record_loaded(stage, axes)
     return 0

@@ -20,6 +20,7 @@ from r2m.pipeline.stages import Gather, Stage, folder_members
 from r2m.runtime import Runtime
 from r2m.utils.guard import inside
 from r2m.utils.io import marker_mismatch, output_path_problem, stage_output_problem, write_text
+from r2m.utils.reads import unrecorded
 
 
 @dataclass
@@ -117,7 +118,8 @@ class StageContext:
 
     def resolved(self) -> dict[str, Any]:
         """The params this instance reads (:meth:`r2m.pipeline.spec.Stage.resolved`: what both engines compare)."""
-        return self.stage.resolved(self.base, self.axes)
+        with unrecorded():  # bookkeeping (saved beside the outputs, resume fingerprints), not a read
+            return self.stage.resolved(self.base, self.axes)
 
     def save_params(self, folder: str | Path, filename: str = "params.yaml") -> Path:
         """Write the resolved params (:meth:`resolved`, what the engines compare) into an output folder."""

@@ -1,0 +1,394 @@
+"""What a run read, recorded while it runs: project modules, project files, resources handed to a
+subprocess, and params per key.
+
+A :class:`Recorder` is one listener on the process's audit hook (:mod:`r2m.utils.audit`) for the events
+``open``, ``subprocess.Popen``, ``os.exec`` and ``os.posix_spawn``:
+
+* a file opened for reading inside the project (a ``project`` root: the workspace and the code's
+  checkout) is a ``file`` entry; one opened for writing is never an input, even when read back; the
+  run's own outputs (``exclude``), ``.r2m/``, ``.git``/``.snakemake``/``.dvc``, ``logs/``, ``__pycache__``
+  and anything under the interpreter's prefix (a virtual environment inside the checkout) are ignored;
+* an argument of a program started (a path, or a ``:``-separated class path) that names a project file
+  or folder is an ``exec`` entry (the METEOR helper's ``.java`` source, a paraphrase table);
+* every module in ``sys.modules`` at the end whose file lies in the project is a ``module`` entry,
+  however it was imported (``import``, ``importlib``, a registry's load by name). In a warm server's
+  fork this includes what the server preloaded (an over-reach, never a miss).
+
+Params: :meth:`Recorder.watch_params` maps a pydantic model tree to dotted prefixes, and while recording
+each read of a leaf field (``params.caption.beam``, an extra item of a catalog entry, a whole
+``options`` dict) is a ``params`` entry with its value; a ``model_dump`` of a watched model reads every
+leaf below it. :func:`unrecorded` pauses the params watch (the resolved params saved beside the
+outputs are bookkeeping, not a read).
+
+Each event costs one dict lookup in the hook for events nobody listens to; the listener decides
+"inside the project?" once per path string (cached). Digests are taken at the end
+(:meth:`Recorder.finish`), through the stat cache of :func:`r2m.utils.digest.digest_files`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from r2m.utils import audit
+
+EVENTS = ("open", "subprocess.Popen", "os.exec", "os.posix_spawn")
+# folders whose files are never a run's input: state, caches, engines' own, logs
+IGNORED_TOP = frozenset({".r2m", ".git", ".snakemake", ".dvc", "logs", ".venv", ".params", ".pytest_cache"})
+FORMAT = 1  # the record's format version
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def value_digest(value: Any) -> str:
+    """SHA-256 of a params value as JSON (keys sorted; a pydantic model as its dump)."""
+    from pydantic_core import to_jsonable_python
+
+    text = json.dumps(to_jsonable_python(value), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _is_model(value: Any) -> bool:
+    return hasattr(type(value), "model_fields") and hasattr(value, "__pydantic_fields_set__")
+
+
+# ------------------------------------------------------------------------------------ params watch
+_active: Recorder | None = None  # the recording Recorder of this process (one at a time)
+_paused = threading.local()
+
+
+@contextmanager
+def unrecorded() -> Iterator[None]:
+    """Params read inside are not recorded (the saved resolved params, a resume fingerprint)."""
+    before = getattr(_paused, "on", False)
+    _paused.on = True
+    try:
+        yield
+    finally:
+        _paused.on = before
+
+
+class Recorder:
+    """Records what the code run between :meth:`start` and :meth:`finish` reads (see the module doc).
+
+    ``root``: the workspace (paths are recorded relative to it); ``code``: the checkout whose
+    ``src`` holds the package (often the same); ``exclude``: the run's own outputs and files not to
+    count as inputs (the params file: its keys are recorded one by one)."""
+
+    def __init__(self, root: Path, code: Path | None = None, exclude: Iterable[Path] = ()) -> None:
+        self.root = Path(root).resolve()
+        self.code = (code or self.root).resolve()
+        self.exclude = tuple(Path(p).resolve() for p in exclude)
+        self.prefixes = tuple(Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+        self._exclude_s = tuple(str(e) for e in self.exclude)
+        self._prefixes_s = tuple(str(e) for e in self.prefixes)
+        # (folder, paths below it recorded relative?): resolved and as given (a checkout reached through a link)
+        given = [(str(self.root), True), (os.path.abspath(root), True), (str(self.code), False),
+                 (os.path.abspath(code or root), False)]
+        self._bases_s = tuple(dict.fromkeys(given))
+        self.files: dict[str, str] = {}  # path -> "file" | "exec" (in the order first read)
+        # the declared inputs (files or folders): compiled readers (pyarrow, h5py) open files unseen
+        self.deps: list[str] = []
+        self.written: set[str] = set()
+        self.errors: list[str] = []  # events the listener could not read (the record is then incomplete)
+        self.params: dict[tuple[str, ...], Any] = {}
+        self._where: dict[Any, str | None] = {}  # raw path -> project path or None (the decision cache)
+        self._models: dict[int, tuple[Any, tuple[str, ...]]] = {}
+        self._handle: Any = None
+        self._patched: list[tuple[type, str, Any]] = []
+        self._types: list[type] = []  # the classes of the watched models (patched while recording)
+        self._pid = os.getpid()
+
+    # -------------------------------------------------------------- paths
+    def project_path(self, raw: Any, cwd: str | None = None) -> str | None:
+        """The recorded name of ``raw`` (relative to the workspace, or absolute inside the code's
+        checkout) when it lies in the project and is not ignored; else None. Cached per raw value."""
+        key = (raw, cwd)
+        hit = self._where.get(key, "?")
+        if hit != "?":
+            return hit  # type: ignore[return-value]
+        out = None
+        try:
+            text = os.fsdecode(raw) if isinstance(raw, bytes | str | os.PathLike) else None
+            if text:
+                out = self._name(os.path.abspath(os.path.join(cwd or os.getcwd(), text)))
+        except (TypeError, ValueError, OSError):
+            out = None
+        self._where[key] = out
+        return out
+
+    def _name(self, p: str) -> str | None:
+        """String tests only (a ``Path``'s parents cost ~50 times more: this runs for every module)."""
+        sep = os.sep
+        if any(p == e or p.startswith(e + sep) for e in self._exclude_s) or f"{sep}__pycache__{sep}" in p:
+            return None
+        if any(p.startswith(pre + sep) for pre in self._prefixes_s) or f"{sep}site-packages{sep}" in p:
+            return None
+        for base, relative in self._bases_s:
+            if p.startswith(base + sep):
+                rel = p[len(base) + 1:]
+                parts = rel.split(sep)
+                if parts[0] in IGNORED_TOP or any(part[:1] == "." for part in parts):
+                    return None  # state and caches; hidden files (an output folder being written: .name.x.tmp)
+                return rel.replace(sep, "/") if relative else p
+        return None
+
+    # -------------------------------------------------------------- events
+    def _on_event(self, event: str, args: tuple[Any, ...]) -> None:
+        if os.getpid() != self._pid:  # a forked worker: its reads are its parent's business
+            return
+        try:
+            self._seen(event, args)
+        except Exception as err:  # noqa: BLE001 - never fail the run's own open; the record says it is incomplete
+            self.errors.append(f"{event}: {type(err).__name__}: {err}")
+
+    def _seen(self, event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(path, int):
+                return
+            writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITE_FLAGS)
+            name = self.project_path(path)
+            if name is None:
+                return
+            if writes:
+                self.written.add(name)
+            elif name not in self.files:
+                self.files[name] = "file"
+            return
+        # subprocess.Popen: (executable, args, cwd, env); os.exec: (path, args, env); os.posix_spawn: (path, argv, env)
+        argv = args[1]
+        cwd = args[2] if event == "subprocess.Popen" and isinstance(args[2], str | bytes | os.PathLike) else None
+        items = [argv] if isinstance(argv, str | bytes | os.PathLike) else list(argv or ())
+        for item in [args[0], *items]:
+            if not isinstance(item, str | os.PathLike):
+                continue
+            for part in os.fspath(item).split(os.pathsep):
+                name = self.project_path(part, os.fspath(cwd) if cwd is not None else None) if part else None
+                if name is not None and name not in self.files and self._exists(name):
+                    self.files[name] = "exec"
+
+    def _exists(self, name: str) -> bool:
+        return (self.root / name).exists()
+
+    # -------------------------------------------------------------- params
+    def watch_params(self, model: Any, prefix: tuple[str, ...] = ()) -> None:
+        """Record the leaf reads of ``model`` (a pydantic model tree) under ``prefix``."""
+        self._models[id(model)] = (model, prefix)
+        if type(model) not in self._types:
+            self._types.append(type(model))
+            if self._handle is not None:  # a copy of a class not seen yet, while recording
+                self._patch(type(model))
+        for name in type(model).model_fields:
+            value = model.__dict__.get(name)
+            self._watch_value(value, (*prefix, name))
+
+    def _watch_value(self, value: Any, key: tuple[str, ...]) -> None:
+        if _is_model(value):
+            self.watch_params(value, key)
+        elif isinstance(value, dict) and any(_is_model(v) for v in value.values()):
+            for k, v in value.items():
+                self._watch_value(v, (*key, str(k)))
+
+    def _note(self, key: tuple[str, ...], value: Any) -> None:
+        if key in self.params or getattr(_paused, "on", False):
+            return
+        if _is_model(value):
+            return
+        if isinstance(value, dict) and any(_is_model(v) for v in value.values()):
+            return
+        self.params[key] = value
+
+    def _note_all(self, model: Any, prefix: tuple[str, ...]) -> None:
+        """Every leaf below ``model`` (a dump of it)."""
+        for name in type(model).model_fields:
+            self._note_tree(model.__dict__.get(name), (*prefix, name))
+        for name, value in (model.__pydantic_extra__ or {}).items():
+            self._note_tree(value, (*prefix, name))
+
+    def _note_tree(self, value: Any, key: tuple[str, ...]) -> None:
+        if _is_model(value):
+            self._note_all(value, key)
+        elif isinstance(value, dict) and any(_is_model(v) for v in value.values()):
+            for k, v in value.items():
+                self._note_tree(v, (*key, str(k)))
+        else:
+            self._note(key, value)
+
+    def _patch(self, cls: type) -> None:
+        rec = self
+        get0 = cls.__getattribute__
+        dump0, json0, copy0 = cls.model_dump, cls.model_dump_json, cls.model_copy
+
+        def getattribute(obj: Any, name: str) -> Any:
+            try:
+                value = get0(obj, name)
+            except AttributeError:
+                if name[:1] != "_":  # an extra item (pydantic's __getattr__ answers next)
+                    hit = rec._models.get(id(obj))
+                    extra = get0(obj, "__pydantic_extra__") if hit is not None and hit[0] is obj else None
+                    if extra and name in extra:
+                        rec._note((*hit[1], name), extra[name])  # type: ignore[index]
+                raise
+            if name[:1] != "_":
+                hit = rec._models.get(id(obj))
+                if hit is not None and hit[0] is obj:
+                    if name in type(obj).model_fields:
+                        rec._note((*hit[1], name), value)
+                    elif name == "model_extra" and value:
+                        for k, v in value.items():
+                            rec._note((*hit[1], k), v)
+            return value
+
+        def model_dump(obj: Any, *a: Any, **k: Any) -> Any:
+            hit = rec._models.get(id(obj))
+            if hit is not None and hit[0] is obj and not getattr(_paused, "on", False):
+                rec._note_all(obj, hit[1])
+            return dump0(obj, *a, **k)
+
+        def model_dump_json(obj: Any, *a: Any, **k: Any) -> Any:
+            hit = rec._models.get(id(obj))
+            if hit is not None and hit[0] is obj and not getattr(_paused, "on", False):
+                rec._note_all(obj, hit[1])
+            return json0(obj, *a, **k)
+
+        def model_copy(obj: Any, *a: Any, **k: Any) -> Any:
+            new = copy0(obj, *a, **k)
+            hit = rec._models.get(id(obj))
+            if hit is not None and hit[0] is obj:
+                rec.watch_params(new, hit[1])  # a copy reads as its original
+            return new
+
+        for name, fn in (("__getattribute__", getattribute), ("model_dump", model_dump),
+                         ("model_dump_json", model_dump_json), ("model_copy", model_copy)):
+            self._patched.append((cls, name, cls.__dict__.get(name)))
+            setattr(cls, name, fn)
+
+    def _unpatch(self) -> None:
+        for cls, name, old in reversed(self._patched):
+            if old is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, old)
+        self._patched.clear()
+
+    # -------------------------------------------------------------- run
+    def start(self, params: Any = None) -> Recorder:
+        """Start listening; with ``params`` (a pydantic model tree), record its leaf reads too."""
+        global _active
+        if _active is not None:
+            raise RuntimeError("a recorder is already recording in this process")
+        _active = self
+        self._pid = os.getpid()
+        if params is not None:
+            self.watch_params(params)
+            for cls in self._types:
+                self._patch(cls)
+        self._handle = audit.listen(EVENTS, self._on_event)
+        return self
+
+    def stop(self) -> None:
+        global _active
+        if self._handle is not None:
+            audit.unlisten(self._handle)
+            self._handle = None
+        self._unpatch()
+        if _active is self:
+            _active = None
+
+    def modules(self) -> dict[str, str]:
+        """``{name: module}`` of the project's modules now imported."""
+        out: dict[str, str] = {}
+        for mod_name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None)
+            if not f:
+                continue
+            name = self.project_path(f)
+            if name is not None and name not in out:
+                out[name] = mod_name
+        return out
+
+    def finish(self, cache: Path | None = None) -> dict[str, Any]:
+        """Stop and return the record's ``reads`` and ``params`` (digests taken now)."""
+        self.stop()
+        mods = self.modules()
+        entries: dict[str, dict[str, Any]] = {}
+        for name, mod in mods.items():
+            entries[name] = {"kind": "module", "module": mod}
+        for name in self.deps:
+            entries.setdefault(name, {"kind": "dep"})
+        for name, kind in self.files.items():
+            if name in self.written or name in entries:
+                continue
+            entries[name] = {"kind": kind}
+        digests = path_digests(self.root, list(entries), cache)
+        reads = [{"path": n, **e, "sha256": digests[n]} for n, e in sorted(entries.items())]
+        params = [{"key": ".".join(k), "path": list(k), "sha256": value_digest(v)}
+                  for k, v in sorted(self.params.items())]
+        return {"reads": reads, "params": params, **({"incomplete": self.errors[:5]} if self.errors else {})}
+
+
+def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dict[str, str]:
+    """``{name: digest}``: a file's SHA-256, a folder's tree digest, ``"missing"`` when gone."""
+    from r2m.utils.digest import digest_files, tree_digest
+
+    out: dict[str, str] = {}
+    files = []
+    for n in names:
+        p = Path(root) / n
+        if p.is_dir():
+            out[n] = "tree:" + tree_digest(p)
+        elif p.is_file():
+            files.append((n, p))
+        else:
+            out[n] = "missing"
+    for (n, _), rec in zip(files, digest_files([p for _, p in files], cache), strict=True):
+        out[n] = rec.get("sha256") or "missing"
+    return out
+
+
+def _lookup(params: Any, path: list[str]) -> tuple[bool, Any]:
+    cur = params
+    for part in path:
+        if _is_model(cur):
+            if part in type(cur).model_fields:
+                cur = cur.__dict__.get(part)
+            elif part in (cur.__pydantic_extra__ or {}):
+                cur = cur.__pydantic_extra__[part]
+            else:
+                return False, None
+        elif isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        else:
+            return False, None
+    return True, cur
+
+
+def changes(record: dict[str, Any], root: Path, params: Any, cache: Path | None = None) -> list[str]:
+    """What changed since ``record`` was written, one line each (empty: current): a read file changed or
+    removed, a params key whose value changed or that is gone (``params``: the instance's params now)."""
+    out: list[str] = [f"the record is incomplete ({why})" for why in record.get("incomplete") or ()][:1]
+    reads = record.get("reads") or []
+    now = path_digests(Path(root), [r["path"] for r in reads], cache)
+    for r in reads:
+        if now[r["path"]] == r["sha256"]:
+            continue
+        if r["sha256"] == "missing":
+            out.append(f"{r['path']}: appeared ({r['kind']})")
+        elif now[r["path"]] == "missing":
+            out.append(f"{r['path']}: removed ({r['kind']})")
+        else:
+            out.append(f"{r['path']}: changed ({r['kind']})")
+    for p in record.get("params") or []:
+        found, value = _lookup(params, p["path"])
+        if not found:
+            out.append(f"params {p['key']}: removed")
+        elif value_digest(value) != p["sha256"]:
+            out.append(f"params {p['key']}: changed")
+    return out
