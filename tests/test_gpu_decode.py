@@ -265,3 +265,113 @@ def test_bench_features_files_prints_images_per_s(capsys):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("random_cnn"))
     assert "files(w=0,cpu)" in row and float(row.split()[-1]) > 0
+
+
+# ----------------------------------------------------------------------------- the pipeline (threads)
+def test_read_ahead_keeps_order_and_its_bound():
+    """Results in index order whatever order the threads finish in; no call starts more than
+    ``ahead`` places beyond the one being returned; inline with 0 threads."""
+    import random
+    import threading
+    import time
+
+    from r2m.vision.images import read_ahead
+
+    started: list[int] = []
+    lock = threading.Lock()
+    delays = [random.Random(i).random() * 0.004 for i in range(40)]
+
+    def fn(i):
+        with lock:
+            started.append(i)
+        time.sleep(delays[i])
+        return i * i
+
+    got = []
+    for k, v in enumerate(read_ahead(fn, 40, threads=4, ahead=5)):
+        with lock:
+            assert max(started) <= k + 5  # the bound: at most 5 submitted beyond the one returned
+        got.append(v)
+    assert got == [i * i for i in range(40)] and sorted(started) == list(range(40))
+    assert list(read_ahead(lambda i: -i, 3, threads=0, ahead=1)) == [0, -1, -2]
+
+
+def test_read_ahead_closed_early_starts_no_more():
+    from r2m.vision.images import read_ahead
+
+    started = []
+    it = read_ahead(lambda i: started.append(i) or i, 1000, threads=2, ahead=3)
+    assert [next(it), next(it)] == [0, 1]
+    it.close()
+    assert len(started) <= 2 + 3 + 1  # the returned ones, the window, one in flight at most
+    assert not [t for t in __import__("threading").enumerate() if t.name.startswith("r2m-read")]
+
+
+def test_threaded_batches_equal_the_encoded_loader(photos, odd_files):
+    """The thread reader yields the encoded DataLoader's batches: positions, bad entries, sizes, data."""
+    from r2m.vision.images import threaded_batches
+
+    ex = X.build_extractor("random_cnn", {})
+    files = [photos["coffee"], odd_files["chelsea"], odd_files["text"], photos["small"], odd_files["trunc"],
+             odd_files["cmyk"], photos["astronaut"]]
+    ref = list(make_loader(files, ex.prepare, 3, encoded=True))
+    for threads in (0, 3):
+        got = list(threaded_batches(files, ex.prepare, 3, threads))
+        assert [b.indices for b in got] == [b.indices for b in ref] == [[0, 1], [3, 5], [6]]
+        assert [b.bad for b in got] == [b.bad for b in ref] and [b.sizes for b in got] == [b.sizes for b in ref]
+        for g, r in zip(got, ref, strict=True):
+            for a, b in zip(g.data, r.data, strict=True):
+                assert (a == b) if isinstance(a, Encoded) else torch.equal(a, b)
+
+
+def test_background_order_errors_and_early_close():
+    import threading
+
+    assert list(G.background(lambda: iter(range(7)), depth=2)) == list(range(7))
+
+    def failing():
+        yield 1
+        raise ValueError("boom in the decode thread")
+
+    it = G.background(failing)
+    assert next(it) == 1
+    with pytest.raises(ValueError, match="boom in the decode thread"):
+        next(it)
+
+    closed = threading.Event()
+
+    def endless():
+        try:
+            k = 0
+            while True:
+                yield k
+                k += 1
+        finally:
+            closed.set()
+
+    it = G.background(endless, depth=2, name="r2m-test-bg")
+    assert [next(it) for _ in range(3)] == [0, 1, 2]
+    it.close()  # stops the producer, which closes its generator, before returning
+    assert closed.is_set() and not [t for t in threading.enumerate() if t.name == "r2m-test-bg"]
+
+
+def test_pipeline_equals_batch_by_batch_decoding(photos, odd_files, monkeypatch):
+    """extract_arrays' GPU pipeline (reader threads + decode thread; here on the CPU) gives what the
+    plain loop over the encoded loader's batches and ``device_batch`` gives: same rows, bits, bad list."""
+    files = [str(f) for f in (photos["coffee"], odd_files["trunc"], odd_files["chelsea"], photos["astronaut"],
+                              odd_files["refused"], photos["small"], odd_files["rotated"], photos["chelsea"])]
+    ex = X.build_extractor("random_cnn", {"size": 64})
+    prep = G.tensor_prep(ex)
+    rows, good, bad = [], [], []
+    for batch in make_loader(files, ex.prepare, 3, encoded=True):
+        bad.extend(batch.bad)
+        x, idx, more_bad, _ = G.device_batch(ex, prep, batch, files, CPU)
+        bad.extend(more_bad)
+        if idx:
+            rows.append(C.features_of_batch(ex, ex.model, x, CPU)["pooled"])
+            good.extend(idx)
+    monkeypatch.setattr(G, "wanted", lambda device, enabled=None: (True, "forced by the test"))
+    a, good_p, bad_p = C.extract_arrays(ex, files, batch_size=3, device="cpu", workers=2, show=False)
+    assert good_p == good == [0, 2, 3, 5, 6, 7]
+    assert bad_p == sorted(bad) and [p for p, _ in bad_p] == [1, 4]
+    assert np.array_equal(a["pooled"], np.concatenate(rows))

@@ -7,8 +7,9 @@
 * :class:`ImageDataset` + :func:`make_loader` feed a model in batches through a torch
   ``DataLoader`` (``workers`` processes); bad images are skipped and come back in
   :attr:`Batch.bad` so the caller can list them (``reports/<dataset>/bad_images.csv``).
-* :func:`read_plain_jpeg` + :class:`EncodedDataset` (``make_loader(encoded=True)``): the workers
-  only read the bytes of plain JPEG files (:class:`Encoded`), which the caller decodes in batches on
+* :func:`read_plain_jpeg` + :class:`EncodedDataset` (``make_loader(encoded=True)``, or
+  :func:`threaded_batches`: the same items read by a pool of threads in the calling process): only
+  the bytes of plain JPEG files are read (:class:`Encoded`), which the caller decodes in batches on
   the GPU (``r2m.vision.extractors.gpu_decode``); any other file goes through :func:`load_image` and
   ``prepare`` in the worker as before.
 """
@@ -18,7 +19,9 @@ from __future__ import annotations
 import csv
 import io
 import warnings
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,6 +243,46 @@ def make_loader(
         pin_memory=pin_memory,
         prefetch_factor=4 if workers and workers > 0 else None,
     )
+
+
+def read_ahead(fn: Callable[[int], Any], n: int, threads: int, ahead: int) -> Iterator[Any]:
+    """``fn(0), fn(1), ... fn(n - 1)`` in that order, computed by ``threads`` threads with at most
+    ``ahead`` calls submitted beyond the one being returned (``threads`` <= 0: inline, one by one).
+    Closing the iterator early cancels the calls not yet started and waits for the running ones."""
+    if threads <= 0:
+        yield from (fn(i) for i in range(n))
+        return
+    ahead = max(1, int(ahead))
+    with ThreadPoolExecutor(threads, thread_name_prefix="r2m-read") as pool:
+        pending: deque = deque()
+        nxt = 0
+        try:
+            while nxt < n or pending:
+                while nxt < n and len(pending) < ahead:
+                    pending.append(pool.submit(fn, nxt))
+                    nxt += 1
+                yield pending.popleft().result()
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+
+def threaded_batches(paths: Sequence[str | Path], prepare: Callable[[Image.Image], Any], batch_size: int,
+                     threads: int, min_side: int = 1, ahead_batches: int = 3) -> Iterator[Batch]:
+    """The batches of ``make_loader(paths, prepare, batch_size, encoded=True)``, in order, with the
+    items read by ``threads`` threads of this process (:func:`read_ahead`, up to ``ahead_batches``
+    batches ahead) instead of worker processes: the bytes of a plain JPEG stay in this process (no
+    pickling through a pipe) for the GPU decoder; file reads and PIL's decoding release the GIL."""
+    ds = EncodedDataset(paths, prepare, min_side)
+    batch_size = max(1, int(batch_size))
+    items: list[Any] = []
+    for item in read_ahead(ds.__getitem__, len(ds), threads, ahead_batches * batch_size):
+        items.append(item)
+        if len(items) == batch_size:
+            yield collate(items)
+            items = []
+    if items:
+        yield collate(items)
 
 
 # ----------------------------------------------------------------------------- report

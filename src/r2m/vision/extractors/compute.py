@@ -1,9 +1,10 @@
-"""Running an ``Extractor`` over image files: decode in loader workers (on CUDA: plain JPEGs decoded
-in batches on the GPU, ``gpu_decode.py``), batched forward passes (bf16 autocast + channels_last on
+"""Running an ``Extractor`` over image files: decode in loader workers (on CUDA: plain JPEGs read by
+threads and decoded in batches on the GPU, overlapping the model, ``gpu_decode.py``), batched forward passes (bf16 autocast + channels_last on
 CUDA), float16 arrays per kind, bad images listed."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -59,29 +60,28 @@ def extract_arrays(
     prep, why = _gpu_prep(ex, device, gpu_decode)
     if device.type == "cuda":
         log.info("features: JPEG decode %s", f"on the GPU ({why})" if prep is not None else f"on the CPU ({why})")
-    loader = make_loader(files, ex.prepare, batch_size, workers, min_side=1,
-                         pin_memory=device.type == "cuda" and prep is None, encoded=prep is not None)
+    stats: dict[str, int] = {"cpu": 0}
+    if prep is None:
+        loader = make_loader(files, ex.prepare, batch_size, workers, min_side=1, pin_memory=device.type == "cuda")
+        batches = ((b.indices, b.data, b.bad, len(b.indices) + len(b.bad)) for b in loader)
+    else:  # reader threads, decoding on the device in a thread of its own (gpu_decode.decoded_batches)
+        batches = G.decoded_batches(ex, prep, files, batch_size, device, workers, stats)
     bar = progress(total=len(files), desc=f"features {ex.name}", unit="img", disable=None if show else True)
-    on_cpu = 0
-    for batch in loader:
-        bad.extend(batch.bad)
-        x, indices = batch.data, batch.indices
-        if prep is not None and indices:
-            x, indices, more_bad, n_cpu = G.device_batch(ex, prep, batch, files, device)
-            bad.extend(more_bad)
-            on_cpu += n_cpu
-        if indices:
-            out = features_of_batch(ex, model, x, device)
-            for k in ex.kinds:
-                chunks[k].append(out[k])
-            good.extend(indices)
-        bar.update(len(batch.indices) + len(batch.bad))
+    with contextlib.closing(batches):  # an error here stops the reader and decode threads
+        for indices, x, batch_bad, done in batches:
+            bad.extend(batch_bad)
+            if indices:
+                out = features_of_batch(ex, model, x, device)
+                for k in ex.kinds:
+                    chunks[k].append(out[k])
+                good.extend(indices)
+            bar.update(done)
     bar.close()
     if prep is not None:
         bad.sort(key=lambda item: item[0])  # a refused file's entry came after its batch's loader ones
-    if prep is not None and on_cpu:
+    if prep is not None and stats["cpu"]:
         log.info("features: %d of %d file(s) decoded on the CPU (not plain JPEG, or refused by the GPU decoder)",
-                 on_cpu, len(files))
+                 stats["cpu"], len(files))
     arrays = {
         k: (np.concatenate(v) if v else np.zeros((0, *ex.kinds[k]), np.float16)) for k, v in chunks.items()
     }
