@@ -395,7 +395,7 @@ def sup(*stages: str, datasets: tuple[str, ...] = ("demo",), models: tuple[str, 
 
 SUP_AFTER_TRAIN = ("caption_sup", "evaluate_sup", "inspect_sup", "retrieval_sup")
 R2M_REPORTS = {("retrieval_r2m", "demo-0"), ("figures", "demo"), ("table1", "all"), ("table2", "all"),
-               ("table3", "all"), ("retrieval", "all"), ("report", "all")}
+               ("table3", "all"), ("retrieval", "all"), ("report", "all"), ("claims", "all")}
 SUP_REPORTS = {("baselines", "all"), ("retrieval", "all"), ("report", "all")}
 AFTER_CONCEPTS = r2m("train_m", "train_i") | decoded(*CKPTS) | R2M_REPORTS  # what reads the detections, onwards
 
@@ -433,7 +433,7 @@ def _edits() -> list[tuple[str, Edit, Any, set[Job], set[Job]]]:
          ("evaluate", "scorers"), ["bleu", "meteor", "rouge", "cider"],
          decoded(*CKPTS, stages=("evaluate",)) | sup("evaluate_sup", datasets=("demo", "tiny"))
          | {("mostfreq", "demo"), ("mostfreq", "tiny"), ("table1", "all"), ("table2", "all"), ("table3", "all"),
-            ("baselines", "all"), ("report", "all")},
+            ("baselines", "all"), ("report", "all"), ("claims", "all")},
          decoded(*CKPTS, stages=("evaluate",)) | sup("evaluate_sup", datasets=("demo", "tiny"))
          | {("mostfreq", "demo"), ("mostfreq", "tiny")}),
         ("a dataset's fidelity profile (paper -> official): the text stages, R²M's model and training, captioning",

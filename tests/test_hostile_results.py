@@ -160,7 +160,7 @@ LATER_STAGES = (
     ("mostfreq", {}),
     *((st, {"model": m}) for m in ("mrnn", "sat", "sat_hard", "scnn")
       for st in ("pretrain_sup", "train_sup", "caption_sup", "evaluate_sup", "inspect_sup", "retrieval_sup")),
-    ("retrieval_r2m", {}), ("baselines", {}), ("retrieval", {}), ("report", {}),
+    ("retrieval_r2m", {}), ("baselines", {}), ("retrieval", {}), ("claims", {}), ("report", {}),
 )
 
 

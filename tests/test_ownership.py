@@ -300,3 +300,26 @@ def test_evaluate_out_empty_or_below_a_file_is_refused_before_scoring(out, tmp_p
     stdout, err = capsys.readouterr()
     one_line(err, "--out", "empty" if not out else "notes.txt")
     assert stdout == "" and Path("notes.txt").read_text() == "mine\n"
+
+
+def test_a_folder_left_filling_is_taken_up_by_its_own_stage_only(tmp_path):
+    """A stage that fills its folder in place (feature extraction keeps its shard parts there) and is stopped
+    halfway leaves files its marker does not list; the same stage takes the folder up again (resume), any
+    other command still refuses it, and a finished folder (marker without ``filling``) protects a file added
+    later even from its own stage."""
+    from r2m.utils.io import NotOwned, check_owned, mark_owned, replace_folder
+
+    out = tmp_path / "features"
+    replace_folder(out, empty=False, kind="stage:extract_features")
+    (out / "parts").mkdir()
+    (out / "parts" / "shard-00000.h5").write_bytes(b"half a run")  # written after the marker: not listed
+    assert json.loads((out / MARK).read_text()).get("filling") is True
+    replace_folder(out, empty=False, kind="stage:extract_features")  # the resumed run: accepted
+    assert (out / "parts" / "shard-00000.h5").read_bytes() == b"half a run"
+    for other in ("gallery", "stage:train_i"):
+        with pytest.raises(NotOwned):
+            check_owned(out, kind=other)
+    mark_owned(out, "stage:extract_features")  # finished: every file listed, no longer filling
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(NotOwned, match="notes.txt"):
+        check_owned(out, kind="stage:extract_features")

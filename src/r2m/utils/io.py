@@ -136,16 +136,21 @@ def _entry(path: Path) -> list[Any]:
     return [path.stat().st_size, file_digest(path)]
 
 
-def mark_owned(folder: str | Path, kind: str | None = None, keep_record: bool = False) -> Path:
+def mark_owned(folder: str | Path, kind: str | None = None, keep_record: bool = False,
+               filling: bool = False) -> Path:
     """Write the ownership marker into ``folder``: its ``kind`` (default: :func:`current_kind`) and every
-    file below it with its size and SHA-256 (``keep_record``: the file list of the marker already there)."""
+    file below it with its size and SHA-256 (``keep_record``: the file list of the marker already there).
+    ``filling``: the folder is being filled in place by a command of ``kind`` (:func:`replace_folder`),
+    which may take it up again after a crash or preemption (resumable work keeps its parts there)."""
     folder = Path(folder)
     mark = folder / OWNER_MARK
     if keep_record:
         record = _marker_doc(folder)["files"]
     else:
         record = {rel: _entry(folder / rel) for rel in _files(folder)}
-    doc = {"by": "r2m", "kind": kind or current_kind(), "files": record}
+    doc: dict[str, Any] = {"by": "r2m", "kind": kind or current_kind(), "files": record}
+    if filling:
+        doc["filling"] = True
     mark.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n", encoding="utf-8")
     return mark
 
@@ -231,6 +236,8 @@ def ownership_problem(folder: str | Path, kind: str | None = None) -> str | None
     if made != kind:
         return (f"{folder} is {describe_kind(made)}, not {describe_kind(kind)}: r2m replaces a folder only by "
                 "the command that made it; give another folder")
+    if doc.get("filling") is True:  # the same command stopped while filling it: it takes up its own parts
+        return None
     return _listing_problem(folder, _marker_record(folder), present)
 
 
@@ -287,15 +294,16 @@ def adopt_stage_outputs(folders: Iterable[str | Path | tuple[str | Path, Iterabl
 
 def replace_folder(folder: str | Path, empty: bool = True, kind: str | None = None) -> Path:
     """Empty ``folder`` (only when a command of ``kind`` may, :func:`check_owned`; ``empty=False``: keep what
-    it holds) or create it, for a stage that fills it in place; its marker lists what it kept until
-    :func:`mark_owned` is called at the end (or the folder is replaced whole by :func:`atomic_path`): a
-    run stopped halfway leaves files the marker does not list, and the folder is refused until moved away."""
+    it holds) or create it, for a stage that fills it in place. Its marker says ``filling`` until
+    :func:`mark_owned` is called at the end (or the folder is replaced whole by :func:`atomic_path`): a run
+    stopped halfway leaves a folder that the same command (the same kind) takes up again — resumable work
+    keeps its parts there — and that every other command refuses."""
     folder = Path(folder)
     check_owned(folder, kind=kind)
     if empty and folder.is_dir():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    mark_owned(folder, kind)
+    mark_owned(folder, kind, filling=True)
     return folder
 
 
