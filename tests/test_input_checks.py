@@ -23,6 +23,7 @@ from PIL import Image
 
 from r2m import params as P
 from test_caption_own_images import checkpoint, photo_folder  # noqa: F401  (module fixtures: a tiny model, photos)
+from test_hostile_inputs import one_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,13 +43,7 @@ def _caption(*args: object) -> int:
         return int(stop.code or 0)
 
 
-def _one_line(err: str, *names: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert "Traceback" not in err, err[-2000:]
-    assert len(lines) == 1, err[-2000:]
-    for n in names:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
+_one_line = one_line  # the single stderr line naming each of the names (test_hostile_inputs)
 
 
 # --------------------------------------------------------------------------- nesting depth

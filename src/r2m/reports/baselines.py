@@ -269,15 +269,8 @@ def copy_attention_figures(inspections: dict[tuple[str, str], dict[str, Any]], g
 
 def _seed_rows(ctx, evals: str, stats: str, key_of) -> dict[Any, I.RowEval]:
     """Each row's seeds (gathered ``eval.json`` and, deps ``stats``, ``per_image.parquet``)."""
-    gathered = ctx.gather(evals)
-    ev_paths, seeds = I.group_paths(gathered, key_of), I.group_seeds(gathered, key_of)
-    st_paths = I.group_paths(ctx.gather(stats), key_of) if stats in ctx.stage.deps else {}
-    out = {}
-    for k, paths in ev_paths.items():
-        evs = [_read(p, f"{k} evaluation") for p in paths]
-        out[k] = I.RowEval(evs, [I.read_stats(p, ev) for p, ev in zip(st_paths.get(k, []), evs, strict=False)],
-                           seeds[k])
-    return out
+    return I.gathered_rows(ctx, evals, stats if stats in ctx.stage.deps else None, key_of,
+                           lambda p, k: _read(p, f"{k} evaluation"))
 
 
 def baselines(ctx) -> None:

@@ -264,15 +264,8 @@ def _gathered(ctx, evals: str, stats: str, axis: str) -> dict[tuple[str, str], I
     def key_of(keys: Mapping[str, str]) -> tuple[str, str]:
         return keys["dataset"], keys[axis]
 
-    gathered = ctx.gather(evals)
-    paths, seeds = I.group_paths(gathered, key_of), I.group_seeds(gathered, key_of)
-    stat_paths = I.group_paths(ctx.gather(stats), key_of)
-    out = {}
-    for k, ps in paths.items():
-        evs = [read_eval(p, f"dataset={k[0]}, {axis}={k[1]}") for p in ps]
-        out[k] = I.RowEval(evs, [I.read_stats(p, ev) for p, ev in zip(stat_paths.get(k, []), evs, strict=False)],
-                           seeds[k])
-    return out
+    return I.gathered_rows(ctx, evals, stats, key_of,
+                           lambda p, k: read_eval(p, f"dataset={k[0]}, {axis}={k[1]}"))
 
 
 def run(ctx) -> None:

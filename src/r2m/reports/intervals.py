@@ -124,6 +124,21 @@ def group_seeds(gathered: Sequence[tuple[Mapping[str, str], Any]], key_of) -> di
     return out
 
 
+def gathered_rows(ctx: Any, evals: str, stats: str | None, key_of, read_eval) -> dict[Any, RowEval]:
+    """Each row's seeds from a stage's gathered inputs: the ``evals`` (``eval.json`` paths, read by
+    ``read_eval(path, key)``) and, when ``stats`` names a gathered input, the ``per_image.parquet`` beside
+    them; rows keyed by ``key_of`` (the gathered paths' axes → a row key)."""
+    gathered = ctx.gather(evals)
+    paths, seeds = group_paths(gathered, key_of), group_seeds(gathered, key_of)
+    stat_paths = group_paths(ctx.gather(stats), key_of) if stats is not None else {}
+    out = {}
+    for k, ps in paths.items():
+        evs = [read_eval(p, k) for p in ps]
+        out[k] = RowEval(evs, [read_stats(p, ev) for p, ev in zip(stat_paths.get(k, []), evs, strict=False)],
+                         seeds[k])
+    return out
+
+
 def first_seeds(gathered: Sequence[tuple[Mapping[str, str], Any]], key_of) -> dict[Any, tuple[Mapping[str, str], Any]]:
     """The first gathered ``(keys, path)`` of each ``key_of(keys)``: a run's first seed, for what a table or
     figure shows of one seed only (examples, attention maps, training metrics)."""
