@@ -46,7 +46,7 @@ def _runs(images: int, refs: int, scorers: list[str], runs: int, seed: int) -> l
             results[i] = " ".join(w if rng.random() < 0.5 else rng.choice(WORDS) for w in words)
         _, per, stats = coco.evaluate_stats(results, references, scorers, tokenizer="none")
         rows = from_evaluation(list(results), per, stats)
-        named = np.floor(given * nrng.random(images) * 1.0)
+        named = np.floor(given * nrng.random(images))
         out.append(B.PerImage(rows.ids, dict(rows.columns, concept_given=given, concept_named=named)))
     return out
 

@@ -58,6 +58,11 @@ def _is_model(value: Any) -> bool:
     return hasattr(type(value), "model_fields") and hasattr(value, "__pydantic_fields_set__")
 
 
+def _is_branch(value: Any) -> bool:
+    """A params model, or a mapping holding one (a catalog, per-model sections): not a leaf."""
+    return _is_model(value) or (isinstance(value, dict) and any(_is_model(v) for v in value.values()))
+
+
 # ------------------------------------------------------------------------------------ params watch
 _active: Recorder | None = None  # the recording Recorder of this process (one at a time)
 _paused = threading.local()
@@ -192,16 +197,13 @@ class Recorder:
     def _watch_value(self, value: Any, key: tuple[str, ...]) -> None:
         if _is_model(value):
             self.watch_params(value, key)
-        elif isinstance(value, dict) and any(_is_model(v) for v in value.values()):
+        elif _is_branch(value):
             for k, v in value.items():
                 self._watch_value(v, (*key, str(k)))
 
     def _note(self, key: tuple[str, ...], value: Any) -> None:
-        if key in self.params or getattr(_paused, "on", False):
-            return
-        if _is_model(value):
-            return
-        if isinstance(value, dict) and any(_is_model(v) for v in value.values()):
+        """Record a leaf read (a model, or a mapping of models, is a branch: its own leaves are recorded)."""
+        if key in self.params or getattr(_paused, "on", False) or _is_branch(value):
             return
         self.params[key] = value
 
@@ -215,7 +217,7 @@ class Recorder:
     def _note_tree(self, value: Any, key: tuple[str, ...]) -> None:
         if _is_model(value):
             self._note_all(value, key)
-        elif isinstance(value, dict) and any(_is_model(v) for v in value.values()):
+        elif _is_branch(value):
             for k, v in value.items():
                 self._note_tree(v, (*key, str(k)))
         else:
