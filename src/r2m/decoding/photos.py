@@ -28,7 +28,6 @@ class Captioner:
 
     def __init__(self, model_dir: str | Path, device: Any = "cpu", root: Path = Path("."), hint: str = ""):
         from r2m.decoding import settings
-        from r2m.text.dictionary import load_dictionary
 
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "model.pt").exists():
@@ -36,13 +35,6 @@ class Captioner:
         self.model, self.ckpt, _ = load_checkpoint_model(self.model_dir, device)
         self.device = device
         self.settings = settings.load(self.model_dir, self.ckpt, root)
-        try:  # a name of this project's dictionaries, never a path (before any image is read)
-            name = self.settings["concepts"].get("dictionary")
-            if not isinstance(name, str):
-                raise ValueError(f"expected a dictionary name, got {name!r}")
-            load_dictionary(name)
-        except ValueError as err:
-            raise ValueError(f"{self.model_dir / settings.FILE}: concepts.dictionary: {err}") from None
         self.itos: list[str] = self.settings["itos"]
         check_vocab(self.model, self.itos, self.model_dir, "recorded vocabulary")
         self.stoi = {w: i for i, w in enumerate(self.itos)}
