@@ -135,11 +135,10 @@ def test_matches_pycocoevalcap_with_ptb_tokenizer(no_spice, reference_meteor, sh
     assert res["11"] == ["two dogs playing in the snow"]
 
     metrics, per_image = coco.evaluate(PTB_RES, PTB_REFS, ["bleu", "meteor", "rouge", "cider"])
-    # METEOR/BLEU/ROUGE exactly; our vectorised CIDEr-D sums in another order (~1e-16)
-    assert metrics == pytest.approx(expected, abs=1e-12)
-    assert metrics["METEOR"] == expected["METEOR"] and metrics["Bleu_4"] == expected["Bleu_4"]
+    # every metric to the last bit (our BLEU and CIDEr-D sum in coco-caption's order)
+    assert metrics == expected
     for k in expected_img:
-        assert per_image[k] == pytest.approx(expected_img[k], abs=1e-12)
+        assert per_image[k] == expected_img[k]
 
 
 def _random_corpus(rng, n_images, vocab=12):
@@ -169,9 +168,44 @@ def test_vectorised_cider_equals_pycocoevalcap_on_random_data(seed):
     gts, res = _random_corpus(random.Random(seed), 60 + 40 * seed, vocab=6 + 10 * seed)
     want, want_each = Cider().compute_score(gts, res)
     got, got_each = cider_d([res[k][0] for k in gts], [gts[k] for k in gts])
-    assert got == pytest.approx(float(want), abs=1e-9)
-    assert got_each == pytest.approx([float(x) for x in want_each], abs=1e-9)
+    assert got == float(want)  # to the last bit: the same sums in the same order
+    assert got_each == [float(x) for x in want_each]
     assert max(got_each) > 0 and got != 0  # the case has overlaps, not all zeros
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bleu_equals_pycocoevalcap_on_random_data(seed):
+    """Corpus and per-image BLEU-1..4 and each image's statistics equal pycocoevalcap's BleuScorer
+    (``closest`` reference length) to the last bit, on corpora with repeated n-grams, an empty and a
+    one-word hypothesis, ties of reference lengths and 1-5 references."""
+    import random
+
+    from pycocoevalcap.bleu.bleu_scorer import BleuScorer
+
+    from r2m.evaluation.bleu import bleu
+
+    gts, res = _random_corpus(random.Random(seed), 60 + 40 * seed, vocab=6 + 10 * seed)
+    scorer = BleuScorer(n=4)
+    for k in gts:
+        scorer += (res[k][0], gts[k])
+    want, want_each = scorer.compute_score(option="closest", verbose=0)
+    got, got_each, stats = bleu([res[k][0] for k in gts], [gts[k] for k in gts])
+    assert got == want and got_each == want_each
+    cooked = [[c["testlen"], scorer._single_reflen(c["reflen"], "closest", c["testlen"]), *c["guess"], *c["correct"]]
+              for c in scorer.ctest]
+    assert stats.tolist() == cooked
+    assert 0 < got[3] < got[0] < 1
+
+
+def test_bleu_statistics_by_hand():
+    """Worked by hand: hypothesis "a a b" against "a b b" and "a a a b": lengths 3 and 4 are 0 and 1
+    from 3, so the closest is 3; unigrams clip a:2 (max 3 in one reference) + b:1 = 3 of 3; bigrams
+    "a a" (1 in the second reference) + "a b" (1) = 2 of 2; the trigram "a a b" once in the second
+    reference: 1 of 1; no 4-gram."""
+    from r2m.evaluation.bleu import bleu_stats
+
+    stats = bleu_stats(["a a b", "x"], [["a b b", "a a a b"], ["y y", "z"]])
+    assert stats.tolist() == [[3, 3, 3, 2, 1, 0, 3, 2, 1, 0], [1, 1, 1, 0, 0, 0, 0, 0, 0, 0]]
 
 
 def test_vectorised_cider_with_no_shared_ngram_anywhere():

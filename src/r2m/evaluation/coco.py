@@ -5,11 +5,12 @@ missing) after the same PTB tokenisation coco-caption applies (Stanford PTBToken
 punctuation tokens removed). Independent scorers run concurrently: METEOR and SPICE are Java
 subprocesses, BLEU/ROUGE/CIDEr pure Python.
 
-Two scorers are our own implementations of the same computation, tested equal to pycocoevalcap's
-(1e-6) on the nlg-eval case and on random corpora: METEOR (:mod:`r2m.evaluation.meteor`, the same
-jar, segments pipelined to one or more Java processes, the corpus score from the jar's own EVAL of
-all segment statistics) and CIDEr-D (:mod:`r2m.evaluation.cider`, vectorised, same document
-frequencies). BLEU, ROUGE-L, SPICE and the tokeniser are pycocoevalcap's.
+Three scorers are our own implementations of the same computation, tested equal to pycocoevalcap's
+to the last bit on the nlg-eval case and on random corpora: METEOR (:mod:`r2m.evaluation.meteor`,
+the same jar, segments pipelined to one or more Java processes, the corpus score from the jar's own
+EVAL of all segment statistics), BLEU (:mod:`r2m.evaluation.bleu`) and CIDEr-D
+(:mod:`r2m.evaluation.cider`), both counting n-grams with array sorts and summing in coco-caption's
+order. ROUGE-L, SPICE and the tokeniser are pycocoevalcap's.
 
 SPICE needs Stanford CoreNLP 3.6.0 jars that pycocoevalcap downloads on first use; offline they are
 absent, so SPICE is then reported as missing (``None``) with one warning, never as 0 and never by
@@ -179,23 +180,14 @@ def _floats(xs: Iterable[Any]) -> list[float]:
 
 
 def _bleu(gts: Gts, res: Res, handle: Any = None) -> Scored:
-    """pycocoevalcap's BLEU (``Bleu(4).compute_score``: its scorer, ``closest`` reference length),
-    plus each image's statistics read back from the same scorer's cooked segments."""
-    from pycocoevalcap.bleu.bleu_scorer import BleuScorer
+    """BLEU-1..4 as pycocoevalcap's ``Bleu(4).compute_score`` (``closest`` reference length;
+    :mod:`r2m.evaluation.bleu`, equal to the last bit), plus each image's statistics."""
+    from r2m.evaluation.bleu import bleu
 
-    scorer = BleuScorer(n=4)
-    for i in gts:
-        scorer += (_one(res, i), gts[i])
-    score, scores = scorer.compute_score(option="closest", verbose=0)
-    out: Scored = {f"Bleu_{n + 1}": (float(score[n]), _floats(scores[n])) for n in range(4)}
-    columns: dict[str, list[float]] = {c: [] for c in BLEU_STATS}
-    for comps in scorer.ctest:
-        testlen = comps["testlen"]
-        values = [testlen, scorer._single_reflen(comps["reflen"], "closest", testlen),
-                  *comps["guess"], *comps["correct"]]
-        for c, v in zip(BLEU_STATS, values, strict=True):
-            columns[c].append(float(v))
-    out.update({c: (None, v) for c, v in columns.items()})
+    ids = list(gts)
+    score, scores, stats = bleu([_one(res, i) for i in ids], [gts[i] for i in ids])
+    out: Scored = {f"Bleu_{n + 1}": (score[n], scores[n]) for n in range(4)}
+    out.update({c: (None, [float(v) for v in col]) for c, col in zip(BLEU_STATS, stats.T.tolist(), strict=True)})
     return out
 
 
@@ -287,13 +279,15 @@ def run_scorer(name: str, gts: Gts, res: Res, handle: Any = None) -> Scored:
 
 
 # --------------------------------------------------------------------------- scheduling
-# Measured on 2 cores, 5,000 images x 5 refs (see `r2m bench evaluate`): METEOR dominates (JVM
-# start ~5 s with the full paraphrase table + ~5 s scoring). In plain threads the CPU-bound Python scorers hold the GIL and slow
-# METEOR's 5,000 pipe round trips; "hybrid" keeps METEOR/SPICE in threads (their work is in the
-# JVM) and moves BLEU/ROUGE/CIDEr to a worker process.
+# Measured on 2 cores, 5,000 images x 5 refs (see `r2m bench evaluate`): METEOR dominates (~3 CPU-s
+# in its JVM: a cut paraphrase table, the quick JIT); BLEU, CIDEr-D and ROUGE-L together ~1 CPU-s in
+# Python. "threads" runs every scorer in a thread of this process (the Java scorers' work is in the
+# JVM; the Python scorers run one after another beside it); "hybrid" moves BLEU/ROUGE/CIDEr to a
+# worker process from HYBRID_MIN_IMAGES images on, below which the worker's start-up and the
+# pickling cost more CPU than the GIL it frees (5,000 images: 6.1 vs 5.7 CPU-s; 20,000: 21.4 vs 18.3).
 PARALLEL_MODES = ("hybrid", "threads", "serial")
-_COST_ORDER = ("spice", "meteor", "cider", "bleu", "rouge")  # slowest first
-HYBRID_MIN_IMAGES = 1000  # below this, starting a worker process costs more than it saves
+_COST_ORDER = ("spice", "meteor", "rouge", "cider", "bleu")  # slowest first
+HYBRID_MIN_IMAGES = 50_000
 
 
 def _by_cost(names: Iterable[str]) -> list[str]:

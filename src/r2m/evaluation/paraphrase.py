@@ -57,12 +57,15 @@ def words_superset(segments: Iterable[str]) -> set[bytes] | None:
     """Every word METEOR's normaliser can make of ``segments`` (UTF-8 bytes), or ``None`` when a
     segment holds a character outside :data:`SAFE` (then no superset is claimed)."""
     out: set[bytes] = {t.encode() for t in NORMALISER_TOKENS}
+    tokens: set[str] = set()
     for text in segments:
         if not SAFE.fullmatch(text):
             return None
-        for token in set(text.split()) | set(text.lower().split()):
-            n = len(token)
-            out.update(token[a:b].encode() for a in range(n) for b in range(a + 1, n + 1))
+        tokens.update(text.split())
+    tokens |= {t.lower() for t in tokens}  # each distinct token once (its substrings are many)
+    for token in tokens:
+        n = len(token)
+        out.update(token[a:b].encode() for a in range(n) for b in range(a + 1, n + 1))
     return out
 
 

@@ -214,7 +214,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tokenizer", choices=coco.TOKENIZERS.names(), default="ptb",
                    help="ptb = coco-caption's PTBTokenizer (default); none = as given")
     g.add_argument("--parallel", choices=coco.PARALLEL_MODES, default="hybrid",
-                   help="how independent scorers run side by side (default: hybrid = Java scorers in threads, Python scorers in a worker process)")
+                   help="how independent scorers run side by side (default: hybrid = Java scorers in threads, Python scorers in a worker process from 50,000 images on, in a thread below)")
 
 
 def _refused_out(out: str | None, *inputs: str) -> str | None:
