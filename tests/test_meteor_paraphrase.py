@@ -69,6 +69,28 @@ def test_threaded_helper_reads_the_cut_table(full_table_scores, tmp_path):
     assert (score, scores) == full_table_scores
 
 
+@pytest.mark.skipif(not threads_available(), reason="the threaded helper needs a JDK")
+def test_compiled_helper_answers_as_the_source_launch(full_table_scores, tmp_path, monkeypatch):
+    """The helper compiled once into the cache and the helper run from its source by the launcher
+    give the same statistics and scores (pycocoevalcap's)."""
+    from r2m.evaluation import meteor as M
+
+    table = P.filtered_table(HYPS, REFS, tmp_path / "p.gz")  # from the machine's index, before the cache moves
+    monkeypatch.setenv("R2M_CACHE", str(tmp_path / "cache"))  # a fresh compile
+    assert (M.compiled_helper() / "R2mMeteorThreads.class").is_file()
+    assert M.compiled_helper().is_relative_to(tmp_path / "cache")
+    answers = []
+    for compiled in (True, False):
+        if not compiled:
+            monkeypatch.setattr(M, "compiled_helper", lambda: None)
+        _, cmd = M._jar_dir_and_cmd(2, table, quick=True)
+        assert (str(M.HELPER) in cmd) != compiled  # the source as the program, or the class by name
+        with MeteorPool(1, 2, table, quick=True) as pool:
+            answers.append(pool.compute_stats(HYPS, REFS))
+    assert answers[0] == answers[1]
+    assert answers[0][:2] == full_table_scores
+
+
 def test_words_superset_holds_every_split_and_refuses_other_characters():
     words = P.words_superset(["A b-c", "d's"])
     for w in ("A", "a", "b-c", "b", "-", "c", "d's", "'s", "d", "'", "s", '"', "--"):

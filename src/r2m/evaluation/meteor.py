@@ -45,8 +45,8 @@ SERIAL_GC = ("-XX:+UseSerialGC",)
 
 
 def compiled_helper() -> Path | None:
-    """A folder holding ``R2mMeteorThreads.class`` compiled from :data:`HELPER` (once per source and
-    JDK, under the r2m cache), or ``None`` when it cannot be had (then the launcher compiles the
+    """A folder holding ``R2mMeteorThreads.class`` compiled from :data:`HELPER` (once per source file
+    version, by size and modification time, and JDK, under the r2m cache), or ``None`` when it cannot be had (then the launcher compiles the
     source on every start, ~0.4 CPU-seconds)."""
     import fcntl
     import hashlib
@@ -56,7 +56,8 @@ def compiled_helper() -> Path | None:
     javac = shutil.which("javac")
     if javac is None:
         return None
-    key = hashlib.sha256(HELPER.read_bytes() + os.path.realpath(javac).encode()).hexdigest()[:16]
+    st = HELPER.stat()  # not read here: a run's record lists the source as handed to the JVM (kind exec)
+    key = hashlib.sha256(f"{HELPER}|{st.st_size}|{st.st_mtime_ns}|{os.path.realpath(javac)}".encode()).hexdigest()[:16]
     folder = cache_root() / "meteor-helper" / key
     if (folder / "R2mMeteorThreads.class").is_file():
         return folder
