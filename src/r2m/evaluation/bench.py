@@ -44,6 +44,43 @@ def synthetic(n_images: int, n_refs: int, seed: int = 0) -> tuple[dict[str, str]
     return results, references
 
 
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS (Linux ``/proc/self/clear_refs``); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS in MiB since the last :func:`reset_peak_rss` (else since it started)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def tiled(stats, n: int):
+    """``stats`` (a :class:`r2m.evaluation.bootstrap.PerImage`) repeated row by row to ``n`` images
+    (ids made unique): benchmark-sized statistics from a smaller scored set, for the resampling tests,
+    whose time and memory depend on the number of images and columns, not on the values."""
+    import numpy as np
+
+    from r2m.evaluation.bootstrap import PerImage
+
+    if n <= stats.n:
+        return stats.take(range(n))
+    rows = np.arange(n) % stats.n
+    ids = tuple(f"{stats.ids[r]}~{k // stats.n}" for k, r in enumerate(rows.tolist()))
+    return PerImage(ids, {c: np.asarray(v)[rows] for c, v in stats.columns.items()})
+
+
 def pycocoevalcap_sequence(results: dict[str, str], references: dict[str, list[str]],
                            scorers: list[str]) -> tuple[dict[str, float], dict[str, float]]:
     """The baseline: pycocoevalcap's PTBTokenizer and scorers called one after another, as

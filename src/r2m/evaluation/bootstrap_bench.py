@@ -17,7 +17,7 @@ import numpy as np
 
 from r2m.evaluation import bootstrap as B
 from r2m.evaluation import coco
-from r2m.evaluation.bench import synthetic
+from r2m.evaluation.bench import peak_rss_mib, reset_peak_rss, synthetic, tiled
 
 
 def system(results: dict[str, str], references: dict[str, list[str]], scorers: list[str], tokenizer: str,
@@ -40,11 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resamples", type=int, default=B.DEFAULT_RESAMPLES)
     p.add_argument("--scorers", default="bleu,meteor,rouge,cider", help="scorers whose statistics to resample")
     p.add_argument("--ptb", action="store_true", help="PTB-tokenise first, as r2m evaluate does (Java)")
+    p.add_argument("--scored", type=int, default=0,
+                   help="score this many images and repeat their statistics up to --images (0: score all)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    scored = args.scored if 0 < args.scored < args.images else args.images
     scorers = [s for s in args.scorers.split(",") if s]
     tokenizer = "ptb" if args.ptb else "none"
-    results, references = synthetic(args.images, args.refs, seed=args.seed)
+    results, references = synthetic(scored, args.refs, seed=args.seed)
     t0 = time.perf_counter()
     a, reported = system(results, references, scorers, tokenizer, args.seed)
     better = {i: (references[i][0] if k % 2 else c) for k, (i, c) in enumerate(results.items())}
@@ -52,19 +55,25 @@ def main(argv: list[str] | None = None) -> int:
     t_score = time.perf_counter() - t0
     ident = B.corpus_metrics(a)
     worst = max(abs(float(ident[m]) - float(v)) for m, v in reported.items() if v is not None)
+    a, b = tiled(a, args.images), tiled(b, args.images)
     B.bootstrap_ci(a, 2, args.seed)  # warm-up: numpy's BLAS threads start on the first product
+    rss0, reset = peak_rss_mib(), reset_peak_rss()
     t1, c1 = time.perf_counter(), time.process_time()
     ci = B.bootstrap_ci(a, args.resamples, args.seed)
     t_ci, c_ci = time.perf_counter() - t1, time.process_time() - c1
     t2, c2 = time.perf_counter(), time.process_time()
     diff = B.paired_bootstrap(a, b, args.resamples, args.seed)
     t_paired, c_paired = time.perf_counter() - t2, time.process_time() - c2
+    rss = peak_rss_mib()
     print(f"bootstrap: {args.images} images x {args.refs} refs, {args.resamples} resamples, "
           f"metrics {', '.join(ci)}")
-    print(f"  scoring both systems (not part of the bootstrap): {t_score:.1f} s")
+    print(f"  scoring both systems (not part of the bootstrap): {t_score:.1f} s"
+          + (f" ({scored} images scored, their statistics repeated to {args.images})" if scored < args.images else ""))
     print(f"  identity resample vs reported metrics: max |diff| = {worst:.2e}")
     print(f"  bootstrap_ci, one system, all metrics: {t_ci:.2f} s ({c_ci:.2f} CPU-s)")
     print(f"  paired_bootstrap, two systems, all metrics: {t_paired:.2f} s ({c_paired:.2f} CPU-s)")
+    print(f"  peak RSS during the two: {rss:.0f} MiB" + (f" (before them: {rss0:.0f} MiB)" if reset else
+                                                          " (of the whole process: no peak reset here)"))
     for m in ci:
         d = diff[m]
         print(f"  {m:<15} A {ci[m].value:.4f} [{ci[m].low:.4f}, {ci[m].high:.4f}]   "

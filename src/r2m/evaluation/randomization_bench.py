@@ -25,7 +25,7 @@ import numpy as np
 
 from r2m.evaluation import bootstrap as B
 from r2m.evaluation import randomization as RZ
-from r2m.evaluation.bench import WORDS, synthetic
+from r2m.evaluation.bench import WORDS, peak_rss_mib, reset_peak_rss, synthetic, tiled
 
 
 def _runs(images: int, refs: int, scorers: list[str], runs: int, seed: int) -> list[B.PerImage]:
@@ -79,18 +79,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--refs", type=int, default=5)
     p.add_argument("--trials", type=int, default=RZ.DEFAULT_TRIALS)
     p.add_argument("--scorers", default="bleu,meteor,rouge,cider", help="scorers whose statistics to test")
+    p.add_argument("--scored", type=int, default=0,
+                   help="score this many images and repeat their statistics up to --images (0: score all)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    scored = args.scored if 0 < args.scored < args.images else args.images
     t0 = time.perf_counter()
-    a, b = _runs(args.images, args.refs, [s for s in args.scorers.split(",") if s], 2, args.seed)
+    a, b = _runs(scored, args.refs, [s for s in args.scorers.split(",") if s], 2, args.seed)
+    a, b = tiled(a, args.images), tiled(b, args.images)
     t_score = time.perf_counter() - t0
     RZ.randomization_test(a.take(range(10)), b.take(range(10)), 50)  # warm-up (BLAS threads)
+    rss0, reset = peak_rss_mib(), reset_peak_rss()
     t1, c1 = time.perf_counter(), time.process_time()
     tests = RZ.randomization_test(a, b, args.trials, args.seed)
     wall, cpu = time.perf_counter() - t1, time.process_time() - c1
+    rss = peak_rss_mib()
     print(f"randomization: {args.images} images x {args.refs} refs, {args.trials} trials, metrics {', '.join(tests)}")
-    print(f"  scoring both systems (not part of the test): {t_score:.1f} s")
+    print(f"  scoring both systems (not part of the test): {t_score:.1f} s"
+          + (f" ({scored} images scored, their statistics repeated to {args.images})" if scored < args.images else ""))
     print(f"  randomization_test, two systems, all metrics: {wall:.2f} s ({cpu:.2f} CPU-s)")
+    print(f"  peak RSS during the test: {rss:.0f} MiB" + (f" (before it: {rss0:.0f} MiB)" if reset else
+                                                           " (of the whole process: no peak reset here)"))
     for m, t in tests.items():
         print(f"  {m:<15} B - A {t.delta:+.4f}  {RZ.p_text(t.p, t.floor)}")
     return 0
