@@ -197,6 +197,35 @@ def test_bleu_equals_pycocoevalcap_on_random_data(seed):
     assert 0 < got[3] < got[0] < 1
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rouge_equals_pycocoevalcap_on_random_data(seed):
+    """Corpus and per-image ROUGE-L equal pycocoevalcap's Rouge to the last bit, with doubled and
+    edge spaces (coco-caption splits at single spaces, so empty words count)."""
+    import random
+
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    from r2m.evaluation.rouge import rouge_l
+
+    gts, res = _random_corpus(random.Random(seed), 60 + 40 * seed, vocab=6 + 10 * seed)
+    gts["5"], res["6"] = ["w1  w2 w1", " w3"], ["w2 w2  w1 "]
+    want, want_each = Rouge().compute_score(gts, res)
+    got, got_each = rouge_l([res[k][0] for k in gts], [gts[k] for k in gts])
+    assert got == float(want) and got_each == [float(x) for x in want_each]
+    assert 0 < got < 1
+
+
+def test_lcs_by_hand():
+    from r2m.evaluation.rouge import _masks, lcs_length
+
+    def lcs(a: str, b: str) -> int:
+        return lcs_length(_masks(a.split()), len(a.split()), b.split())
+
+    assert lcs("a b c d", "b d") == 2 and lcs("b d", "a b c d") == 2
+    assert lcs("a b c b d a b", "b d c a b a") == 4  # "b c b a" / "b d a b" (the textbook pair)
+    assert lcs("x y", "z") == 0 and lcs("a a a", "a a") == 2
+
+
 def test_bleu_statistics_by_hand():
     """Worked by hand: hypothesis "a a b" against "a b b" and "a a a b": lengths 3 and 4 are 0 and 1
     from 3, so the closest is 3; unigrams clip a:2 (max 3 in one reference) + b:1 = 3 of 3; bigrams

@@ -5,12 +5,13 @@ missing) after the same PTB tokenisation coco-caption applies (Stanford PTBToken
 punctuation tokens removed). Independent scorers run concurrently: METEOR and SPICE are Java
 subprocesses, BLEU/ROUGE/CIDEr pure Python.
 
-Three scorers are our own implementations of the same computation, tested equal to pycocoevalcap's
+Four scorers are our own implementations of the same computation, tested equal to pycocoevalcap's
 to the last bit on the nlg-eval case and on random corpora: METEOR (:mod:`r2m.evaluation.meteor`,
 the same jar, segments pipelined to one or more Java processes, the corpus score from the jar's own
 EVAL of all segment statistics), BLEU (:mod:`r2m.evaluation.bleu`) and CIDEr-D
 (:mod:`r2m.evaluation.cider`), both counting n-grams with array sorts and summing in coco-caption's
-order. ROUGE-L, SPICE and the tokeniser are pycocoevalcap's.
+order, and ROUGE-L (:mod:`r2m.evaluation.rouge`, a bit-parallel LCS). SPICE and the tokeniser are
+pycocoevalcap's.
 
 SPICE needs Stanford CoreNLP 3.6.0 jars that pycocoevalcap downloads on first use; offline they are
 absent, so SPICE is then reported as missing (``None``) with one warning, never as 0 and never by
@@ -240,10 +241,12 @@ def _one(res: Res, i: str) -> str:
 
 
 def _rouge(gts: Gts, res: Res, handle: Any = None) -> Scored:
-    from pycocoevalcap.rouge.rouge import Rouge
+    """pycocoevalcap's ROUGE-L (:mod:`r2m.evaluation.rouge`, equal to the last bit)."""
+    from r2m.evaluation.rouge import rouge_l
 
-    score, scores = Rouge().compute_score(gts, res)
-    return {"ROUGE_L": (float(score), _floats(scores))}
+    ids = list(gts)
+    score, scores = rouge_l([_one(res, i) for i in ids], [gts[i] for i in ids])
+    return {"ROUGE_L": (score, scores)}
 
 
 def _cider(gts: Gts, res: Res, handle: Any = None) -> Scored:
