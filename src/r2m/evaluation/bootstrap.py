@@ -279,7 +279,9 @@ def _corpus_chunks(systems: Sequence[PerImage], chunks: Iterable[np.ndarray],
     step = max(1, _CHUNK_CELLS // max(n, 1))
     for idx in chunks:
         for start in range(0, idx.shape[0], step):
-            sums = (columns_t @ draw_counts(idx[start:start + step], n).T).T
+            counts = draw_counts(idx[start:start + step], n)
+            # one row (the identity, one multiset): the vector product, whose sums the tables report
+            sums = counts @ columns if len(counts) == 1 else (columns_t @ counts.T).T
             k = 0
             for sys_parts, out in zip(parts, outs, strict=True):
                 for part in sys_parts:
