@@ -33,6 +33,7 @@ resampled differences at or beyond 0 on either side, the sign count Koehn reads)
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -240,6 +241,22 @@ def _parts(stats: PerImage, metrics: Sequence[str]) -> list[_Part]:
     return parts
 
 
+def one_blas_thread(rows: int = 2) -> contextlib.AbstractContextManager:
+    """BLAS on one thread for a product of ``rows`` rows and few columns over many images: on a busy
+    2-core machine OpenBLAS's second thread stalls such products 10-100x (each thread waits for the
+    other one's share; measured at 123,287 images). For two rows or more one thread gives the same
+    sums (checked against the threaded product); a single row (the identity, whose sums the tables
+    report) keeps the threaded matrix-vector product, which splits the images and so rounds otherwise.
+    Needs ``threadpoolctl`` (it comes with scikit-learn); without it, nothing changes."""
+    if rows < 2:
+        return contextlib.nullcontext()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
 def draw_counts(idx: np.ndarray, n: int) -> np.ndarray:
     """``[R, n]`` float counts: how often each image is drawn in each row of ``idx`` ``[R, m]``."""
     r = idx.shape[0]
@@ -269,19 +286,16 @@ def _corpus_chunks(systems: Sequence[PerImage], chunks: Iterable[np.ndarray],
     n = systems[0].n
     parts = [_parts(s, metrics) for s in systems]
     flat = [p for sys_parts in parts for p in sys_parts]
-    # every column of every system in one matrix: one matrix product per chunk of resamples, taken as
-    # columns.T @ counts.T (a long inner dimension with few rows and columns: the other way round,
-    # OpenBLAS's threads took 30-80x longer on a busy 2-core machine, 123,287 images)
+    # every column of every system in one matrix: one matrix product per chunk of resamples
     columns = np.concatenate([p.columns for p in flat], axis=1) if flat else np.zeros((n, 0))
-    columns_t = np.ascontiguousarray(columns.T)
     bounds = np.cumsum([0] + [p.columns.shape[1] for p in flat])
     outs: list[dict[str, list[np.ndarray]]] = [{m: [] for m in metrics} for _ in systems]
     step = max(1, _CHUNK_CELLS // max(n, 1))
     for idx in chunks:
         for start in range(0, idx.shape[0], step):
             counts = draw_counts(idx[start:start + step], n)
-            # one row (the identity, one multiset): the vector product, whose sums the tables report
-            sums = counts @ columns if len(counts) == 1 else (columns_t @ counts.T).T
+            with one_blas_thread(len(counts)):
+                sums = counts @ columns
             k = 0
             for sys_parts, out in zip(parts, outs, strict=True):
                 for part in sys_parts:

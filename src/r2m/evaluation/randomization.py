@@ -98,11 +98,10 @@ def _masks(rng: np.random.Generator, rows: int, n: int) -> np.ndarray:
     return np.unpackbits(raw, axis=1, count=n).astype(np.float64)
 
 
-def _swapped(masks: np.ndarray, diff_t: np.ndarray) -> np.ndarray:
-    """``masks @ D`` for ``diff_t = D.T`` (contiguous), taken as ``(D.T @ masks.T).T``: with a long
-    inner dimension (images) and few rows and columns, the other way round OpenBLAS's threads took
-    30-80x longer on a busy 2-core machine (123,287 images)."""
-    return (diff_t @ masks.T).T
+def _swapped(masks: np.ndarray, diff: np.ndarray) -> np.ndarray:
+    """``masks @ diff`` on one BLAS thread (:func:`r2m.evaluation.bootstrap.one_blas_thread`)."""
+    with B.one_blas_thread(len(masks)):
+        return masks @ diff
 
 
 def _all_masks(n: int) -> np.ndarray:
@@ -137,10 +136,10 @@ def stratified_randomization(pairs: Sequence[tuple[B.PerImage, B.PerImage]], tri
         raise ValueError(f"{trials:,} trials is above the limit of {MAX_TRIALS:,}")
     pairs = _check_pairs(pairs)
     metrics = list(common_metrics(pairs) if metrics is None else metrics)
-    strata = []  # per stratum: [(part of A, D.T for D = B − A columns, sum A, sum B)]
+    strata = []  # per stratum: [(part of A, part of B, D = B − A columns, sum A, sum B)]
     for a, b in pairs:
         pa, pb = B._parts(a, metrics), B._parts(b, metrics)
-        strata.append([(x, np.ascontiguousarray((y.columns - x.columns).T), x.columns.sum(0), y.columns.sum(0))
+        strata.append([(x, y.columns - x.columns, x.columns.sum(0), y.columns.sum(0))
                        for x, y in zip(pa, pb, strict=True)])
     sizes = [a.n for a, _ in pairs]
     total = sum(sizes)
@@ -149,11 +148,11 @@ def stratified_randomization(pairs: Sequence[tuple[B.PerImage, B.PerImage]], tri
     def stat(masks: np.ndarray | None) -> dict[str, np.ndarray]:
         acc: dict[str, np.ndarray] = {}
         for s, parts in enumerate(strata):
-            for part, diff_t, sa, sb in parts:
+            for part, diff, sa, sb in parts:
                 if masks is None:
-                    moved = np.zeros((1, diff_t.shape[0]))
+                    moved = np.zeros((1, diff.shape[1]))
                 else:
-                    moved = _swapped(masks[:, offsets[s]:offsets[s + 1]], diff_t)
+                    moved = _swapped(masks[:, offsets[s]:offsets[s + 1]], diff)
                 got_a, got_b = part.finish(sa + moved), part.finish(sb - moved)
                 for m in got_a:
                     acc[m] = acc.get(m, 0.0) + (got_b[m] - got_a[m])
