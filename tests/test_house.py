@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from r2m.utils.imports import Edge, import_graph, module_files
+from import_graph import Edge, import_graph, module_files
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "r2m"

@@ -32,9 +32,8 @@ TOOLS: dict[str, tuple[str, str]] = {
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 # stage subcommands that also serve a command outside the DAG, run when the stage's axes are not given:
-# stage name -> the module (with add_arguments and standalone(args)). Its own module, not the stage's impl,
-# so that the DAG stage can load none of it: `r2m caption IMAGES` detects concepts in new photos, and no
-# detector backend is a code dependency of the caption stage (r2m.pipeline.codedeps)
+# stage name -> the module (with add_arguments and standalone(args)): `r2m caption IMAGES` detects concepts
+# in new photos
 STANDALONE: dict[str, str] = {"caption": "r2m.caption_cli:standalone"}
 
 
@@ -176,8 +175,8 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     try:
         params = P.load(args.params)
         if "dataset" in stage.axes:
-            # its own dataset's checks (not every selected one's: a stage loads what its instance needs, see
-            # r2m.pipeline.codedeps), those of the stage's side: the baselines' feature weights for a
+            # its own dataset's checks (not every selected one's: a stage loads what its instance needs), those
+            # of the stage's side: the baselines' feature weights for a
             # supervised stage, R2M's files (and the recipe's own check) otherwise
             if args.dataset in params.catalog:
                 check = V.check_sup_files if stage.source("dataset") == "baselines.datasets" else V.check_files
@@ -282,20 +281,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         if rec is not None:
             rec.stop()  # a failed run: its hooks removed, no record written
     log.info("done in %.1f s", time.perf_counter() - t0)
-    _record_loaded(stage, axes)
     return 0
-
-
-def _record_loaded(stage: S.Stage, axes: dict[str, str]) -> None:
-    """With ``R2M_AUDIT_MODULES=<dir>``: the ``r2m`` modules this run loaded, one a line, in
-    ``<dir>/<stage>/<instance key>.txt`` (tests/test_code_deps.py compares them with the declared code
-    dependencies, :mod:`r2m.pipeline.codedeps`). Here, not there: recording must load nothing itself."""
-    folder = os.environ.get("R2M_AUDIT_MODULES")
-    if folder:
-        names = sorted(m for m in sys.modules if m == "r2m" or m.startswith("r2m."))
-        path = Path(folder) / stage.name / f"{stage.key(axes)}.txt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(names) + "\n")
 
 
 def _report_failure(log, stage: str, err: Exception, log_path: Path | None) -> None:

@@ -17,19 +17,34 @@ rerun leaves it; removed when a run starts, written when one succeeds)::
 A folder's digest is ``tree:<sha256>`` (:func:`r2m.utils.digest.tree_digest`). Not inputs: the instance's
 own outputs, anything it wrote, the params file itself (its keys count one by one), ``.r2m/``, ``logs/``
 and the engines' folders. :func:`stale` answers "is this instance current?" for both engines.
+
+**Stamps: how the engines use records.** Each instance has a stamp, ``.params/<stage>/<instance key>.json``,
+an input of its Snakemake rule and a DVC params file of its ``dvc.yaml`` stage::
+
+    {"state": "current", "params": {"build_vocab": {"min_count": 2}}}
+    {"state": "stale", "params": {...}, "why": ["src/r2m/text/vocab.py: changed (module)"]}
+
+``params``: the current values of the keys the instance's record says it read. Before an engine plans,
+:func:`plan` writes every stamp whose text changed: a current one with modification time 0 (never newer
+than an output), a stale one with the time of writing (newer than the outputs), so Snakemake's mtime
+check reruns exactly the stale instances; DVC compares the stamp's values with those its lock kept. The
+runner, after a successful run, writes the stamp current (:func:`mark_current`): the stamp a run leaves
+is the one the next plan computes, so a rerun that read a new file is not planned again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from r2m.utils.reads import FORMAT, Recorder, changes
+from r2m.utils.reads import FORMAT, Digests, Recorder, changes, jsonable, lookup
 from r2m.utils.resume import STATE_ROOT
 
 RECORDS = STATE_ROOT / "records"
+STAMPS = Path(".params")  # git-ignored, not dvc-ignored: the stamps are DVC params files
 DIGEST_CACHE = STATE_ROOT / "digests" / "records.json"
 CODE = Path(__file__).resolve().parents[3]  # the checkout whose src/ holds r2m
 
@@ -53,12 +68,54 @@ def start(ctx: Any, params_file: str | Path | None = None) -> Recorder:
 
 
 def finish(rec: Recorder, ctx: Any) -> Path:
-    """Stop recording and write the instance's record atomically."""
+    """Stop recording, write the instance's record atomically and mark its stamp current."""
     from r2m.utils.io import write_json
 
     body = rec.finish(Path(ctx.root) / DIGEST_CACHE)
     record = {"format": FORMAT, "stage": ctx.stage.name, "axes": ctx.axes, **body}
-    return write_json(record_path(ctx.root, ctx.stage, ctx.axes), record, indent=1)
+    path = write_json(record_path(ctx.root, ctx.stage, ctx.axes), record, indent=1)
+    write_stamp(stamp_path(ctx.root, ctx.stage, ctx.axes), {tuple(p["path"]): p.get("value") for p in record["params"]},
+                [])
+    return path
+
+
+# ------------------------------------------------------------------------------------------- stamps
+def stamp_path(root: Path, stage: Any, axes: Mapping[str, str] | None = None) -> Path:
+    """``root/.params/<stage>/<instance key>.json`` (without ``axes``: the ``{axis}`` template)."""
+    return Path(root) / STAMPS / stage.name / f"{stage.key(axes)}.json"
+
+
+def stamp_text(values: Mapping[tuple[str, ...], Any], why: list[str]) -> str:
+    """The stamp's canonical text: ``state``, the params values read (nested by key), ``why`` when stale."""
+    nested: dict[str, Any] = {}
+    for path, value in sorted(values.items()):
+        cur, leaf = nested, path[-1]
+        for part in path[:-1]:
+            nxt = cur.setdefault(part, {})
+            if not isinstance(nxt, dict):  # a leaf above this one (cannot happen): keep the dotted key
+                cur, leaf = nested, ".".join(path)
+                break
+            cur = nxt
+        cur[leaf] = value
+    body = {"state": "stale" if why else "current", "params": nested, **({"why": why[:20]} if why else {})}
+    return json.dumps(body, sort_keys=True, indent=1) + "\n"
+
+
+def write_stamp(path: Path, values: Mapping[tuple[str, ...], Any], why: list[str]) -> bool:
+    """Write the stamp unless it holds this text already; a current stamp gets modification time 0 (a stale
+    one keeps the time it was written). True: written."""
+    from r2m.utils.io import write_text
+
+    text = stamp_text(values, why)
+    try:
+        same = path.read_text() == text
+    except OSError:
+        same = False
+    if not same:
+        write_text(path, text)
+    if not why and path.stat().st_mtime != 0:
+        os.utime(path, (0, 0))
+    return not same
 
 
 def instance_params(stage: Any, params: Any, axes: Mapping[str, str]) -> Any:
@@ -71,16 +128,70 @@ def instance_params(stage: Any, params: Any, axes: Mapping[str, str]) -> Any:
     return StageContext(stage=stage, params=params, **dict(axes)).params
 
 
-def stale(stage: Any, axes: Mapping[str, str], params: Any, root: Path = Path(".")) -> list[str]:
-    """Why the instance of ``stage`` at ``axes`` is not current, one line each; empty when it is. No record:
-    it never ran (or its last run failed)."""
+def _record(stage: Any, axes: Mapping[str, str], root: Path) -> tuple[dict[str, Any] | None, list[str]]:
     path = record_path(root, stage, axes)
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
-        return [f"no record ({path}): never ran, or its last run failed"]
+        return None, [f"no record ({path.relative_to(root)}): never ran, or its last run failed"]
     except (OSError, ValueError) as err:
-        return [f"{path}: unreadable record ({err}); rerun the instance"]
+        return None, [f"{path}: unreadable record ({err}); rerun the instance"]
     if not isinstance(record, dict) or record.get("format") != FORMAT:
-        return [f"{path}: a record of another format; rerun the instance"]
-    return changes(record, Path(root), instance_params(stage, params, axes), Path(root) / DIGEST_CACHE)
+        return None, [f"{path}: a record of another format; rerun the instance"]
+    return record, []
+
+
+def stale(stage: Any, axes: Mapping[str, str], params: Any, root: Path = Path(".")) -> list[str]:
+    """Why the instance of ``stage`` at ``axes`` is not current, one line each; empty when it is. No record:
+    it never ran (or its last run failed)."""
+    return Planner(params, root).check(stage, axes)[1]
+
+
+class Planner:
+    """Checks instances against their records and writes their stamps, for one ``params`` (the instances'
+    params views and the digests of the files records name are computed once per planner)."""
+
+    def __init__(self, params: Any, root: Path = Path(".")) -> None:
+        self.params, self.root = params, Path(root)
+        self._views: dict[tuple[str | None, str | None], Any] = {}
+        self.digests = Digests(self.root, self.root / DIGEST_CACHE)
+        self._fetched = False
+
+    def _prefetch(self) -> None:
+        """Digest what every record in the workspace names in one pass (one read of the stat cache)."""
+        self._fetched = True
+        names: list[str] = []
+        for path in sorted((self.root / RECORDS).glob("*/*.json")):
+            try:
+                names += [r["path"] for r in json.loads(path.read_text()).get("reads") or []]
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                continue  # that instance's own check says what is wrong
+        self.digests(names)
+
+    def view(self, stage: Any, axes: Mapping[str, str]) -> Any:
+        """The params the instance sees, as the runner builds them (dataset view, profile, seed)."""
+        key = (axes.get("dataset") if "dataset" in stage.axes else None, axes.get("seed"))
+        if key not in self._views:
+            self._views[key] = instance_params(stage, self.params, axes)
+        return self._views[key]
+
+    def check(self, stage: Any, axes: Mapping[str, str]) -> tuple[dict[str, Any] | None, list[str]]:
+        """``(record, why)``: the instance's record and why it is not current (empty: it is)."""
+        record, why = _record(stage, axes, self.root)
+        if record is None:
+            return None, why
+        if not self._fetched:
+            self._prefetch()
+        return record, changes(record, self.view(stage, axes), self.digests)
+
+    def plan(self, stage: Any, axes: Mapping[str, str]) -> tuple[Path, list[str]]:
+        """Write the instance's stamp (:func:`write_stamp`); returns its path and why it is stale."""
+        record, why = self.check(stage, axes)
+        values: dict[tuple[str, ...], Any] = {}
+        view = self.view(stage, axes) if record is not None else None
+        for p in (record or {}).get("params") or []:
+            found, value = lookup(view, p["path"])
+            values[tuple(p["path"])] = jsonable(value) if found else None
+        path = stamp_path(self.root, stage, axes)
+        write_stamp(path, values, why)
+        return path, why

@@ -42,26 +42,16 @@ def external_param(stage: Stage, params: P.Params):
     return _digest
 
 
-# the dataset views of the params the rules read, shared by every job of one Snakemake run (about 0.5 CPU s of
-# a demo dry run when each job made its own): id -> (params, views); the params kept, so no id is reused
-_VIEWS: dict[int, tuple[P.Params, dict]] = {}
+def plan_input(stage: Stage, planner: Any):
+    """A Snakemake input function: the instance's stamp (:mod:`r2m.pipeline.record`), written now from its
+    record — current (modification time 0) or stale (the time now, newer than its outputs) — so Snakemake's
+    mtime check reruns exactly the instances whose record names something that changed, and their
+    descendants."""
 
+    def _stamp(wildcards: Any) -> str:
+        return str(planner.plan(stage, {a: getattr(wildcards, a) for a in stage.axes})[0])
 
-def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
-    """The resolved params one job reads (:meth:`r2m.pipeline.spec.Stage.resolved`): Snakemake's
-    params trigger re-runs the job when they change, and nothing else does."""
-    from r2m.pipeline.resolved import canonical
-
-    views = _VIEWS.setdefault(id(params), (params, {}))[1]
-    return canonical(stage.resolved(params, {a: getattr(wildcards, a) for a in stage.axes}, views))
-
-
-def rule_code(params: P.Params, stage: Stage, wildcards: Any, root: Path) -> str:
-    """The digest of the code one job can load (:func:`r2m.pipeline.codedeps.code_digest`, its declared data
-    included): compared by content by Snakemake's params trigger."""
-    from r2m.pipeline.codedeps import code_digest
-
-    return code_digest(stage, {a: getattr(wildcards, a) for a in stage.axes}, params, root)
+    return _stamp
 
 
 def stage_command(r2m: str, stage: Stage, wildcards: Any, params_file: str | None = None) -> str:

@@ -116,9 +116,6 @@ class Stage:
     deps: dict[str, str | Gather] = field(default_factory=dict)
     outs: dict[str, Out] = field(default_factory=dict)
     params: tuple[str, ...] = ()  # params.yaml sections the stage reads
-    # files besides deps and code that the stage reads (e.g. data/dictionaries); its code dependencies are
-    # not declared: they are the files its ``impl`` imports, transitively (r2m.pipeline.resolved.code_files)
-    data: tuple[str, ...] = ()
     fanout: FanOut | None = None
     resources: Resources = Resources()
     # Snakemake's rule ``priority:``: among the jobs ready at once, higher runs first. About the CPU seconds of

@@ -135,7 +135,6 @@ STAGES: tuple[Stage, ...] = (
             "bad_images": Out("reports/{dataset}/bad_images.csv", cache=False),
         },
         params=("concepts", "detect_concepts"),
-        data=("data/dictionaries",),
         resources=GPU_JOB,
         priority=35,
     ),
@@ -160,7 +159,6 @@ STAGES: tuple[Stage, ...] = (
         outs={"corpus": Out(f"{D}/corpus", directory=True, members=("corpus.parquet", "stats.json"))},
         params=("concepts", "corpus_concepts", *FIDELITY_CORPUS, "fidelity.vocab_counts"),  # vocab_counts: the
         # split value of sentences kept only for the vocabulary counts
-        data=("data/dictionaries",),
         priority=120,
     ),
     Stage(
@@ -171,7 +169,6 @@ STAGES: tuple[Stage, ...] = (
         deps={"corpus": f"{D}/corpus"},
         outs={"vocab": Out(f"{D}/vocab", directory=True, members=("vocab.json", "encoded.parquet", "stats.json"))},
         params=("concepts", "build_vocab", *FIDELITY_VOCAB),
-        data=("data/dictionaries",),
         priority=115,
     ),
     _train("train_xe", None, False, "stage 1: L_XE on the text corpus"),

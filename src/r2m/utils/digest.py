@@ -121,6 +121,11 @@ def tree_digest(path: Path, cache_path: Path | None = None) -> str:
     path = Path(path)
     h = hashlib.sha256()
     for rec in digest_files(expand([path]), cache_path):
-        rel = Path(rec["path"]).relative_to(path).as_posix() if path.is_dir() else path.name
-        h.update(json.dumps([rel, rec.get("bytes"), rec.get("sha256")]).encode())
+        h.update(tree_line(path, rec))
     return h.hexdigest()
+
+
+def tree_line(path: Path, rec: dict[str, Any]) -> bytes:
+    """What one file (its :func:`digest_files` record) adds to :func:`tree_digest` of ``path``."""
+    rel = Path(rec["path"]).relative_to(path).as_posix() if path.is_dir() else path.name
+    return json.dumps([rel, rec.get("bytes"), rec.get("sha256")]).encode()

@@ -54,6 +54,13 @@ def value_digest(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def jsonable(value: Any) -> Any:
+    """A params value as plain JSON data (a pydantic model as its dump; anything else JSON lacks as text)."""
+    from pydantic_core import to_jsonable_python
+
+    return json.loads(json.dumps(to_jsonable_python(value), sort_keys=True, default=str))
+
+
 def _is_model(value: Any) -> bool:
     return hasattr(type(value), "model_fields") and hasattr(value, "__pydantic_fields_set__")
 
@@ -331,31 +338,60 @@ class Recorder:
             entries[name] = {"kind": kind}
         digests = path_digests(self.root, list(entries), cache)
         reads = [{"path": n, **e, "sha256": digests[n]} for n, e in sorted(entries.items())]
-        params = [{"key": ".".join(k), "path": list(k), "sha256": value_digest(v)}
+        params = [{"key": ".".join(k), "path": list(k), "sha256": value_digest(v), "value": jsonable(v)}
                   for k, v in sorted(self.params.items())]
         return {"reads": reads, "params": params, **({"incomplete": self.errors[:5]} if self.errors else {})}
 
 
 def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dict[str, str]:
-    """``{name: digest}``: a file's SHA-256, a folder's tree digest, ``"missing"`` when gone."""
-    from r2m.utils.digest import digest_files, tree_digest
+    """``{name: digest}``: a file's SHA-256, a folder's ``tree:`` digest (:func:`r2m.utils.digest.tree_digest`'s
+    value), ``"missing"`` when gone. One pass of :func:`r2m.utils.digest.digest_files` (its stat cache
+    ``cache`` read and written once) over every file named or inside a folder named."""
+    from r2m.utils.digest import digest_files, expand, tree_line
 
     out: dict[str, str] = {}
-    files = []
+    files: list[Path] = []
+    folders: dict[str, tuple[Path, list[Path]]] = {}
     for n in names:
         p = Path(root) / n
         if p.is_dir():
-            out[n] = "tree:" + tree_digest(p)
+            folders[n] = (p, expand([p]))
+            files += folders[n][1]
         elif p.is_file():
-            files.append((n, p))
+            files.append(p)
         else:
             out[n] = "missing"
-    for (n, _), rec in zip(files, digest_files([p for _, p in files], cache), strict=True):
-        out[n] = rec.get("sha256") or "missing"
+    found = {rec["path"]: rec for rec in digest_files(dict.fromkeys(files), cache)}
+    for n in names:
+        if n in out:
+            continue
+        if n in folders:
+            h = hashlib.sha256()
+            base, inside = folders[n]
+            for f in inside:
+                h.update(tree_line(base, found[str(f)]))
+            out[n] = "tree:" + h.hexdigest()
+        else:
+            out[n] = found[str(Path(root) / n)].get("sha256") or "missing"
     return out
 
 
-def _lookup(params: Any, path: list[str]) -> tuple[bool, Any]:
+class Digests:
+    """:func:`path_digests` memoized for one process (a planner asks for the same files many times)."""
+
+    def __init__(self, root: Path, cache: Path | None = None) -> None:
+        self.root, self.cache = Path(root), cache
+        self.known: dict[str, str] = {}
+
+    def __call__(self, names: list[str]) -> dict[str, str]:
+        todo = [n for n in dict.fromkeys(names) if n not in self.known]
+        if todo:
+            self.known.update(path_digests(self.root, todo, self.cache))
+        return {n: self.known[n] for n in names}
+
+
+def lookup(params: Any, path: list[str]) -> tuple[bool, Any]:
+    """``(found, value)`` of the params key at ``path`` (a model's field or extra item, a mapping's key)."""
     cur = params
     for part in path:
         if _is_model(cur):
@@ -372,12 +408,12 @@ def _lookup(params: Any, path: list[str]) -> tuple[bool, Any]:
     return True, cur
 
 
-def changes(record: dict[str, Any], root: Path, params: Any, cache: Path | None = None) -> list[str]:
+def changes(record: dict[str, Any], params: Any, digests: Digests) -> list[str]:
     """What changed since ``record`` was written, one line each (empty: current): a read file changed or
     removed, a params key whose value changed or that is gone (``params``: the instance's params now)."""
     out: list[str] = [f"the record is incomplete ({why})" for why in record.get("incomplete") or ()][:1]
     reads = record.get("reads") or []
-    now = path_digests(Path(root), [r["path"] for r in reads], cache)
+    now = digests([r["path"] for r in reads])
     for r in reads:
         if now[r["path"]] == r["sha256"]:
             continue
@@ -388,7 +424,7 @@ def changes(record: dict[str, Any], root: Path, params: Any, cache: Path | None 
         else:
             out.append(f"{r['path']}: changed ({r['kind']})")
     for p in record.get("params") or []:
-        found, value = _lookup(params, p["path"])
+        found, value = lookup(params, p["path"])
         if not found:
             out.append(f"params {p['key']}: removed")
         elif value_digest(value) != p["sha256"]:
