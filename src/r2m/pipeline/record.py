@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from r2m.utils.reads import FORMAT, Digests, Recorder, changes, jsonable, lookup
+from r2m.utils.reads import FORMAT, Digests, ParamValues, Recorder, changes
 from r2m.utils.resume import STATE_ROOT
 
 RECORDS = STATE_ROOT / "records"
@@ -98,7 +98,7 @@ def stamp_text(values: Mapping[tuple[str, ...], Any], why: list[str]) -> str:
             cur = nxt
         cur[leaf] = value
     body = {"state": "stale" if why else "current", "params": nested, **({"why": why[:20]} if why else {})}
-    return json.dumps(body, sort_keys=True, indent=1) + "\n"
+    return json.dumps(body, sort_keys=True) + "\n"  # one line: the C encoder (indent= takes the slow one)
 
 
 def write_stamp(path: Path, values: Mapping[tuple[str, ...], Any], why: list[str]) -> bool:
@@ -128,10 +128,11 @@ def instance_params(stage: Any, params: Any, axes: Mapping[str, str]) -> Any:
     return StageContext(stage=stage, params=params, **dict(axes)).params
 
 
-def _record(stage: Any, axes: Mapping[str, str], root: Path) -> tuple[dict[str, Any] | None, list[str]]:
+def _record(stage: Any, axes: Mapping[str, str], root: Path,
+            known: Mapping[str, Any] | None = None) -> tuple[dict[str, Any] | None, list[str]]:
     path = record_path(root, stage, axes)
     try:
-        record = json.loads(path.read_text())
+        record = (known or {}).get(str(path)) or json.loads(path.read_text())
     except FileNotFoundError:
         return None, [f"no record ({path.relative_to(root)}): never ran, or its last run failed"]
     except (OSError, ValueError) as err:
@@ -153,9 +154,10 @@ class Planner:
 
     def __init__(self, params: Any, root: Path = Path(".")) -> None:
         self.params, self.root = params, Path(root)
-        self._views: dict[tuple[str | None, str | None], Any] = {}
+        self._views: dict[tuple[str | None, str | None], ParamValues] = {}
         self.digests = Digests(self.root, self.root / DIGEST_CACHE)
         self._fetched = False
+        self._records: dict[str, Any] = {}  # record path -> its parsed content (read once, by _prefetch)
 
     def _prefetch(self) -> None:
         """Digest what every record in the workspace names in one pass (one read of the stat cache)."""
@@ -163,35 +165,34 @@ class Planner:
         names: list[str] = []
         for path in sorted((self.root / RECORDS).glob("*/*.json")):
             try:
-                names += [r["path"] for r in json.loads(path.read_text()).get("reads") or []]
+                record = self._records[str(path)] = json.loads(path.read_text())
+                names += [r["path"] for r in record.get("reads") or []]
             except (OSError, ValueError, TypeError, KeyError, AttributeError):
                 continue  # that instance's own check says what is wrong
         self.digests(names)
 
-    def view(self, stage: Any, axes: Mapping[str, str]) -> Any:
+    def view(self, stage: Any, axes: Mapping[str, str]) -> ParamValues:
         """The params the instance sees, as the runner builds them (dataset view, profile, seed)."""
         key = (axes.get("dataset") if "dataset" in stage.axes else None, axes.get("seed"))
         if key not in self._views:
-            self._views[key] = instance_params(stage, self.params, axes)
+            self._views[key] = ParamValues(instance_params(stage, self.params, axes))
         return self._views[key]
 
     def check(self, stage: Any, axes: Mapping[str, str]) -> tuple[dict[str, Any] | None, list[str]]:
         """``(record, why)``: the instance's record and why it is not current (empty: it is)."""
-        record, why = _record(stage, axes, self.root)
-        if record is None:
-            return None, why
         if not self._fetched:
             self._prefetch()
+        record, why = _record(stage, axes, self.root, self._records)
+        if record is None:
+            return None, why
         return record, changes(record, self.view(stage, axes), self.digests)
 
     def plan(self, stage: Any, axes: Mapping[str, str]) -> tuple[Path, list[str]]:
         """Write the instance's stamp (:func:`write_stamp`); returns its path and why it is stale."""
         record, why = self.check(stage, axes)
         values: dict[tuple[str, ...], Any] = {}
-        view = self.view(stage, axes) if record is not None else None
         for p in (record or {}).get("params") or []:
-            found, value = lookup(view, p["path"])
-            values[tuple(p["path"])] = jsonable(value) if found else None
+            values[tuple(p["path"])] = self.view(stage, axes).get(p["path"])[1]
         path = stamp_path(self.root, stage, axes)
         write_stamp(path, values, why)
         return path, why

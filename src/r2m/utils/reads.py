@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -48,10 +49,12 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 def value_digest(value: Any) -> str:
     """SHA-256 of a params value as JSON (keys sorted; a pydantic model as its dump)."""
-    from pydantic_core import to_jsonable_python
+    return data_digest(jsonable(value))
 
-    text = json.dumps(to_jsonable_python(value), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+
+def data_digest(data: Any) -> str:
+    """SHA-256 of plain JSON data (keys sorted, no spaces)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def jsonable(value: Any) -> Any:
@@ -352,13 +355,19 @@ def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dic
     out: dict[str, str] = {}
     files: list[Path] = []
     folders: dict[str, tuple[Path, list[Path]]] = {}
+    base = os.fspath(root)
     for n in names:
-        p = Path(root) / n
-        if p.is_dir():
-            folders[n] = (p, expand([p]))
+        full = os.path.normpath(os.path.join(base, n))
+        try:
+            mode = os.stat(full).st_mode
+        except OSError:
+            out[n] = "missing"
+            continue
+        if stat.S_ISDIR(mode):
+            folders[n] = (Path(full), expand([Path(full)]))
             files += folders[n][1]
-        elif p.is_file():
-            files.append(p)
+        elif stat.S_ISREG(mode):
+            files.append(Path(full))
         else:
             out[n] = "missing"
     found = {rec["path"]: rec for rec in digest_files(dict.fromkeys(files), cache)}
@@ -367,12 +376,12 @@ def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dic
             continue
         if n in folders:
             h = hashlib.sha256()
-            base, inside = folders[n]
+            folder, inside = folders[n]
             for f in inside:
-                h.update(tree_line(base, found[str(f)]))
+                h.update(tree_line(folder, found[str(f)]))
             out[n] = "tree:" + h.hexdigest()
         else:
-            out[n] = found[str(Path(root) / n)].get("sha256") or "missing"
+            out[n] = found[os.path.normpath(os.path.join(base, n))].get("sha256") or "missing"
     return out
 
 
@@ -408,9 +417,28 @@ def lookup(params: Any, path: list[str]) -> tuple[bool, Any]:
     return True, cur
 
 
+class ParamValues:
+    """The params keys of one params tree: ``(found, JSON value, digest)`` per key path, each computed once."""
+
+    def __init__(self, params: Any) -> None:
+        self.params = params
+        self._known: dict[tuple[str, ...], tuple[bool, Any, str]] = {}
+
+    def get(self, path: list[str]) -> tuple[bool, Any, str]:
+        key = tuple(path)
+        hit = self._known.get(key)
+        if hit is None:
+            found, value = lookup(self.params, path)
+            data = jsonable(value) if found else None
+            hit = self._known[key] = (found, data, data_digest(data))
+        return hit
+
+
 def changes(record: dict[str, Any], params: Any, digests: Digests) -> list[str]:
     """What changed since ``record`` was written, one line each (empty: current): a read file changed or
-    removed, a params key whose value changed or that is gone (``params``: the instance's params now)."""
+    removed, a params key whose value changed or that is gone (``params``: the instance's params now, or
+    their :class:`ParamValues`)."""
+    values = params if isinstance(params, ParamValues) else ParamValues(params)
     out: list[str] = [f"the record is incomplete ({why})" for why in record.get("incomplete") or ()][:1]
     reads = record.get("reads") or []
     now = digests([r["path"] for r in reads])
@@ -424,9 +452,9 @@ def changes(record: dict[str, Any], params: Any, digests: Digests) -> list[str]:
         else:
             out.append(f"{r['path']}: changed ({r['kind']})")
     for p in record.get("params") or []:
-        found, value = lookup(params, p["path"])
+        found, _, digest = values.get(p["path"])
         if not found:
             out.append(f"params {p['key']}: removed")
-        elif value_digest(value) != p["sha256"]:
+        elif digest != p["sha256"]:
             out.append(f"params {p['key']}: changed")
     return out
