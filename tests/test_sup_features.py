@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import h5py
 import pandas as pd
@@ -41,10 +39,9 @@ def test_benchmarks_give_the_baselines_vgg16_fc7_and_grid(raw, name) -> None:
 def test_snakemake_rule_of_the_baselines_features_carries_vgg16(raw) -> None:
     """What ``snakemake -n reports/baselines.csv --config 'baselines={"datasets": ["coco_shutterstock"]}'``
     gives ``extract_features_sup``: the resolved params its rule carries (and the stage saves)."""
-    from r2m.pipeline.snake import rule_params
 
     p = P.validate({**raw, "baselines": {**raw["baselines"], "datasets": ["coco_shutterstock"]}})
-    got = json.loads(rule_params(p, BY_NAME["extract_features_sup"], SimpleNamespace(dataset="coco_shutterstock")))
+    got = BY_NAME["extract_features_sup"].resolved(p, {"dataset": "coco_shutterstock"})
     assert got["sup_features"]["backend"] == "vgg16" and got["sup_features"]["options"]["kinds"] == ["pooled", "grid"]
 
 
