@@ -31,6 +31,7 @@ from typing import Any
 from r2m.datasets.base import option
 from r2m.datasets.recipes import recipe_attr
 from r2m.params import DatasetEntry
+from r2m.pipeline.context import StageContext
 from r2m.utils.digest import digest_files, expand
 from r2m.utils.registry import Registry
 
@@ -134,7 +135,7 @@ def reference_digest(params: Any, dataset: str) -> str:
     return _digest(reference_records(entry, dataset) if entry is not None else [])
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     """DAG stage ``inputs``: ``data/<dataset>/inputs.json``, the digest of the recipe's external files."""
     from r2m.utils.io import write_json
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from r2m.pipeline.context import StageContext
 from r2m.utils.io import read_json, write_json
 from r2m.vision.downloads import download_of, local_copy
 
@@ -75,7 +76,7 @@ def build(params: Any, itos: list[str], dataset: str | None, variant: str | None
     return out
 
 
-def record(ctx, out_dir: Path, itos: list[str]) -> Path:
+def record(ctx: StageContext, out_dir: Path, itos: list[str]) -> Path:
     """Write ``inference.json`` into a training stage's output folder."""
     deps = ctx.deps
     data = build(ctx.params, itos, ctx.dataset, ctx.variant, ctx.stage.name,

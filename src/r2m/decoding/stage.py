@@ -45,6 +45,7 @@ from r2m.decoding.captioner import (
     source_counts,
     words_of,
 )
+from r2m.pipeline.context import StageContext
 from r2m.utils.io import write_json
 
 ATTENTION_IMAGES = 8
@@ -63,7 +64,7 @@ def features_from_folder(folder: str | Path) -> FeatureSource:
     return read
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     cp, conc, fid = ctx.params.caption, ctx.params.concepts, ctx.params.fidelity
     ids = split_ids(ctx.deps["prepared"], cp.split)
     device = ctx.runtime.torch_device()

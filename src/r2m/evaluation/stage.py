@@ -36,6 +36,7 @@ from r2m.evaluation.inputs import (
     partial_error,
     reference_splits,
 )
+from r2m.pipeline.context import StageContext
 from r2m.utils.io import read_json, write_json
 
 log = logging.getLogger("r2m")
@@ -148,7 +149,7 @@ def concept_metrics(captions_path: str | Path, info_path: str | Path | None) -> 
     return out
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     """DAG stage: score one variant/checkpoint's captions."""
     refs = ctx.deps["references"] / "references.json"
     workers = ctx.runtime.workers or None

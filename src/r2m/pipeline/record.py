@@ -38,10 +38,13 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r2m.utils.reads import FORMAT, Digests, ParamValues, Recorder, changes
 from r2m.utils.resume import STATE_ROOT
+
+if TYPE_CHECKING:
+    from r2m.pipeline.context import StageContext
 
 RECORDS = STATE_ROOT / "records"
 STAMPS = Path(".params")  # git-ignored, not dvc-ignored: the stamps are DVC params files
@@ -53,7 +56,7 @@ def record_path(root: Path, stage: Any, axes: Mapping[str, str]) -> Path:
     return Path(root) / RECORDS / stage.name / f"{stage.key(axes)}.json"
 
 
-def start(ctx: Any, params_file: str | Path | None = None) -> Recorder:
+def start(ctx: StageContext, params_file: str | Path | None = None) -> Recorder:
     """Begin recording the instance ``ctx`` runs (its old record removed first: a failed run leaves none)."""
     path = record_path(ctx.root, ctx.stage, ctx.axes)
     path.unlink(missing_ok=True)
@@ -67,7 +70,7 @@ def start(ctx: Any, params_file: str | Path | None = None) -> Recorder:
     return rec.start(ctx.params)
 
 
-def finish(rec: Recorder, ctx: Any) -> Path:
+def finish(rec: Recorder, ctx: StageContext) -> Path:
     """Stop recording, write the instance's record atomically and mark its stamp current."""
     from r2m.utils.io import write_json
 

@@ -33,6 +33,7 @@ import numpy as np
 from r2m.evaluation import power
 from r2m.evaluation import randomization as RZ
 from r2m.evaluation.bootstrap import DEFAULT_LEVEL
+from r2m.pipeline.context import StageContext
 from r2m.reports import intervals as I
 from r2m.reports import paper_claims as C
 from r2m.reports import published as P
@@ -258,7 +259,7 @@ def counts_sentence(rows: Sequence[Mapping[str, str]]) -> str:
 
 
 # --------------------------------------------------------------------------- the stage
-def _gathered(ctx, evals: str, stats: str, axis: str) -> dict[tuple[str, str], I.RowEval]:
+def _gathered(ctx: StageContext, evals: str, stats: str, axis: str) -> dict[tuple[str, str], I.RowEval]:
     from r2m.reports.tables import read_eval
 
     def key_of(keys: Mapping[str, str]) -> tuple[str, str]:
@@ -268,7 +269,7 @@ def _gathered(ctx, evals: str, stats: str, axis: str) -> dict[tuple[str, str], I
                            lambda p, k: read_eval(p, f"dataset={k[0]}, {axis}={k[1]}"))
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     rows = {2: _gathered(ctx, "t2_evals", "t2_stats", "variant"), 3: _gathered(ctx, "t3_evals", "t3_stats", "ckpt")}
     out = build(list(ctx.params.datasets), rows)
     write_text(ctx.outs["csv"], to_csv(out))

@@ -24,6 +24,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from r2m.pipeline.context import StageContext
 from r2m.reports import intervals as I
 from r2m.reports.published import COLUMNS
 from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, SCOPE_COLUMNS, TABLES
@@ -506,7 +507,7 @@ def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Pat
         stamp=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     tables = {name: ctx.deps[name] for name in ("table1", "table2", "table3")}
     figs = [(keys["dataset"], Path(path)) for keys, path in ctx.gather("figures")]
     out = ctx.outs["html"]

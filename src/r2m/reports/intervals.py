@@ -44,6 +44,7 @@ from r2m.evaluation.bootstrap import (
     resample_chunks,
     t_interval,
 )
+from r2m.pipeline.context import StageContext
 
 BOOT_SEED = 0
 T_SEEDS = "t over seeds"
@@ -124,7 +125,7 @@ def group_seeds(gathered: Sequence[tuple[Mapping[str, str], Any]], key_of) -> di
     return out
 
 
-def gathered_rows(ctx: Any, evals: str, stats: str | None, key_of, read_eval) -> dict[Any, RowEval]:
+def gathered_rows(ctx: StageContext, evals: str, stats: str | None, key_of, read_eval) -> dict[Any, RowEval]:
     """Each row's seeds from a stage's gathered inputs: the ``evals`` (``eval.json`` paths, read by
     ``read_eval(path, key)``) and, when ``stats`` names a gathered input, the ``per_image.parquet`` beside
     them; rows keyed by ``key_of`` (the gathered paths' axes → a row key)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from r2m.pipeline.context import StageContext
 from r2m.utils.io import mark_owned, replace_folder, write_json
 
 # model -> the module of its inspector (tests/test_code_deps.py checks each defines ``inspect``)
@@ -34,7 +35,7 @@ INSPECTOR_MODULES: dict[str, str] = {
 }
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     from r2m.supervised.skip import skip_reason
 
     out_dir = Path(ctx.outs["inspect"])

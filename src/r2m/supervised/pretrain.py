@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 
+from r2m.pipeline.context import StageContext
 from r2m.supervised.skip import skip_reason, write_skipped
 
 # the baselines with a pretraining phase -> the module that trains it
@@ -22,7 +23,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     reason = skip_reason(ctx.deps["sup_vocab"])
     if not reason:
         if ctx.model not in PRETRAINING_MODULES:

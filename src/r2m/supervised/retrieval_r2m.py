@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from r2m.pipeline.context import StageContext
 from r2m.supervised.retrieval import retrieval_scores, summary
 from r2m.utils.io import write_json
 from r2m.utils.lazy import no_grad
@@ -31,7 +32,7 @@ def r2m_similarity(model, image_feats: torch.Tensor, concepts: torch.Tensor, con
     return (v_img @ torch.cat(vt).T).double().cpu().numpy()
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     """DAG stage ``retrieval_r2m``: R²M (final checkpoint) through its joint space."""
     import pyarrow as pa
     import torch

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
+from r2m.pipeline.context import StageContext
 from r2m.supervised.retrieval import retrieval_scores, sampled_prior, split_pairs, summary, sup_logp
 from r2m.utils.io import write_json
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     """DAG stage ``retrieval_sup``: one supervised model on ``retrieval.split``."""
     from r2m.supervised.skip import skip_reason
 
@@ -56,7 +57,7 @@ def run(ctx) -> None:
     ctx.log.info("retrieval_sup: %s", summary(res))
 
 
-def _split_images(ctx, split: str) -> list[str]:
+def _split_images(ctx: StageContext, split: str) -> list[str]:
     import pyarrow.parquet as pq
 
     images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()

@@ -26,6 +26,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from r2m.pipeline.context import StageContext
 from r2m.supervised.pretrain import add_arguments  # noqa: F401  (r2m.cli reads it from the entry: --fresh)
 from r2m.supervised.skip import reset_folder, skip_reason, write_skipped
 from r2m.utils.io import mark_owned, write_json
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from r2m.training import loop as L
 
 
-def model_section(ctx) -> dict[str, Any]:
+def model_section(ctx: StageContext) -> dict[str, Any]:
     return getattr(ctx.params, ctx.model).model_dump()
 
 
@@ -69,7 +70,7 @@ def perplexity(model, pairs: PairedSet, batch_size: int, device) -> float | None
     return math.exp(nll / words) if words else None
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     train_phase(ctx, "train")
 
 
@@ -85,7 +86,7 @@ def _end_to_end(name: str, section: dict[str, Any]):
     return finetune if finetune.end_to_end(section) else None
 
 
-def train_phase(ctx, phase: str) -> None:
+def train_phase(ctx: StageContext, phase: str) -> None:
     """``phase`` ``train`` (stage ``train_sup``) or ``pretrain`` (``pretrain_sup``, :mod:`r2m.supervised.pretrain`,
     which loads this module by name for the baselines that have a pretraining phase)."""
     reason = skip_reason(ctx.deps["sup_vocab"])

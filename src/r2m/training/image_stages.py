@@ -9,12 +9,13 @@ Apart from :mod:`r2m.training.stages` (the text stages' entry) because selecting
 
 from __future__ import annotations
 
+from r2m.pipeline.context import StageContext
 from r2m.text.vocab import load_itos
 from r2m.training import selection
 from r2m.training.stages import add_arguments, relaunch, train  # noqa: F401  (r2m.cli reads both from the entry)
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     select = None
     if getattr(ctx.params, ctx.stage.name).select_by != "last":  # auto: cider for the image stages
         select = selection.cider_selector(ctx, ctx.runtime.torch_device(), load_itos(ctx.deps["vocab"]))

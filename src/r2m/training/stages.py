@@ -45,6 +45,7 @@ import torch
 
 from r2m import runtime as R
 from r2m.models.r2m import R2M, R2MConfig
+from r2m.pipeline.context import StageContext
 from r2m.text.dictionary import concept_order
 from r2m.text.vocab import load_itos
 from r2m.training import distributed
@@ -72,7 +73,7 @@ def relaunch(stage: str, argv: list[str]) -> int | None:
 
 
 # --------------------------------------------------------------------------- the model
-def model_config(ctx, vocab_size: int, image_dim: int = 0) -> R2MConfig:
+def model_config(ctx: StageContext, vocab_size: int, image_dim: int = 0) -> R2MConfig:
     f = ctx.params.fidelity
     return R2MConfig.for_variant(ctx.variant or "r2m", vocab_size=vocab_size, image_dim=image_dim,
                                  init=f.init, dropout_scope=f.dropout, rm_input=f.rm_input, qkv_norm=f.qkv_norm,
@@ -84,7 +85,7 @@ def model_config(ctx, vocab_size: int, image_dim: int = 0) -> R2MConfig:
 FROZEN_PROJ_SEED = {"train_m": 0, "train_i": 1}
 
 
-def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
+def build_model(ctx: StageContext, vocab_size: int, image_dim: int) -> R2M:
     cfg = model_config(ctx, vocab_size, image_dim)
     run_seed = int(getattr(ctx, "seed", None) or 0)
     seed = (FROZEN_PROJ_SEED.get(ctx.stage.name, 0) + run_seed if cfg.image_proj == "frozen_random"
@@ -126,7 +127,7 @@ def make_adam(model: torch.nn.Module, lr: float, capturable: bool = False) -> to
         return torch.optim.Adam(params, lr=lr, **extra)
 
 
-def static_shape(obj: Objective, tp, ctx) -> ST.StaticShape:
+def static_shape(obj: Objective, tp, ctx: StageContext) -> ST.StaticShape:
     """The stage's pad-to-static-shape function: text to ``max_len`` steps, concepts to a width that
     starts at ``concepts.max_per_image`` (image stages) or 8 (corpus sentences) and only grows."""
     if obj.data == "text":
@@ -135,7 +136,7 @@ def static_shape(obj: Objective, tp, ctx) -> ST.StaticShape:
 
 
 # --------------------------------------------------------------------------- the stage
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     """The text stages (``train_xe``, ``train_s``): the last checkpoint is kept (``select_by`` auto or last)."""
     if "prepared" in ctx.deps:
         raise TypeError(f"{ctx.stage.name}: an image stage; its entry is r2m.training.image_stages:run")
@@ -147,7 +148,7 @@ def run(ctx) -> None:
 class _Data:
     """The stage's training and validation batches (text corpus or unpaired images)."""
 
-    def __init__(self, ctx, obj: Objective, tp, itos: list[str]) -> None:
+    def __init__(self, ctx: StageContext, obj: Objective, tp, itos: list[str]) -> None:
         self.images: list[ImageSet] = []
         if obj.data == "text":
             enc = Path(ctx.deps["vocab"]) / "encoded.parquet"
@@ -179,7 +180,7 @@ class _Data:
             s.close()
 
 
-def loop_objective(ctx, obj: Objective, tp) -> L.LoopObjective:
+def loop_objective(ctx: StageContext, obj: Objective, tp) -> L.LoopObjective:
     """The stage's objective for the loop: validation is the held-out L_XE on text, the stage's
     own loss on images (``loss = rank + γ·rec``, γ = 0 but for train_i)."""
     name = ctx.stage.name
@@ -191,7 +192,7 @@ def loop_objective(ctx, obj: Objective, tp) -> L.LoopObjective:
                            lambda m, b: obj.compute(ctx, m, b, tp)[1], lambda ev: ev["rank"] + gamma * ev["rec"])
 
 
-def train(ctx, select: Selector | None = None) -> dict[str, Any]:
+def train(ctx: StageContext, select: Selector | None = None) -> dict[str, Any]:
     name = ctx.stage.name
     if name not in OBJECTIVES:
         raise KeyError(f"r2m.training.stages: no objective for stage {name!r}; known: {', '.join(OBJECTIVES)}")
