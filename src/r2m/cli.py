@@ -200,6 +200,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         params=params,
         runtime=runtime,
         log=log,
+        args=args,
         **axes,
     )
     damaged = ctx.incomplete_inputs()
@@ -214,7 +215,6 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     if may_download:
         log.info("a download stage: may fetch %s", may_download)
     threads = AfterImport("torch", ctx.runtime.apply)  # torch's threads, when (if) the stage imports torch
-    ctx.args = args  # type: ignore[attr-defined]  # stage-specific extra flags
     log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
     t0 = time.perf_counter()
     from r2m.utils.guard import disk_full_message, is_disk_full

@@ -154,7 +154,7 @@ def run(ctx: StageContext) -> None:
     refs = ctx.deps["references"] / "references.json"
     workers = ctx.runtime.workers or None
     out = evaluate_files(ctx.deps["captions"], refs, list(ctx.params.evaluate.scorers), workers=workers,
-                         logger=ctx.log, allow_partial=bool(getattr(getattr(ctx, "args", None), "allow_partial", False)),
+                         logger=ctx.log, allow_partial=bool(getattr(ctx.args, "allow_partial", False)),
                          extra_duplicates=recipe_duplicates(ctx.deps["prepared"] / "manifest.json"))
     bad = unreadable_images(ctx.deps["bad_images"], out["images"]) if "bad_images" in ctx.deps else []
     if bad:

@@ -1,4 +1,4 @@
-"""What a stage implementation receives: its resolved params, paths, runtime and logger.
+"""What a stage implementation receives: its resolved params, paths, runtime, logger and command-line flags.
 
 A stage implementation is a function ``run(ctx: StageContext) -> None`` registered in
 :mod:`r2m.pipeline.stages`. It reads inputs from ``ctx.deps[...]``, writes outputs to
@@ -8,6 +8,7 @@ for each output folder so the resolved params sit beside what they produced.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class StageContext:
     seed: str | None = None  # the run's seed (the DAG's seed axis): shifts every section's seed (P.with_seed)
     root: Path = Path(".")
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("r2m"))
+    args: argparse.Namespace | None = None  # the command line's flags (a stage module's own too); None in-process
     # the params before the run's seed is added: what :meth:`resolved` resolves (as both engines do)
     base: P.Params = field(init=False, repr=False)
 

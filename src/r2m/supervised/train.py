@@ -107,7 +107,7 @@ def train_phase(ctx: StageContext, phase: str) -> None:
     if phase == "pretrain":  # the pretraining phase: its own step count, the last weights
         tp = tp.model_copy(update={"steps": tp.pretrain_steps, "select_by": "last"})
     device = ctx.runtime.torch_device()
-    args = getattr(ctx, "args", None)
+    args = ctx.args
     out_dir = Path(ctx.outs["model"])
     reset_folder(out_dir)
     torch.manual_seed(tp.seed)

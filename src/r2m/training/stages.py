@@ -198,7 +198,7 @@ def train(ctx: StageContext, select: Selector | None = None) -> dict[str, Any]:
         raise KeyError(f"r2m.training.stages: no objective for stage {name!r}; known: {', '.join(OBJECTIVES)}")
     obj = OBJECTIVES[name]
     tp = getattr(ctx.params, name)
-    args = getattr(ctx, "args", None)
+    args = ctx.args
     device = distributed.device_for(ctx.runtime.torch_device())
     dist = distributed.setup(device)
     out_dir = Path(ctx.outs["model"])

@@ -147,7 +147,7 @@ def run_sup(ctx: StageContext) -> None:
 
 def extract_stage(ctx: StageContext, p: Any, out: Path) -> None:
     """One features stage: params section ``p`` (:class:`r2m.params.FeatureParams`) into folder ``out``."""
-    args = getattr(ctx, "args", None)
+    args = ctx.args
     shard, merge = _shard_args(args)
     images = read_image_index(ctx.deps["prepared"], ctx.root)
     ctx.log.info("features: %d images, backend %s, device %s", len(images), p.backend, ctx.runtime.torch_device())
