@@ -106,7 +106,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("r2m.vision", "r2m.datasets", "r2m.evaluation"),
     ("r2m.decoding", "r2m.training", "r2m.supervised"),
     ("r2m.reports",),
-    ("r2m.pipeline", "r2m.cli", "r2m.caption_cli", "r2m.bench", "r2m.warm"),
+    ("r2m.warm",),  # the warm server: r2m.cli hands it what its jobs run (r2m.cli.warm)
+    ("r2m.pipeline", "r2m.cli", "r2m.caption_cli", "r2m.bench"),
 )
 
 

@@ -382,13 +382,14 @@ sys.path.insert(0, sys.argv[2])
 from r2m.pipeline import stages as S
 from r2m.pipeline.spec import Stage
 S.BY_NAME["probe"] = Stage("probe", impl="netprobe:run", help="a network probe", axes=())  # served like a stage
+from r2m.cli import main
 from r2m.warm.server import serve
 
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sys.argv[1])
 listener.listen(8)
 print("ready", flush=True)
-serve(listener)
+serve(listener, target=main)
 """
 WARM_CLIENT = "import sys; from r2m.warm.client import run; sys.exit(run(sys.argv[1:]))"
 

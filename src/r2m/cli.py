@@ -26,8 +26,8 @@ TOOLS: dict[str, tuple[str, str]] = {
                 "metrics of two or more captioners with 95% bootstrap intervals and paired randomization tests of B - A (Holm for more than two)"),
     "power": ("r2m.evaluation.power:main",
               "how many test images or seeds resolve a metric difference, from the spreads in a results folder"),
-    "warm": ("r2m.warm.server:main", "run a command (e.g. snakemake) whose r2m stage jobs start warm: forked from "
-                                      "a server that imported torch & co. once"),
+    "warm": ("r2m.cli:warm", "run a command (e.g. snakemake) whose r2m stage jobs start warm: forked from "
+                              "a server that imported torch & co. once"),
     "why": ("r2m.pipeline.why_cmd:main", "is a stage instance current? what changed since its last run, one line each"),
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
@@ -46,6 +46,14 @@ def call(spec: str, argv: list[str]) -> int:
     """Import ``module:function`` lazily and call it with the remaining arguments."""
     module, func = _load(spec)
     return int(getattr(module, func)(argv) or 0)
+
+
+def warm(argv: list[str]) -> int:
+    """``r2m warm``: the warm server (:mod:`r2m.warm.server`), handed what each of its jobs runs (:func:`main`)
+    and the module that runs a stage imports besides the stage's own (preloaded with them)."""
+    from r2m.warm import server
+
+    return server.main(argv, target=main, modules=("r2m.pipeline.validate",))
 
 
 class OneLineParser(argparse.ArgumentParser):
