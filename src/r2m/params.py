@@ -712,6 +712,34 @@ def with_seed(params: Params, seed: int) -> Params:
     return params.model_copy(update=update)
 
 
+class Views:
+    """One run's validated params and the views of them its instances read, each made once: the params as
+    a dataset's run at a seed sees them (:func:`for_dataset`, :func:`with_seed`) with their JSON dump.
+    Hold one per run (a Snakemake invocation, ``r2m resolve-params``) and hand it to what resolves many
+    instances (:meth:`r2m.pipeline.spec.Stage.resolved`): a view costs a validation of the whole params."""
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        self._made: dict[tuple[str | None, int | None], tuple[Params, dict[str, Any]]] = {}
+
+    def view(self, dataset: str | None = None, seed: int | str | None = None) -> tuple[Params, dict[str, Any]]:
+        """The params as ``dataset``'s run ``seed`` sees them, and their JSON dump; no dataset, or one outside
+        the catalog (an in-process caller's): the params themselves, at ``seed``."""
+        key = (dataset if dataset and dataset in self.params.catalog else None, None if seed is None else int(seed))
+        made = self._made.get(key)
+        if made is None:
+            view = self.params if key[0] is None else for_dataset(self.params, key[0])
+            view = view if key[1] is None else with_seed(view, key[1])
+            made = self._made[key] = (view, view.model_dump(mode="json"))
+        return made
+
+    def for_dataset(self, dataset: str) -> Params:
+        """:func:`for_dataset`, made once (an unknown dataset: :class:`ParamsError`)."""
+        if dataset not in self.params.catalog:
+            return for_dataset(self.params, dataset)  # raises, naming the catalog
+        return self.view(dataset)[0]
+
+
 def dump(params: BaseModel | dict[str, Any]) -> str:
     data = params.model_dump(mode="json") if isinstance(params, BaseModel) else params
     return yaml.safe_dump(data, sort_keys=False)
