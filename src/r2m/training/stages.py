@@ -87,7 +87,7 @@ FROZEN_PROJ_SEED = {"train_m": 0, "train_i": 1}
 
 def build_model(ctx: StageContext, vocab_size: int, image_dim: int) -> R2M:
     cfg = model_config(ctx, vocab_size, image_dim)
-    run_seed = int(getattr(ctx, "seed", None) or 0)
+    run_seed = int(ctx.seed or 0)
     seed = (FROZEN_PROJ_SEED.get(ctx.stage.name, 0) + run_seed if cfg.image_proj == "frozen_random"
             else cfg.image_proj_seed)
     cfg.image_proj_seed = seed
@@ -98,7 +98,7 @@ def build_model(ctx: StageContext, vocab_size: int, image_dim: int) -> R2M:
         raise FileNotFoundError(f"{ctx.stage.name}: missing init checkpoint {path} (run the previous stage)")
     prev = ctx.deps["init"].name
     hint = (f"rebuild it: r2m {prev} --dataset {ctx.dataset} --variant {ctx.variant or 'r2m'} "
-            f"--seed {getattr(ctx, 'seed', None) or 0} --fresh")
+            f"--seed {ctx.seed or 0} --fresh")
     ckpt = load_checkpoint(path, ("config", "state_dict"), hint=hint)
     if not isinstance(ckpt["config"], dict) or not isinstance(ckpt["state_dict"], dict):
         raise CheckpointError(f"{path}: 'config' and 'state_dict' must be dicts; {hint}")
