@@ -113,10 +113,11 @@ def test_needed_by_other_datasets_takes_its_argument():
     assert needed_by_other_datasets((make, side, use)) == {"make"}  # a Gather is read over its own list
 
 
-def test_one_views_object_per_run_resolves_every_instance_as_a_fresh_one_does():
-    """``r2m.params.Views``: a run's dataset/seed views, each made once and shared by every instance it
-    resolves (the Snakefile's ``VIEWS``, ``r2m resolve-params``). Sharing changes no instance's params, and a
-    view is keyed by dataset and seed both (a cache keyed by one would hand seed 1 the seed-0 view)."""
+def test_one_views_object_per_run_sees_each_instance_as_its_run_does():
+    """``r2m.params.Views``: a run's dataset/seed views, each made once and shared by every instance looked at
+    (the planner's, :class:`r2m.pipeline.record.Planner`). Each instance's view is the params its stage's context
+    holds (what the runner records reads from), sharing changes no instance's resolved params, and a view is
+    keyed by dataset and seed both (a cache keyed by one would hand seed 1 the seed-0 view)."""
     from r2m.pipeline.resolved import dag_instances
 
     params = P.validate(_raw())
@@ -125,11 +126,14 @@ def test_one_views_object_per_run_resolves_every_instance_as_a_fresh_one_does():
     assert len(instances) > 20
     for stage, bound in instances:
         assert stage.resolved(views, bound) == stage.resolved(params, bound), (stage.name, bound)
+        assert views.view(bound.get("dataset"), bound.get("seed")) == _context(params, stage, bound).params, \
+            (stage.name, bound)
     # tiny's overrides (params.yaml: train_xe steps 60, model d 64), the run's seed added to each seeded section
-    tiny, tiny1 = views.for_dataset("tiny"), views.view("tiny", "1")[0]
+    tiny, tiny1 = views.view("tiny"), views.view("tiny", "1")
     assert (tiny.train_xe.steps, tiny.model.d, tiny1.train_xe.steps) == (60, 64, 60)
     assert (tiny1.train_xe.seed, tiny1.caption.seed) == (params.train_xe.seed + 1, params.caption.seed + 1)
-    assert views.view("tiny", 1)[0] is tiny1 and views.for_dataset("tiny") is tiny  # made once
-    assert views.view(None)[0] is params and views.view("elsewhere")[0] is params  # no catalog entry: as they are
+    assert views.view("tiny", 1) is tiny1 and views.view("tiny") is tiny  # made once
+    assert views.dumped("tiny", 1)["train_xe"]["seed"] == params.train_xe.seed + 1
+    assert views.view() is params and views.view(None, 0) is params  # seed 0: the params themselves
     with pytest.raises(P.ParamsError, match="unknown dataset 'elsewhere'"):
-        views.for_dataset("elsewhere")
+        views.view("elsewhere")

@@ -122,7 +122,8 @@ def test_prepare_does_not_depend_on_the_entry_seeds() -> None:
 
 def all_instance_params(params: P.Params) -> dict[str, str]:
     """``.params/<stage>/<key>.json`` -> the instance's resolved sections (``Stage.resolved``) as JSON text."""
-    return {f".params/{stage.name}/{stage.key(bound)}.json": json.dumps(stage.resolved(params, bound), sort_keys=True)
+    views = P.Views(params)  # each dataset/seed view made once for the whole DAG
+    return {f".params/{stage.name}/{stage.key(bound)}.json": json.dumps(stage.resolved(views, bound), sort_keys=True)
             for stage, bound in dag_instances(params)}
 
 

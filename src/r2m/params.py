@@ -714,30 +714,31 @@ def with_seed(params: Params, seed: int) -> Params:
 
 class Views:
     """One run's validated params and the views of them its instances read, each made once: the params as
-    a dataset's run at a seed sees them (:func:`for_dataset`, :func:`with_seed`) with their JSON dump.
-    Hold one per run (a Snakemake invocation, ``r2m resolve-params``) and hand it to what resolves many
-    instances (:meth:`r2m.pipeline.spec.Stage.resolved`): a view costs a validation of the whole params."""
+    a dataset's run at a seed sees them (:func:`for_dataset`, :func:`with_seed`, as a stage's context builds
+    them) and their JSON dumps. Hold one per run (a plan of every instance's stamp, a DAG's resolved params)
+    and hand it to what looks at many instances: a view costs a validation of the whole params."""
 
     def __init__(self, params: Params) -> None:
         self.params = params
-        self._made: dict[tuple[str | None, int | None], tuple[Params, dict[str, Any]]] = {}
+        self._views: dict[tuple[str | None, int | None], Params] = {}
+        self._dumps: dict[tuple[str | None, int | None], dict[str, Any]] = {}
 
-    def view(self, dataset: str | None = None, seed: int | str | None = None) -> tuple[Params, dict[str, Any]]:
-        """The params as ``dataset``'s run ``seed`` sees them, and their JSON dump; no dataset, or one outside
-        the catalog (an in-process caller's): the params themselves, at ``seed``."""
-        key = (dataset if dataset and dataset in self.params.catalog else None, None if seed is None else int(seed))
-        made = self._made.get(key)
+    def view(self, dataset: str | None = None, seed: int | str | None = None) -> Params:
+        """The params as ``dataset``'s run ``seed`` sees them; no dataset: the params themselves (at ``seed``).
+        A dataset outside the catalog: :class:`ParamsError` naming the catalog."""
+        key = (dataset, None if seed is None else int(seed))
+        made = self._views.get(key)
         if made is None:
-            view = self.params if key[0] is None else for_dataset(self.params, key[0])
-            view = view if key[1] is None else with_seed(view, key[1])
-            made = self._made[key] = (view, view.model_dump(mode="json"))
+            made = self.params if dataset is None else for_dataset(self.params, dataset)
+            made = self._views[key] = made if key[1] is None else with_seed(made, key[1])
         return made
 
-    def for_dataset(self, dataset: str) -> Params:
-        """:func:`for_dataset`, made once (an unknown dataset: :class:`ParamsError`)."""
-        if dataset not in self.params.catalog:
-            return for_dataset(self.params, dataset)  # raises, naming the catalog
-        return self.view(dataset)[0]
+    def dumped(self, dataset: str | None = None, seed: int | str | None = None) -> dict[str, Any]:
+        """:meth:`view`'s JSON dump (``model_dump(mode="json")``)."""
+        key = (dataset, None if seed is None else int(seed))
+        if key not in self._dumps:
+            self._dumps[key] = self.view(dataset, seed).model_dump(mode="json")
+        return self._dumps[key]
 
 
 def dump(params: BaseModel | dict[str, Any]) -> str:

@@ -121,16 +121,6 @@ def write_stamp(path: Path, values: Mapping[tuple[str, ...], Any], why: list[str
     return not same
 
 
-def instance_params(stage: Any, params: Any, axes: Mapping[str, str]) -> Any:
-    """The params the instance sees, built as the runner builds them (dataset view, profile, seed)."""
-    from r2m import params as P
-    from r2m.pipeline.context import StageContext
-
-    if "dataset" in stage.axes:
-        params = P.for_dataset(params, axes["dataset"])
-    return StageContext(stage=stage, params=params, **dict(axes)).params
-
-
 def _record(stage: Any, axes: Mapping[str, str], root: Path,
             known: Mapping[str, Any] | None = None) -> tuple[dict[str, Any] | None, list[str]]:
     path = record_path(root, stage, axes)
@@ -156,8 +146,11 @@ class Planner:
     params views and the digests of the files records name are computed once per planner)."""
 
     def __init__(self, params: Any, root: Path = Path(".")) -> None:
+        from r2m import params as P
+
         self.params, self.root = params, Path(root)
-        self._views: dict[tuple[str | None, str | None], ParamValues] = {}
+        self.views = P.Views(params)  # the instances' params as the runner builds them (dataset, seed)
+        self._values: dict[tuple[str | None, str | None], ParamValues] = {}
         self.digests = Digests(self.root, self.root / DIGEST_CACHE)
         self._fetched = False
         self._records: dict[str, Any] = {}  # record path -> its parsed content (read once, by _prefetch)
@@ -177,9 +170,9 @@ class Planner:
     def view(self, stage: Any, axes: Mapping[str, str]) -> ParamValues:
         """The params the instance sees, as the runner builds them (dataset view, profile, seed)."""
         key = (axes.get("dataset") if "dataset" in stage.axes else None, axes.get("seed"))
-        if key not in self._views:
-            self._views[key] = ParamValues(instance_params(stage, self.params, axes))
-        return self._views[key]
+        if key not in self._values:
+            self._values[key] = ParamValues(self.views.view(*key))
+        return self._values[key]
 
     def check(self, stage: Any, axes: Mapping[str, str]) -> tuple[dict[str, Any] | None, list[str]]:
         """``(record, why)``: the instance's record and why it is not current (empty: it is)."""

@@ -85,7 +85,7 @@ NOT_RECIPE = ("overrides", "fidelity", "beta", "gamma", "seeds")
 
 def _entry_view(views: P.Views, dataset: str, sections: list[str]) -> dict[str, Any]:
     """A catalog entry's recipe items, and the given sections as that dataset sees them."""
-    _, dumped = views.view(dataset)
+    dumped = views.dumped(dataset)
     out = {k: v for k, v in dumped["catalog"][dataset].items() if k not in NOT_RECIPE}
     for name in sections:
         pick(dumped, name, out)
@@ -141,11 +141,12 @@ class Stage:
         (:func:`r2m.params.with_seed`); ``catalog``: the entry's recipe items (never :data:`NOT_RECIPE`),
         ``catalog.X``: item X. What both engines compare, the params saved beside the outputs and the resume
         fingerprint. ``params``: the run's :class:`r2m.params.Views` where many instances are resolved (each view
-        made once), else the params themselves. A dataset outside the catalog (an in-process caller's context:
-        the engines know only catalog entries) sees the params as they are."""
+        made once), else the params themselves."""
         views = params if isinstance(params, P.Views) else P.Views(params)
         dataset = bound.get("dataset")
-        view, dumped = views.view(dataset, bound.get("seed"))
+        # a dataset outside the catalog: an in-process caller's context (the engines know only catalog entries)
+        seen = (dataset if dataset and dataset in views.params.catalog else None, bound.get("seed"))
+        view, dumped = views.view(*seen), views.dumped(*seen)
         data: dict[str, Any] = {}
         for name in self.params:
             name = name.format(**{a: bound[a] for a in self.axes})
