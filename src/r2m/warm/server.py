@@ -23,9 +23,11 @@ from pathlib import Path
 
 from r2m.warm.client import SOCKET_ENV
 
-# what every job would import again: the libraries, then each stage's module (its own imports with it)
+# what every job would import again: the libraries the stage modules import (not the stage modules: a job's
+# record of what it read names every project module in its process, r2m.utils.reads, so a job imports its
+# own stage's modules itself) and what every job's runner imports
 PRELOAD = ("numpy", "pandas", "pyarrow", "pyarrow.parquet", "PIL.Image", "h5py", "yaml", "pydantic",
-           "torch", "torch.optim", "torch._dynamo", "r2m.params")
+           "torch", "torch.optim", "torch._dynamo", "matplotlib", "r2m.params")
 # what a job runs: ``r2m <argv>``'s entry (:func:`r2m.cli.main`, which hands itself over) -> its exit status
 Target = Callable[[list[str]], int]
 USAGE = ("usage: r2m warm [--log FILE] [--] COMMAND [ARGS...]   (e.g. r2m warm -- snakemake --cores 2 all); "
@@ -33,13 +35,10 @@ USAGE = ("usage: r2m warm [--log FILE] [--] COMMAND [ARGS...]   (e.g. r2m warm -
 
 
 def preload(modules: Iterable[str] = ()) -> list[str]:
-    """Import :data:`PRELOAD`, ``modules`` (what the caller's jobs import besides) and every stage module;
-    the names that could not be imported (an optional extra not installed: its jobs import it themselves,
-    cold)."""
-    from r2m.pipeline.stages import STAGES
-
+    """Import :data:`PRELOAD` and ``modules`` (what the caller's jobs import besides); the names that could not
+    be imported (an optional extra not installed: its jobs import it themselves, cold)."""
     missing = []
-    for name in dict.fromkeys((*PRELOAD, *modules, *(s.impl.partition(":")[0] for s in STAGES))):
+    for name in dict.fromkeys((*PRELOAD, *modules)):
         try:
             importlib.import_module(name)
         except ImportError:
