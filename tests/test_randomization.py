@@ -27,35 +27,44 @@ def _mean_system(ids, **cols) -> B.PerImage:
 # --------------------------------------------------------------------------- hand-worked p
 def test_four_images_every_swap_enumerated_by_hand():
     """CIDEr differences B − A per image 3, 2, −1, 1 (observed mean 1.25, sum 5). A swap flips an
-    image's sign; of the 16 sign patterns, |3s1 + 2s2 − s3 + s4| ≥ 5 for (+,+,·,·) with −s3 + s4 ∈
-    {0, 0, 2} and the three mirror images: 6 → p = 6/16. ROUGE-L differences 1, 2, 3, 4: only all-plus
-    and all-minus reach |10| → p = 2/16."""
+    image's sign. With s1 = s2 = + the sum is 5 + (−s3 + s4) ∈ {5, 3, 7, 5}: one above 5 (7), two
+    equal (5, 5); s1 = s2 = − mirrors it; mixed signs give |sum| ≤ 3. Of 16 patterns: 2 greater, 4
+    ties; mid-p = (2 + 4/2) / 16 = 4/16 (the conventional p counts ties whole: 6/16). ROUGE-L
+    differences 1, 2, 3, 4: only all-plus and all-minus reach |10|, both ties: mid-p = 1/16 (2/16)."""
     ids = "abcd"
     a = _mean_system(ids, CIDEr=[0, 0, 0, 0], ROUGE_L=[0, 0, 0, 0])
     b = _mean_system(ids, CIDEr=[3, 2, -1, 1], ROUGE_L=[1, 2, 3, 4])
     got = RZ.randomization_test(a, b, trials=10_000)
-    assert got["CIDEr"].exact and got["CIDEr"].trials == 16
-    assert (got["CIDEr"].delta, got["CIDEr"].count, got["CIDEr"].p) == (1.25, 6, 6 / 16)
-    assert (got["ROUGE_L"].delta, got["ROUGE_L"].count, got["ROUGE_L"].p) == (2.5, 2, 2 / 16)
+    c, r = got["CIDEr"], got["ROUGE_L"]
+    assert c.exact and c.trials == 16
+    assert (c.delta, c.greater, c.ties, c.p, c.p_conventional) == (1.25, 2, 4, 4 / 16, 6 / 16)
+    assert (r.delta, r.greater, r.ties, r.p, r.p_conventional) == (2.5, 0, 2, 1 / 16, 2 / 16)
     # swapping A and B changes the sign of the difference, not the p
     back = RZ.randomization_test(b, a, trials=10_000)
-    assert back["CIDEr"].delta == -1.25 and back["CIDEr"].p == 6 / 16
+    assert back["CIDEr"].delta == -1.25 and back["CIDEr"].p == 4 / 16
+    # no difference at all: every swap ties, p = 1 (not the mid-p's 1/2)
+    same = RZ.randomization_test(a, a, trials=10_000)["CIDEr"]
+    assert (same.delta, same.p, same.p_conventional) == (0.0, 1.0, 1.0)
 
 
 def test_sampled_trials_agree_with_the_enumeration():
-    """12 images: 2,000 random trials estimate the exact p (all 4,096 swaps, counted by a plain loop)
-    within 4 binomial standard errors; p = (count + 1) / (trials + 1)."""
+    """12 images: 2,000 random trials estimate the exact mid-p (all 4,096 swaps, counted by a plain
+    loop) within 4 binomial standard errors; sampled mid-p = (greater + (ties + 1)/2) / (trials + 1)."""
     rng = np.random.default_rng(3)
     d = rng.normal(0.3, 1.0, 12)
     b = _mean_system([str(i) for i in range(12)], CIDEr=d)
     a = _mean_system(b.ids, CIDEr=np.zeros(12))
-    hits = sum(abs(sum(s * x for s, x in zip(signs, d, strict=True))) >= abs(d.sum()) - 1e-12
-               for signs in itertools.product((1, -1), repeat=12))
-    exact = hits / 4096
+    sums = [abs(sum(s * x for s, x in zip(signs, d, strict=True))) for signs in itertools.product((1, -1), repeat=12)]
+    obs = abs(d.sum())
+    greater = sum(v > obs + 1e-12 for v in sums)
+    ties = sum(abs(v - obs) <= 1e-12 for v in sums)
+    assert ties == 2  # continuous differences: only the observed assignment and its mirror image tie
+    exact = (greater + ties / 2) / 4096
     got = RZ.randomization_test(a, b, trials=2000, seed=5)["CIDEr"]
-    assert not got.exact and got.trials == 2000 and got.p == (got.count + 1) / 2001
+    assert not got.exact and got.trials == 2000 and got.p == (got.greater + (got.ties + 1) / 2) / 2001
     assert abs(got.count / 2000 - exact) < 4 * math.sqrt(exact * (1 - exact) / 2000)
-    assert RZ.randomization_test(a, b, trials=4096)["CIDEr"].p == exact
+    full = RZ.randomization_test(a, b, trials=4096)["CIDEr"]
+    assert full.exact and (full.greater, full.ties) == (greater, ties) and full.p == exact
 
 
 def test_bleu_is_tested_on_its_corpus_form():
@@ -179,8 +188,8 @@ def test_better_on_every_image_is_marked_at_16_images(corpus):  # noqa: F811
     a, b = a.take(worse), b.take(worse)
     assert (b.columns["CIDEr"] > a.columns["CIDEr"]).all()
     got = RZ.randomization_test(a, b, trials=999)
-    for m, t in got.items():
-        assert t.delta > 0 and t.p == t.floor == 1 / 1000, m
+    for m, t in got.items():  # no trial reaches the observed difference: the observed half-tie alone
+        assert t.delta > 0 and t.p == t.floor == 0.5 / 1000 and t.p <= 0.05, m
 
 
 # --------------------------------------------------------------------------- r2m compare

@@ -58,7 +58,8 @@ def planted_null(r1: B.PerImage, r2: B.PerImage, n: int, pairs: int, trials: int
     without replacement and gives each image's two rows (``r1``, ``r2``) to A and B in random order."""
     rng = np.random.default_rng(seed)
     metrics = [m for m in r1.metrics() if m in set(r2.metrics())]
-    hits = {"randomization": dict.fromkeys(metrics, 0), **({"bootstrap": dict.fromkeys(metrics, 0)} if resamples else {})}
+    tests = ["randomization", "conventional p", *(["bootstrap"] if resamples else [])]
+    hits = {test: dict.fromkeys(metrics, 0) for test in tests}
     for k in range(pairs):
         rows = rng.choice(r1.n, size=n, replace=False)
         a1, a2 = r1.take(rows), r2.take(rows)
@@ -67,6 +68,7 @@ def planted_null(r1: B.PerImage, r2: B.PerImage, n: int, pairs: int, trials: int
         b = B.PerImage(a1.ids, {c: np.where(flip, a1.columns[c], a2.columns[c]) for c in a1.columns})
         for m, t in RZ.randomization_test(a, b, trials, seed=k, metrics=metrics).items():
             hits["randomization"][m] += t.p <= alpha
+            hits["conventional p"][m] += t.p_conventional <= alpha
         if resamples:
             for m, d in B.paired_bootstrap(a, b, resamples, seed=k, level=1 - alpha, metrics=metrics).items():
                 hits["bootstrap"][m] += d.significant
