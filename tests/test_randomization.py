@@ -226,6 +226,44 @@ def test_planted_null_marks_at_the_nominal_rate(corpus, n):  # noqa: F811
         assert expected < 0.05 - 3 * math.sqrt(0.05 * 0.95 / 1000)  # below the band: the known shortfall
 
 
+def _seed_null_rates(seed_sd: float, pairs: int, n: int = 16, k: int = 3, image_sd: float = 0.2,
+                     seed: int = 0) -> tuple[dict[str, float], dict[str, float]]:
+    """Seed-level planted nulls: six training runs, three for A and three for B, every run drawn alike —
+    per image a score ``difficulty_i + u_run + e_run,i`` (``u`` ~ N(0, seed_sd²), the run's seed effect, the
+    same on every image; ``e`` ~ N(0, image_sd²)) — paired seed by seed on the same ``n`` images. The rates
+    of marks of the seed-aware test and of its randomization within seeds alone."""
+    rng = np.random.default_rng(seed)
+    ids = [str(i) for i in range(n)]
+    hits, within = {"CIDEr": 0, "ROUGE_L": 0}, {"CIDEr": 0, "ROUGE_L": 0}
+    for j in range(pairs):
+        difficulty = {m: rng.random(n) for m in hits}
+        runs = [_mean_system(ids, **{m: difficulty[m] + rng.normal(0, seed_sd) + rng.normal(0, image_sd, n)
+                                     for m in hits}) for _ in range(2 * k)]
+        got = RZ.seed_test([(runs[s], runs[k + s]) for s in range(k)], trials=999, seed=j)
+        for m in hits:
+            hits[m] += got[m].p <= 0.05
+            within[m] += got[m].p_images <= 0.05
+    return {m: h / pairs for m, h in hits.items()}, {m: h / pairs for m, h in within.items()}
+
+
+@pytest.mark.parametrize("seed_sd", [0.0, 1.0])
+def test_seed_level_planted_null_marks_at_most_at_the_nominal_rate(seed_sd):
+    """400 seed-level planted nulls of 3 seeds per system on 16 images: the seed-aware test marks at
+    most 5 % + 3 SE (8.3 %). Seed effects large against the image noise (sd 1 against 0.2 / √16 per
+    seed): the randomization within seeds rejects almost always, so the decision is Student's t over
+    three normal per-seed differences, exact at 5 % — the rate must be within 5 % ± 3 SE, while the
+    within-seed randomization alone (a test that ignores the seeds) marks most of the nulls. No seed
+    effect: both tests must reject, and the rate is below 5 % (printed: how conservative)."""
+    pairs = 400
+    rates, within = _seed_null_rates(seed_sd, pairs, seed=int(10 * seed_sd))
+    print(f"seed-level null, seed sd {seed_sd}: seed-aware {rates}, within seeds only {within}")
+    se = math.sqrt(0.05 * 0.95 / pairs)
+    for m, r in rates.items():
+        assert r <= 0.05 + 3 * se, (m, r)
+        if seed_sd > 0:
+            assert r >= 0.05 - 3 * se and within[m] > 0.5, (m, r, within[m])
+
+
 def test_better_on_every_image_is_marked_at_16_images(corpus):  # noqa: F811
     """B captions each image with one of its references: better on every image; 16 images, 999 trials."""
     refs, _, (a, _) = corpus

@@ -273,19 +273,60 @@ SEEDS_AND_IMAGES = ("randomization within seeds and t over seeds (both must reje
                     "and bootstrap over images in quadrature")
 
 
+@dataclass(frozen=True)
+class SeedTest:
+    """The seed-aware test of one metric alone (no interval): :func:`seed_test`."""
+
+    delta: float  # mean over seeds of the per-seed corpus differences
+    p: float  # seeds ≥ 2: max(p_images, p_seeds); one seed: p_images
+    p_images: float
+    p_seeds: float | None
+    per_seed: tuple[float, ...]
+    trials: int
+    floor: float
+
+
+def seed_test(pairs: Sequence[tuple[B.PerImage, B.PerImage]], metrics: Sequence[str] | None = None,
+              trials: int = DEFAULT_TRIALS, seed: int = 0) -> dict[str, SeedTest]:
+    """The decision of :func:`seed_difference` without its interval: per metric the randomization
+    within seeds (``p_images``), the t test over the per-seed differences (``p_seeds``, two or more
+    pairs) and ``p``, the larger of the two (one pair: ``p_images``). A per-seed difference that is
+    not finite gives p = 1."""
+    pairs = _check_pairs(pairs)
+    metrics = list(common_metrics(pairs) if metrics is None else metrics)
+    if not metrics:
+        return {}
+    tests = stratified_randomization(pairs, trials, seed, metrics)
+    points = [B._corpus_many([a, b], np.arange(a.n)[None, :], metrics) for a, b in pairs]
+    out = {}
+    for m in metrics:
+        d = np.asarray([float(pb[m][0]) - float(pa[m][0]) for pa, pb in points])
+        t = tests[m]
+        if len(pairs) == 1:
+            out[m] = SeedTest(float(d[0]), t.p, t.p, None, (float(d[0]),), t.trials, t.floor)
+        elif not np.isfinite(d).all():
+            out[m] = SeedTest(float(d.mean()), 1.0, 1.0, None, tuple(map(float, d)), t.trials, t.floor)
+        else:
+            p_seeds = t_test_p(d)
+            out[m] = SeedTest(float(d.mean()), max(t.p, p_seeds), t.p, p_seeds, tuple(map(float, d)), t.trials,
+                              t.floor)
+    return out
+
+
 def seed_difference(pairs: Sequence[tuple[B.PerImage, B.PerImage]], metrics: Sequence[str] | None = None,
                     trials: int = DEFAULT_TRIALS, resamples: int = B.DEFAULT_RESAMPLES, seed: int = 0,
                     level: float = B.DEFAULT_LEVEL) -> dict[str, SeedDifference]:
     """B − A per metric from ``pairs`` = one ``(A_s, B_s)`` per shared seed (each pair on the same
     images). One pair: randomization over images and the paired percentile bootstrap. Several: the
-    module's seed-aware test and interval. ``resamples`` / ``trials`` must be within their limits."""
+    module's seed-aware test (:func:`seed_test`) and interval. ``resamples`` / ``trials`` must be
+    within their limits."""
     pairs = _check_pairs(pairs)
     metrics = list(common_metrics(pairs) if metrics is None else metrics)
     if not metrics:
         return {}
     if resamples > MAX_RESAMPLES:
         raise ValueError(f"{resamples:,} resamples is above the limit of {MAX_RESAMPLES:,}")
-    tests = stratified_randomization(pairs, trials, seed, metrics)
+    tests = seed_test(pairs, metrics, trials, seed)
     k = len(pairs)
     n = pairs[0][0].n
     if k == 1:
@@ -303,19 +344,19 @@ def seed_difference(pairs: Sequence[tuple[B.PerImage, B.PerImage]], metrics: Seq
         vb = [float(pb[m][0]) for _, pb in points]
         d = np.asarray(vb) - np.asarray(va)
         mean = float(d.mean())
+        t = tests[m]
         if not np.isfinite(d).all():
             out[m] = SeedDifference(float(np.mean(va)), float(np.mean(vb)), mean, math.nan, math.nan, 1.0, 1.0,
-                                    None, tuple(map(float, d)), k, n, tests[m].trials, resamples, level,
-                                    tests[m].floor, SEEDS_AND_IMAGES)
+                                    None, tuple(map(float, d)), k, n, t.trials, resamples, level, t.floor,
+                                    SEEDS_AND_IMAGES)
             continue
         seed_half = B.t_quantile(level, k - 1) * float(d.std(ddof=1)) / math.sqrt(k)
         finite = draws[m][np.isfinite(draws[m])]
         image_half = z * float(finite.std(ddof=1)) if finite.size > 1 else 0.0
         half = math.hypot(seed_half, image_half)
-        p_seeds = t_test_p(d)
-        out[m] = SeedDifference(float(np.mean(va)), float(np.mean(vb)), mean, mean - half, mean + half,
-                                max(tests[m].p, p_seeds), tests[m].p, p_seeds, tuple(map(float, d)), k, n,
-                                tests[m].trials, resamples, level, tests[m].floor, SEEDS_AND_IMAGES)
+        out[m] = SeedDifference(float(np.mean(va)), float(np.mean(vb)), mean, mean - half, mean + half, t.p,
+                                t.p_images, t.p_seeds, tuple(map(float, d)), k, n, t.trials, resamples, level,
+                                t.floor, SEEDS_AND_IMAGES)
     return out
 
 
