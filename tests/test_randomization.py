@@ -1,9 +1,11 @@
 """Approximate randomization, seed-aware differences, Holm, p text and limits (src/r2m/evaluation/randomization.py).
 
-Expectations from outside the code: p-values enumerated by hand over all 2^4 swaps of four images,
-the same count from a plain loop over explicitly swapped systems (BLEU's corpus form), Holm's
+Expectations from outside the code: mid-p values enumerated by hand over all 2^4 swaps of four images,
+the same counts from a plain loop over explicitly swapped systems (BLEU's corpus form), Holm's
 adjusted p-values of a hand-made vector, a t test p from the closed form for 2 degrees of freedom,
-and planted nulls whose rate of marks must be 5 % ± 3 Monte-Carlo standard errors."""
+planted nulls whose rate of marks must be 5 % ± 3 Monte-Carlo standard errors (CR≥1 at 16 images: the
+sign test's rate worked out with binomial arithmetic), and seed-level planted nulls whose rate must not
+exceed 5 % + 3 SE."""
 
 from __future__ import annotations
 
