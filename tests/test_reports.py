@@ -430,7 +430,7 @@ def test_row_better_on_every_image_is_marked_and_an_equal_one_is_not(tmp_path, r
     assert "Holm's step-down correction" in md and "(32 differences = compared rows × metrics)" in md
     assert "Primary metric: C (CIDEr)" in md and "Rows paired over one seed: test images only" in md
     r = by["D w/o FM"]
-    assert r["d_seeds"] == "1" and float(r["d_C_p"]) == pytest.approx(0.5 / 10001)  # the mid-p's floor
+    assert r["d_seeds"] == "1" and float(r["d_C_p"]) == pytest.approx(0.5 / 10001, rel=1e-3)  # the mid-p's floor (4 digits)
     assert float(r["d_C_holm"]) == pytest.approx(32 * 0.5 / 10001, rel=1e-3)  # the smallest of 32 p's, times 32
 
 
