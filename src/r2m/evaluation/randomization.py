@@ -33,8 +33,9 @@ intersection–union test (Berger 1982) of two nulls, both of which must be reje
   seeds are strata), the statistic is the mean over seeds of the per-seed differences;
 * *seeds*: Student's t test of ``mean(d_s) = 0`` over the ``k`` seeds (``k − 1`` degrees of freedom).
 
-``p = max(p_images, p_seeds)`` (:func:`seed_test`, the decision alone), which is a valid p-value for "no difference on these images, or no
-difference between the methods beyond seed-to-seed spread". Its interval adds two half-widths in
+``p = max(p_images, p_seeds)`` (:func:`seed_test`: the decision alone), which is a valid p-value
+for "no difference on these images, or no difference between the methods beyond seed-to-seed
+spread". Its interval adds two half-widths in
 quadrature: the t half-width over seeds (``t_{k−1} · s_d / √k``) and the image half-width
 (``z · sd`` of the paired bootstrap of the seed-averaged difference, the same image draws for every
 seed). With one seed pair it falls back to images only (the randomization test and the paired
