@@ -27,8 +27,13 @@ __all__ = ["MODELS", "R2M", "R2MConfig", "VARIANTS", "build_model", "build_sup_m
 
 
 def sup_model(name: str) -> Any:
-    """The class of the supervised baseline ``name`` (its module imported now)."""
-    return BASELINES.load(name)
+    """The class of the supervised baseline ``name`` (its module imported now); its ``name`` must be the
+    catalogue's (its checkpoints are loaded by it)."""
+    cls = BASELINES.load(name)
+    if getattr(cls, "name", None) != name:
+        raise TypeError(f"{BASELINES.target(name)}: its class attribute name is {getattr(cls, 'name', None)!r}; "
+                        f"set name = {name!r} (its name in r2m.baselines.BASELINES)")
+    return cls
 
 
 def build_sup_model(name: str, section: dict[str, Any], vocab_size: int, shapes: dict[str, tuple[int, ...]]):
