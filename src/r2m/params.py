@@ -458,7 +458,7 @@ RETIRED_KEYS = ("all_datasets", "all_seeds")
 
 
 class _ParamsBase(_Section):
-    """Every section but the supervised baselines' own (added from their registrations: :data:`Params`)."""
+    """Every section but the supervised baselines' own (added from :data:`r2m.baselines.BASELINES`: :data:`Params`)."""
 
     datasets: list[str] = Field(default_factory=lambda: ["demo"], min_length=1)
     variants: list[str] = Field(default_factory=lambda: list(VARIANT_NAMES), min_length=1)

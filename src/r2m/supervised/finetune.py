@@ -121,7 +121,7 @@ class EndToEnd:
 
 @functools.cache
 def end_to_end_class(model: str) -> type:
-    """The class of the baseline ``model`` (from its registry entry) with :class:`EndToEnd` on top."""
+    """The class of the baseline ``model`` (from its catalogue entry) with :class:`EndToEnd` on top."""
     base = sup_model(model)
     return type(f"{base.__name__}EndToEnd", (EndToEnd, base), {})
 
