@@ -364,12 +364,16 @@ def test_fetch_url_resumes(tmp_path, monkeypatch):
 
 
 def test_recipes_registered():
-    from r2m.datasets.base import RECIPES
-    from r2m.datasets.recipes import load_recipes
+    from r2m.catalogs import RECIPES
+    from r2m.datasets.recipes import recipe
 
-    load_recipes()
-    for kind in ("tiny", "folder", "coco_shutterstock", "flickr30k_coco", "coco_gcc"):
-        assert kind in RECIPES
+    assert RECIPES.names() == ["coco_gcc", "coco_shutterstock", "demo", "flickr30k_coco", "folder", "tiny"]
+    for kind in RECIPES:  # each names an object with both steps; the benchmarks are their Benchmark
+        made = recipe(kind)
+        assert callable(made.prepare) and callable(made.references), kind
+        assert getattr(made, "name", kind) == kind
+    with pytest.raises(KeyError, match="unknown dataset kind 'nope'; known: coco_gcc, coco_shutterstock, demo"):
+        recipe("nope")
 
 
 # --------------------------------------------------------------------------- issue 38.6: references apart

@@ -325,7 +325,7 @@ def test_each_model_memorises_a_tiny_paired_set(which: str, tmp_path) -> None:
     # checkpoint round trip through the registry
     torch.save(m.checkpoint(), tmp_path / "model.pt")
     m2, ckpt = load_model(tmp_path)
-    assert ckpt["model"] == which and isinstance(m2, MODELS.get(which))
+    assert ckpt["model"] == which and isinstance(m2, MODELS.load(which))
     dec2 = beam_search(m2.eval(), x, beam=3, max_len=8)
     assert torch.equal(dec["tokens"], dec2["tokens"])
 

@@ -9,7 +9,7 @@ from r2m.utils.io import atomic_path
 
 
 def run(ctx: StageContext) -> None:
-    make = recipe(ctx.entry.kind)
+    make = recipe(ctx.entry.kind).prepare
     out = ctx.outs["prepared"]
     with atomic_path(out) as tmp:
         tmp.mkdir(parents=True)

@@ -97,9 +97,9 @@ def _checked(data: Any, path: Path) -> dict[str, Any]:
 
 def _vet_options(kind: str, backend: str, options: Any, where: str) -> None:
     """Refuse a recorded backend's options that name code or a download (one line, ``where``: the key)."""
-    from r2m.params import DETECTOR_SOURCES, FEATURE_SOURCES, registered_names
+    from r2m.catalogs import DETECTORS, FEATURES
 
-    names = registered_names(*((DETECTOR_SOURCES, "DETECTORS") if kind == "detector" else (FEATURE_SOURCES, "FEATURES")))
+    names = (DETECTORS if kind == "detector" else FEATURES).names()
     if not isinstance(backend, str) or backend not in names:
         raise ValueError(f"{where}.backend: {backend!r} is not a {kind} backend of this project "
                          f"({', '.join(names)}); a model folder may only select one of them")

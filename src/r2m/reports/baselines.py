@@ -29,7 +29,7 @@ from r2m.utils.io import mark_owned, read_json, replace_folder, write_text
 SKIPPED = "skipped"
 REFERENCE = "reference point"
 CHANCE = "chance"
-# row labels: each baseline's from its registration (``label=`` in its model file), plus R2M's and
+# row labels: each baseline's from its catalogue entry (r2m.baselines.BASELINES), plus R2M's and
 # the reference point's
 MODEL_LABELS = {**SUP_MODEL_LABELS, "r2m": "R2M (joint space)", "mostfreq": "most frequent training caption"}
 

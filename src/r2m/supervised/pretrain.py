@@ -2,21 +2,19 @@
 the ground-truth concepts) for ``train_sup.pretrain_steps`` steps; a model without one (or with 0 steps), or a
 dataset without paired captions, gets ``skipped.json`` and train_sup starts from scratch.
 
-The training is :func:`r2m.supervised.train.train_phase`, loaded by name for the baselines that have a pretraining
-phase (:data:`PRETRAINING_MODULES`; tests/test_code_deps.py checks it against the models' ``phases``): the
-pretraining of every other baseline, which writes its skip marker only, does not depend on the training code
-(:mod:`r2m.pipeline.codedeps`).
+The baselines with a pretraining phase say so in their catalogue entry (``phases`` in
+:data:`r2m.baselines.BASELINES`); the training is :func:`r2m.supervised.train.train_phase`, imported only for them.
 """
 
 from __future__ import annotations
 
-import importlib
-
+from r2m.baselines import BASELINES
 from r2m.pipeline.context import StageContext
 from r2m.supervised.skip import skip_reason, write_skipped
+from r2m.utils.registry import load_target
 
-# the baselines with a pretraining phase -> the module that trains it
-PRETRAINING_MODULES: dict[str, str] = {"scnn": "r2m.supervised.train"}
+# the trainer, loaded by name where a baseline has a pretraining phase (r2m.supervised.train imports this module)
+TRAINER = "r2m.supervised.train:train_phase"
 
 
 def add_arguments(parser) -> None:
@@ -26,11 +24,11 @@ def add_arguments(parser) -> None:
 def run(ctx: StageContext) -> None:
     reason = skip_reason(ctx.deps["sup_vocab"])
     if not reason:
-        if ctx.model not in PRETRAINING_MODULES:
+        if "pretrain" not in BASELINES[ctx.model].phases:
             reason = f"{ctx.model} has no pretraining phase"
         elif ctx.params.train_sup.for_model(ctx.model).pretrain_steps == 0:
             reason = f"train_sup.pretrain_steps is 0 for {ctx.model}"
     if reason:
         write_skipped(ctx, reason)
         return
-    importlib.import_module(PRETRAINING_MODULES[ctx.model]).train_phase(ctx, "pretrain")
+    load_target(TRAINER)(ctx, "pretrain")

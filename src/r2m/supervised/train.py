@@ -32,11 +32,6 @@ from r2m.supervised.skip import reset_folder, skip_reason, write_skipped
 from r2m.utils.io import mark_owned, write_json
 from r2m.utils.lazy import no_grad
 
-# the baselines whose CNN can train end to end (their section's ``cnn: end_to_end``) -> the module that does
-# it, loaded by name: r2m.pipeline.codedeps declares it for those baselines' stages only (an edit of the
-# CNN fine-tuning, or of a feature backend it builds, re-runs no m-RNN or SAT training)
-END_TO_END_MODULES: dict[str, str] = {"scnn": "r2m.supervised.finetune"}
-
 # torch, the models and the training loop are imported by the functions that train: a skipped
 # baseline (a dataset without paired captions) starts without them
 if TYPE_CHECKING:
@@ -75,20 +70,21 @@ def run(ctx: StageContext) -> None:
 
 
 def _end_to_end(name: str, section: dict[str, Any]):
-    """The module that trains ``name``'s CNN end to end (:data:`END_TO_END_MODULES`) when its section asks for
-    it, else None."""
-    import importlib
+    """The module that trains ``name``'s CNN end to end (``end_to_end`` of its :data:`r2m.baselines.BASELINES`
+    entry) when its section asks for it, else None."""
+    from r2m.baselines import BASELINES
+    from r2m.utils.registry import load_target
 
-    module = END_TO_END_MODULES.get(name)
+    module = BASELINES[name].end_to_end
     if module is None:
         return None
-    finetune = importlib.import_module(module)
+    finetune = load_target(module)
     return finetune if finetune.end_to_end(section) else None
 
 
 def train_phase(ctx: StageContext, phase: str) -> None:
     """``phase`` ``train`` (stage ``train_sup``) or ``pretrain`` (``pretrain_sup``, :mod:`r2m.supervised.pretrain`,
-    which loads this module by name for the baselines that have a pretraining phase)."""
+    which loads this function by name for the baselines that have a pretraining phase)."""
     reason = skip_reason(ctx.deps["sup_vocab"])
     if reason:
         write_skipped(ctx, reason)

@@ -1,6 +1,6 @@
 """Stage ``detect_concepts``: visual concepts per image (dictionary words with scores and boxes).
 
-The backends live in the package ``r2m.vision.detectors`` (one file each, registry ``DETECTORS``);
+The backends live in the package ``r2m.vision.detectors`` (one file each, named in ``r2m.catalogs.DETECTORS``);
 this module is the stage and re-exports the package's API (``build_detector``, ``detect_images``, ...).
 
 Output ``D/concepts/detections.parquet``: ``image_id, label, concept, score, x1, y1, x2, y2``;
