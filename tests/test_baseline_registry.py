@@ -57,7 +57,7 @@ def test_the_baselines_come_from_the_catalogue():
 
 def test_validating_params_imports_no_torch(repo_root):
     code = ("import sys; from r2m.pipeline import validate as V; V.load('params.yaml'); "
-            "import r2m.pipeline.stages, r2m.pipeline.dag; "
+            "import r2m.stage.registry, r2m.pipeline.dag; "
             "print('torch' in sys.modules, sorted(m for m in sys.modules if m.startswith('r2m.models')))")
     r = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(repo_root / "src")})

@@ -22,11 +22,11 @@ from r2m import params as P
 from r2m.evaluation import per_image
 from r2m.evaluation.bootstrap import PerImage
 from r2m.evaluation.randomization import SEEDS_AND_IMAGES, SeedDifference
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
 from r2m.reports import claims as CL
 from r2m.reports import intervals as I
 from r2m.reports import paper_claims as PC
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from r2m.pipeline import dag
-from r2m.pipeline import stages as S
-from r2m.pipeline.stages import STAGES, Gather
+from r2m.stage import registry as S
+from r2m.stage.registry import STAGES, Gather
 
 BIN = Path(sys.executable).parent
 REQUIRED = {
@@ -113,7 +113,7 @@ def test_dvc_yaml_runs_each_stage_over_its_listed_instances(repo_root):
     assert stages["detect_concepts"]["foreach"] == "${instances.datasets}"
     train_xe = stages["train_xe"]["do"]
     assert not any(d.startswith("src/") or d.startswith(".params") for d in train_xe["deps"])  # code: its stamp
-    # what the instance read reaches DVC through its stamp, rewritten at every repro (r2m.pipeline.record)
+    # what the instance read reaches DVC through its stamp, rewritten at every repro (r2m.stage.record)
     assert stages["resolve_params"]["always_changed"] is True and "deps" not in stages["resolve_params"]
     assert {"models/${item.dataset}/${item.variant}/s${item.seed}/train_xe": {"persist": True}} in train_xe["outs"]
     train_s = stages["train_s"]["do"]

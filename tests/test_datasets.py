@@ -85,8 +85,8 @@ def test_tiny_through_prepare_stage(tmp_path):
     """Paths stay valid after the prepare stage renames its temporary folder into place."""
     from r2m import params as P
     from r2m.datasets.stage import run
-    from r2m.pipeline.context import StageContext
-    from r2m.pipeline.stages import get
+    from r2m.stage.context import StageContext
+    from r2m.stage.registry import get
 
     raw = {"datasets": ["t"], "catalog": {"t": {"kind": "tiny", "n_train_images": 2, "n_val_images": 1,
                                                 "n_test_images": 1, "n_sentences": 10, "image_size": 48}}}

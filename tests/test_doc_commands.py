@@ -133,7 +133,7 @@ def _missing_flags(help_of: tuple[str, ...], argv: tuple[str, ...]) -> list[str]
 def dag_patterns() -> tuple[re.Pattern[str], ...]:
     """Regexes of every path the stage registry (and the Snakefile's targets) can produce; a path inside
     a folder output matches too."""
-    from r2m.pipeline.stages import STAGES
+    from r2m.stage.registry import STAGES
 
     pats = []
     for st in STAGES:

@@ -53,7 +53,7 @@ def test_profiles_resolve_every_item_and_benchmarks_default_to_official() -> Non
 
 
 def test_stage_params_carry_resolved_items_and_not_the_profile_name() -> None:
-    from r2m.pipeline.stages import STAGES
+    from r2m.stage.registry import STAGES
 
     stages = {s.name: s for s in STAGES}
     p = P.validate(_raw(fidelity="official"))

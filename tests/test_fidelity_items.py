@@ -36,7 +36,7 @@ def test_benchmarks_resolve_to_the_papers_detector_and_features(raw, name) -> No
 def test_snakemake_dry_run_params_of_coco_shutterstock(raw) -> None:
     """What ``snakemake -n reports/table1.csv --config 'datasets=["coco_shutterstock"]'`` gives the two
     image stages: the resolved params the rules carry (and the stages save)."""
-    from r2m.pipeline.stages import STAGES
+    from r2m.stage.registry import STAGES
 
     raw = {**raw, "datasets": ["coco_shutterstock"]}
     p = P.validate(raw)
@@ -144,7 +144,7 @@ def test_rm_input_linear_is_applied_before_attention() -> None:
 
 # --------------------------------------------------------------------------- item 8: named departures
 def test_new_items_resolve_by_profile_and_reach_the_stages_that_read_them() -> None:
-    from r2m.pipeline.stages import FIDELITY_IMAGES, FIDELITY_TRAIN, STAGES
+    from r2m.stage.registry import FIDELITY_IMAGES, FIDELITY_TRAIN, STAGES
 
     for item in NEW_ITEMS:
         assert f"fidelity.{item}" in P.PROFILES, item

@@ -98,9 +98,9 @@ def test_no_conflict_markers_in_tracked_files():
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("r2m", "r2m.runtime", "r2m.utils"),
     ("r2m.params",),  # the params schema and profiles
-    # the stage registry and what a stage receives (StageContext): below every stage module that uses them
-    ("r2m.pipeline.axes", "r2m.pipeline.spec", "r2m.pipeline.stages", "r2m.pipeline.sup_stages",
-     "r2m.pipeline.context"),
+    # the stage registry, what a stage receives (StageContext) and the record of what it read: below every
+    # stage module; the engines (r2m.pipeline) at the top
+    ("r2m.stage",),
     ("r2m.text",),
     ("r2m.models", "r2m.losses"),
     ("r2m.vision", "r2m.datasets", "r2m.evaluation"),
@@ -208,13 +208,13 @@ def layer_of(mod: str) -> int | None:
 
 def entry_modules() -> frozenset[str]:
     """The modules named as ``"module:function"`` implementations by the stage registry
-    (:data:`r2m.pipeline.stages.STAGES`), ``r2m``'s tools (:data:`r2m.cli.TOOLS`), the commands a stage's
+    (:data:`r2m.stage.registry.STAGES`), ``r2m``'s tools (:data:`r2m.cli.TOOLS`), the commands a stage's
     subcommand serves without its axes (:data:`r2m.cli.STANDALONE`) and ``r2m bench``
     (:data:`r2m.bench.BENCHMARKS`): the command layer, above every library layer."""
     sys.path.insert(0, str(PKG.parent))
     try:
         from r2m import bench, cli
-        from r2m.pipeline import stages
+        from r2m.stage import registry as stages
     finally:
         sys.path.pop(0)
     specs = [s.impl for s in stages.STAGES] + [v[0] for v in cli.TOOLS.values()] + \
@@ -224,7 +224,7 @@ def entry_modules() -> frozenset[str]:
 
 def stage_modules() -> frozenset[str]:
     """The modules the stage registry names as implementations (a stage's ``impl``)."""
-    from r2m.pipeline import stages
+    from r2m.stage import registry as stages
 
     return frozenset(s.impl.split(":")[0] for s in stages.STAGES)
 

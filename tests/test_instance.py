@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from r2m import params as P
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
-from r2m.pipeline.record import stamp_path
 from r2m.pipeline.resolved import needed_by_other_datasets
-from r2m.pipeline.spec import Gather, Out, Stage
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
+from r2m.stage.record import stamp_path
+from r2m.stage.spec import Gather, Out, Stage
 from r2m.utils.resume import resume_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def test_needed_by_other_datasets_takes_its_argument():
 
 def test_one_views_object_per_run_sees_each_instance_as_its_run_does():
     """``r2m.params.Views``: a run's dataset/seed views, each made once and shared by every instance looked at
-    (the planner's, :class:`r2m.pipeline.record.Planner`). Each instance's view is the params its stage's context
+    (the planner's, :class:`r2m.stage.record.Planner`). Each instance's view is the params its stage's context
     holds (what the runner records reads from), sharing changes no instance's resolved params, and a view is
     keyed by dataset and seed both (a cache keyed by one would hand seed 1 the seed-0 view)."""
     from r2m.pipeline.resolved import dag_instances

@@ -267,7 +267,7 @@ def test_dvc_never_deletes_a_folder_output_before_its_command():
     build_sup_vocab, figures, inspect_sup and report_baselines were not, so a user's file in one went with it.
     After: every folder output of dvc.yaml is persist (r2m replaces it itself, checked before the work)."""
     doc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    from r2m.pipeline.stages import STAGES
+    from r2m.stage.registry import STAGES
 
     folders = {o.path for s in STAGES for o in s.outs.values() if o.directory}
     assert len(folders) >= 15

@@ -12,9 +12,9 @@ import yaml
 
 from r2m import params as P
 from r2m.params import TRAIN_STAGES, VARIANT_NAMES
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
 from r2m.reports import figures, html, plots, tables
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 
 DATASETS = ["tiny", "coco_shutterstock"]
 

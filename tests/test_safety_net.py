@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from r2m import params as P
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 from r2m.supervised.retrieval import retrieval_scores
 from r2m.supervised.retrieval_r2m import r2m_similarity
 from r2m.training import stages as T

@@ -205,8 +205,8 @@ def test_stages_train_resume_and_inspect_sat_hard(tmp_path, monkeypatch) -> None
     import json
 
     from r2m import params as P
-    from r2m.pipeline import stages as S
-    from r2m.pipeline.context import StageContext
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
 
     sched = {"steps": 6, "batch_size": 8, "lr": 3e-3, "max_len": 12, "eval_every": 3, "checkpoint_every": 3}
     raw = {"datasets": ["syn"], "baselines": {"datasets": ["syn"], "models": ["sat_hard"]},

@@ -357,8 +357,8 @@ def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
     import json as _json
 
     from r2m import params as P
-    from r2m.pipeline import stages as S
-    from r2m.pipeline.context import StageContext
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
     from r2m.utils.io import read_json
 
     torch.set_num_threads(1)

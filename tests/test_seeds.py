@@ -16,9 +16,9 @@ import torch
 import yaml
 
 from r2m import params as P
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
 from r2m.pipeline.resolved import dag_instances, instances
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 from test_training import make_params, make_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,8 +19,8 @@ import yaml
 from r2m import params as P
 from r2m.pipeline import dag
 from r2m.pipeline import validate as V
-from r2m.pipeline.stages import BY_NAME
-from r2m.pipeline.sup_stages import SUP
+from r2m.stage.registry import BY_NAME
+from r2m.stage.sup_registry import SUP
 
 BIN = Path(sys.executable).parent
 SUP_READERS = ("pretrain_sup", "train_sup", "caption_sup", "inspect_sup", "retrieval_sup")
@@ -118,7 +118,7 @@ def test_missing_vgg_weights_stops_a_stage_before_it_runs(raw, tmp_path) -> None
 def test_tiny_paired_sup_features_are_what_extract_features_wrote(raw, tmp_path) -> None:
     """The new stage on tiny_paired (fewer images, same seed and size) writes the same arrays as the
     R²M stage with tiny_paired's former feature params (what the baselines read before)."""
-    from r2m.pipeline.context import StageContext
+    from r2m.stage.context import StageContext
 
     raw = copy.deepcopy(raw)
     raw["catalog"]["tiny_paired"].update(n_train_images=12, n_val_images=3, n_test_images=5, n_sentences=20)

@@ -153,8 +153,8 @@ def test_vgg16_and_inception_v4_random_init(images):
 
 def test_stage_writes_features(images, tmp_path, repo_root):
     from r2m import params as P
-    from r2m.pipeline import stages as S
-    from r2m.pipeline.context import StageContext
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
 
     prepared = tmp_path / "data" / "tiny" / "prepared"
     prepared.mkdir(parents=True)

@@ -152,8 +152,8 @@ def standalone(args: argparse.Namespace) -> int:
 
 def _standalone(args: argparse.Namespace) -> int:
     from r2m.decoding.photos import Captioner
-    from r2m.pipeline.context import setup_logging
     from r2m.runtime import Runtime
+    from r2m.stage.context import setup_logging
 
     setup_logging(None, logging.WARNING)
     given = [a for a in ("dataset", "variant", "ckpt") if getattr(args, a, None) is not None]

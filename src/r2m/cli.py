@@ -1,6 +1,6 @@
 """The ``r2m`` console script: one subcommand per DAG stage plus tools.
 
-Stage subcommands come from the stage registry (:mod:`r2m.pipeline.stages`); their modules are
+Stage subcommands come from the stage registry (:mod:`r2m.stage.registry`); their modules are
 imported only when the subcommand runs, so ``r2m dag --check`` and ``r2m --help`` stay fast.
 """
 
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from r2m.pipeline import stages as S
+from r2m.stage import registry as S
 
 # tools that are not DAG stages: name -> (module:function, help)
 TOOLS: dict[str, tuple[str, str]] = {
@@ -142,8 +142,8 @@ class AfterImport:
 def run_stage(stage: S.Stage, argv: list[str]) -> int:
     from r2m import params as P
     from r2m.pipeline import validate as V
-    from r2m.pipeline.context import StageContext, setup_logging
     from r2m.runtime import Runtime
+    from r2m.stage.context import StageContext, setup_logging
     from r2m.utils.guard import BadInput, env_number, inside
 
     # check axes before importing heavy code (--help waits for the stage's own options)
@@ -235,9 +235,9 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 holds the stage's lock, the others their own
         extra = f"{extra or ''}rank{os.environ['RANK']}"
     lock = StageLock(ctx.root, stage.name, axes, outs, extra=extra)
-    from r2m.pipeline import record
+    from r2m.stage import record
 
-    # what the instance reads, recorded (.r2m/records/, r2m.pipeline.record) by one run of it (not a shard's)
+    # what the instance reads, recorded (.r2m/records/, r2m.stage.record) by one run of it (not a shard's)
     recording = shard is None and extra is None and os.environ.get("R2M_RECORD", "1") != "0"
     rec = None
     try:

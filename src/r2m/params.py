@@ -10,7 +10,7 @@ Each supervised baseline brings its own section: the params class of its entry i
 Dataset kinds, their option keys and the detector and feature backends are the names of :mod:`r2m.catalogs`.
 
 Only the schema lives here: file / extra / recipe checks are :mod:`r2m.pipeline.validate`, the
-DAG's axis values :mod:`r2m.pipeline.axes`. Runtime settings (device, threads, workers) are *not*
+DAG's axis values :mod:`r2m.stage.axes`. Runtime settings (device, threads, workers) are *not*
 params: they come from the command line or the environment (see :mod:`r2m.runtime`).
 
 (Over 450 lines on purpose: it is one pydantic class per params section, the fidelity profile

@@ -30,7 +30,7 @@ from typing import Any
 
 from r2m.datasets.base import option
 from r2m.params import DatasetEntry
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.utils.digest import digest_files, expand
 from r2m.utils.registry import Registry
 
@@ -125,7 +125,7 @@ def _digest(records: list[dict[str, Any]]) -> str:
 
 
 def input_digest(params: Any, dataset: str) -> str:
-    """Snakemake's ``external`` param of ``inputs`` (:attr:`r2m.pipeline.spec.Stage.external`): one digest
+    """Snakemake's ``external`` param of ``inputs`` (:attr:`r2m.stage.spec.Stage.external`): one digest
     of :func:`input_records`, compared by content, so ``inputs`` re-runs when, and only when, what it
     would record changes (a touched or re-commented file re-runs nothing)."""
     entry = params.catalog.get(dataset)

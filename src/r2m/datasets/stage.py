@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from r2m.datasets.recipes import build_references, recipe
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.utils.io import atomic_path
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.utils.io import read_json, write_json
 from r2m.vision.downloads import download_of, local_copy
 

@@ -45,7 +45,7 @@ from r2m.decoding.captioner import (
     source_counts,
     words_of,
 )
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.utils.io import write_json
 
 ATTENTION_IMAGES = 8

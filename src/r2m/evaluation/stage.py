@@ -36,7 +36,7 @@ from r2m.evaluation.inputs import (
     partial_error,
     reference_splits,
 )
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.utils.io import read_json, write_json
 
 log = logging.getLogger("r2m")
@@ -240,7 +240,7 @@ def standalone(args: argparse.Namespace) -> int:
         print("r2m evaluate: give --dataset/--variant/--ckpt (pipeline stage) or "
               "--results RES.json --references REFS.json [--out METRICS.json]", file=sys.stderr)
         return 2
-    from r2m.pipeline.context import setup_logging
+    from r2m.stage.context import setup_logging
 
     refused = _refused_out(args.out, args.results, args.references)
     if refused:

@@ -19,7 +19,7 @@ from r2m.pipeline import validate as V
 def check(dataset: str, params_path: str = "params.yaml") -> int:
     """Print the preprocessing report of one dataset from its stage outputs."""
     from r2m.datasets.check import report, vocab_filter_warning
-    from r2m.pipeline.stages import BY_NAME
+    from r2m.stage.registry import BY_NAME
 
     p = V.load(params_path)
     if dataset not in p.catalog:

@@ -1,5 +1,5 @@
 """``r2m resolve-params``: check every stage instance of the DAG against its record and write its stamp
-(``.params/<stage>/<instance>.json``, :mod:`r2m.pipeline.record`), touching only the stamps whose text
+(``.params/<stage>/<instance>.json``, :mod:`r2m.stage.record`), touching only the stamps whose text
 changed. The first stage of ``dvc.yaml``, run at every ``dvc repro``: DVC's stages read their stamps as
 params files, so a stamp turned stale reruns its stage."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 from r2m import params as P
 from r2m.pipeline.dag import stale_instances
-from r2m.pipeline.record import STAMPS, Planner
 from r2m.pipeline.resolved import dag_instances
+from r2m.stage.record import STAMPS, Planner
 
 
 def plan_all(params: P.Params, root: Path = Path(".")) -> dict[str, list[str]]:

@@ -3,7 +3,7 @@
 A stage instance is a stage at one value of each of its axes (dataset, variant, model, ckpt, seed).
 :func:`instances` lists every instance the params allow, :func:`dag_instances` those the reports need
 (what ``snakemake all`` runs and ``dvc.yaml``'s instance lists hold). What an instance actually read when
-it ran is its record (:mod:`r2m.pipeline.record`), not predicted here.
+it ran is its record (:mod:`r2m.stage.record`), not predicted here.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import functools
 from collections.abc import Iterator
 
 from r2m import params as P
-from r2m.pipeline.axes import ALL_DATASETS, AXIS_SOURCES, expand
-from r2m.pipeline.spec import Gather, Stage
-from r2m.pipeline.stages import STAGES
+from r2m.stage.axes import ALL_DATASETS, AXIS_SOURCES, expand
+from r2m.stage.registry import STAGES
+from r2m.stage.spec import Gather, Stage
 
 
 @functools.cache
@@ -57,7 +57,7 @@ def axis_source(stage: Stage, axis: str) -> str:
 
 def instances(params: P.Params, stages: tuple[Stage, ...] = STAGES) -> Iterator[tuple[Stage, dict[str, str]]]:
     """Every instance each stage can have under the params: each combination of its axes' value lists, a
-    seeded one at each of its run's own seeds (:func:`r2m.pipeline.axes.expand`; a run its :attr:`Stage.fixed`
+    seeded one at each of its run's own seeds (:func:`r2m.stage.axes.expand`; a run its :attr:`Stage.fixed`
     values name). :func:`dag_instances` keeps those the reports need."""
     for stage in stages:
         for bound in expand(params, stage.axes, lambda a, s=stage: axis_source(s, a), dict(stage.fixed)):

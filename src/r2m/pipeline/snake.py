@@ -9,9 +9,9 @@ from typing import Any
 import yaml
 
 from r2m import params as P
-from r2m.pipeline.axes import gathered
 from r2m.pipeline.resolved import needed_instances
-from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage, folder_members
+from r2m.stage.axes import gathered
+from r2m.stage.registry import BY_NAME, STAGES, Gather, Stage, folder_members
 
 
 def snake_template(path: str) -> str:
@@ -43,7 +43,7 @@ def external_param(stage: Stage, params: P.Params):
 
 
 def plan_input(stage: Stage, planner: Any):
-    """A Snakemake input function: the instance's stamp (:mod:`r2m.pipeline.record`), written now from its
+    """A Snakemake input function: the instance's stamp (:mod:`r2m.stage.record`), written now from its
     record — current (modification time 0) or stale (the time now, newer than its outputs) — so Snakemake's
     mtime check reruns exactly the instances whose record names something that changed, and their
     descendants."""
@@ -174,7 +174,7 @@ def member_paths(path: str, members: tuple[str, ...]) -> list[str]:
 
 def dep_inputs(template: str):
     """A Snakemake input function for a dependency: a folder another stage writes with key files
-    (:func:`r2m.pipeline.stages.folder_members`) is asked for by those files only (Snakemake then re-runs
+    (:func:`r2m.stage.registry.folder_members`) is asked for by those files only (Snakemake then re-runs
     the producer when one is missing; asked for as a folder as well, it would not), any other as it is."""
 
     def _inputs(wildcards: Any) -> list[str]:
@@ -213,7 +213,7 @@ def member_targets(params: P.Params, targets: tuple[str, ...]) -> list[str]:
 def output_refusals(planned: Any) -> list[str]:
     """One line per output a planned job may not replace: ``planned`` holds ``(rule name, [(path,
     is_directory)])`` per job. Snakemake deletes a job's declared outputs before it runs (and again when it
-    fails), so the stage's own check (:meth:`r2m.pipeline.context.StageContext.output_problems`) would come
+    fails), so the stage's own check (:meth:`r2m.stage.context.StageContext.output_problems`) would come
     too late: the Snakefile's ``onstart`` runs this over every job it is about to run, before the first one
     starts. The rules of the registry's stages (and their ``_shard`` jobs) are checked by the stage's ownership
     kind (:func:`r2m.utils.io.stage_output_problem`)."""

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from r2m.params import SUP_MODEL_LABELS
-from r2m.pipeline.context import StageContext
 from r2m.reports import intervals as I
 from r2m.reports import published as P
 from r2m.reports.tables import PUBLISHED, PUBLISHED_SCOPE, THIS_RUN, apply_holm, fmt, scope_cells
+from r2m.stage.context import StageContext
 from r2m.utils.io import mark_owned, read_json, replace_folder, write_text
 
 SKIPPED = "skipped"

@@ -33,10 +33,10 @@ import numpy as np
 from r2m.evaluation import power
 from r2m.evaluation import randomization as RZ
 from r2m.evaluation.bootstrap import DEFAULT_LEVEL, PerImage, t_quantile
-from r2m.pipeline.context import StageContext
 from r2m.reports import intervals as I
 from r2m.reports import paper_claims as C
 from r2m.reports import published as P
+from r2m.stage.context import StageContext
 from r2m.utils.io import write_text
 
 ALPHA = 0.05

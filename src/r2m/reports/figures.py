@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from r2m.params import TRAIN_STAGES
-from r2m.pipeline.context import StageContext
 from r2m.reports.intervals import first_seeds
 from r2m.reports.plots import (
     attention_figure,
@@ -26,6 +25,7 @@ from r2m.reports.plots import (
     save_figure,
 )
 from r2m.reports.published import CKPT_LABELS, dataset_label
+from r2m.stage.context import StageContext
 from r2m.utils.io import atomic_path, read_json, write_json
 
 

@@ -24,10 +24,10 @@ from typing import Any
 
 from markupsafe import Markup
 
-from r2m.pipeline.context import StageContext
 from r2m.reports import intervals as I
 from r2m.reports.published import COLUMNS
 from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, SCOPE_COLUMNS, TABLES
+from r2m.stage.context import StageContext
 from r2m.utils.io import read_json, write_text
 from r2m.vision.weights import RANDOM_BY_DEFINITION, uses_random_weights
 

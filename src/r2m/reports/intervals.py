@@ -44,7 +44,7 @@ from r2m.evaluation.bootstrap import (
     resample_chunks,
     t_interval,
 )
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 
 BOOT_SEED = 0
 T_SEEDS = "t over seeds"

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from r2m.params import TRAIN_STAGES, VARIANT_NAMES
-from r2m.pipeline.context import StageContext
 from r2m.reports import intervals as I
 from r2m.reports import published as P
+from r2m.stage.context import StageContext
 from r2m.utils.io import read_json, write_text
 
 PUBLISHED = "published"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.supervised.skip import skip_reason
 from r2m.utils.io import write_json
 

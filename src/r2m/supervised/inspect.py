@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from r2m.baselines import BASELINES
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.utils.io import mark_owned, replace_folder, write_json
 from r2m.utils.registry import load_target
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.supervised.inspection import opened, split_of
 from r2m.text.vocab import END
 

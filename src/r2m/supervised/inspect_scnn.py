@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.supervised.inspection import opened, split_of
 
 ML_PROTOCOL = ("top-3 labels per image; C-P/C-R averaged over all concepts, O-P/O-R over all test images, "

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 
 
 def split_of(prepared: Path, split: str) -> list[str]:

@@ -9,7 +9,7 @@ The baselines with a pretraining phase say so in their catalogue entry (``phases
 from __future__ import annotations
 
 from r2m.baselines import BASELINES
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.supervised.skip import skip_reason, write_skipped
 from r2m.utils.registry import load_target
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.supervised.retrieval import retrieval_scores, summary
 from r2m.utils.io import write_json
 from r2m.utils.lazy import no_grad

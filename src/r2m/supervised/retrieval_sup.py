@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.supervised.retrieval import retrieval_scores, sampled_prior, split_pairs, summary, sup_logp
 from r2m.utils.io import write_json
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.supervised.vocab import skip_reason
 from r2m.utils.io import write_json
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from r2m.evaluation.val_score import METRICS, ValScorer, val_references
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 
 
 def val_selector(ctx: StageContext, feats, itos: list[str], metric: str, device) -> Callable | None:

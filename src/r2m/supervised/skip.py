@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.utils.io import mark_owned, read_json, replace_folder, write_json, write_text
 
 

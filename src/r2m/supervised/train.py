@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.supervised.pretrain import add_arguments  # noqa: F401  (r2m.cli reads it from the entry: --fresh)
 from r2m.supervised.skip import reset_folder, skip_reason, write_skipped
 from r2m.utils.io import mark_owned, write_json

@@ -9,7 +9,7 @@ Apart from :mod:`r2m.training.stages` (the text stages' entry) because selecting
 
 from __future__ import annotations
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.text.vocab import load_itos
 from r2m.training import selection
 from r2m.training.stages import add_arguments, relaunch, train  # noqa: F401  (r2m.cli reads both from the entry)

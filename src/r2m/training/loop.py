@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.training import distributed
 from r2m.training import step as ST
 from r2m.utils import resume as RS

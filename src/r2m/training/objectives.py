@@ -19,7 +19,7 @@ from torch import Tensor
 
 from r2m.losses import linear_xe_loss, loss_i, loss_s, reduce_xe, xe_loss
 from r2m.models.r2m import R2M
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.training import distributed
 from r2m.training.data import TextBatch
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from r2m.decoding.captioner import caption_ids, concept_inputs, order_at_test, words_of
 from r2m.evaluation.val_score import ValScorer, val_references
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 
 
 def validation_set(prepared: Path, references: Path, detections: Path, stoi: dict[str, int], threshold: float,

@@ -45,7 +45,7 @@ import torch
 
 from r2m import runtime as R
 from r2m.models.r2m import R2M, R2MConfig
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.text.dictionary import concept_order
 from r2m.text.vocab import load_itos
 from r2m.training import distributed

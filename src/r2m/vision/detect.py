@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.text.dictionary import load_dictionary
 from r2m.utils.io import atomic_path, write_json
 from r2m.vision.detectors import Env, build_detector, detect_images  # noqa: F401  (re-exported)

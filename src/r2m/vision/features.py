@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.utils import resume as RS
 from r2m.utils.io import replace_folder
 from r2m.vision import feature_store as FS

@@ -6,8 +6,8 @@ generated from it (:mod:`r2m.pipeline.dag`). Every stage is run as ``r2m <stage>
 Paths are templates over the stage's *axes*: ``{dataset}``, ``{variant}`` (an R2M variant, see
 :data:`r2m.params.VARIANT_NAMES`), ``{ckpt}`` (a training stage whose checkpoint is used) and
 ``{model}`` (a supervised baseline, :data:`r2m.params.SUP_MODEL_NAMES`). An axis takes its values
-from the params list named in :data:`r2m.pipeline.axes.AXIS_SOURCES` unless the stage (or a Gather)
-names another in ``sources`` (the supervised stages, :mod:`r2m.pipeline.sup_stages`: ``dataset``
+from the params list named in :data:`r2m.stage.axes.AXIS_SOURCES` unless the stage (or a Gather)
+names another in ``sources`` (the supervised stages, :mod:`r2m.stage.sup_registry`: ``dataset``
 from ``baselines.datasets``). A params section name may be a template too (``"{model}"``: the
 model's own section).
 A :class:`Gather` dependency collects one path per combination of some axes (for the tables);
@@ -19,7 +19,7 @@ This module must stay cheap to import (no torch, no pandas): Snakemake imports i
 from __future__ import annotations
 
 from r2m.params import TRAIN_STAGES
-from r2m.pipeline.spec import (  # noqa: F401  (re-exported: the registry's types)
+from r2m.stage.spec import (  # noqa: F401  (re-exported: the registry's types)
     FEATURES,
     GPU_JOB,
     PREPARED,
@@ -34,7 +34,7 @@ from r2m.pipeline.spec import (  # noqa: F401  (re-exported: the registry's type
     Resources,
     Stage,
 )
-from r2m.pipeline.sup_stages import sup_stages
+from r2m.stage.sup_registry import sup_stages
 
 # the ``fidelity`` items each stage reads (so switching one re-runs only the stages it changes)
 FIDELITY_CORPUS = ("fidelity.tokenizer", "fidelity.count_specials", "fidelity.plurals")

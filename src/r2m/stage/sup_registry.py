@@ -1,5 +1,5 @@
 """The supervised baselines' stages (m-RNN, Show-Attend-Tell, S-CNN-RNN, ...) and the retrieval
-and baselines tables, part of :data:`r2m.pipeline.stages.STAGES`.
+and baselines tables, part of :data:`r2m.stage.registry.STAGES`.
 
 Their ``dataset`` axis runs over ``baselines.datasets``, the ``model`` axis over
 ``baselines.models``; each model reads its own params section (``"{model}"``). They read their own
@@ -10,7 +10,7 @@ fc7 + conv5 grid of their papers on the benchmarks), never R²M's ``D/features``
 
 from __future__ import annotations
 
-from r2m.pipeline.spec import FEATURES, GPU_JOB, SEEDS, D, FanOut, Gather, Out, Resources, Stage
+from r2m.stage.spec import FEATURES, GPU_JOB, SEEDS, D, FanOut, Gather, Out, Resources, Stage
 
 # supervised baselines (m-RNN, ...): datasets from `baselines.datasets`, models from `baselines.models`
 SB = "models/{dataset}/{model}/s{seed}/train_sup"

@@ -2,9 +2,9 @@
 dependencies, fan-out and resources, and the path prefixes and source lists stages share.
 
 What one stage instance (a stage at one value of each of its axes) is, defined once here and used by
-both engines, the stage runner (:class:`r2m.pipeline.context.StageContext`: the params saved beside
+both engines, the stage runner (:class:`r2m.stage.context.StageContext`: the params saved beside
 its outputs, the training stages' resume fingerprint) and the reports: its name
-(:meth:`Stage.key`), its input paths (:meth:`Stage.inputs`; a Gather's: :func:`r2m.pipeline.axes.gathered`) and the params
+(:meth:`Stage.key`), its input paths (:meth:`Stage.inputs`; a Gather's: :func:`r2m.stage.axes.gathered`) and the params
 it reads (:meth:`Stage.resolved`).
 
 Cheap to import (no torch, no pandas): Snakemake imports it on every run.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from r2m import params as P
-from r2m.pipeline.axes import AXIS_SOURCES, gathered, pick
+from r2m.stage.axes import AXIS_SOURCES, gathered, pick
 from r2m.utils.resume import stage_key
 
 Axis = Literal["dataset", "variant", "ckpt", "model", "seed"]

@@ -44,7 +44,7 @@ from r2m.utils.reads import FORMAT, Digests, ParamValues, Recorder, changes
 from r2m.utils.resume import STATE_ROOT
 
 if TYPE_CHECKING:
-    from r2m.pipeline.context import StageContext
+    from r2m.stage.context import StageContext
 
 RECORDS = STATE_ROOT / "records"
 STAMPS = Path(".params")  # git-ignored, not dvc-ignored: the stamps are DVC params files
