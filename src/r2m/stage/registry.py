@@ -71,7 +71,7 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
     return Stage(
         name=name,
         # the image stages select their checkpoint (decoding, evaluation): an entry of their own
-        impl="r2m.training.image_stages:run" if uses_images else "r2m.training.stages:run",
+        impl="r2m.training.stages:run",
         help=help,
         axes=("dataset", "variant", "seed"),
         deps=deps,

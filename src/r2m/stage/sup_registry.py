@@ -52,7 +52,7 @@ def sup_stages() -> tuple[Stage, ...]:
         ),
         Stage(
             "pretrain_sup",
-            impl="r2m.supervised.pretrain:run",
+            impl="r2m.supervised.train:pretrain",
             help="supervised baselines: a model's pretraining phase (S-CNN-RNN: CNN + concept head and LSTM in "
                  "parallel; others: a skip marker)",
             axes=("dataset", "model", "seed"),
@@ -137,7 +137,7 @@ def sup_stages() -> tuple[Stage, ...]:
         ),
         Stage(
             "retrieval_sup",
-            impl="r2m.supervised.retrieval_sup:run",
+            impl="r2m.supervised.retrieval:run_sup",
             help="supervised baselines: image-sentence retrieval (R@K, Med r) by P(sentence | image)",
             axes=("dataset", "model", "seed"),
             deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": SF,
@@ -149,7 +149,7 @@ def sup_stages() -> tuple[Stage, ...]:
         ),
         Stage(
             "retrieval_r2m",
-            impl="r2m.supervised.retrieval_r2m:run",
+            impl="r2m.supervised.retrieval:run_r2m",
             help="image-sentence retrieval (R@K, Med r) of R2M through its joint space",
             axes=("dataset", "seed"),
             deps={"model": f"models/{R2M_FINAL}", "vocab": f"{D}/vocab", "features": f"{D}/features",

@@ -26,8 +26,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from r2m.baselines import BASELINES
 from r2m.stage.context import StageContext
-from r2m.supervised.pretrain import add_arguments  # noqa: F401  (r2m.cli reads it from the entry: --fresh)
 from r2m.supervised.skip import reset_folder, skip_reason, write_skipped
 from r2m.utils.io import mark_owned, write_json
 from r2m.utils.lazy import no_grad
@@ -37,6 +37,27 @@ from r2m.utils.lazy import no_grad
 if TYPE_CHECKING:
     from r2m.supervised.data import PairedSet
     from r2m.training import loop as L
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
+
+
+def pretrain(ctx: StageContext) -> None:
+    """Stage ``pretrain_sup``: the model's pretraining phase (S-CNN-RNN: concept head and LSTM in parallel, the
+    LSTM fed the ground-truth concepts) for ``train_sup.pretrain_steps`` steps; a model without one (``phases``
+    of its :data:`r2m.baselines.BASELINES` entry), 0 steps, or a dataset without paired captions gets
+    ``skipped.json`` and ``train_sup`` starts from scratch."""
+    reason = skip_reason(ctx.deps["sup_vocab"])
+    if not reason:
+        if "pretrain" not in BASELINES[ctx.model].phases:
+            reason = f"{ctx.model} has no pretraining phase"
+        elif ctx.params.train_sup.for_model(ctx.model).pretrain_steps == 0:
+            reason = f"train_sup.pretrain_steps is 0 for {ctx.model}"
+    if reason:
+        write_skipped(ctx, reason)
+        return
+    train_phase(ctx, "pretrain")
 
 
 def model_section(ctx: StageContext) -> dict[str, Any]:
@@ -83,8 +104,7 @@ def _end_to_end(name: str, section: dict[str, Any]):
 
 
 def train_phase(ctx: StageContext, phase: str) -> None:
-    """``phase`` ``train`` (stage ``train_sup``) or ``pretrain`` (``pretrain_sup``, :mod:`r2m.supervised.pretrain`,
-    which loads this function by name for the baselines that have a pretraining phase)."""
+    """``phase`` ``train`` (stage ``train_sup``) or ``pretrain`` (``pretrain_sup``: :func:`pretrain`)."""
     reason = skip_reason(ctx.deps["sup_vocab"])
     if reason:
         write_skipped(ctx, reason)

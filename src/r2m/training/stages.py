@@ -27,11 +27,10 @@ dynamic eager step of before. ``train_metrics.json`` records ``tf32``, ``cuda_gr
 **Checkpoint selection** (e.g. by validation CIDEr): call :func:`train` with
 ``select=fn(model, step) -> float`` (higher is better). It is called at every ``eval_every`` step
 and the final step; ``model.pt`` then holds the best-scoring weights (``selected_step`` and
-``selected_score`` in the metrics) instead of the last ones. The image stages' entry,
-:mod:`r2m.training.image_stages`, passes a CIDEr selector (``<stage>.select_by``: auto/cider; see
-:mod:`r2m.training.selection`); this module's :func:`run` is the text stages' (``train_xe``, ``train_s``:
-no images to select by, the last checkpoint is kept), and imports no decoding or evaluation, so neither is
-a code dependency of theirs (:mod:`r2m.pipeline.codedeps`).
+``selected_score`` in the metrics) instead of the last ones. :func:`run` passes the image stages
+(``train_m``, ``train_i``) a CIDEr selector (``<stage>.select_by``: auto/cider; :mod:`r2m.training.selection`,
+imported there only: the text stages never load decoding's beam search or the scorers); the text stages
+(``train_xe``, ``train_s``) have no images to select by and keep the last checkpoint.
 """
 
 from __future__ import annotations
@@ -137,12 +136,22 @@ def static_shape(obj: Objective, tp, ctx: StageContext) -> ST.StaticShape:
 
 # --------------------------------------------------------------------------- the stage
 def run(ctx: StageContext) -> None:
-    """The text stages (``train_xe``, ``train_s``): the last checkpoint is kept (``select_by`` auto or last)."""
-    if "prepared" in ctx.deps:
-        raise TypeError(f"{ctx.stage.name}: an image stage; its entry is r2m.training.image_stages:run")
-    if getattr(ctx.params, ctx.stage.name).select_by == "cider":
-        raise ValueError(f"{ctx.stage.name}.select_by: cider needs images; only train_m/train_i can use it")
-    train(ctx)
+    """Every training stage. The image stages (``train_m``, ``train_i``) keep the checkpoint with the best
+    validation CIDEr unless ``<stage>.select_by`` is ``last``; the text stages (``train_xe``, ``train_s``)
+    keep the last one (``select_by`` auto or last)."""
+    select_by = getattr(ctx.params, ctx.stage.name).select_by
+    if "prepared" not in ctx.deps:  # a text stage
+        if select_by == "cider":
+            raise ValueError(f"{ctx.stage.name}.select_by: cider needs images; only train_m/train_i can use it")
+        train(ctx)
+        return
+    select = None
+    if select_by != "last":  # auto: cider for the image stages
+        from r2m.text.vocab import load_itos
+        from r2m.training import selection
+
+        select = selection.cider_selector(ctx, ctx.runtime.torch_device(), load_itos(ctx.deps["vocab"]))
+    train(ctx, select)
 
 
 class _Data:
