@@ -1,4 +1,4 @@
-# Thin entry point: the rules are built from the r2m stage registry (src/r2m/pipeline/stages.py),
+# Thin entry point: the rules are built from the r2m stage registry (src/r2m/stage/registry.py),
 # the same registry that generates dvc.yaml. See workflow/rules/stages.smk.
 #   snakemake --cores 8 reports/table1.csv
 #   snakemake --cores 2 --config 'datasets=["tiny"]' all

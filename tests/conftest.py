@@ -80,11 +80,6 @@ def tiny_dag_env() -> dict[str, str]:
             "R2M_NO_PROGRESS": "1", "R2M_THREADS": "1", "R2M_DEVICE": "cpu"}
 
 
-def audit_dir(wd: Path) -> Path:
-    """Where a run in ``wd`` records the modules each job loaded (``R2M_AUDIT_MODULES``, tests/test_code_deps.py)."""
-    return wd.parent / f"{wd.name}.audit"
-
-
 def write_params(wd: Path, raw: dict) -> None:
     """``raw`` as a scratch workspace's params.yaml, and its dvc.yaml written again as ``r2m dag --write`` would
     (DVC's instance lists follow the datasets, variants, seeds and baselines)."""
@@ -118,7 +113,7 @@ class TinyDagRun:
         self.out = [self.wd.parent / f"{self.wd.name}.{name}" for name in ("stdout", "stderr")]
         with self.out[0].open("w") as so, self.out[1].open("w") as se:
             self.proc = subprocess.Popen(["nice", "-n", "5", str(BIN / "snakemake"), "--cores", "2", "all"],
-                                         cwd=self.wd, env={**tiny_dag_env(), "R2M_AUDIT_MODULES": str(audit_dir(self.wd))},
+                                         cwd=self.wd, env=tiny_dag_env(),
                                          stdout=so, stderr=se,
                                          start_new_session=True)
 

@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
 
         stage = json.loads(Path(os.environ["R2M_STUB_OUTS"]).read_text())[argv[0]] | {"name": argv[0]}
     else:
-        from r2m.pipeline.stages import get
+        from r2m.stage.registry import get
 
         stage = outputs_map([get(argv[0])])[argv[0]] | {"name": argv[0]}
     bound, i = {}, 1
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
         import importlib
 
         from r2m.params import load
-        from r2m.pipeline.stages import get
+        from r2m.stage.registry import get
 
         module, func = get(argv[0]).external.split(":")
         params_file = argv[argv.index("--params") + 1] if "--params" in argv else "params.yaml"

@@ -15,8 +15,8 @@ import pytest
 from r2m.evaluation import bootstrap as B
 from r2m.evaluation import coco, per_image
 from r2m.evaluation.bench import WORDS
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 from test_evaluation import _params, _refs_json, _write, no_spice, refs_dir, shared_meteor_pool  # noqa: F401
 
 SCORERS = ["bleu", "meteor", "rouge", "cider"]

@@ -22,11 +22,11 @@ from r2m import params as P
 from r2m.evaluation import per_image
 from r2m.evaluation.bootstrap import PerImage
 from r2m.evaluation.randomization import SEEDS_AND_IMAGES, SeedDifference
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
 from r2m.reports import claims as CL
 from r2m.reports import intervals as I
 from r2m.reports import paper_claims as PC
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -97,19 +97,59 @@ def test_each_verdict_from_hand_made_rows() -> None:
         assert got[cid]["verdict"] == CL.NOT_TESTABLE and "no checkpoint" in got[cid]["note"]
 
 
-def test_an_unresolved_claim_says_what_power_says_would_resolve_it() -> None:
-    """R2M − R w/o Memory: per image 1 ± 20 (× 100), so the paired sd is 20·√(16/15) = 20.656 and a difference of
-    1.0 needs (1.959964 · 20.656 / 1.0)² = 1639.02 → 1,640 images; over seeds R2M reads 50, 52, 48 and the
-    ablation 49, 51, 47 (sd 2 each, pooled 2): the smallest k with t_{2k−2} · 2 · √(2/k) ≤ 1."""
-    from scipy import stats
-
+def test_an_unresolved_claim_says_what_would_resolve_it() -> None:
+    """R2M − R w/o Memory: per image 1 ± 20 (× 100) at every seed, so the per-seed paired differences are 1, 1, 1
+    (sd 0: no seed half-width) and the per-image differences averaged over the seeds have sd 20·√(16/15) =
+    20.656: a difference of 1.0 needs (1.959964 · 20.656 / 1.0)² = 1639.02 → 1,640 images. More seeds cannot
+    resolve it: on these 16 images the image half-width alone, 1.959964 · 20.656 / 4 = 10.12, exceeds 1."""
     got = by_claim(CL.build(["tiny"], {2: table2_rows(), 3: {}}))["t2.r_lstm"]
-    assert float(got["difference"]) == pytest.approx(1.0, abs=0.05)
+    assert got["verdict"] == CL.UNRESOLVED and float(got["difference"]) == pytest.approx(1.0, abs=0.05)
     sd = 20.0 * math.sqrt(16 / 15)
     assert int(got["images_to_resolve"]) == math.ceil((1.959964 * sd / 1.0) ** 2) == 1640
-    k = next(k for k in range(2, 1000) if stats.t.ppf(0.975, 2 * k - 2) * 2.0 * math.sqrt(2 / k) <= 1.0)
-    assert int(got["seeds_to_resolve"]) == k
-    assert "1,640 test images" in got["note"] and f"{k} seeds per system" in got["note"]
+    assert got["seeds_to_resolve"] == "" and 1.959964 * sd / 4 > 1.0
+    assert "1,640 test images (paired, at the 3 seed pairs compared)" in got["note"]
+    assert "more seeds cannot: the image spread alone (16 images)" in got["note"]
+
+
+def test_images_and_seeds_to_resolve_come_from_the_paired_seed_differences() -> None:
+    """R2M − R w/o Memory = c_s + 15 · (±1 alternating over the 16 images) (× 100) at seeds 0–2 with
+    c = 6.5, 10, 13.5: per-seed paired differences 6.5, 10, 13.5 (mean 10, sd 3.5), per-image differences
+    averaged over the seeds 10 ± 15 (sd 15 · √(16/15) = 15.492). The seed-aware half-width is
+    hypot(t_{0.975, k−1} · 3.5 / √k, 1.959964 · 15.492 / √n): 11.5 at k = 3, n = 16, so the interval holds 0.
+    Images at k = 3 (seed half-width 4.3027 · 3.5 / √3 = 8.694): the first n with half-width ≤ 10, worked by a
+    loop here (≈ 921.95 / (100 − 75.59) = 37.8 → 38). Seeds at n = 16 (image half-width 7.591): the first k
+    with t_{0.975, k−1} · 3.5 / √k ≤ √(100 − 57.62) = 6.51 (k = 3: 8.69; k = 4: 3.1824 · 3.5 / 2 = 5.57 → 4).
+    An unpaired rule (pooled sd of each row's seeds, images from one seed) would give other figures: the
+    rows' own seed values are 50, 52, 48 and 43.5, 42, 34.5."""
+    from scipy import stats
+
+    shift = np.array([0.065, 0.10, 0.135])
+    rows = {("tiny", "r2m"): row(R2M),
+            ("tiny", "r_lstm"): row([v - c - 0.15 * ALT for v, c in zip(R2M, shift, strict=True)])}
+    got = by_claim(CL.build(["tiny"], {2: rows, 3: {}}))["t2.r_lstm"]
+    assert got["verdict"] == CL.UNRESOLVED and float(got["difference"]) == pytest.approx(10.0, abs=1e-9)
+    assert float(got["low"]) < 0 < float(got["high"])
+    z, sd_i = 1.959964, 15.0 * math.sqrt(16 / 15)
+    seed_half = stats.t.ppf(0.975, 2) * 3.5 / math.sqrt(3)
+    images = next(n for n in range(1, 10_000) if math.hypot(seed_half, z * sd_i / math.sqrt(n)) <= 10.0)
+    seeds = next(k for k in range(2, 1000)
+                 if math.hypot(stats.t.ppf(0.975, k - 1) * 3.5 / math.sqrt(k), z * sd_i / 4) <= 10.0)
+    assert (images, seeds) == (38, 4)
+    assert (int(got["images_to_resolve"]), int(got["seeds_to_resolve"])) == (images, seeds)
+    assert "about 38 test images (paired, at the 3 seed pairs compared) or 4 seed pairs (on these 16 images)" \
+        in got["note"]
+    # one seed pair: images only, from that pair's per-image differences; no seed figure
+    one = {k: I.RowEval(r.evals[:1], r.stats[:1], ["0"]) for k, r in rows.items()}
+    got1 = by_claim(CL.build(["tiny"], {2: one, 3: {}}))["t2.r_lstm"]
+    assert got1["seeds"] == "1" and float(got1["difference"]) == pytest.approx(6.5, abs=1e-9)
+    assert got1["verdict"] == CL.UNRESOLVED  # 6.5 ± 15 on 16 images: half-width about 1.96 · 15.492 / 4 = 7.6
+    assert int(got1["images_to_resolve"]) == math.ceil((z * sd_i / 6.5) ** 2) == 22  # 21.82
+    assert got1["seeds_to_resolve"] == "" and "one seed pair" in got1["note"]
+    # more images cannot help when the seed spread alone is wider than the difference
+    wide = {("tiny", "r2m"): row(R2M),
+            ("tiny", "r_lstm"): row([v - c - 0.15 * ALT for v, c in zip(R2M, (0.0, 0.10, 0.20), strict=True)])}
+    gotw = by_claim(CL.build(["tiny"], {2: wide, 3: {}}))["t2.r_lstm"]  # d_s 0, 10, 20: 4.3027 · 10 / √3 = 24.8 > 10
+    assert gotw["images_to_resolve"] == "" and "more images cannot" in gotw["note"]
 
 
 def test_claims_on_rows_this_pipeline_does_not_run_are_not_testable() -> None:

@@ -12,9 +12,8 @@ import pytest
 import yaml
 
 from r2m.pipeline import dag
-from r2m.pipeline import stages as S
-from r2m.pipeline.codedeps import code_files
-from r2m.pipeline.stages import STAGES, Gather
+from r2m.stage import registry as S
+from r2m.stage.registry import STAGES, Gather
 
 BIN = Path(sys.executable).parent
 REQUIRED = {
@@ -32,17 +31,12 @@ SAMPLE = {"dataset": "tiny", "variant": "r2m", "ckpt": "train_s", "model": "mrnn
 
 
 def test_registry_has_the_required_stages_with_logs_and_sources(repo_root):
-    from r2m.params import load
-
-    params = load(repo_root / "params.yaml")
     names = {s.name for s in STAGES}
     assert REQUIRED <= names
     for s in STAGES:
         assert s.log.startswith(f"logs/{s.name}/")
-        code = code_files(s, {a: SAMPLE[a] for a in s.axes}, params)
-        assert s.impl.partition(":")[0].replace(".", "/") in " ".join(code), f"{s.name}: its entry is not a dependency"
-        for src in code:
-            assert (repo_root / src).exists(), f"{s.name}: source {src} does not exist"
+        module, _, func = s.impl.partition(":")
+        assert (repo_root / "src" / (module.replace(".", "/") + ".py")).exists(), f"{s.name}: {s.impl} has no file"
 
 
 def _regex(template):
@@ -103,25 +97,27 @@ def test_a_stale_instance_list_is_refused_in_one_line(tmp_path, repo_root, capsy
 def test_dvc_yaml_runs_each_stage_over_its_listed_instances(repo_root):
     doc = yaml.safe_load((repo_root / "dvc.yaml").read_text())
     lists, stages = doc["vars"][0]["instances"], doc["stages"]
-    assert stages["train_xe"]["foreach"] == stages["train_i"]["foreach"] == "${instances.train_xe}"
+    assert stages["train_xe"]["foreach"] == stages["train_i"]["foreach"] == "${instances.dataset_variant_seeds}"
     # params.yaml: the demo's r2m and each ablation at seeds 0-2 (its catalog entry), paired seed by seed
     ablations = ("no_fm", "d_lstm", "r_lstm", "dr_lstm")
-    assert lists["train_xe"] == {f"demo-{v}-{s}": {"dataset": "demo", "variant": v, "seed": str(s)}
+    assert lists["dataset_variant_seeds"] == {f"demo-{v}-{s}": {"dataset": "demo", "variant": v, "seed": str(s)}
                                  for v in ("r2m", *ablations) for s in (0, 1, 2)}
     # Table 3 reads r2m at every checkpoint, Table 2 each ablation's final one: nothing else is captioned
-    assert stages["evaluate"]["foreach"] == "${instances.caption}"
-    assert sorted(lists["caption"]) == sorted(
+    assert stages["evaluate"]["foreach"] == "${instances.dataset_variant_ckpt_seeds}"
+    assert sorted(lists["dataset_variant_ckpt_seeds"]) == sorted(
         [f"demo-r2m-{c}-{s}" for c in ("train_xe", "train_s", "train_m", "train_i") for s in (0, 1, 2)]
         + [f"demo-{v}-train_i-{s}" for v in ablations for s in (0, 1, 2)])
     assert stages["claims"]["cmd"] == "r2m claims" and "reports/claims.csv" in stages["report"]["deps"]
-    assert sorted(lists["inputs"]) == ["demo", "tiny_paired"] and sorted(lists["detect_concepts"]) == ["demo"]
+    assert sorted(lists["all_datasets"]) == ["demo", "tiny_paired"] and sorted(lists["datasets"]) == ["demo"]
+    assert stages["inputs"]["foreach"] == "${instances.all_datasets}"
+    assert stages["detect_concepts"]["foreach"] == "${instances.datasets}"
     train_xe = stages["train_xe"]["do"]
-    assert not any(d.startswith("src/") for d in train_xe["deps"])  # its code: the digest in its .params file
-    assert stages["resolve_params"]["deps"] == ["src/r2m"]  # which any source edit re-runs
+    assert not any(d.startswith("src/") or d.startswith(".params") for d in train_xe["deps"])  # code: its stamp
+    # what the instance read reaches DVC through its stamp, rewritten at every repro (r2m.stage.record)
+    assert stages["resolve_params"]["always_changed"] is True and "deps" not in stages["resolve_params"]
     assert {"models/${item.dataset}/${item.variant}/s${item.seed}/train_xe": {"persist": True}} in train_xe["outs"]
     train_s = stages["train_s"]["do"]
-    assert ".params/train_s/${item.dataset}-${item.variant}-${item.seed}.json" in train_s["deps"]  # resolved params
-    assert "params" not in train_s and stages["resolve_params"]["params"] == [{"params.yaml": None}]
+    assert train_s["params"] == [{".params/train_s/${item.dataset}-${item.variant}-${item.seed}.json": None}]
 
 
 def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):
@@ -277,7 +273,7 @@ def test_every_dvc_dependency_is_produced_or_in_git(repo_root):
     names = {n for n, _, _ in _dvc_instances(doc)}
     assert {"prepare@tiny_paired", "extract_features_sup@tiny_paired", "train_sup@tiny_paired-sat-0"} <= names
     # the check can fail: without tiny_paired in the data stages' list, nothing prepares it
-    del doc["vars"][0]["instances"]["inputs"]["tiny_paired"]
+    del doc["vars"][0]["instances"]["all_datasets"]["tiny_paired"]
     assert "pretrain_sup@tiny_paired-mrnn-0: data/tiny_paired/prepared" in _unproduced(doc, tracked)
 
 

@@ -85,8 +85,8 @@ def test_tiny_through_prepare_stage(tmp_path):
     """Paths stay valid after the prepare stage renames its temporary folder into place."""
     from r2m import params as P
     from r2m.datasets.stage import run
-    from r2m.pipeline.context import StageContext
-    from r2m.pipeline.stages import get
+    from r2m.stage.context import StageContext
+    from r2m.stage.registry import get
 
     raw = {"datasets": ["t"], "catalog": {"t": {"kind": "tiny", "n_train_images": 2, "n_val_images": 1,
                                                 "n_test_images": 1, "n_sentences": 10, "image_size": 48}}}
@@ -364,12 +364,16 @@ def test_fetch_url_resumes(tmp_path, monkeypatch):
 
 
 def test_recipes_registered():
-    from r2m.datasets.base import RECIPES
-    from r2m.datasets.recipes import load_recipes
+    from r2m.catalogs import RECIPES
+    from r2m.datasets.recipes import recipe
 
-    load_recipes()
-    for kind in ("tiny", "folder", "coco_shutterstock", "flickr30k_coco", "coco_gcc"):
-        assert kind in RECIPES
+    assert RECIPES.names() == ["coco_gcc", "coco_shutterstock", "demo", "flickr30k_coco", "folder", "tiny"]
+    for kind in RECIPES:  # each names an object with both steps; the benchmarks are their Benchmark
+        made = recipe(kind)
+        assert callable(made.prepare) and callable(made.references), kind
+        assert getattr(made, "name", kind) == kind
+    with pytest.raises(KeyError, match="unknown dataset kind 'nope'; known: coco_gcc, coco_shutterstock, demo"):
+        recipe("nope")
 
 
 # --------------------------------------------------------------------------- issue 38.6: references apart

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from conftest import copy_sources
-from r2m.datasets.base import RECIPES, resolve_image_path
-from r2m.datasets.recipes import build_references
+from r2m.datasets.base import resolve_image_path
+from r2m.datasets.recipes import build_references, recipe
 from r2m.params import DatasetEntry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,9 +29,7 @@ def _norm(s: str) -> str:
 
 
 def _recipe():
-    import r2m.datasets.demo  # noqa: F401  (registers the recipe)
-
-    return RECIPES.get("demo")
+    return recipe("demo").prepare
 
 
 @pytest.fixture(scope="module")

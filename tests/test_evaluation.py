@@ -13,8 +13,8 @@ import yaml
 from r2m import params as P
 from r2m.evaluation import coco
 from r2m.evaluation.inputs import EvalInputError, load_references, load_results, match, parse_results
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 
 # nlg-eval's unit test (Maluuba/nlg-eval, examples/hyp.txt, ref1.txt, ref2.txt): no PTB tokenisation.
 NLG_HYP = {

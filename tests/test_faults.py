@@ -94,8 +94,8 @@ def _resumed_at(log: Path) -> int:
 def _reference_model(wd: Path, variant: str, tmp: Path) -> dict:
     """An uninterrupted train_xe on the same vocabulary, in this process."""
     from r2m import params as P
-    from r2m.pipeline import stages as S
-    from r2m.pipeline.context import StageContext
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
     from r2m.training.stages import train
 
     ref = tmp / f"ref-{variant}"

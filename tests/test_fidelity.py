@@ -53,20 +53,17 @@ def test_profiles_resolve_every_item_and_benchmarks_default_to_official() -> Non
 
 
 def test_stage_params_carry_resolved_items_and_not_the_profile_name() -> None:
-    from types import SimpleNamespace
-
-    from r2m.pipeline.snake import rule_params
-    from r2m.pipeline.stages import STAGES
+    from r2m.stage.registry import STAGES
 
     stages = {s.name: s for s in STAGES}
     p = P.validate(_raw(fidelity="official"))
-    data = __import__("json").loads(rule_params(p, stages["build_vocab"], SimpleNamespace(dataset="a")))
+    data = stages["build_vocab"].resolved(p, {"dataset": "a"})
     assert data["fidelity"] == {"vocab_counts": "all", "vocab_filter": None, "singularise_targets": True,
                                 "count_specials": True, "plurals": "official"}
     # train_i reads its catalog entry (gamma) but not the profile's name, only the resolved items
-    ti = __import__("json").loads(rule_params(p, stages["train_i"], SimpleNamespace(dataset="a", variant="r2m", seed=0)))
+    ti = stages["train_i"].resolved(p, {"dataset": "a", "variant": "r2m", "seed": str(0)})
     assert ti["fidelity"]["rank_loss"] == "official" and "fidelity" not in ti["catalog"]
-    tm = __import__("json").loads(rule_params(p, stages["train_m"], SimpleNamespace(dataset="a", variant="r2m", seed=0)))
+    tm = stages["train_m"].resolved(p, {"dataset": "a", "variant": "r2m", "seed": str(0)})
     assert tm["fidelity"]["rank_loss"] == "official" and "catalog" not in tm
 
 

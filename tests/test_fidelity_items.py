@@ -6,9 +6,7 @@ definition."""
 from __future__ import annotations
 
 import copy
-import json
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -38,14 +36,13 @@ def test_benchmarks_resolve_to_the_papers_detector_and_features(raw, name) -> No
 def test_snakemake_dry_run_params_of_coco_shutterstock(raw) -> None:
     """What ``snakemake -n reports/table1.csv --config 'datasets=["coco_shutterstock"]'`` gives the two
     image stages: the resolved params the rules carry (and the stages save)."""
-    from r2m.pipeline.snake import rule_params
-    from r2m.pipeline.stages import STAGES
+    from r2m.stage.registry import STAGES
 
     raw = {**raw, "datasets": ["coco_shutterstock"]}
     p = P.validate(raw)
     stages = {s.name: s for s in STAGES}
-    det = json.loads(rule_params(p, stages["detect_concepts"], SimpleNamespace(dataset="coco_shutterstock")))
-    feat = json.loads(rule_params(p, stages["extract_features"], SimpleNamespace(dataset="coco_shutterstock")))
+    det = stages["detect_concepts"].resolved(p, {"dataset": "coco_shutterstock"})
+    feat = stages["extract_features"].resolved(p, {"dataset": "coco_shutterstock"})
     assert det["detect_concepts"]["backend"] == "tf_oid"
     assert feat["extract_features"]["backend"] == "inception_v4"
 
@@ -147,8 +144,7 @@ def test_rm_input_linear_is_applied_before_attention() -> None:
 
 # --------------------------------------------------------------------------- item 8: named departures
 def test_new_items_resolve_by_profile_and_reach_the_stages_that_read_them() -> None:
-    from r2m.pipeline.snake import rule_params
-    from r2m.pipeline.stages import FIDELITY_IMAGES, FIDELITY_TRAIN, STAGES
+    from r2m.stage.registry import FIDELITY_IMAGES, FIDELITY_TRAIN, STAGES
 
     for item in NEW_ITEMS:
         assert f"fidelity.{item}" in P.PROFILES, item
@@ -161,7 +157,7 @@ def test_new_items_resolve_by_profile_and_reach_the_stages_that_read_them() -> N
         assert ("fidelity.similarity" in items) == (stage != "train_xe")
     p = P.validate({"datasets": ["a"], "catalog": {"a": {"kind": "demo"}}})
     stages = {s.name: s for s in STAGES}
-    ts = json.loads(rule_params(p, stages["train_s"], SimpleNamespace(dataset="a", variant="r2m", seed=0)))
+    ts = stages["train_s"].resolved(p, {"dataset": "a", "variant": "r2m", "seed": str(0)})
     assert ts["fidelity"]["xe_reduction"] == "token_mean" and ts["fidelity"]["similarity"] == "cosine"
     assert ts["fidelity"]["rm_input"] == "when_needed" and ts["fidelity"]["qkv_norm"] is True
 

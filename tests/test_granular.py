@@ -4,7 +4,7 @@
   dataset's override of each — which must change something —, the baselines' ``per_model`` keys, the
   catalog entry's own items, the fidelity items): changing it changes the resolved params of exactly the
   stage instances that declare it and see the new value (and nothing else) — the values both engines
-  depend on (:meth:`r2m.pipeline.spec.Stage.resolved`);
+  depend on (:meth:`r2m.stage.spec.Stage.resolved`);
 * on ONE small workspace run with a stub ``r2m`` (outputs created, nothing computed; built once for the
   module): an edit of each kind (overrides, a top-level key, ``per_model``, a catalog item, a fidelity
   item and profile, a detector's backend and options, the scorers, data files outside the DAG) makes
@@ -33,8 +33,8 @@ from conftest import copy_sources, copy_workflow
 from r2m import params as P
 from r2m.pipeline import validate as V
 from r2m.pipeline.resolved import all_instance_params, dag_instances
-from r2m.pipeline.spec import NOT_RECIPE
-from r2m.pipeline.stages import STAGES
+from r2m.stage.registry import STAGES
+from r2m.stage.spec import NOT_RECIPE
 from stub_r2m import make_outputs, outputs_map
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -699,8 +699,8 @@ def test_a_stage_refuses_an_incomplete_input_folder_in_one_line(tmp_path, monkey
 def test_a_checkpoint_dependency_names_the_folder_of_its_ckpt(tmp_path):
     """`caption`'s `models/{dataset}/{variant}/s{seed}/{ckpt}` at ckpt=train_s is train_s's folder: its model.pt is
     required (the issue's case: caption on a train_s folder whose model.pt was deleted)."""
-    from r2m.pipeline.context import StageContext
-    from r2m.pipeline.stages import get
+    from r2m.stage.context import StageContext
+    from r2m.stage.registry import get
 
     folder = tmp_path / "models/tiny/r2m/s0/train_s"
     folder.mkdir(parents=True)
@@ -716,8 +716,8 @@ def test_a_checkpoint_dependency_names_the_folder_of_its_ckpt(tmp_path):
 def test_a_file_the_ownership_marker_lists_is_checked_on_use(tmp_path):
     """Beyond the key files: a file r2m wrote into a folder (its marker lists it) and that is gone, or of
     another size, makes the folder incomplete for every consumer."""
-    from r2m.pipeline.context import StageContext
-    from r2m.pipeline.stages import get
+    from r2m.stage.context import StageContext
+    from r2m.stage.registry import get
     from r2m.utils.io import mark_owned
 
     folder = tmp_path / "data/tiny/corpus"

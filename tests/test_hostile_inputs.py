@@ -403,7 +403,7 @@ def test_generated_commands_quote_names():
 
     from r2m.pipeline.dag import render
     from r2m.pipeline.snake import stage_command, wildcard_constraints_for
-    from r2m.pipeline.stages import BY_NAME
+    from r2m.stage.registry import BY_NAME
 
     wc = SimpleNamespace(dataset="x;touch PWNED;#")
     assert "'x;touch PWNED;#'" in stage_command("r2m", BY_NAME["prepare"], wc, "p.yaml")

@@ -410,8 +410,8 @@ def test_sup_attention_figures_are_not_named_after_image_ids(tmp_path):
     import pandas as pd
 
     from r2m import params as P
-    from r2m.pipeline import stages as S
-    from r2m.pipeline.context import StageContext
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
 
     raw = {"datasets": ["syn"], "baselines": {"datasets": ["syn"], "models": ["sat"]},
            "catalog": {"syn": {"kind": "tiny", "seed": 3, "n_train_images": 8, "n_val_images": 2,
@@ -459,8 +459,8 @@ def test_captioning_a_split_without_images_is_refused(stage, axes, tmp_path):
     import pandas as pd
 
     from r2m import params as P
-    from r2m.pipeline import stages as S
-    from r2m.pipeline.context import StageContext
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
 
     raw = {"datasets": ["syn"], "baselines": {"datasets": ["syn"], "models": ["mrnn"]},
            "catalog": {"syn": {"kind": "tiny", "n_train_images": 4, "n_val_images": 1, "n_test_images": 2,

@@ -25,9 +25,9 @@ from pydantic import BaseModel
 
 from conftest import copy_sources
 from r2m import params as P
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
-from r2m.pipeline.spec import NOT_RECIPE
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
+from r2m.stage.spec import NOT_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

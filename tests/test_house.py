@@ -10,8 +10,9 @@
   function (a lazy import is still an arrow); ``from pkg import name`` is an arrow to ``pkg.name``
   when that is a module, else to ``pkg``. Modules named by strings (``"r2m.x:main"`` in the stage
   registry or ``r2m bench``) are not imports and do not count.
-* ``docs/ARCHITECTURE.md``'s module map names every package and module file under ``src/r2m`` and
-  names nothing that does not exist.
+* The module map ``docs/MODULES.md`` names every package and module file under ``src/r2m`` and
+  names nothing that does not exist; ``docs/ARCHITECTURE.md`` stays an overview (at most
+  :data:`OVERVIEW_LINES` lines, no issue numbers).
 
 Run ``python tests/test_house.py`` to print what the module map lacks (and what it names that is
 gone), the import cycles and the upward imports, without pytest.
@@ -28,11 +29,12 @@ from pathlib import Path
 
 import pytest
 
-from r2m.utils.imports import Edge, import_graph, module_files
+from import_graph import Edge, import_graph, module_files
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "r2m"
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+MODULE_MAP = ROOT / "docs" / "MODULES.md"
 
 # ---------------------------------------------------------------------------------------------
 # conflict markers
@@ -96,15 +98,16 @@ def test_no_conflict_markers_in_tracked_files():
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("r2m", "r2m.runtime", "r2m.utils"),
     ("r2m.params",),  # the params schema and profiles
-    # the stage registry and what a stage receives (StageContext): below every stage module that uses them
-    ("r2m.pipeline.axes", "r2m.pipeline.spec", "r2m.pipeline.stages", "r2m.pipeline.sup_stages",
-     "r2m.pipeline.context"),
+    # the stage registry, what a stage receives (StageContext) and the record of what it read: below every
+    # stage module; the engines (r2m.pipeline) at the top
+    ("r2m.stage",),
     ("r2m.text",),
     ("r2m.models", "r2m.losses"),
     ("r2m.vision", "r2m.datasets", "r2m.evaluation"),
     ("r2m.decoding", "r2m.training", "r2m.supervised"),
     ("r2m.reports",),
-    ("r2m.pipeline", "r2m.cli", "r2m.caption_cli", "r2m.bench", "r2m.warm"),
+    ("r2m.warm",),  # the warm server: r2m.cli hands it what its jobs run (r2m.cli.warm)
+    ("r2m.pipeline", "r2m.cli", "r2m.caption_cli", "r2m.bench"),
 )
 
 
@@ -205,13 +208,13 @@ def layer_of(mod: str) -> int | None:
 
 def entry_modules() -> frozenset[str]:
     """The modules named as ``"module:function"`` implementations by the stage registry
-    (:data:`r2m.pipeline.stages.STAGES`), ``r2m``'s tools (:data:`r2m.cli.TOOLS`), the commands a stage's
+    (:data:`r2m.stage.registry.STAGES`), ``r2m``'s tools (:data:`r2m.cli.TOOLS`), the commands a stage's
     subcommand serves without its axes (:data:`r2m.cli.STANDALONE`) and ``r2m bench``
     (:data:`r2m.bench.BENCHMARKS`): the command layer, above every library layer."""
     sys.path.insert(0, str(PKG.parent))
     try:
         from r2m import bench, cli
-        from r2m.pipeline import stages
+        from r2m.stage import registry as stages
     finally:
         sys.path.pop(0)
     specs = [s.impl for s in stages.STAGES] + [v[0] for v in cli.TOOLS.values()] + \
@@ -221,7 +224,7 @@ def entry_modules() -> frozenset[str]:
 
 def stage_modules() -> frozenset[str]:
     """The modules the stage registry names as implementations (a stage's ``impl``)."""
-    from r2m.pipeline import stages
+    from r2m.stage import registry as stages
 
     return frozenset(s.impl.split(":")[0] for s in stages.STAGES)
 
@@ -292,14 +295,14 @@ def test_no_forbidden_imports():
 
 
 # ---------------------------------------------------------------------------------------------
-# docs/ARCHITECTURE.md's module map
+# the module map (docs/MODULES.md) and the overview (docs/ARCHITECTURE.md)
 
 MAP_BEGIN = "<!-- module-map:begin -->"
 MAP_END = "<!-- module-map:end -->"
 MAP_PATH = re.compile(r"`(src/r2m(?:/[\w.]+)*/?)`")
 
 
-def module_map(doc: Path = ARCHITECTURE) -> list[str]:
+def module_map(doc: Path = MODULE_MAP) -> list[str]:
     """The ``src/r2m/…`` paths named between the module-map markers (folders keep no trailing /)."""
     text = doc.read_text(encoding="utf-8")
     assert text.count(MAP_BEGIN) == 1 and text.count(MAP_END) == 1, \
@@ -321,7 +324,7 @@ def tree_paths(pkg: Path = PKG) -> list[str]:
     return sorted(out)
 
 
-def map_problems(doc: Path = ARCHITECTURE, pkg: Path = PKG) -> tuple[list[str], list[str]]:
+def map_problems(doc: Path = MODULE_MAP, pkg: Path = PKG) -> tuple[list[str], list[str]]:
     """(paths under src/r2m the map does not name, paths the map names that do not exist)."""
     named = set(module_map(doc))
     base = pkg.parent.parent
@@ -332,13 +335,42 @@ def map_problems(doc: Path = ARCHITECTURE, pkg: Path = PKG) -> tuple[list[str], 
 
 def test_module_map_names_every_module():
     missing, _ = map_problems()
-    assert not missing, (f"{ARCHITECTURE.name}'s module map does not name (add one line each): "
+    assert not missing, (f"{MODULE_MAP.name} does not name (add one line each): "
                          f"{missing}; `python tests/test_house.py` lists them")
 
 
 def test_module_map_names_only_existing_paths():
     _, stale = map_problems()
-    assert not stale, f"{ARCHITECTURE.name}'s module map names paths that do not exist: {stale}"
+    assert not stale, f"{MODULE_MAP.name} names paths that do not exist: {stale}"
+
+
+OVERVIEW_LINES = 250
+ISSUE_NUMBER = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
+
+
+def overview_problems(doc: Path = ARCHITECTURE, limit: int = OVERVIEW_LINES) -> list[str]:
+    """Why ``doc`` is no longer a short overview: too many lines, an issue number (history lives in git)."""
+    lines = doc.read_text(encoding="utf-8").splitlines()
+    out = [f"{doc.name} has {len(lines)} lines, more than {limit}: move detail to the guide or {MODULE_MAP.name}"
+           ] if len(lines) > limit else []
+    out += [f"{doc.name}:{i}: names an issue ({m.group(0)!r}); say what is, not how it came to be"
+            for i, line in enumerate(lines, 1) for m in ISSUE_NUMBER.finditer(line)]
+    return out
+
+
+def test_overview_problems_sees_length_and_issue_numbers(tmp_path):
+    doc = tmp_path / "ARCHITECTURE.md"
+    doc.write_text("# A\n" + "line\n" * 3)
+    assert overview_problems(doc, limit=4) == []
+    assert overview_problems(doc, limit=3) == [f"ARCHITECTURE.md has 4 lines, more than 3: move detail to the guide "
+                                               f"or {MODULE_MAP.name}"]
+    doc.write_text("fixed in issue 46\nsee Issues #7 and the tissue 3\n")
+    assert [p.split(":")[1] for p in overview_problems(doc)] == ["1", "2"]
+
+
+def test_architecture_is_a_short_overview():
+    problems = overview_problems()
+    assert not problems, "\n".join(problems)
 
 
 def main() -> int:
@@ -347,6 +379,8 @@ def main() -> int:
         print(f"module map lacks: {p}")
     for p in stale:
         print(f"module map names a missing path: {p}")
+    for line in overview_problems():
+        print(line)
     files, edges = import_graph()
     for c in import_cycles(edges):
         print("import cycle: " + " → ".join(c))

@@ -264,8 +264,8 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc to find the server's pid")
 def test_the_warm_server_ends_when_r2m_warm_is_killed(tmp_path):
     """Before: `kill -9` of `r2m warm` left its server running for ever (444 MB) with its socket folder."""
-    code = ("import sys, r2m.warm.server as s; s.preload = lambda: []; "  # the imports are not what is tested
-            "sys.exit(s.main(['--', 'sleep', '120']))")
+    code = ("import sys, r2m.warm.server as s; s.preload = lambda *_: []; "  # the imports are not what is tested
+            "sys.exit(s.main(['--', 'sleep', '120'], target=lambda argv: 1))")
     import r2m
 
     env = {**os.environ, "PYTHONPATH": str(Path(r2m.__file__).parents[1]), "TMPDIR": str(tmp_path)}

@@ -1,5 +1,5 @@
-"""One definition of a stage instance (issue 34): its name (``Stage.key``), its input paths (``Stage.inputs``)
-and the params it reads (``Stage.resolved``) — what both engines compare, what ``StageContext`` saves beside the
+"""One definition of a stage instance: its name (``Stage.key``), its input paths (``Stage.inputs``) and the
+params sections it reads as its dataset sees them (``Stage.resolved``) — what ``StageContext`` saves beside the
 outputs and what a training stage's resume fingerprint holds are the same mapping."""
 
 from __future__ import annotations
@@ -8,13 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from r2m import params as P
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
-from r2m.pipeline.resolved import all_instance_params, needed_by_other_datasets, params_file
-from r2m.pipeline.spec import Gather, Out, Stage
+from r2m.pipeline.resolved import needed_by_other_datasets
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
+from r2m.stage.record import stamp_path
+from r2m.stage.spec import Gather, Out, Stage
 from r2m.utils.resume import resume_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,23 +43,22 @@ SAMPLES = (("build_vocab", {"dataset": "tiny"}), ("train_s", {"dataset": "tiny",
            ("train_sup", {"dataset": "demo", "model": "sat", "seed": "0"}), ("table1", {}), ("report", {}))
 
 
-def test_the_saved_params_are_what_the_engines_compare(tmp_path):
+def test_the_saved_params_are_the_instances_resolved_sections(tmp_path):
     """``StageContext.resolved()`` (a stage run's view of the params) and the file ``save_params`` writes hold
-    exactly the ``.params/`` file DVC reads (the mapping Snakemake compares too). Before: the context kept the
-    whole catalog entry, overrides and all, and applied no ``per_model``."""
+    exactly ``Stage.resolved`` of the instance: the dataset's overrides merged, ``per_model`` applied, the seed
+    shifted."""
     params = P.validate(_raw())
-    files = all_instance_params(params)
     for name, bound in SAMPLES:
         stage = S.get(name)
-        engines = json.loads(files[params_file(stage, bound)])
+        want = json.loads(json.dumps(stage.resolved(params, bound)))
         ctx = _context(params, stage, bound, tmp_path)
-        assert ctx.resolved() == engines, name
-        assert yaml.safe_load(ctx.save_params(tmp_path / name).read_text()) == engines, name
-    sat = json.loads(files[params_file(S.get("train_sup"), SAMPLES[2][1])])["train_sup"]
+        assert ctx.resolved() == want, name
+        assert yaml.safe_load(ctx.save_params(tmp_path / name).read_text()) == want, name
+    sat = S.get("train_sup").resolved(params, SAMPLES[2][1])["train_sup"]
     assert sat["select_by"] == "bleu4" and not sat["per_model"]  # params.yaml: per_model: {sat: {select_by: bleu4}}
-    vocab = json.loads(files[params_file(S.get("build_vocab"), SAMPLES[0][1])])
+    vocab = S.get("build_vocab").resolved(params, SAMPLES[0][1])
     assert vocab["build_vocab"]["min_count"] == 1  # tiny's override (params.yaml), not the top-level value
-    train_s = json.loads(files[params_file(S.get("train_s"), SAMPLES[1][1])])
+    train_s = S.get("train_s").resolved(params, SAMPLES[1][1])
     assert train_s["train_s"]["seed"] == params.train_s.seed + 1 and train_s["catalog"] == {"beta": 1.0}
 
 
@@ -80,13 +81,13 @@ def test_the_resume_fingerprint_follows_what_the_stage_reads(tmp_path):
 
 
 def test_an_instance_has_one_name_everywhere():
-    """Logs, the ``.params/`` files, DVC's matrix items and resume folders spell an instance alike."""
+    """Logs, the stamps (``.params/``), DVC's matrix items and resume folders spell an instance alike."""
     caption, report = S.get("caption"), S.get("report")
     bound = {"dataset": "demo", "variant": "r2m", "ckpt": "train_s", "seed": "2"}
     assert caption.key(bound) == "demo-r2m-train_s-2" and report.key({}) == "all"
     assert caption.log == "logs/caption/{dataset}-{variant}-{ckpt}-{seed}.log" and report.log == "logs/report/all.log"
-    assert params_file(caption, bound) == ".params/caption/demo-r2m-train_s-2.json"
-    assert params_file(caption) == ".params/caption/{dataset}-{variant}-{ckpt}-{seed}.json"
+    assert stamp_path(Path("."), caption, bound).as_posix() == ".params/caption/demo-r2m-train_s-2.json"
+    assert stamp_path(Path("."), caption).as_posix() == ".params/caption/{dataset}-{variant}-{ckpt}-{seed}.json"
     assert resume_dir("w", "caption", bound) == Path("w/.r2m/resume/caption/demo-r2m-train_s-2")
 
 
@@ -110,3 +111,29 @@ def test_needed_by_other_datasets_takes_its_argument():
     use = Stage("use", "m:f", "", ("dataset",), deps={"x": "x/{dataset}", "all": Gather("y/{dataset}", ("dataset",))},
                 sources=(("dataset", "baselines.datasets"),))
     assert needed_by_other_datasets((make, side, use)) == {"make"}  # a Gather is read over its own list
+
+
+def test_one_views_object_per_run_sees_each_instance_as_its_run_does():
+    """``r2m.params.Views``: a run's dataset/seed views, each made once and shared by every instance looked at
+    (the planner's, :class:`r2m.stage.record.Planner`). Each instance's view is the params its stage's context
+    holds (what the runner records reads from), sharing changes no instance's resolved params, and a view is
+    keyed by dataset and seed both (a cache keyed by one would hand seed 1 the seed-0 view)."""
+    from r2m.pipeline.resolved import dag_instances
+
+    params = P.validate(_raw())
+    views = P.Views(params)
+    instances = dag_instances(params)
+    assert len(instances) > 20
+    for stage, bound in instances:
+        assert stage.resolved(views, bound) == stage.resolved(params, bound), (stage.name, bound)
+        assert views.view(bound.get("dataset"), bound.get("seed")) == _context(params, stage, bound).params, \
+            (stage.name, bound)
+    # tiny's overrides (params.yaml: train_xe steps 60, model d 64), the run's seed added to each seeded section
+    tiny, tiny1 = views.view("tiny"), views.view("tiny", "1")
+    assert (tiny.train_xe.steps, tiny.model.d, tiny1.train_xe.steps) == (60, 64, 60)
+    assert (tiny1.train_xe.seed, tiny1.caption.seed) == (params.train_xe.seed + 1, params.caption.seed + 1)
+    assert views.view("tiny", 1) is tiny1 and views.view("tiny") is tiny  # made once
+    assert views.dumped("tiny", 1)["train_xe"]["seed"] == params.train_xe.seed + 1
+    assert views.view() is params and views.view(None, 0) is params  # seed 0: the params themselves
+    with pytest.raises(P.ParamsError, match="unknown dataset 'elsewhere'"):
+        views.view("elsewhere")

@@ -22,8 +22,8 @@ from PIL import Image
 
 from r2m import params as P
 from r2m.cli import main as r2m_main
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 from r2m.training import stages as T
 from r2m.utils.io import write_parquet
 

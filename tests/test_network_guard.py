@@ -52,7 +52,7 @@ def hook(event, args):
 sys.addaudithook(hook)
 if os.environ.get("NET_PROBE_STAGE"):  # a stage of the test's own, run by the stage runner
     from r2m import cli
-    from r2m.pipeline.spec import Stage
+    from r2m.stage.spec import Stage
 
     stage = Stage("probe", impl=os.environ["NET_PROBE_STAGE"], help="a network probe", axes=())
     sys.exit(cli.run_stage(stage, sys.argv[1:]))
@@ -379,16 +379,17 @@ def test_d_which_instances_may_download(stage, raw, downloads):
 WARM_SERVER = r"""
 import socket, sys
 sys.path.insert(0, sys.argv[2])
-from r2m.pipeline import stages as S
-from r2m.pipeline.spec import Stage
+from r2m.stage import registry as S
+from r2m.stage.spec import Stage
 S.BY_NAME["probe"] = Stage("probe", impl="netprobe:run", help="a network probe", axes=())  # served like a stage
+from r2m.cli import main
 from r2m.warm.server import serve
 
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sys.argv[1])
 listener.listen(8)
 print("ready", flush=True)
-serve(listener)
+serve(listener, target=main)
 """
 WARM_CLIENT = "import sys; from r2m.warm.client import run; sys.exit(run(sys.argv[1:]))"
 

@@ -14,8 +14,8 @@ import torch
 
 from r2m import params as P
 from r2m.models.r2m import R2M
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 from r2m.training.data import TextBatch
 from r2m.training.stages import OBJECTIVES, model_config
 

@@ -133,7 +133,7 @@ TRAIN_I = "models/syn/r2m/s0/train_i"
 def stage_ws(tmp_path, monkeypatch):
     """A workspace for ``r2m train_i`` on a dataset of the catalog (nothing else in it), and the stage's work
     function replaced by one that records being called: a refusal must come before it."""
-    import r2m.training.image_stages as image_stages
+    import r2m.training.stages as training_stages
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p.yaml").write_text(yaml.safe_dump({"datasets": ["syn"], "catalog": {"syn": {"kind": "tiny"}}}))
@@ -143,7 +143,7 @@ def stage_ws(tmp_path, monkeypatch):
         called.append(ctx.stage.name)
         raise RuntimeError("the work started")
 
-    monkeypatch.setattr(image_stages, "run", work)
+    monkeypatch.setattr(training_stages, "run", work)
     return tmp_path, called
 
 
@@ -267,7 +267,7 @@ def test_dvc_never_deletes_a_folder_output_before_its_command():
     build_sup_vocab, figures, inspect_sup and report_baselines were not, so a user's file in one went with it.
     After: every folder output of dvc.yaml is persist (r2m replaces it itself, checked before the work)."""
     doc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    from r2m.pipeline.stages import STAGES
+    from r2m.stage.registry import STAGES
 
     folders = {o.path for s in STAGES for o in s.outs.values() if o.directory}
     assert len(folders) >= 15

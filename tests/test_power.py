@@ -42,6 +42,21 @@ def test_seeds_needed_matches_the_t_table() -> None:
     assert power.seeds_needed(1.0, 1e-4, most=100) is None
 
 
+def test_paired_rules_add_the_other_spread_in_quadrature() -> None:
+    """Images at a seed half-width of 3 and sd 10 for a difference of 5: (1.959964 · 10)² / (25 − 9) =
+    384.15 / 16 = 24.01 → 25; seed half-width 0 → images_needed's (384.15 / 25 = 15.4 → 16); a seed half-width
+    of 5 leaves no room. Seeds at an image half-width of 3, sd 2, difference 5: room √(25 − 9) = 4 for
+    t_{k−1} · 2 / √k (t table: df 2 4.3027 → 4.968; df 3 3.182 → 3.18) → 4."""
+    assert power.paired_images_needed(10, 5, 3.0) == 25
+    assert power.paired_images_needed(10, 5, 0.0) == power.images_needed(10, 5) == 16
+    assert power.paired_images_needed(10, 5, 5.0) is None
+    assert power.paired_seeds_needed(2, 5, 3.0) == 4
+    assert power.paired_seeds_needed(2, 5, 5.0) is None
+    assert power.paired_seeds_needed(2, 4.96, 0.0) == 4 and power.paired_seeds_needed(2, 4.97, 0.0) == 3  # 4.968
+    with pytest.raises(ValueError):
+        power.paired_images_needed(10, 5, -1.0)
+
+
 def _row(root: Path, rel: str, corpus: float, per_image: dict[str, float]) -> None:
     d = root / rel
     d.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The record of what a stage instance read (r2m.pipeline.record, r2m.utils.reads) and ``r2m why``.
+"""The record of what a stage instance read (r2m.stage.record, r2m.utils.reads) and ``r2m why``.
 
 Expectations are written by hand from what each code path does: the demo's first stages on the committed
 demo files (a real run each, in a subprocess), a probe stage whose by-name import and second params key
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from r2m.pipeline import record as R
-from r2m.pipeline.spec import Out, Stage
+from r2m.stage import record as R
+from r2m.stage.spec import Out, Stage
 from r2m.utils.reads import Recorder
 
 ROOT = Path(__file__).resolve().parents[1]

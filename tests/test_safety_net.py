@@ -16,10 +16,9 @@ import pytest
 import torch
 
 from r2m import params as P
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
-from r2m.supervised.retrieval import retrieval_scores
-from r2m.supervised.retrieval_r2m import r2m_similarity
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
+from r2m.supervised.retrieval import r2m_similarity, retrieval_scores
 from r2m.training import stages as T
 from r2m.utils.io import write_parquet
 from test_training import ctx_for, make_params, make_synthetic, refs_file
@@ -63,7 +62,7 @@ def test_r2m_selection_keeps_the_best_scoring_weights_not_the_last(syn: Path) ->
 @pytest.fixture(scope="module")
 def cider_selected(tmp_path_factory) -> tuple[Path, dict[int, tuple[float, dict[str, torch.Tensor]]]]:
     """train_m through the DAG's run() with its CIDEr selector, every score and the weights it saw recorded."""
-    from r2m.training import image_stages, selection
+    from r2m.training import selection, stages
 
     torch.set_num_threads(1)
     syn = tmp_path_factory.mktemp("cider")
@@ -91,7 +90,7 @@ def cider_selected(tmp_path_factory) -> tuple[Path, dict[int, tuple[float, dict[
     T.train(ctx_for(syn, "train_s", p))
     selection.cider_selector = recording
     try:
-        image_stages.run(ctx_for(syn, "train_m", p))
+        stages.run(ctx_for(syn, "train_m", p))
     finally:
         selection.cider_selector = real
     return syn, record

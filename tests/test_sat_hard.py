@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from r2m.models import MODELS, SUP_MODELS, load_model
+from r2m.baselines import BASELINES
+from r2m.models import MODELS, load_model, sup_model
 from r2m.models.sat import SAT, SATConfig
 from r2m.models.sat_hard import SATHard, SATHardConfig, hard_attention_terms
 from r2m.text.vocab import END, START
@@ -179,9 +180,10 @@ def test_test_time_attention_expected_is_the_soft_model_and_argmax_one_location(
 
 
 def test_registered_with_its_own_name_label_and_params() -> None:
-    cls = SUP_MODELS.get("sat_hard")
-    assert cls is SATHard and MODELS.get("sat_hard") is SATHard and cls.feature_kinds == ("grid",)
-    assert "hard" in cls.label.lower() and cls.aux_losses == ("dsr", "reinforce", "entropy")
+    cls = sup_model("sat_hard")
+    assert cls is SATHard and MODELS.load("sat_hard") is SATHard and cls.feature_kinds == ("grid",)
+    assert cls.name == "sat_hard" and cls.aux_losses == ("dsr", "reinforce", "entropy")
+    assert "hard" in BASELINES["sat_hard"].label.lower()
     from r2m import params as P
 
     p = P.load("params.yaml")
@@ -191,9 +193,7 @@ def test_registered_with_its_own_name_label_and_params() -> None:
     assert p.sat.feature_norm is False and p.sat_hard.feature_norm is False  # the seed has no LayerNorm
     with pytest.raises(ValueError, match="test_attention"):
         SATHardConfig(vocab_size=5, test_attention="sample")
-    from r2m.supervised.inspect import INSPECTOR_MODULES
-
-    assert INSPECTOR_MODULES["sat_hard"] == INSPECTOR_MODULES["sat"]
+    assert BASELINES["sat_hard"].inspector == BASELINES["sat"].inspector  # α_t maps, as the soft model's
 
 
 # --------------------------------------------------------------------------- the stages
@@ -205,8 +205,8 @@ def test_stages_train_resume_and_inspect_sat_hard(tmp_path, monkeypatch) -> None
     import json
 
     from r2m import params as P
-    from r2m.pipeline import stages as S
-    from r2m.pipeline.context import StageContext
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
 
     sched = {"steps": 6, "batch_size": 8, "lr": 3e-3, "max_len": 12, "eval_every": 3, "checkpoint_every": 3}
     raw = {"datasets": ["syn"], "baselines": {"datasets": ["syn"], "models": ["sat_hard"]},

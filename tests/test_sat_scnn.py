@@ -325,7 +325,7 @@ def test_each_model_memorises_a_tiny_paired_set(which: str, tmp_path) -> None:
     # checkpoint round trip through the registry
     torch.save(m.checkpoint(), tmp_path / "model.pt")
     m2, ckpt = load_model(tmp_path)
-    assert ckpt["model"] == which and isinstance(m2, MODELS.get(which))
+    assert ckpt["model"] == which and isinstance(m2, MODELS.load(which))
     dec2 = beam_search(m2.eval(), x, beam=3, max_len=8)
     assert torch.equal(dec["tokens"], dec2["tokens"])
 
@@ -357,8 +357,8 @@ def test_stages_pretrain_train_select_and_inspect(tmp_path) -> None:
     import json as _json
 
     from r2m import params as P
-    from r2m.pipeline import stages as S
-    from r2m.pipeline.context import StageContext
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
     from r2m.utils.io import read_json
 
     torch.set_num_threads(1)

@@ -141,8 +141,8 @@ def test_end_to_end_checkpoint_is_a_plain_scnn_checkpoint(tmp_path) -> None:
 @pytest.fixture
 def tiny(tmp_path):
     from r2m import params as P
-    from r2m.pipeline import stages as S
-    from r2m.pipeline.context import StageContext
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
 
     def make(pretrain_steps: int):
         raw = {"datasets": ["syn"], "baselines": {"datasets": ["syn"], "models": ["scnn"]},

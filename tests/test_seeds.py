@@ -16,9 +16,9 @@ import torch
 import yaml
 
 from r2m import params as P
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
-from r2m.pipeline.resolved import all_instance_params, instances
+from r2m.pipeline.resolved import dag_instances, instances
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 from test_training import make_params, make_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,6 +118,13 @@ def test_prepare_does_not_depend_on_the_entry_seeds() -> None:
     raw["catalog"]["tiny"]["seeds"] = [0, 1]
     after = all_instance_params(P.validate(raw))
     assert {f.split("/")[1] for f in before if before[f] != after.get(f)} == GATHERERS  # and new seed-1 files
+
+
+def all_instance_params(params: P.Params) -> dict[str, str]:
+    """``.params/<stage>/<key>.json`` -> the instance's resolved sections (``Stage.resolved``) as JSON text."""
+    views = P.Views(params)  # each dataset/seed view made once for the whole DAG
+    return {f".params/{stage.name}/{stage.key(bound)}.json": json.dumps(stage.resolved(views, bound), sort_keys=True)
+            for stage, bound in dag_instances(params)}
 
 
 @pytest.mark.parametrize("where,value,message", [

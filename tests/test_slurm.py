@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from conftest import tiny_dag_env
-from r2m.pipeline.stages import BY_NAME
+from r2m.stage.registry import BY_NAME
 from slurm_background import CLUSTER, PROFILE, TABLE1, SlurmDagRun, plugin_missing, snakemake_cmd
 from test_distributed import assert_same_loss_curve
 

@@ -4,7 +4,6 @@ Snakemake, where every job gets it); a stage that uses torch still gets those th
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -104,87 +103,3 @@ def test_skipped_baseline_starts_without_torch(stage, tmp_path, repo_root):
     written = json.loads((tmp_path / path).read_text())
     assert written == [] if key is None else written[key] == SKIP_REASON
 
-
-# --------------------------------------------------------------------------- source scans kept on disk
-def _scan_setup(tmp_path, monkeypatch):
-    from r2m.utils import source_cache
-
-    src = tmp_path / "pkg"
-    src.mkdir()
-    monkeypatch.setattr(source_cache, "_PACKAGE", src.resolve())
-    monkeypatch.setenv("R2M_CACHE", str(tmp_path / "cache"))
-    (src / "a.py").write_text('@THINGS.register("alpha")\nclass A: ...\n')
-    (src / "b.py").write_text('@THINGS.register("beta")\nclass B: ...\n@OTHER.register("gamma")\nclass C: ...\n')
-    return src
-
-
-def test_declared_names_kept_under_the_files_content(tmp_path, monkeypatch):
-    from r2m.utils import registry
-
-    src = _scan_setup(tmp_path, monkeypatch)
-    calls = []
-    parse = ast.parse  # count the parses: a kept scan parses nothing
-    monkeypatch.setattr(ast, "parse", lambda *a, **k: calls.append(1) or parse(*a, **k))
-    assert registry.declared_names([src], "THINGS") == ["alpha", "beta"]
-    assert len(calls) == 2
-    assert registry.declared_names([src], "THINGS") == ["alpha", "beta"] and len(calls) == 2  # kept
-    assert registry.declared_names([src], "OTHER") == ["gamma"] and len(calls) == 4  # another scan
-    (src / "a.py").write_text('@THINGS.register("delta")\nclass A: ...\n')  # an edit: scanned again
-    assert registry.declared_names([src], "THINGS") == ["beta", "delta"] and len(calls) == 6
-    (src / "c.py").write_text('THINGS.register("omega")(object)\n')  # a new file: scanned again
-    assert registry.declared_names([src], "THINGS") == ["beta", "delta", "omega"]
-
-
-def test_a_damaged_or_unwritable_cache_is_not_used(tmp_path, monkeypatch):
-    from r2m.utils import source_cache
-    from r2m.utils.registry import declared_names
-
-    src = _scan_setup(tmp_path, monkeypatch)
-    assert declared_names([src], "THINGS") == ["alpha", "beta"]
-    (entry,) = (tmp_path / "cache" / "source-scans").glob("*.json")
-    for junk in ("{not json", '{"a": 1}', '["alpha", 3]'):
-        entry.write_text(junk)
-        assert declared_names([src], "THINGS") == ["alpha", "beta"]
-        assert json.loads(entry.read_text()) == ["alpha", "beta"]  # written again
-    blocked = tmp_path / "blocked"
-    blocked.write_text("a file where the cache folder should be")
-    monkeypatch.setenv("R2M_CACHE", str(blocked))
-    assert declared_names([src], "THINGS") == ["alpha", "beta"]
-    monkeypatch.setattr(source_cache, "_PACKAGE", (tmp_path / "elsewhere").resolve())  # outside: never kept
-    monkeypatch.setenv("R2M_CACHE", str(tmp_path / "cache2"))
-    assert declared_names([src], "THINGS") == ["alpha", "beta"]
-    assert not (tmp_path / "cache2").exists()
-
-
-def test_declared_keys_kept_equal_a_fresh_scan(tmp_path, monkeypatch):
-    """The package's recipe keys through the cache (twice) equal those of a scan with no cache."""
-    from r2m import params as P
-    from r2m.utils import declared, source_cache
-
-    monkeypatch.setenv("R2M_CACHE", str(tmp_path / "cache"))
-    first = declared.declared_keys.__wrapped__(P.RECIPE_SOURCES, "RECIPES", ("Benchmark",))
-    kept = declared.declared_keys.__wrapped__(P.RECIPE_SOURCES, "RECIPES", ("Benchmark",))
-    monkeypatch.setattr(source_cache, "_PACKAGE", (tmp_path / "nowhere").resolve())
-    fresh = declared.declared_keys.__wrapped__(P.RECIPE_SOURCES, "RECIPES", ("Benchmark",))
-    assert first == kept == fresh and "demo" in fresh and all(isinstance(v, tuple) for v in fresh.values())
-    assert len(list((tmp_path / "cache" / "source-scans").glob("*.json"))) == 1
-
-
-def test_the_kept_import_graph_equals_a_fresh_scan(tmp_path, monkeypatch):
-    """The package's import arrows through the cache (twice: the second parses nothing) equal a scan with no
-    cache; an arrow read by hand is among them (training/image_stages.py imports training.selection)."""
-    from r2m.utils import imports, source_cache
-
-    monkeypatch.setenv("R2M_CACHE", str(tmp_path / "cache"))
-    first = imports.import_graph()
-    calls = []
-    parse = ast.parse
-    monkeypatch.setattr(ast, "parse", lambda *a, **k: calls.append(1) or parse(*a, **k))
-    kept = imports.import_graph()
-    assert calls == []  # read from the cache
-    monkeypatch.setattr(source_cache, "_PACKAGE", (tmp_path / "nowhere").resolve())
-    fresh = imports.import_graph()
-    assert len(calls) == len(fresh[0])  # every file parsed again
-    assert first == kept == fresh
-    assert any(e.src == "r2m.training.image_stages" and e.dst == "r2m.training.selection" for e in fresh[1])
-    assert len(list((tmp_path / "cache" / "source-scans").glob("*.json"))) == 1

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import h5py
 import pandas as pd
@@ -21,8 +19,8 @@ import yaml
 from r2m import params as P
 from r2m.pipeline import dag
 from r2m.pipeline import validate as V
-from r2m.pipeline.stages import BY_NAME
-from r2m.pipeline.sup_stages import SUP
+from r2m.stage.registry import BY_NAME
+from r2m.stage.sup_registry import SUP
 
 BIN = Path(sys.executable).parent
 SUP_READERS = ("pretrain_sup", "train_sup", "caption_sup", "inspect_sup", "retrieval_sup")
@@ -41,10 +39,9 @@ def test_benchmarks_give_the_baselines_vgg16_fc7_and_grid(raw, name) -> None:
 def test_snakemake_rule_of_the_baselines_features_carries_vgg16(raw) -> None:
     """What ``snakemake -n reports/baselines.csv --config 'baselines={"datasets": ["coco_shutterstock"]}'``
     gives ``extract_features_sup``: the resolved params its rule carries (and the stage saves)."""
-    from r2m.pipeline.snake import rule_params
 
     p = P.validate({**raw, "baselines": {**raw["baselines"], "datasets": ["coco_shutterstock"]}})
-    got = json.loads(rule_params(p, BY_NAME["extract_features_sup"], SimpleNamespace(dataset="coco_shutterstock")))
+    got = BY_NAME["extract_features_sup"].resolved(p, {"dataset": "coco_shutterstock"})
     assert got["sup_features"]["backend"] == "vgg16" and got["sup_features"]["options"]["kinds"] == ["pooled", "grid"]
 
 
@@ -121,7 +118,7 @@ def test_missing_vgg_weights_stops_a_stage_before_it_runs(raw, tmp_path) -> None
 def test_tiny_paired_sup_features_are_what_extract_features_wrote(raw, tmp_path) -> None:
     """The new stage on tiny_paired (fewer images, same seed and size) writes the same arrays as the
     R²M stage with tiny_paired's former feature params (what the baselines read before)."""
-    from r2m.pipeline.context import StageContext
+    from r2m.stage.context import StageContext
 
     raw = copy.deepcopy(raw)
     raw["catalog"]["tiny_paired"].update(n_train_images=12, n_val_images=3, n_test_images=5, n_sentences=20)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from r2m import params as P
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 from r2m.supervised import select as sup_select
 from r2m.utils.io import read_json
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from r2m.models import SUP_MODELS, build_sup_model, load_model
+from r2m.models import build_sup_model, load_model, sup_model
 from r2m.models.mrnn import MRNN, MRNNConfig, scaled_tanh
 from r2m.supervised.data import teacher_forcing
 from r2m.supervised.vocab import build, skip_reason
@@ -26,9 +26,10 @@ def small_mrnn(vocab: int = 12, image_dim: int = 6, **kw) -> MRNN:
 def test_registry_and_params_names_agree():
     from r2m.params import SUP_MODEL_NAMES, Params
 
-    assert set(SUP_MODEL_NAMES) == set(SUP_MODELS.names())
-    for name in SUP_MODEL_NAMES:  # every model has a params section of its name
+    assert SUP_MODEL_NAMES == ("mrnn", "sat", "sat_hard", "scnn")
+    for name in SUP_MODEL_NAMES:  # every model has a params section of its name, and its class that name
         assert name in Params.model_fields
+        assert sup_model(name).name == name
 
 
 def test_mrnn_shapes_and_checkpoint_roundtrip(tmp_path):
@@ -206,14 +207,13 @@ def test_sup_vocab_without_pairs_says_why(tmp_path):
 def test_tiny_writes_paired_captions_disjoint_from_the_corpus(tmp_path):
     import logging
 
-    from r2m.datasets.base import RECIPES
     from r2m.datasets.recipes import build_references
-    from r2m.datasets.tiny import tiny  # noqa: F401  (registers the recipe)
+    from r2m.datasets.tiny import tiny
     from r2m.params import DatasetEntry
 
     entry = DatasetEntry(kind="tiny", n_train_images=6, n_val_images=2, n_test_images=2, n_sentences=200,
                          image_size=32)
-    RECIPES.get("tiny")(entry, tmp_path, logging.getLogger("t"))
+    tiny(entry, tmp_path, logging.getLogger("t"))
     build_references(entry, tmp_path, tmp_path, logging.getLogger("t"))  # the references stage
     train = json.loads((tmp_path / "train_references.json").read_text())
     assert len(train["images"]) == 6 and len(train["annotations"]) == 30

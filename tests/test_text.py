@@ -170,8 +170,8 @@ def test_vocab_build_encode_decode(tmp_path):
 # --------------------------------------------------------------------------- stages
 def _ctx(tmp_path: Path, stage: str, **params):
     from r2m import params as P
-    from r2m.pipeline.context import StageContext
-    from r2m.pipeline.stages import get
+    from r2m.stage.context import StageContext
+    from r2m.stage.registry import get
 
     raw = {"datasets": ["t"], "catalog": {"t": {"kind": "tiny"}}, **params}
     return StageContext(stage=get(stage), params=P.validate(raw), dataset="t", root=tmp_path,

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from r2m import params as P
-from r2m.pipeline import stages as S
-from r2m.pipeline.context import StageContext
+from r2m.stage import registry as S
+from r2m.stage.context import StageContext
 from r2m.training.stages import NonFiniteLoss
 from r2m.utils.io import write_parquet
 
@@ -221,7 +221,7 @@ def test_checkpoint_selection_hook(syn: Path) -> None:
 
 
 def test_image_stage_selects_checkpoint_by_val_cider(syn: Path) -> None:
-    from r2m.training import image_stages, selection
+    from r2m.training import selection, stages
     from r2m.training.selection import validation_set
 
     val = ["img16", "img17", "img18", "img19"]
@@ -246,7 +246,7 @@ def test_image_stage_selects_checkpoint_by_val_cider(syn: Path) -> None:
 
     selection.cider_selector = recording
     try:
-        image_stages.run(ctx_for(syn, "train_m", p))
+        stages.run(ctx_for(syn, "train_m", p))
     finally:
         selection.cider_selector = real
     m = json.loads((syn / "results/syn/r2m/s0/train_m/train_metrics.json").read_text())
@@ -257,13 +257,13 @@ def test_image_stage_selects_checkpoint_by_val_cider(syn: Path) -> None:
 
 
 def test_select_by_cider_without_val_references_keeps_last(syn: Path) -> None:
-    from r2m.training import image_stages
+    from r2m.training import stages
 
     refs_file(syn / "data/syn").write_text(json.dumps({"images": [], "annotations": []}))
     p = make_params()
     run_stage(syn, "train_xe", p)
     run_stage(syn, "train_s", p)
-    image_stages.run(ctx_for(syn, "train_m", p))
+    stages.run(ctx_for(syn, "train_m", p))
     m = json.loads((syn / "results/syn/r2m/s0/train_m/train_metrics.json").read_text())
     assert m["selected_step"] is None and m["steps"] == 4
 

@@ -153,8 +153,8 @@ def test_precomputed_formats_and_errors(tmp_path):
 
 def _ctx(tmp_path, repo_root, stage):
     from r2m import params as P
-    from r2m.pipeline import stages as S
-    from r2m.pipeline.context import StageContext
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
 
     params = P.for_dataset(P.load(repo_root / "params.yaml"), "tiny")
     return StageContext(stage=S.get(stage), params=params, dataset="tiny", root=tmp_path)

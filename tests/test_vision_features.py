@@ -153,8 +153,8 @@ def test_vgg16_and_inception_v4_random_init(images):
 
 def test_stage_writes_features(images, tmp_path, repo_root):
     from r2m import params as P
-    from r2m.pipeline import stages as S
-    from r2m.pipeline.context import StageContext
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
 
     prepared = tmp_path / "data" / "tiny" / "prepared"
     prepared.mkdir(parents=True)
@@ -230,24 +230,17 @@ def test_inception_v4_official_path_local_weights(images, tmp_path):
 
 
 def test_every_backend_has_its_own_file():
-    """``vision/extractors/<name>.py`` holds exactly the backend ``<name>`` (every other file there is a
-    helper that registers none); the source scan params validation uses (no torch import) finds the
-    same names as the imported registry."""
+    """``vision/extractors/<name>.py`` holds exactly the backend ``<name>``: the catalogue names one factory
+    per file, and every other file there is a helper the catalogue does not name."""
     from pathlib import Path
-
-    from r2m import params as P
-    from r2m.utils.registry import declared_names
 
     folder = Path(X.__file__).parent
     helpers = {"__init__", "base", "combined", "compute", "gpu_decode", "tf1"}
-    for name in X.FEATURE_MODULES:  # a backend's module is imported when it is chosen (r2m.pipeline.codedeps)
-        X.load_backend(name)
-    assert {"inception_v3_fid", "inception_v4", "random_cnn", "vgg16", "vgg19"} <= set(X.FEATURES)
+    files = {f.stem for f in folder.glob("*.py")} - helpers
+    assert X.FEATURES.names() == sorted(files) == ["inception_v3_fid", "inception_v4", "random_cnn", "vgg16", "vgg19"]
     for name in X.FEATURES:
-        assert X.FEATURES.get(name).__module__ == f"r2m.vision.extractors.{name}", name
-    for f in sorted(folder.glob("*.py")):
-        assert declared_names([f], "FEATURES") == ([] if f.stem in helpers else [f.stem]), f.name
-    assert declared_names(list(P.FEATURE_SOURCES), "FEATURES") == X.FEATURES.names()
+        factory = X.FEATURES.load(name)
+        assert callable(factory) and factory.__module__ == f"r2m.vision.extractors.{name}", name
     with pytest.raises(KeyError, match="unknown feature backend 'nope'; known: inception_v3_fid"):
         X.build_extractor("nope")
 

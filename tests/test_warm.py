@@ -169,7 +169,7 @@ def test_a_long_tmpdir_still_gets_a_server_and_no_socket_runs_the_command_cold(t
     server.open_socket, saved = no_socket, server.open_socket
     try:
         rc = server.main(["--", sys.executable, "-c", "import os, sys; sys.exit(0 if 'R2M_WARM' not in os.environ "
-                                                      "else 3)"])
+                                                      "else 3)"], target=lambda argv: 1)
     finally:
         server.open_socket = saved
     assert rc == 0  # the command ran, without a server named

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from r2m import params as P
-from r2m.pipeline.stages import BY_NAME
+from r2m.stage.registry import BY_NAME
 from r2m.utils.guard import BadInput
 from r2m.vision import weights as W
 
@@ -33,7 +33,7 @@ def _tiny_paired(raw: dict, sup_features: dict) -> dict:
 
 
 def _run(stage: str, params: P.Params, root: Path):
-    from r2m.pipeline.context import StageContext
+    from r2m.stage.context import StageContext
 
     ctx = StageContext(stage=BY_NAME[stage], params=params, dataset="tiny_paired", root=root)
     mod, fn = BY_NAME[stage].impl.split(":")

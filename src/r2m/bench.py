@@ -20,7 +20,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "randomization": ("r2m.evaluation.randomization_bench:main",
                       "approximate randomization: 10,000 trials of every metric on 5,000 images x 5 refs (s)"),
     "significance": ("r2m.evaluation.randomization_bench:significance",
-                     "rates of marks on planted nulls at n = 16, 50, 100, 300 (randomization vs bootstrap)"),
+                     "rates of marks on planted nulls at n = 16, 50, 100, 300 (randomization vs bootstrap), and seed-level nulls"),
     "features": ("r2m.vision.bench:main", "feature extraction throughput per backend (images/s)"),
     "concepts": ("r2m.vision.concept_quality:main", "concept precision/recall of detector settings on the demo photos"),
     "sup": ("r2m.supervised.bench:main", "supervised baseline training throughput (sentences/s; --model mrnn)"),

@@ -1,7 +1,7 @@
 """``r2m caption IMAGES… [--model FOLDER]``: captions for image files that belong to no dataset
 (``r2m caption`` without ``--dataset/--variant/--ckpt``: :data:`r2m.cli.STANDALONE`; with them it is the
-DAG's ``caption`` stage, :func:`r2m.decoding.stage.run`, which imports nothing of this module, so the
-detector and feature backends new photos need are no code dependency of the stage).
+DAG's ``caption`` stage, :func:`r2m.decoding.stage.run`, which imports nothing of this module: the detector
+and feature backends new photos need are not loaded by the stage, so its record does not name them).
 
 IMAGES are files, folders (their image files, not recursive) or glob patterns. The checkpoint folder
 (default ``models/demo/r2m/s0/train_i``, the demo's model after ``make run``) carries
@@ -152,8 +152,8 @@ def standalone(args: argparse.Namespace) -> int:
 
 def _standalone(args: argparse.Namespace) -> int:
     from r2m.decoding.photos import Captioner
-    from r2m.pipeline.context import setup_logging
     from r2m.runtime import Runtime
+    from r2m.stage.context import setup_logging
 
     setup_logging(None, logging.WARNING)
     given = [a for a in ("dataset", "variant", "ckpt") if getattr(args, a, None) is not None]

@@ -1,6 +1,6 @@
 """The ``r2m`` console script: one subcommand per DAG stage plus tools.
 
-Stage subcommands come from the stage registry (:mod:`r2m.pipeline.stages`); their modules are
+Stage subcommands come from the stage registry (:mod:`r2m.stage.registry`); their modules are
 imported only when the subcommand runs, so ``r2m dag --check`` and ``r2m --help`` stay fast.
 """
 
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from r2m.pipeline import stages as S
+from r2m.stage import registry as S
 
 # tools that are not DAG stages: name -> (module:function, help)
 TOOLS: dict[str, tuple[str, str]] = {
@@ -26,15 +26,14 @@ TOOLS: dict[str, tuple[str, str]] = {
                 "metrics of two or more captioners with 95% bootstrap intervals and paired randomization tests of B - A (Holm for more than two)"),
     "power": ("r2m.evaluation.power:main",
               "how many test images or seeds resolve a metric difference, from the spreads in a results folder"),
-    "warm": ("r2m.warm.server:main", "run a command (e.g. snakemake) whose r2m stage jobs start warm: forked from "
-                                      "a server that imported torch & co. once"),
+    "warm": ("r2m.cli:warm", "run a command (e.g. snakemake) whose r2m stage jobs start warm: forked from "
+                              "a server that imported torch & co. once"),
     "why": ("r2m.pipeline.why_cmd:main", "is a stage instance current? what changed since its last run, one line each"),
     "datasets": ("r2m.pipeline.datasets_cmd:main", "list the dataset recipes and the catalog; `datasets check NAME`: preprocessing vs the paper"),
 }
 # stage subcommands that also serve a command outside the DAG, run when the stage's axes are not given:
-# stage name -> the module (with add_arguments and standalone(args)). Its own module, not the stage's impl,
-# so that the DAG stage can load none of it: `r2m caption IMAGES` detects concepts in new photos, and no
-# detector backend is a code dependency of the caption stage (r2m.pipeline.codedeps)
+# stage name -> the module (with add_arguments and standalone(args)): `r2m caption IMAGES` detects concepts
+# in new photos
 STANDALONE: dict[str, str] = {"caption": "r2m.caption_cli:standalone"}
 
 
@@ -47,6 +46,14 @@ def call(spec: str, argv: list[str]) -> int:
     """Import ``module:function`` lazily and call it with the remaining arguments."""
     module, func = _load(spec)
     return int(getattr(module, func)(argv) or 0)
+
+
+def warm(argv: list[str]) -> int:
+    """``r2m warm``: the warm server (:mod:`r2m.warm.server`), handed what each of its jobs runs (:func:`main`)
+    and the module that runs a stage imports besides the stage's own (preloaded with them)."""
+    from r2m.warm import server
+
+    return server.main(argv, target=main, modules=("r2m.pipeline.validate",))
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -135,8 +142,8 @@ class AfterImport:
 def run_stage(stage: S.Stage, argv: list[str]) -> int:
     from r2m import params as P
     from r2m.pipeline import validate as V
-    from r2m.pipeline.context import StageContext, setup_logging
     from r2m.runtime import Runtime
+    from r2m.stage.context import StageContext, setup_logging
     from r2m.utils.guard import BadInput, env_number, inside
 
     # check axes before importing heavy code (--help waits for the stage's own options)
@@ -176,8 +183,8 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     try:
         params = P.load(args.params)
         if "dataset" in stage.axes:
-            # its own dataset's checks (not every selected one's: a stage loads what its instance needs, see
-            # r2m.pipeline.codedeps), those of the stage's side: the baselines' feature weights for a
+            # its own dataset's checks (not every selected one's: a stage loads what its instance needs), those
+            # of the stage's side: the baselines' feature weights for a
             # supervised stage, R2M's files (and the recipe's own check) otherwise
             if args.dataset in params.catalog:
                 check = V.check_sup_files if stage.source("dataset") == "baselines.datasets" else V.check_files
@@ -201,6 +208,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         params=params,
         runtime=runtime,
         log=log,
+        args=args,
         **axes,
     )
     damaged = ctx.incomplete_inputs()
@@ -215,7 +223,6 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     if may_download:
         log.info("a download stage: may fetch %s", may_download)
     threads = AfterImport("torch", ctx.runtime.apply)  # torch's threads, when (if) the stage imports torch
-    ctx.args = args  # type: ignore[attr-defined]  # stage-specific extra flags
     log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
     t0 = time.perf_counter()
     from r2m.utils.guard import disk_full_message, is_disk_full
@@ -228,9 +235,9 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 holds the stage's lock, the others their own
         extra = f"{extra or ''}rank{os.environ['RANK']}"
     lock = StageLock(ctx.root, stage.name, axes, outs, extra=extra)
-    from r2m.pipeline import record
+    from r2m.stage import record
 
-    # what the instance reads, recorded (.r2m/records/, r2m.pipeline.record) by one run of it (not a shard's)
+    # what the instance reads, recorded (.r2m/records/, r2m.stage.record) by one run of it (not a shard's)
     recording = shard is None and extra is None and os.environ.get("R2M_RECORD", "1") != "0"
     rec = None
     try:
@@ -282,20 +289,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
         if rec is not None:
             rec.stop()  # a failed run: its hooks removed, no record written
     log.info("done in %.1f s", time.perf_counter() - t0)
-    _record_loaded(stage, axes)
     return 0
-
-
-def _record_loaded(stage: S.Stage, axes: dict[str, str]) -> None:
-    """With ``R2M_AUDIT_MODULES=<dir>``: the ``r2m`` modules this run loaded, one a line, in
-    ``<dir>/<stage>/<instance key>.txt`` (tests/test_code_deps.py compares them with the declared code
-    dependencies, :mod:`r2m.pipeline.codedeps`). Here, not there: recording must load nothing itself."""
-    folder = os.environ.get("R2M_AUDIT_MODULES")
-    if folder:
-        names = sorted(m for m in sys.modules if m == "r2m" or m.startswith("r2m."))
-        path = Path(folder) / stage.name / f"{stage.key(axes)}.txt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(names) + "\n")
 
 
 def _report_failure(log, stage: str, err: Exception, log_path: Path | None) -> None:

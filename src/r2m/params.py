@@ -5,12 +5,12 @@ variants are trained) and ``catalog`` (the dataset recipes). A catalog entry may
 ``overrides``: a nested mapping deep-merged over the stage sections for that dataset only, so
 ``demo`` and ``tiny`` can train for fewer steps without touching the paper defaults.
 
-Each supervised baseline brings its own section: the pydantic class named in its model file's
-``@SUP_MODELS.register(name, label=..., params=XParams)`` (read from the source with ``ast``, so
-validating params never imports torch; see :func:`r2m.utils.declared.sup_model_specs`).
+Each supervised baseline brings its own section: the params class of its entry in
+:data:`r2m.baselines.BASELINES` (a light module: validating params never imports a model file or torch).
+Dataset kinds, their option keys and the detector and feature backends are the names of :mod:`r2m.catalogs`.
 
 Only the schema lives here: file / extra / recipe checks are :mod:`r2m.pipeline.validate`, the
-DAG's axis values :mod:`r2m.pipeline.axes`. Runtime settings (device, threads, workers) are *not*
+DAG's axis values :mod:`r2m.stage.axes`. Runtime settings (device, threads, workers) are *not*
 params: they come from the command line or the environment (see :mod:`r2m.runtime`).
 
 (Over 450 lines on purpose: it is one pydantic class per params section, the fidelity profile
@@ -21,7 +21,6 @@ plus ``load``/``validate``; splitting the one schema users read would scatter it
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import re
 from pathlib import Path
@@ -30,16 +29,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from r2m.utils.declared import STRICT, SupModelSpec, sup_model_specs
+from r2m.baselines import BASELINES, Section
+from r2m.catalogs import DETECTORS, FEATURES, RECIPES
 from r2m.utils.strict_yaml import StrictLoader, yaml_load  # noqa: F401 (used by the Snakefile and tests)
 
 VARIANT_NAMES = ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm")
-_PKG = Path(__file__).resolve().parent
-# where backends register themselves (read from the source, so validating params never imports torch)
-DETECTOR_SOURCES = (_PKG / "vision" / "detectors",)
-FEATURE_SOURCES = (_PKG / "vision" / "extractors",)
-RECIPE_SOURCES = (_PKG / "datasets",)
-SUP_MODEL_SOURCES = (_PKG / "models",)
 TRAIN_STAGES = ("train_xe", "train_s", "train_m", "train_i")
 
 
@@ -58,24 +52,15 @@ class ParamsError(ValueError):
     """Raised for invalid parameters; the message names the offending key."""
 
 
-@functools.cache
-def registered_names(sources: tuple[Path, ...], registry: str, constructors: tuple[str, ...] = ()) -> list[str]:
-    """:func:`r2m.utils.registry.declared_names`, read from the source once per process."""
-    from r2m.utils.registry import declared_names
-
-    return declared_names(list(sources), registry, constructors)
-
-
 def _known(value: str, names: list[str], what: str) -> str:
     if names and value not in names:
         raise ValueError(f"unknown {what} {value!r}; known: {', '.join(names)}")
     return value
 
 
-# supervised seed baselines (image-caption pairs): each is a model in r2m.models.SUP_MODELS with a
-# params section of its own name; names and labels come from the model files' registrations
-SUP_MODEL_NAMES: tuple[str, ...] = tuple(s.name for s in sup_model_specs(SUP_MODEL_SOURCES))
-SUP_MODEL_LABELS: dict[str, str] = {s.name: s.label for s in sup_model_specs(SUP_MODEL_SOURCES)}
+# supervised seed baselines (image-caption pairs), each with a params section of its own name
+SUP_MODEL_NAMES: tuple[str, ...] = tuple(BASELINES.names())
+SUP_MODEL_LABELS: dict[str, str] = {name: b.label for name, b in BASELINES.items()}
 
 
 # catalog (dataset) names become folder names and command-line arguments: one strict pattern
@@ -90,8 +75,7 @@ def check_name(name: object, what: str = "dataset name") -> str:
     return name
 
 
-class _Section(BaseModel):
-    model_config = STRICT
+_Section = Section  # strict: no unknown key, no coercion, no non-finite number
 
 
 def seed_numbers(value: Any) -> Any:
@@ -159,27 +143,19 @@ class DatasetEntry(_Section):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, v: str) -> str:
-        return _known(v, registered_names(RECIPE_SOURCES, "RECIPES", ("Benchmark",)), "dataset kind")
+        return _known(v, RECIPES.names(), "dataset kind")
 
     @model_validator(mode="after")
     def _known_keys(self) -> DatasetEntry:
-        """A recipe's options are the keys its registration declares (``keys=(...)``): a misspelt
-        key is an error, never silently ignored."""
-        declared = recipe_keys().get(self.kind)
-        unknown = sorted(set(self.model_extra or {}) - set(declared or ()))
-        if declared is not None and unknown:
+        """A recipe's options are the keys its catalogue entry names (``keys``): a misspelt key is an
+        error, never silently ignored."""
+        keys = RECIPES[self.kind].keys if self.kind in RECIPES else None
+        unknown = sorted(set(self.model_extra or {}) - set(keys or ()))
+        if keys is not None and unknown:
             common = sorted(set(type(self).model_fields))
             raise ValueError(f"unknown key(s) {unknown} for kind {self.kind!r}; its keys: "
-                             f"{', '.join(sorted(declared)) or '(none)'} (and {', '.join(common)})")
+                             f"{', '.join(sorted(keys)) or '(none)'} (and {', '.join(common)})")
         return self
-
-
-@functools.cache
-def recipe_keys() -> dict[str, tuple[str, ...]]:
-    """Recipe kind -> the option keys its registration declares (read from the source)."""
-    from r2m.utils.declared import declared_keys
-
-    return declared_keys(RECIPE_SOURCES, "RECIPES", ("Benchmark",))
 
 
 # --------------------------------------------------------------------------- stage sections
@@ -198,7 +174,7 @@ class DetectParams(_Section):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        return _known(v, registered_names(DETECTOR_SOURCES, "DETECTORS"), "detector backend")
+        return _known(v, DETECTORS.names(), "detector backend")
 
 
 class FeatureParams(_Section):
@@ -210,7 +186,7 @@ class FeatureParams(_Section):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        return _known(v, registered_names(FEATURE_SOURCES, "FEATURES"), "feature backend")
+        return _known(v, FEATURES.names(), "feature backend")
 
 
 class CorpusParams(_Section):
@@ -482,7 +458,7 @@ RETIRED_KEYS = ("all_datasets", "all_seeds")
 
 
 class _ParamsBase(_Section):
-    """Every section but the supervised baselines' own (added from their registrations: :data:`Params`)."""
+    """Every section but the supervised baselines' own (added from :data:`r2m.baselines.BASELINES`: :data:`Params`)."""
 
     datasets: list[str] = Field(default_factory=lambda: ["demo"], min_length=1)
     variants: list[str] = Field(default_factory=lambda: list(VARIANT_NAMES), min_length=1)
@@ -568,15 +544,15 @@ class _ParamsBase(_Section):
         return self
 
 
-def _params_model(specs: tuple[SupModelSpec, ...]) -> type[_ParamsBase]:
-    """The full schema: :class:`_ParamsBase` plus one section per registered supervised baseline."""
+def _params_model() -> type[_ParamsBase]:
+    """The full schema: :class:`_ParamsBase` plus one section per supervised baseline."""
     from pydantic import create_model
 
-    fields: dict[str, Any] = {s.name: (s.params, Field(default_factory=s.params)) for s in specs}
+    fields: dict[str, Any] = {name: (b.params, Field(default_factory=b.params)) for name, b in BASELINES.items()}
     return create_model("Params", __base__=_ParamsBase, __module__=__name__, **fields)
 
 
-Params = _params_model(sup_model_specs(SUP_MODEL_SOURCES))
+Params = _params_model()
 
 
 def _format_error(err: ValidationError, source: str) -> str:
@@ -710,6 +686,35 @@ def with_seed(params: Params, seed: int) -> Params:
                  for m, over in params.train_sup.per_model.items()}
     update["train_sup"] = update["train_sup"].model_copy(update={"per_model": per_model})
     return params.model_copy(update=update)
+
+
+class Views:
+    """One run's validated params and the views of them its instances read, each made once: the params as
+    a dataset's run at a seed sees them (:func:`for_dataset`, :func:`with_seed`, as a stage's context builds
+    them) and their JSON dumps. Hold one per run (a plan of every instance's stamp, a DAG's resolved params)
+    and hand it to what looks at many instances: a view costs a validation of the whole params."""
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        self._views: dict[tuple[str | None, int | None], Params] = {}
+        self._dumps: dict[tuple[str | None, int | None], dict[str, Any]] = {}
+
+    def view(self, dataset: str | None = None, seed: int | str | None = None) -> Params:
+        """The params as ``dataset``'s run ``seed`` sees them; no dataset: the params themselves (at ``seed``).
+        A dataset outside the catalog: :class:`ParamsError` naming the catalog."""
+        key = (dataset, None if seed is None else int(seed))
+        made = self._views.get(key)
+        if made is None:
+            made = self.params if dataset is None else for_dataset(self.params, dataset)
+            made = self._views[key] = made if key[1] is None else with_seed(made, key[1])
+        return made
+
+    def dumped(self, dataset: str | None = None, seed: int | str | None = None) -> dict[str, Any]:
+        """:meth:`view`'s JSON dump (``model_dump(mode="json")``)."""
+        key = (dataset, None if seed is None else int(seed))
+        if key not in self._dumps:
+            self._dumps[key] = self.view(dataset, seed).model_dump(mode="json")
+        return self._dumps[key]
 
 
 def dump(params: BaseModel | dict[str, Any]) -> str:

@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from r2m import params as P  # noqa: E402
 from r2m.pipeline import validate as V  # noqa: E402
-from r2m.pipeline import stages as S  # noqa: E402
+from r2m.stage import registry as S  # noqa: E402
+from r2m.stage.record import Planner  # noqa: E402
 from r2m.pipeline.resolved import ALL_TARGETS  # noqa: E402
 from r2m.pipeline.snake import (  # noqa: E402
     external_param,
@@ -20,8 +21,7 @@ from r2m.pipeline.snake import (  # noqa: E402
     merge_command,
     rule_inputs,
     rule_outputs,
-    rule_code,
-    rule_params,
+    plan_input,
     shard_command,
     shard_counts,
     shard_inputs,
@@ -44,6 +44,9 @@ try:
     SHARDS = shard_counts(_runtime_cfg)
 except (P.ParamsError, ValueError, yaml.YAMLError) as err:
     raise WorkflowError(str(err))
+
+# checks each job's record and writes its stamp (r2m.stage.record), once per job, while the DAG is built
+PLANNER = Planner(PARAMS, Path("."))
 
 # this invocation's params, named by their content and never rewritten: a job reads the file of the
 # invocation that started it, whatever a later `snakemake -n --config …` writes (its own file)

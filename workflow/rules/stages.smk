@@ -9,8 +9,9 @@
 # Every rule declares the registry's resources (gpu, mem_mb): `--resources gpu=N` caps concurrent
 # GPU jobs on one box; the SLURM executor requests `--gpus`/`--mem` from them. Its `priority` (Stage.priority)
 # starts the long chains first among the ready jobs.
-# Params a job depends on: exactly the resolved values its instance reads (`resolved`) and a digest of
-# the code it can load (`code`, r2m.pipeline.codedeps), both compared by content by Snakemake's params trigger.
+# What a job read at its last run (modules, files, params keys: its record, r2m.stage.record) reaches
+# Snakemake through its stamp input `.params/<stage>/<instance>.json`, written while the DAG is built: mtime 0
+# when nothing it read changed, the time now when something did (Snakemake's mtime check reruns it).
 # The job's shell `exec`s r2m (killing the shell kills r2m) and every path is quoted ({log:q}). Its
 # `--params` file is this invocation's, content-addressed (common.smk): outside the compared `cmd`.
 
@@ -24,14 +25,13 @@ for _stage in S.STAGES:
         input:
             **rule_inputs(_stage, PARAMS),
             **({"shards": shard_inputs(_stage, _n)} if _n > 1 else {}),
+            stamp=plan_input(_stage, PLANNER),
         output:
             **rule_outputs(_stage, directory),
         log:
             snake_template(_stage.log),
         params:
             cmd=lambda wc, _s=_stage, _k=_n: merge_command(R2M, _s, wc, None, _k),
-            resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
-            code=lambda wc, _s=_stage: rule_code(PARAMS, _s, wc, Path(workflow.basedir)),  # what it can load
             **({"external": external_param(_stage, PARAMS)} if _stage.external else {}),  # files outside the DAG
         threads: 1
         priority: _stage.priority
@@ -51,13 +51,13 @@ for _stage in S.STAGES:
                 f"{_stage.name}_shard"
             input:
                 **{k: v for k, v in rule_inputs(_stage, PARAMS).items() if isinstance(_stage.deps[k], str)},
+                stamp=plan_input(_stage, PLANNER),
             output:
                 shard=directory(shard_output(_stage)),
             log:
                 shard_log(_stage),
             params:
                 cmd=lambda wc, _s=_stage, _k=_n: shard_command(R2M, _s, wc, None, _k),
-                resolved=lambda wc, _s=_stage: rule_params(PARAMS, _s, wc),
             threads: 1
             priority: _stage.priority
             resources:

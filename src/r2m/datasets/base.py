@@ -5,13 +5,13 @@ A recipe turns a catalog entry (``params.yaml: catalog.<name>``) into two folder
 
 * ``prepared/`` (stage ``prepare``): ``images.parquet``, ``corpus.txt``, optional
   ``detections.jsonl`` and ``manifest.json`` — what detection, features and the text stages read.
-  Recipes register themselves with ``@RECIPES.register("<kind>")`` and are functions
-  ``(entry, out_dir, log) -> manifest dict``; the stage gives them a temporary folder and renames it
+  A kind's recipe (a :class:`Recipe`, named in :data:`r2m.catalogs.RECIPES`) prepares it with a function
+  ``(entry, out_dir, log) -> manifest dict``; the stage gives it a temporary folder and renames it
   into place on success. They never read a reference caption (only, for ``folder``, which images
   the reference files list: that defines the image ids and splits).
 * ``references/`` (stage ``references``): ``references.json`` (the ``val``/``test`` images) and
   optional ``train_references.json`` (paired captions of the train images, for the supervised
-  baselines), built by ``@REFERENCE_BUILDERS.register("<kind>")`` functions
+  baselines), built by the recipe's ``references``
   ``(entry, prepared_dir, log) -> (references, train_references or None)`` from the recipe's caption
   source and the prepared image index. So an edit of a caption's words re-runs what reads references
   (evaluation, checkpoint selection, the baselines) and not detection, features or text training.
@@ -21,23 +21,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from r2m.params import DatasetEntry
-from r2m.utils.registry import Registry
 
 RecipeFn = Callable[[DatasetEntry, Path, logging.Logger], dict[str, Any]]
-RECIPES: Registry[RecipeFn] = Registry("dataset kind")
-# optional up-front checks of a recipe's options (referenced files), run when params are validated
-# (``r2m.pipeline.validate.check_files``): ``fn(entry)`` raising OSError/ValueError naming the key
-RECIPE_CHECKS: Registry[Callable[[DatasetEntry], None]] = Registry("dataset check")
 References = dict[str, Any]  # COCO caption-annotation JSON (references_json)
 ReferenceBuilder = Callable[[DatasetEntry, Path, logging.Logger], tuple[References, References | None]]
-REFERENCE_BUILDERS: Registry[ReferenceBuilder] = Registry("dataset references")
 SPLITS = ("train", "val", "test")
 REFERENCES = "references.json"  # the val/test images' captions (stage ``references``)
 TRAIN_REFERENCES = "train_references.json"  # optional: paired captions of the train images
+
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A dataset kind's two steps: ``prepare`` (stage ``prepare``) and ``references`` (stage ``references``).
+    A kind may also check its options up front (``check`` in its :class:`r2m.catalogs.Kind`): ``fn(entry)``
+    raising OSError/ValueError naming the key, run when params are validated."""
+
+    prepare: RecipeFn
+    references: ReferenceBuilder
 
 
 def option(entry: DatasetEntry, key: str, default: Any = None, required: bool = False) -> Any:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r2m.datasets.base import RECIPES, REFERENCE_BUILDERS, option, references_json, write_prepared
+from r2m.datasets.base import option, references_json, write_prepared
 from r2m.params import DatasetEntry, profile_of
 from r2m.text.corpus import CorpusError, read_lines
 from r2m.utils.coco import read_coco_captions
@@ -365,14 +365,21 @@ class Benchmark:
     def sources(self) -> list[str]:
         return [self.split_source, *self.image_sources, self.corpus_source]
 
+    # the benchmark as a dataset kind's recipe (r2m.datasets.base.Recipe; named in r2m.catalogs.RECIPES)
+    def prepare(self, entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
+        return prepare_benchmark(self.name, entry, out, log, fetcher=fetch_url)
 
+    def references(self, entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], Any]:
+        return benchmark_references(self.name, entry, prepared, log)
+
+
+COCO_SHUTTERSTOCK = Benchmark("coco_shutterstock", "karpathy_coco", ("coco_train2014", "coco_val2014"), "coco",
+                              "shutterstock", "text")
+FLICKR30K_COCO = Benchmark("flickr30k_coco", "karpathy_flickr30k", ("flickr30k_images",), "flickr30k/flickr30k-images",
+                           "coco_captions", "coco_captions")
+COCO_GCC = Benchmark("coco_gcc", "karpathy_coco", ("coco_train2014", "coco_val2014"), "coco", "gcc_train", "gcc")
 BENCHMARKS: Registry[Benchmark] = Registry("benchmark")
-for _b in (
-    Benchmark("coco_shutterstock", "karpathy_coco", ("coco_train2014", "coco_val2014"), "coco", "shutterstock", "text"),
-    Benchmark("flickr30k_coco", "karpathy_flickr30k", ("flickr30k_images",), "flickr30k/flickr30k-images",
-              "coco_captions", "coco_captions"),
-    Benchmark("coco_gcc", "karpathy_coco", ("coco_train2014", "coco_val2014"), "coco", "gcc_train", "gcc"),
-):
+for _b in (COCO_SHUTTERSTOCK, FLICKR30K_COCO, COCO_GCC):
     BENCHMARKS.register(_b.name)(_b)
 
 
@@ -428,19 +435,3 @@ def benchmark_references(name: str, entry: DatasetEntry, prepared: Path,
     _, refs, train_refs = convert_karpathy_pairs(got[bench.split_source][0], image_root)
     return refs, train_refs
 
-
-BENCHMARK_KEYS = ("raw_dir", "paths", "download")  # the catalog options every paper benchmark reads
-
-
-def _register(name: str) -> None:
-    @RECIPES.register(name, keys=BENCHMARK_KEYS)
-    def recipe(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
-        return prepare_benchmark(name, entry, out, log, fetcher=fetch_url)
-
-    @REFERENCE_BUILDERS.register(name)
-    def references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], Any]:
-        return benchmark_references(name, entry, prepared, log)
-
-
-for _name in BENCHMARKS.names():
-    _register(_name)

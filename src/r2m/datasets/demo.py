@@ -28,7 +28,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from r2m.datasets.base import RECIPES, REFERENCE_BUILDERS, option, references_json, write_prepared
+from r2m.datasets.base import Recipe, option, references_json, write_prepared
 from r2m.params import NAME_PATTERN, DatasetEntry
 from r2m.text.corpus import read_lines
 from r2m.utils.io import read_json
@@ -143,7 +143,6 @@ def source_dir(entry: DatasetEntry) -> Path:
     return source
 
 
-@RECIPES.register("demo", keys=("source_dir", "train_copies", "crop"))
 def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dict[str, Any]:
     import pandas as pd
 
@@ -187,7 +186,6 @@ def prepare_demo(entry: DatasetEntry, out_dir: Path, log: logging.Logger) -> dic
     return write_prepared(out_dir, pd.DataFrame(rows), corpus, manifest)
 
 
-@REFERENCE_BUILDERS.register("demo")
 def demo_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], None]:
     """The ``test`` photos of the prepared index with their captions in ``references.json`` (every photo
     needs some: an error names the file and the photos without)."""
@@ -197,3 +195,6 @@ def demo_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) ->
     refs = load_references(source_dir(entry) / "references.json", [img["id"] for img in images])
     log.info("demo: %d photos, %d reference captions", len(images), sum(map(len, refs.values())))
     return references_json(images, refs), None
+
+
+RECIPE = Recipe(prepare=prepare_demo, references=demo_references)  # the kind 'demo' (r2m.catalogs.RECIPES)

@@ -39,9 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.datasets.base import (
-    RECIPE_CHECKS,
-    RECIPES,
-    REFERENCE_BUILDERS,
+    Recipe,
     eval_records,
     option,
     references_json,
@@ -178,7 +176,6 @@ def _referenced_files(images_dir: Path, refs_path: Path) -> None:
                                     f"ambiguous) under {images_dir}")
 
 
-@RECIPE_CHECKS.register("folder")
 def check(entry: DatasetEntry) -> None:
     """What ``prepare`` would refuse, found when the params are checked (before any stage runs): the
     folder, corpus and references exist, the references are given, and each image they list is there."""
@@ -194,7 +191,6 @@ def check(entry: DatasetEntry) -> None:
         _referenced_files(images_dir, train_refs_path)
 
 
-@RECIPES.register("folder", keys=("images", "corpus", "references", "train_references", "val_fraction"))
 def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
     import pandas as pd
 
@@ -257,7 +253,6 @@ def folder(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any
     return manifest
 
 
-@REFERENCE_BUILDERS.register("folder")
 def folder_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], Any]:
     """The evaluation images of the prepared index with their captions of ``references`` (file names as
     the folder's), and the ``train_references`` images with theirs (none: no such file)."""
@@ -277,3 +272,6 @@ def folder_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) 
         return refs, None
     train_images, train_captions = load_references(train_refs_path)
     return refs, references_json([{**img, "split": "train"} for img in train_images], train_captions)
+
+
+RECIPE = Recipe(prepare=folder, references=folder_references)  # the kind 'folder' (r2m.catalogs.RECIPES)

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from r2m.datasets.base import option
-from r2m.datasets.recipes import recipe_attr
 from r2m.params import DatasetEntry
+from r2m.stage.context import StageContext
 from r2m.utils.digest import digest_files, expand
 from r2m.utils.registry import Registry
 
@@ -46,14 +46,17 @@ DEMO_REFERENCES = ("references.json",)
 
 def _folder_paths(entry: DatasetEntry, keys: tuple[str, ...]) -> list[Path]:
     """The ``folder`` entry's paths of ``keys`` (those it names; absence is the recipe's check to report)."""
-    image_files = recipe_attr("folder", "image_files")  # the images: the recipe's own rule (list_images)
+    from r2m.datasets.folder import image_files  # the images: the recipe's own rule (list_images)
+
     return [f for k in keys if (v := option(entry, k)) is not None
             for f in (image_files(Path(str(v)).expanduser()) if k == "images" else [Path(str(v)).expanduser()])]
 
 
 def _demo_paths(entry: DatasetEntry, names: tuple[str, ...]) -> list[Path]:
     """The demo's committed files in its ``source_dir`` (resolved as the recipe resolves it)."""
-    source = recipe_attr("demo", "source_dir")(entry)
+    from r2m.datasets.demo import source_dir
+
+    source = source_dir(entry)
     return [source / name for name in names]
 
 
@@ -69,7 +72,9 @@ _declare("demo", _demo_paths, DEMO_FILES, DEMO_REFERENCES)
 
 
 def _index_view(data: Any) -> Any:
-    return recipe_attr("folder", "reference_index")(data)
+    from r2m.datasets.folder import reference_index
+
+    return reference_index(data)
 
 
 # kind -> what ``prepare`` reads of the reference files (REFERENCE_INPUTS), digested under that name
@@ -120,7 +125,7 @@ def _digest(records: list[dict[str, Any]]) -> str:
 
 
 def input_digest(params: Any, dataset: str) -> str:
-    """Snakemake's ``external`` param of ``inputs`` (:attr:`r2m.pipeline.spec.Stage.external`): one digest
+    """Snakemake's ``external`` param of ``inputs`` (:attr:`r2m.stage.spec.Stage.external`): one digest
     of :func:`input_records`, compared by content, so ``inputs`` re-runs when, and only when, what it
     would record changes (a touched or re-commented file re-runs nothing)."""
     entry = params.catalog.get(dataset)
@@ -134,7 +139,7 @@ def reference_digest(params: Any, dataset: str) -> str:
     return _digest(reference_records(entry, dataset) if entry is not None else [])
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     """DAG stage ``inputs``: ``data/<dataset>/inputs.json``, the digest of the recipe's external files."""
     from r2m.utils.io import write_json
 

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 from r2m.datasets.recipes import build_references, recipe
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.utils.io import atomic_path
 
 
 def run(ctx: StageContext) -> None:
-    make = recipe(ctx.entry.kind)
+    make = recipe(ctx.entry.kind).prepare
     out = ctx.outs["prepared"]
     with atomic_path(out) as tmp:
         tmp.mkdir(parents=True)

@@ -28,10 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from r2m.datasets.base import (
-    RECIPE_CHECKS,
-    RECIPES,
-    REFERENCE_BUILDERS,
     SPLITS,
+    Recipe,
     option,
     references_json,
     write_prepared,
@@ -172,7 +170,6 @@ def _n(entry: DatasetEntry, key: str) -> int:
     return value
 
 
-@RECIPE_CHECKS.register("tiny")
 def check(entry: DatasetEntry) -> None:
     """Every size option in range, up front (before any stage runs)."""
     for key in TINY_LIMITS:
@@ -192,8 +189,6 @@ def corpus_lines(n: int, seed: int, exclude: set[str]) -> Iterator[str]:
         yield s
 
 
-@RECIPES.register("tiny", keys=("seed", "n_train_images", "n_val_images", "n_test_images", "n_sentences",
-                                   "image_size"))
 def tiny(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
     import pandas as pd
 
@@ -245,10 +240,12 @@ def tiny(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
     return manifest
 
 
-@REFERENCE_BUILDERS.register("tiny")
 def tiny_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], Any]:
     """The captions ``prepare`` generated with the images (``generated_references.json``)."""
     data = read_json(prepared / GENERATED)
     if not isinstance(data, dict) or not isinstance(data.get("references"), dict):
         raise ValueError(f"{prepared / GENERATED}: expected {{\"references\": {{...}}, \"train_references\": ...}}")
     return data["references"], data.get("train_references")
+
+
+RECIPE = Recipe(prepare=tiny, references=tiny_references)  # the kind 'tiny' (r2m.catalogs.RECIPES)

@@ -2,8 +2,8 @@
 the checkpoint's recorded backend, (for ``no_concepts: image``) features, beam search — batched.
 
 Apart from :mod:`r2m.decoding.captioner` so that the stages reusing its decoding (checkpoint selection in
-training, the baselines) do not import the detector and feature backends: their code dependencies stay
-those of decoding (:mod:`r2m.pipeline.codedeps`)."""
+training, the baselines) do not import the detector and feature backends (nor read them, as their records
+show)."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from r2m.stage.context import StageContext
 from r2m.utils.io import read_json, write_json
 from r2m.vision.downloads import download_of, local_copy
 
@@ -60,11 +61,10 @@ def _features_from(folder: Path | None) -> dict[str, Any] | None:
 
 def build(params: Any, itos: list[str], dataset: str | None, variant: str | None, stage: str | None,
           concepts_dir: Path | None = None, features_dir: Path | None = None) -> dict[str, Any]:
-    dumped = params.model_dump(mode="json")
     out: dict[str, Any] = {"format": 1, "dataset": dataset, "variant": variant, "stage": stage}
-    for name in SECTIONS:
-        if name in dumped:
-            out[name] = dumped[name]
+    for name in SECTIONS:  # these sections only (a run's record then names their keys, not every param)
+        if name in type(params).model_fields:
+            out[name] = getattr(params, name).model_dump(mode="json")
     det = _section_from(concepts_dir, "detect_concepts")  # what the detections were really made with
     if det is not None:
         out["detect_concepts"] = det
@@ -75,7 +75,7 @@ def build(params: Any, itos: list[str], dataset: str | None, variant: str | None
     return out
 
 
-def record(ctx, out_dir: Path, itos: list[str]) -> Path:
+def record(ctx: StageContext, out_dir: Path, itos: list[str]) -> Path:
     """Write ``inference.json`` into a training stage's output folder."""
     deps = ctx.deps
     data = build(ctx.params, itos, ctx.dataset, ctx.variant, ctx.stage.name,
@@ -97,9 +97,9 @@ def _checked(data: Any, path: Path) -> dict[str, Any]:
 
 def _vet_options(kind: str, backend: str, options: Any, where: str) -> None:
     """Refuse a recorded backend's options that name code or a download (one line, ``where``: the key)."""
-    from r2m.params import DETECTOR_SOURCES, FEATURE_SOURCES, registered_names
+    from r2m.catalogs import DETECTORS, FEATURES
 
-    names = registered_names(*((DETECTOR_SOURCES, "DETECTORS") if kind == "detector" else (FEATURE_SOURCES, "FEATURES")))
+    names = (DETECTORS if kind == "detector" else FEATURES).names()
     if not isinstance(backend, str) or backend not in names:
         raise ValueError(f"{where}.backend: {backend!r} is not a {kind} backend of this project "
                          f"({', '.join(names)}); a model folder may only select one of them")

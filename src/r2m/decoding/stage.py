@@ -17,8 +17,10 @@ stages, others fall back to ``empty`` with a warning) or ``top1`` (the image's b
 the threshold whose word is in the vocabulary; ``empty`` when it has none).
 
 Outputs: ``captions.json`` (COCO results ``[{"image_id", "caption"}]``), ``attention.json``
-(FM/RM weights per step for the first :data:`ATTENTION_IMAGES` images; structure in
-docs/ARCHITECTURE.md) and ``caption_info.json`` (the concepts each image was captioned from and
+(FM/RM weights per step of the best beam for the first :data:`ATTENTION_IMAGES` images: ``heads``,
+``memory_slots``, ``fm_tokens``, ``rm_keys`` and per image ``steps`` of ``{"t", "input", "output", "fm", "rm"}``,
+``fm[h][i][j]`` the weight of FM token i on token j (H × 2 × 2), ``rm[h][n][j]`` memory slot n on ``rm_keys[j]``
+(H × N × (N+1)), rows summing to 1, null for an ablation without that memory) and ``caption_info.json`` (the concepts each image was captioned from and
 where they came from, with counts per source; read by ``evaluate`` for concept recall).
 
 The captioning itself is :mod:`r2m.decoding.captioner`; this module only reads the stage's inputs
@@ -43,6 +45,7 @@ from r2m.decoding.captioner import (
     source_counts,
     words_of,
 )
+from r2m.stage.context import StageContext
 from r2m.utils.io import write_json
 
 ATTENTION_IMAGES = 8
@@ -61,7 +64,7 @@ def features_from_folder(folder: str | Path) -> FeatureSource:
     return read
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     cp, conc, fid = ctx.params.caption, ctx.params.concepts, ctx.params.fidelity
     ids = split_ids(ctx.deps["prepared"], cp.split)
     device = ctx.runtime.torch_device()

@@ -155,7 +155,7 @@ def compare(paths: list[str], references: str | Path, *, resamples: int = B.DEFA
         "references": str(refs), "images": base.n, "resamples": resamples, "seed": seed, "level": level,
         "trials": trials, "alpha": alpha,
         "interval": "percentile bootstrap over test images",
-        "test": "paired approximate randomization over images, p = (count + 1) / (trials + 1)",
+        "test": "paired approximate randomization over images, mid-p = (greater + (ties + 1) / 2) / (trials + 1)",
         "correction": (f"Holm over {k_family} differences (systems - 1 x metrics)" if len(tests) > 1 else "none (one pair)"),
         "family": k_family, "limits": [x for x in (no_interval, no_mark) if x],
         "systems": [{"name": s.name, "path": str(s.path),

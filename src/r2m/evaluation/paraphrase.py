@@ -71,7 +71,7 @@ def words_superset(segments: Iterable[str]) -> set[bytes] | None:
 
 # --------------------------------------------------------------------------- the index
 def _index_dir(table: Path) -> Path:
-    from r2m.vision.weights import cache_root
+    from r2m.vision.downloads import cache_root
 
     st = table.stat()
     return cache_root() / "meteor-paraphrase" / f"v{INDEX_VERSION}-{st.st_size}-{st.st_mtime_ns}"

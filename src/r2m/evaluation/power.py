@@ -11,6 +11,17 @@ interval of the difference of two systems that should exclude 0 when the true di
 * **seeds** — two systems with ``k`` seeds each on one test set, the Student-t interval of the
   difference of their means with the pooled standard deviation ``sd_s`` of one system's seeds:
   ``t_{2k-2} · sd_s · √(2/k) ≤ delta``.
+
+Two rules for rows **paired seed by seed** (the claims' figures, :mod:`r2m.reports.claims`), from the
+seed-aware interval of :func:`r2m.evaluation.randomization.seed_difference`: its half-width is
+``hypot(t_{k-1} · sd_d / √k, z · sd_i / √n)``, with ``sd_d`` the standard deviation of the ``k``
+per-seed paired differences and ``sd_i`` that of the per-image differences averaged over the seeds:
+
+* :func:`paired_images_needed` — the seeds held, the fewest images that bring the half-width to
+  ``delta``; none when the seed half-width alone is ``≥ delta``;
+* :func:`paired_seeds_needed` — the images held (their half-width kept at its measured value: more
+  seeds on the same images do not narrow it much), the fewest seed pairs; none when the image
+  half-width alone is ``≥ delta``.
 """
 
 from __future__ import annotations
@@ -67,6 +78,46 @@ def seeds_needed(sd_seed: float, delta: float, level: float = DEFAULT_LEVEL,
     while lo < hi:
         mid = (lo + hi) // 2
         if half(mid) <= delta:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def paired_images_needed(sd_images: float, delta: float, seed_half: float = 0.0,
+                         level: float = DEFAULT_LEVEL) -> int | None:
+    """Smallest ``n`` with ``hypot(seed_half, z · sd_images / √n) ≤ delta`` (``seed_half`` 0: one seed
+    pair, :func:`images_needed`); None when ``seed_half ≥ delta`` (no number of images is enough)."""
+    _check(sd_images, delta)
+    if not (math.isfinite(seed_half) and seed_half >= 0):
+        raise ValueError(f"need a finite seed half-width >= 0, got {seed_half}")
+    room = delta * delta - seed_half * seed_half
+    if room <= 0:
+        return None
+    return max(1, math.ceil((z_quantile(level) * sd_images) ** 2 / room - 1e-9))
+
+
+def paired_seeds_needed(sd_diff: float, delta: float, image_half: float = 0.0, level: float = DEFAULT_LEVEL,
+                        most: int = 10_000) -> int | None:
+    """Smallest ``k ≥ 2`` seed pairs with ``hypot(t_{k-1} · sd_diff / √k, image_half) ≤ delta``; None when
+    ``image_half ≥ delta`` or above ``most``."""
+    _check(sd_diff, delta)
+    if not (math.isfinite(image_half) and image_half >= 0):
+        raise ValueError(f"need a finite image half-width >= 0, got {image_half}")
+    room = delta * delta - image_half * image_half
+    if room <= 0:
+        return None
+    room = math.sqrt(room)
+
+    def half(k: int) -> float:
+        return t_quantile(level, k - 1) * sd_diff / math.sqrt(k)
+
+    if half(most) > room:
+        return None
+    lo, hi = 2, most
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if half(mid) <= room:
             hi = mid
         else:
             lo = mid + 1

@@ -11,7 +11,15 @@ tables mark has real per-image statistics.
   ``n`` images at random and gives each image's two captions to A and B in a random order, so A and
   B differ by chance alone. Over ``--pairs`` such pairs per ``n`` it prints, per metric, the share
   marked at 5 % by the randomization test and by the paired percentile bootstrap, with the
-  Monte-Carlo standard error ``sqrt(0.05 · 0.95 / pairs)``.
+  Monte-Carlo standard error ``sqrt(0.05 · 0.95 / pairs)``; the randomization test's rate with its
+  mid-p (what decides a mark) and with the conventional p (ties counted whole).
+* ``significance``, seed level: a pool of ``--pool`` runs of one recipe whose quality differs from run
+  to run (each run keeps a reference word with probability ``0.5 + spread · z``, ``z`` standard normal,
+  fixed per run): a seed-level planted null draws ``2k`` distinct runs, gives ``k`` to A and ``k`` to B
+  at random and pairs them seed by seed on ``n`` images, so A and B differ by seed-to-seed spread and
+  image noise alone. Per ``spread`` and ``n`` it prints the share marked by the seed-aware test
+  (:func:`r2m.evaluation.randomization.seed_test`) and by its randomization within seeds alone (a test
+  that ignores the seed spread).
 """
 
 from __future__ import annotations
@@ -28,25 +36,29 @@ from r2m.evaluation import randomization as RZ
 from r2m.evaluation.bench import WORDS, peak_rss_mib, reset_peak_rss, synthetic, tiled
 
 
-def _runs(images: int, refs: int, scorers: list[str], runs: int, seed: int) -> list[B.PerImage]:
-    """``runs`` caption files of one recipe (half of a reference's words kept, the rest random) on the
-    same images, scored image by image, with synthetic concept counts."""
+def _runs(images: int, refs: int, scorers: list[str], runs: int, seed: int,
+          keep: list[float] | None = None) -> list[B.PerImage]:
+    """``runs`` caption files of one recipe on the same images, scored image by image, with synthetic
+    concept counts. Run ``r`` keeps each word of a reference with probability ``keep[r]`` (default 0.5;
+    the rest random words) and names ``floor(given · min(1, 2 · keep[r] · U))`` of an image's ``given``
+    concepts (U uniform): a run's ``keep`` is its quality, the same on every image."""
     from r2m.evaluation import coco
     from r2m.evaluation.per_image import from_evaluation
 
+    keep = [0.5] * runs if keep is None else list(keep)
     _, references = synthetic(images, refs, seed=seed)
     rng = random.Random(seed + 1)
     nrng = np.random.default_rng(seed + 2)
     given = nrng.integers(0, 6, size=images).astype(np.float64)
     out = []
-    for _ in range(runs):
+    for q in keep:
         results = {}
         for i, rs in references.items():
             words = rng.choice(rs).split()
-            results[i] = " ".join(w if rng.random() < 0.5 else rng.choice(WORDS) for w in words)
+            results[i] = " ".join(w if rng.random() < q else rng.choice(WORDS) for w in words)
         _, per, stats = coco.evaluate_stats(results, references, scorers, tokenizer="none")
         rows = from_evaluation(list(results), per, stats)
-        named = np.floor(given * nrng.random(images))
+        named = np.floor(given * np.minimum(1.0, 2 * q * nrng.random(images)))
         out.append(B.PerImage(rows.ids, dict(rows.columns, concept_given=given, concept_named=named)))
     return out
 
@@ -58,7 +70,8 @@ def planted_null(r1: B.PerImage, r2: B.PerImage, n: int, pairs: int, trials: int
     without replacement and gives each image's two rows (``r1``, ``r2``) to A and B in random order."""
     rng = np.random.default_rng(seed)
     metrics = [m for m in r1.metrics() if m in set(r2.metrics())]
-    hits = {"randomization": dict.fromkeys(metrics, 0), **({"bootstrap": dict.fromkeys(metrics, 0)} if resamples else {})}
+    tests = ["randomization", "conventional p", *(["bootstrap"] if resamples else [])]
+    hits = {test: dict.fromkeys(metrics, 0) for test in tests}
     for k in range(pairs):
         rows = rng.choice(r1.n, size=n, replace=False)
         a1, a2 = r1.take(rows), r2.take(rows)
@@ -67,9 +80,31 @@ def planted_null(r1: B.PerImage, r2: B.PerImage, n: int, pairs: int, trials: int
         b = B.PerImage(a1.ids, {c: np.where(flip, a1.columns[c], a2.columns[c]) for c in a1.columns})
         for m, t in RZ.randomization_test(a, b, trials, seed=k, metrics=metrics).items():
             hits["randomization"][m] += t.p <= alpha
+            hits["conventional p"][m] += t.p_conventional <= alpha
         if resamples:
             for m, d in B.paired_bootstrap(a, b, resamples, seed=k, level=1 - alpha, metrics=metrics).items():
                 hits["bootstrap"][m] += d.significant
+    return {test: {m: h / pairs for m, h in hs.items()} for test, hs in hits.items()}
+
+
+def seed_null(pool: list[B.PerImage], n: int, k: int, pairs: int, trials: int, seed: int = 0,
+              alpha: float = RZ.DEFAULT_ALPHA) -> dict[str, dict[str, float]]:
+    """Per test (``seed-aware``: :func:`r2m.evaluation.randomization.seed_test`'s p; ``images only``: its
+    randomization within seeds) and metric, the share of ``pairs`` seed-level planted nulls marked at
+    ``alpha``: each takes ``n`` images and ``2k`` distinct runs of ``pool``, the first ``k`` for A and the
+    rest for B, paired in draw order."""
+    if 2 * k > len(pool):
+        raise ValueError(f"{k} seeds per system need a pool of at least {2 * k} runs, got {len(pool)}")
+    rng = np.random.default_rng(seed)
+    metrics = RZ.common_metrics([(pool[0], pool[1])])
+    hits = {test: dict.fromkeys(metrics, 0) for test in ("seed-aware", "images only")}
+    for j in range(pairs):
+        rows = rng.choice(pool[0].n, size=n, replace=False)
+        runs = rng.choice(len(pool), size=2 * k, replace=False)
+        seeds = [(pool[runs[i]].take(rows), pool[runs[k + i]].take(rows)) for i in range(k)]
+        for m, t in RZ.seed_test(seeds, metrics, trials, seed=j).items():
+            hits["seed-aware"][m] += t.p <= alpha
+            hits["images only"][m] += t.p_images <= alpha
     return {test: {m: h / pairs for m, h in hs.items()} for test, hs in hits.items()}
 
 
@@ -114,10 +149,23 @@ def significance(argv: list[str] | None = None) -> int:
     p.add_argument("--images", type=int, default=600, help="images scored, drawn from for each pair (default 600)")
     p.add_argument("--scorers", default="bleu,meteor,rouge,cider")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed-sizes", default="16,50,100", help="test-set sizes of the seed-level nulls ('' skips them)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per system in a seed-level null (default 3)")
+    p.add_argument("--pool", type=int, default=16, help="runs in the seed-level pool (default 16)")
+    p.add_argument("--seed-spreads", default="0,0.05,0.15",
+                   help="spreads of the runs' quality (probability of keeping a reference word; default 0,0.05,0.15)")
+    p.add_argument("--seed-scorers", default="bleu,rouge,cider",
+                   help="scorers of the pool (default without METEOR: about 15 s a run of 300 images)")
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     if not sizes or min(sizes) < 1 or max(sizes) > args.images:
         p.error(f"--sizes must be between 1 and --images ({args.images})")
+    seed_sizes = [int(x) for x in args.seed_sizes.split(",") if x.strip()]
+    spreads = [float(x) for x in args.seed_spreads.split(",") if x.strip()]
+    pool_images = max(200, *seed_sizes) if seed_sizes else 0
+    if seed_sizes and (min(seed_sizes) < 1 or args.seeds < 2 or args.pool < 2 * args.seeds):
+        p.error(f"--seed-sizes must be ≥ 1, --seeds ≥ 2 and --pool ≥ 2 × --seeds, got {args.seed_sizes!r}, "
+                f"{args.seeds}, {args.pool}")
     r1, r2 = _runs(args.images, 5, [s for s in args.scorers.split(",") if s], 2, args.seed)
     se = math.sqrt(0.05 * 0.95 / args.pairs)
     print(f"planted nulls: {args.pairs} pairs per size, {args.trials} randomization trials, "
@@ -131,5 +179,25 @@ def significance(argv: list[str] | None = None) -> int:
             print(f"{'n':>5}  {'test':<14}" + "".join(f"{m:>15}" for m in metrics))
         for test, r in rates.items():
             print(f"{n:>5}  {test:<14}" + "".join(f"{100 * r[m]:>14.1f}%" for m in metrics))
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    if not seed_sizes:
+        return 0
+    print(f"\nseed-level planted nulls: {args.seeds} seeds per system drawn from a pool of {args.pool} runs on "
+          f"{pool_images} images ({args.seed_scorers}, concepts), {args.pairs} pairs per size, {args.trials} trials")
+    t0 = time.perf_counter()
+    z = np.random.default_rng(args.seed + 99).standard_normal(args.pool)
+    for spread in spreads:
+        keep = [float(x) for x in np.clip(0.5 + spread * z, 0.05, 0.95)]
+        pool = _runs(pool_images, 5, [s for s in args.seed_scorers.split(",") if s], args.pool, args.seed + 1, keep)
+        cider = [100 * float(B.corpus_metrics(r, metrics=["CIDEr"])["CIDEr"]) for r in pool] if "CIDEr" in pool[0].metrics() else []
+        sd = f", seed-to-seed sd of CIDEr on the {pool_images} images {np.std(cider, ddof=1):.1f}" if cider else ""
+        print(f"spread {spread:g}{sd}")
+        for n in seed_sizes:
+            rates = seed_null(pool, n, args.seeds, args.pairs, args.trials, args.seed + n)
+            metrics = list(rates["seed-aware"])
+            if n == seed_sizes[0]:
+                print(f"{'n':>5}  {'test':<14}" + "".join(f"{m:>15}" for m in metrics))
+            for test, r in rates.items():
+                print(f"{n:>5}  {test:<14}" + "".join(f"{100 * r[m]:>14.1f}%" for m in metrics))
     print(f"({time.perf_counter() - t0:.0f} s)")
     return 0

@@ -36,6 +36,7 @@ from r2m.evaluation.inputs import (
     partial_error,
     reference_splits,
 )
+from r2m.stage.context import StageContext
 from r2m.utils.io import read_json, write_json
 
 log = logging.getLogger("r2m")
@@ -148,12 +149,12 @@ def concept_metrics(captions_path: str | Path, info_path: str | Path | None) -> 
     return out
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     """DAG stage: score one variant/checkpoint's captions."""
     refs = ctx.deps["references"] / "references.json"
     workers = ctx.runtime.workers or None
     out = evaluate_files(ctx.deps["captions"], refs, list(ctx.params.evaluate.scorers), workers=workers,
-                         logger=ctx.log, allow_partial=bool(getattr(getattr(ctx, "args", None), "allow_partial", False)),
+                         logger=ctx.log, allow_partial=bool(getattr(ctx.args, "allow_partial", False)),
                          extra_duplicates=recipe_duplicates(ctx.deps["prepared"] / "manifest.json"))
     bad = unreadable_images(ctx.deps["bad_images"], out["images"]) if "bad_images" in ctx.deps else []
     if bad:
@@ -239,7 +240,7 @@ def standalone(args: argparse.Namespace) -> int:
         print("r2m evaluate: give --dataset/--variant/--ckpt (pipeline stage) or "
               "--results RES.json --references REFS.json [--out METRICS.json]", file=sys.stderr)
         return 2
-    from r2m.pipeline.context import setup_logging
+    from r2m.stage.context import setup_logging
 
     refused = _refused_out(args.out, args.results, args.references)
     if refused:

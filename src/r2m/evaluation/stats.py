@@ -2,7 +2,7 @@
 return per image and :mod:`r2m.evaluation.bootstrap` recomputes the corpus metric of any multiset of images from.
 
 A module of their own, importing nothing: the tables and figures, which read the statistics (``bootstrap``),
-do not depend on the scorers that compute them (:mod:`r2m.pipeline.codedeps`).
+do not load the scorers that compute them.
 """
 
 from __future__ import annotations

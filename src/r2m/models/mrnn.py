@@ -29,10 +29,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, Field
 from torch import Tensor, nn
 
-from r2m.models.registry import SUP_MODELS
 from r2m.models.supervised import SupervisedCaptioner, token_logprobs, valid_mask
 from r2m.text.vocab import PAD
 
@@ -60,19 +58,8 @@ def scaled_tanh(x: Tensor) -> Tensor:
     return 1.7159 * torch.tanh(x * (2.0 / 3.0))
 
 
-# the params section `mrnn` (pydantic / typing names only: r2m.params reads it from this source)
-class MRNNParams(BaseModel):
-    """m-RNN sizes (Mao et al. 2015): two word embeddings, a ReLU recurrent layer, a multimodal layer."""
-
-    embed1: int = Field(128, ge=1)
-    embed2: int = Field(256, ge=1)
-    recurrent: int = Field(256, ge=1)
-    multimodal: int = Field(512, ge=1)
-    dropout: float = Field(0.25, ge=0, lt=1)
-
-
-@SUP_MODELS.register("mrnn", label="m-RNN", params=MRNNParams)
 class MRNN(SupervisedCaptioner):
+    name = "mrnn"
     config_cls = MRNNConfig
     feature_kinds = ("pooled",)
 

@@ -48,10 +48,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, Field
 from torch import Tensor, nn
 
-from r2m.models.registry import SUP_MODELS
 from r2m.models.supervised import SupervisedCaptioner, valid_mask
 from r2m.text.vocab import PAD, START
 
@@ -98,21 +96,8 @@ def doubly_stochastic(alphas: Tensor, step_mask: Tensor | None = None, loc_mask:
     return pen.sum(-1)
 
 
-# the params section `sat` (pydantic / typing names only: r2m.params reads it from this source)
-class SATParams(BaseModel):
-    """Show, Attend and Tell sizes (Xu et al. 2015, soft attention; r2m.models.sat)."""
-
-    embed: int = Field(512, ge=1, description="word embedding m")
-    hidden: int = Field(1000, ge=1, description="LSTM size n")
-    att_dim: int = Field(0, ge=0, description="attention MLP size (0 = the annotation size D)")
-    dropout: float = Field(0.5, ge=0, lt=1)
-    dsr_lambda: float = Field(1.0, ge=0, description="λ of the doubly stochastic regulariser (Eq. 9)")
-    selector: bool = Field(True, description="the gating scalar β")
-    feature_norm: bool = Field(False, description="standardise each annotation vector (no parameters; not the seed's)")
-
-
-@SUP_MODELS.register("sat", label="Show, Attend and Tell (soft attention)", params=SATParams)
 class SAT(SupervisedCaptioner):
+    name = "sat"
     config_cls = SATConfig
     feature_kinds = ("grid",)
     aux_losses = ("dsr",)

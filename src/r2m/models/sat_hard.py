@@ -37,14 +37,12 @@ of ``inspect_sup`` show α_t, the distribution s_t is drawn from.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, Field
 from torch import Tensor
 
-from r2m.models.registry import SUP_MODELS
 from r2m.models.sat import SAT, SATConfig, doubly_stochastic
 from r2m.models.supervised import token_logprobs, valid_mask
 
@@ -72,25 +70,6 @@ class SATHardConfig(SATConfig):
             raise ValueError(f"SATHardConfig.test_attention={self.test_attention!r}: one of {TEST_ATTENTION}")
 
 
-# the params section `sat_hard` (pydantic / typing names only: r2m.params executes this class's source alone,
-# so SAT's fields are repeated here rather than inherited from SATParams)
-class SATHardParams(BaseModel):
-    """Show, Attend and Tell with hard attention (Xu et al. 2015, Sec. 4.1; r2m.models.sat_hard)."""
-
-    embed: int = Field(512, ge=1, description="word embedding m")
-    hidden: int = Field(1000, ge=1, description="LSTM size n")
-    att_dim: int = Field(0, ge=0, description="attention MLP size (0 = the annotation size D)")
-    dropout: float = Field(0.5, ge=0, lt=1)
-    dsr_lambda: float = Field(0.0, ge=0, description="λ of the doubly stochastic regulariser (the soft model's, Eq. 9)")
-    selector: bool = Field(False, description="the gating scalar β (the soft model's, Sec. 4.2.1)")
-    feature_norm: bool = Field(False, description="standardise each annotation vector (no parameters)")
-    reinforce_lambda: float = Field(1.0, ge=0, description="λ_r of the REINFORCE term")
-    entropy_lambda: float = Field(0.002, ge=0, description="λ_e of the attention entropy term")
-    baseline_decay: float = Field(0.9, ge=0, lt=1, description="decay of the moving-average baseline")
-    expectation_prob: float = Field(0.5, ge=0, le=1, description="probability per image of using α instead of a sample")
-    test_attention: Literal["expected", "argmax"] = Field("expected", description="context at test time")
-
-
 def hard_attention_terms(loglik: Tensor, logp_s: Tensor, entropy: Tensor, baseline: Tensor | float,
                          sampled: Tensor, reinforce_lambda: float, entropy_lambda: float) -> tuple[Tensor, Tensor]:
     """The REINFORCE and entropy terms of the hard-attention surrogate loss (to minimise; sums over the batch).
@@ -104,8 +83,8 @@ def hard_attention_terms(loglik: Tensor, logp_s: Tensor, entropy: Tensor, baseli
     return -reinforce_lambda * (reward * logp_s).sum(), -entropy_lambda * entropy.sum()
 
 
-@SUP_MODELS.register("sat_hard", label="Show, Attend and Tell (hard attention)", params=SATHardParams)
 class SATHard(SAT):
+    name = "sat_hard"
     config_cls = SATHardConfig
     aux_losses = ("dsr", "reinforce", "entropy")
 

@@ -45,14 +45,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, Field
 from torch import Tensor, nn
 
-from r2m.models.registry import SUP_MODELS
 from r2m.models.supervised import SupervisedCaptioner
 from r2m.text.tokenize import tokenize
 from r2m.text.vocab import PAD
@@ -128,26 +126,11 @@ class SCNNConfig:
         return len(self.concepts)
 
 
-# the params section `scnn` (pydantic / typing names only: r2m.params reads it from this source)
-class SCNNParams(BaseModel):
-    """S-CNN-RNN sizes and CNN mode (Liu et al. 2017; r2m.models.scnn, r2m.supervised.finetune)."""
-
-    num_concepts: int = Field(1000, ge=1, description="k: the most frequent training-caption words")
-    drop_stopwords: bool = Field(False, description="leave function words out of the concepts (the seed keeps them)")
-    cnn: Literal["end_to_end", "frozen"] = Field(
-        "end_to_end", description="end_to_end: the sup_features backbone fine-tuned on pixels (the seed); "
-        "frozen: the precomputed sup_features")
-    hidden: int = Field(512, ge=1, description="LSTM size (= word embedding)")
-    dropout: float = Field(0.5, ge=0, lt=1)
-    feature_norm: bool = Field(True, description="standardise the image feature (no parameters)")
-
-
-@SUP_MODELS.register("scnn", label="S-CNN-RNN", params=SCNNParams)
 class SCNN(SupervisedCaptioner):
+    name = "scnn"
     config_cls = SCNNConfig
     feature_kinds = ("pooled",)
     aux_losses = ("l_u",)
-    phases = ("pretrain",)
 
     def __init__(self, cfg: SCNNConfig) -> None:
         super().__init__()

@@ -2,9 +2,8 @@
 provides, so one training loop, one beam search and one retrieval scorer serve them all.
 
 A model is one file with a small dataclass config (``vocab_size`` plus its sizes and the image
-feature sizes it needs), a pydantic params class (its ``params.yaml`` section) and a subclass of
-:class:`SupervisedCaptioner` registered with ``@SUP_MODELS.register(name, label=..., params=XParams)``
-(:mod:`r2m.models.registry`; :mod:`r2m.params` reads the same line for names, labels and sections).
+feature sizes it needs) and a subclass of :class:`SupervisedCaptioner` whose ``name`` is its entry in
+:data:`r2m.baselines.BASELINES` (which gives its report label, its params section and its extra phases).
 
 The interface (shapes: B batch, T steps, V vocabulary):
 
@@ -36,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from r2m.baselines import BASELINES
 from r2m.text.vocab import PAD
 
 
@@ -49,13 +49,22 @@ def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
 
 
 class SupervisedCaptioner(nn.Module):
-    name: ClassVar[str] = ""
+    name: ClassVar[str] = ""  # its name in r2m.baselines.BASELINES (and in its checkpoints)
     config_cls: ClassVar[type]
     feature_kinds: ClassVar[tuple[str, ...]] = ("pooled",)
     aux_losses: ClassVar[tuple[str, ...]] = ()  # names of forward()'s "aux" terms (loss.tsv columns)
-    phases: ClassVar[tuple[str, ...]] = ()  # training phases beyond the one of train_sup (S-CNN-RNN: "pretrain")
 
     cfg: Any
+
+    @property
+    def label(self) -> str:
+        """Its name in the reports."""
+        return BASELINES[self.name].label
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """Training phases beyond the one of train_sup (S-CNN-RNN: "pretrain")."""
+        return BASELINES[self.name].phases
 
     # ------------------------------------------------------------------ construction
     @classmethod

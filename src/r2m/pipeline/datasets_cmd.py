@@ -19,7 +19,7 @@ from r2m.pipeline import validate as V
 def check(dataset: str, params_path: str = "params.yaml") -> int:
     """Print the preprocessing report of one dataset from its stage outputs."""
     from r2m.datasets.check import report, vocab_filter_warning
-    from r2m.pipeline.stages import BY_NAME
+    from r2m.stage.registry import BY_NAME
 
     p = V.load(params_path)
     if dataset not in p.catalog:
@@ -51,8 +51,7 @@ def _check_main(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """`r2m datasets`: list recipe kinds and the catalog of params.yaml;
     `r2m datasets check DATASET`: sentence counts per filter and vocabulary size beside the paper's."""
-    from r2m.datasets.base import RECIPES
-    from r2m.datasets.recipes import load_recipes
+    from r2m.catalogs import RECIPES
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "check":
@@ -65,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     except P.ParamsError as err:
         print(f"r2m datasets: {err}", file=sys.stderr)
         return 2
-    load_recipes()
     print("recipe kinds:", ", ".join(RECIPES.names()))
     print("catalog:")
     for name, entry in p.catalog.items():

@@ -28,10 +28,10 @@ def downloads(stage: str, params: Any, dataset: str | None) -> str | None:
     """What the instance of ``stage`` may download (a line for its log), or None: it runs guarded.
     ``params``: the instance's params view (:func:`r2m.params.for_dataset`)."""
     if stage == "prepare" and dataset is not None:
-        from r2m.params import recipe_keys
+        from r2m.catalogs import RECIPES
 
         entry = params.catalog.get(dataset)
-        if entry is None or "download" not in recipe_keys().get(entry.kind, ()) \
+        if entry is None or entry.kind not in RECIPES or "download" not in RECIPES[entry.kind].keys \
                 or (entry.model_extra or {}).get("download", True) is False:
             return None
         return f"the raw sources of catalog.{dataset} (kind {entry.kind}) that are not on disk"

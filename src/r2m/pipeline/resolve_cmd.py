@@ -1,6 +1,7 @@
-"""``r2m resolve-params``: write each stage instance's resolved params (``.params/<stage>/<instance>.json``),
-touching only the files whose content changed. The first stage of ``dvc.yaml``; DVC's stages depend on
-the files (see :mod:`r2m.pipeline.resolved`)."""
+"""``r2m resolve-params``: check every stage instance of the DAG against its record and write its stamp
+(``.params/<stage>/<instance>.json``, :mod:`r2m.stage.record`), touching only the stamps whose text
+changed. The first stage of ``dvc.yaml``, run at every ``dvc repro``: DVC's stages read their stamps as
+params files, so a stamp turned stale reruns its stage."""
 
 from __future__ import annotations
 
@@ -9,13 +10,25 @@ from pathlib import Path
 
 from r2m import params as P
 from r2m.pipeline.dag import stale_instances
-from r2m.pipeline.resolved import PARAMS_DIR, write_params_files
+from r2m.pipeline.resolved import dag_instances
+from r2m.stage.record import STAMPS, Planner
+
+
+def plan_all(params: P.Params, root: Path = Path(".")) -> dict[str, list[str]]:
+    """``{stage@key: why}`` of every DAG instance that is not current; every stamp written."""
+    planner = Planner(params, root)
+    out = {}
+    for stage, bound in dag_instances(params):
+        why = planner.plan(stage, bound)[1]
+        if why:
+            out[f"{stage.name}@{stage.key(bound)}"] = why
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="r2m resolve-params", description=__doc__.split("\n")[0])
     p.add_argument("--params", default="params.yaml")
-    p.add_argument("--root", default=".", help="the folder .params/ is written in (and its dvc.yaml checked)")
+    p.add_argument("--root", default=".", help="the workspace (its records, its .params/ and its dvc.yaml)")
     args = p.parse_args(argv)
     try:
         params = P.load(Path(args.params))
@@ -27,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = stale_instances(dvc_file, params) if dvc_file.exists() else None
     if stale:
         raise SystemExit(f"r2m resolve-params: {stale}")
-    changed = write_params_files(params, Path(args.root))
-    shown = ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else "")
-    print(f"{PARAMS_DIR}: {len(changed)} resolved-params file(s) changed" + (f": {shown}" if changed else ""))
+    todo = plan_all(params, Path(args.root))
+    shown = ", ".join(list(todo)[:8]) + (" ..." if len(todo) > 8 else "")
+    print(f"{STAMPS}: {len(todo)} instance(s) to run" + (f": {shown}" if todo else ""))
     return 0

@@ -9,9 +9,9 @@ from typing import Any
 import yaml
 
 from r2m import params as P
-from r2m.pipeline.axes import gathered
 from r2m.pipeline.resolved import needed_instances
-from r2m.pipeline.stages import BY_NAME, STAGES, Gather, Stage, folder_members
+from r2m.stage.axes import gathered
+from r2m.stage.registry import BY_NAME, STAGES, Gather, Stage, folder_members
 
 
 def snake_template(path: str) -> str:
@@ -42,26 +42,16 @@ def external_param(stage: Stage, params: P.Params):
     return _digest
 
 
-# the dataset views of the params the rules read, shared by every job of one Snakemake run (about 0.5 CPU s of
-# a demo dry run when each job made its own): id -> (params, views); the params kept, so no id is reused
-_VIEWS: dict[int, tuple[P.Params, dict]] = {}
+def plan_input(stage: Stage, planner: Any):
+    """A Snakemake input function: the instance's stamp (:mod:`r2m.stage.record`), written now from its
+    record — current (modification time 0) or stale (the time now, newer than its outputs) — so Snakemake's
+    mtime check reruns exactly the instances whose record names something that changed, and their
+    descendants."""
 
+    def _stamp(wildcards: Any) -> str:
+        return str(planner.plan(stage, {a: getattr(wildcards, a) for a in stage.axes})[0])
 
-def rule_params(params: P.Params, stage: Stage, wildcards: Any) -> str:
-    """The resolved params one job reads (:meth:`r2m.pipeline.spec.Stage.resolved`): Snakemake's
-    params trigger re-runs the job when they change, and nothing else does."""
-    from r2m.pipeline.resolved import canonical
-
-    views = _VIEWS.setdefault(id(params), (params, {}))[1]
-    return canonical(stage.resolved(params, {a: getattr(wildcards, a) for a in stage.axes}, views))
-
-
-def rule_code(params: P.Params, stage: Stage, wildcards: Any, root: Path) -> str:
-    """The digest of the code one job can load (:func:`r2m.pipeline.codedeps.code_digest`, its declared data
-    included): compared by content by Snakemake's params trigger."""
-    from r2m.pipeline.codedeps import code_digest
-
-    return code_digest(stage, {a: getattr(wildcards, a) for a in stage.axes}, params, root)
+    return _stamp
 
 
 def stage_command(r2m: str, stage: Stage, wildcards: Any, params_file: str | None = None) -> str:
@@ -184,7 +174,7 @@ def member_paths(path: str, members: tuple[str, ...]) -> list[str]:
 
 def dep_inputs(template: str):
     """A Snakemake input function for a dependency: a folder another stage writes with key files
-    (:func:`r2m.pipeline.stages.folder_members`) is asked for by those files only (Snakemake then re-runs
+    (:func:`r2m.stage.registry.folder_members`) is asked for by those files only (Snakemake then re-runs
     the producer when one is missing; asked for as a folder as well, it would not), any other as it is."""
 
     def _inputs(wildcards: Any) -> list[str]:
@@ -223,7 +213,7 @@ def member_targets(params: P.Params, targets: tuple[str, ...]) -> list[str]:
 def output_refusals(planned: Any) -> list[str]:
     """One line per output a planned job may not replace: ``planned`` holds ``(rule name, [(path,
     is_directory)])`` per job. Snakemake deletes a job's declared outputs before it runs (and again when it
-    fails), so the stage's own check (:meth:`r2m.pipeline.context.StageContext.output_problems`) would come
+    fails), so the stage's own check (:meth:`r2m.stage.context.StageContext.output_problems`) would come
     too late: the Snakefile's ``onstart`` runs this over every job it is about to run, before the first one
     starts. The rules of the registry's stages (and their ``_shard`` jobs) are checked by the stage's ownership
     kind (:func:`r2m.utils.io.stage_output_problem`)."""

@@ -2,7 +2,7 @@
 
 :func:`check_files`: the files a dataset's params reference exist (weights, class lists, word
 lists, an absolute precomputed-detections path), the chosen backends' optional extras are
-installed, and the recipe's own check passes (:data:`r2m.datasets.base.RECIPE_CHECKS`).
+installed, and the kind's own check passes (``check`` of its :class:`r2m.catalogs.Kind`).
 :func:`check_sup_files`: the supervised baselines' feature weights (``sup_features``) of a dataset
 in ``baselines.datasets`` exist.
 :func:`load` / :func:`validate` are :func:`r2m.params.load` / :func:`r2m.params.validate` plus
@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from r2m import params as P
+from r2m.catalogs import RECIPES
+from r2m.utils.registry import load_target
 
-# the recipes' loader, imported by name where a kind has its own check (the runner, r2m.cli, validates every
-# stage's dataset: a plain import would make the recipes every stage's code, r2m.pipeline.codedeps, while only
-# the stages over a dataset whose kind has a check load them; codedeps declares it for those)
-RECIPE_LOADER = "r2m.datasets.recipes"
 # options naming files the user must provide (resolved against the working directory)
 _DETECT_FILE_OPTIONS = ("weights", "checkpoint", "classes", "mapping", "mid_names")
 # backends that need an optional extra: (stage, backend) -> (module, extra, how to install)
@@ -103,12 +101,11 @@ def _missing_files(options: dict[str, Any], keys: tuple[str, ...], prefix: str) 
 
 def _recipe_check(params: P.Params, dataset: str) -> list[str]:
     entry = params.catalog[dataset]
-    if entry.kind not in P.registered_names(P.RECIPE_SOURCES, "RECIPE_CHECKS"):  # import recipes only if checked
+    check = RECIPES[entry.kind].check  # the kind's module is imported only when it has a check
+    if check is None:
         return []
-    import importlib
-
     try:
-        importlib.import_module(RECIPE_LOADER).recipe_check(entry.kind)(entry)
+        load_target(check)(entry)
     except (OSError, ValueError) as err:
         return [f"catalog.{dataset}: {err}"]
     return []

@@ -1,6 +1,6 @@
 """``r2m why STAGE --dataset … --variant … --ckpt … --model … --seed …``: is a stage instance current?
 
-One line per change since the instance's last successful run (:func:`r2m.pipeline.record.stale`): a read
+One line per change since the instance's last successful run (:func:`r2m.stage.record.stale`): a read
 file changed, removed or appeared, a params key read whose value changed or that is gone, or no record.
 Exit 0: current; 1: not current; 2: bad input.
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from r2m.pipeline.record import stale
+from r2m.stage.record import stale
 
 
 def main(argv: list[str]) -> int:
     """``r2m why STAGE [--dataset D] [--variant V] [--ckpt C] [--model M] [--seed S]``."""
     from r2m import params as P
-    from r2m.pipeline import stages as S
+    from r2m.stage import registry as S
 
     ap = argparse.ArgumentParser(prog="r2m why", description="is a stage instance current? one line per "
                                  "change since its last successful run (exit 0: current, 1: stale)")

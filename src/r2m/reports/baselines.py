@@ -23,12 +23,13 @@ from r2m.params import SUP_MODEL_LABELS
 from r2m.reports import intervals as I
 from r2m.reports import published as P
 from r2m.reports.tables import PUBLISHED, PUBLISHED_SCOPE, THIS_RUN, apply_holm, fmt, scope_cells
+from r2m.stage.context import StageContext
 from r2m.utils.io import mark_owned, read_json, replace_folder, write_text
 
 SKIPPED = "skipped"
 REFERENCE = "reference point"
 CHANCE = "chance"
-# row labels: each baseline's from its registration (``label=`` in its model file), plus R2M's and
+# row labels: each baseline's from its catalogue entry (r2m.baselines.BASELINES), plus R2M's and
 # the reference point's
 MODEL_LABELS = {**SUP_MODEL_LABELS, "r2m": "R2M (joint space)", "mostfreq": "most frequent training caption"}
 
@@ -201,7 +202,7 @@ def baseline_rows(datasets: Sequence[str], models: Sequence[str],
     return rows
 
 
-def _inspections(ctx) -> dict[tuple[str, str], dict[str, Any]]:
+def _inspections(ctx: StageContext) -> dict[tuple[str, str], dict[str, Any]]:
     out = {}
     for key, (_, path) in _first_seed(ctx, "inspect").items():
         f = Path(path) / "inspect.json"
@@ -209,7 +210,7 @@ def _inspections(ctx) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
-def _first_seed(ctx, name: str) -> dict[tuple[str, str], tuple[dict[str, str], Any]]:
+def _first_seed(ctx: StageContext, name: str) -> dict[tuple[str, str], tuple[dict[str, str], Any]]:
     """Gathered dependency ``name`` at each (dataset, model)'s first seed (none when the stage lacks it)."""
     gathered = ctx.gather(name) if name in ctx.stage.deps else []
     return I.first_seeds(gathered, lambda k: (k["dataset"], k["model"]))
@@ -267,13 +268,13 @@ def copy_attention_figures(inspections: dict[tuple[str, str], dict[str, Any]], g
     mark_owned(out_dir)
 
 
-def _seed_rows(ctx, evals: str, stats: str, key_of) -> dict[Any, I.RowEval]:
+def _seed_rows(ctx: StageContext, evals: str, stats: str, key_of) -> dict[Any, I.RowEval]:
     """Each row's seeds (gathered ``eval.json`` and, deps ``stats``, ``per_image.parquet``)."""
     return I.gathered_rows(ctx, evals, stats if stats in ctx.stage.deps else None, key_of,
                            lambda p, k: _read(p, f"{k} evaluation"))
 
 
-def baselines(ctx) -> None:
+def baselines(ctx: StageContext) -> None:
     datasets = list(ctx.params.baselines.datasets)
     models = list(ctx.params.baselines.models)
     train = {}
@@ -378,7 +379,7 @@ def retrieval_rows(sup: dict[tuple[str, str], Any], r2m: dict[str, Any],
     return rows
 
 
-def retrieval(ctx) -> None:
+def retrieval(ctx: StageContext) -> None:
     sup = {k: [_read(p, f"retrieval of {k[1]} on {k[0]}") for p in paths]
            for k, paths in I.group_paths(ctx.gather("sup"), lambda k: (k["dataset"], k["model"])).items()}
     r2m = {k: [_read(p, f"R2M retrieval on {k}") for p in paths]

@@ -9,9 +9,9 @@ family: the testable claims of one table on one dataset. The verdict (:func:`ver
 
 * **supported** — the difference's interval lies wholly above 0 and its family-adjusted p < α;
 * **contradicted** — the interval lies wholly below 0 and its adjusted p < α;
-* **unresolved** — anything else; the row then says how many test images or seeds per system
-  would resolve a difference of the size observed (:mod:`r2m.evaluation.power`'s planning rules,
-  the figures ``r2m power`` prints);
+* **unresolved** — anything else; the row then says how many test images or seed pairs would resolve
+  a difference of the size observed (:func:`resolve_with`: the seed-aware interval's spreads of the
+  pairs compared, :mod:`r2m.evaluation.power`'s paired rules);
 * **not testable here** — the run has no pair of rows for it (Table 1's baselines UC-GAN and
   SME-GAN are not run by this pipeline; a variant not configured; no per-image statistics), with
   the reason.
@@ -32,10 +32,11 @@ import numpy as np
 
 from r2m.evaluation import power
 from r2m.evaluation import randomization as RZ
-from r2m.evaluation.bootstrap import DEFAULT_LEVEL
+from r2m.evaluation.bootstrap import DEFAULT_LEVEL, PerImage, t_quantile
 from r2m.reports import intervals as I
 from r2m.reports import paper_claims as C
 from r2m.reports import published as P
+from r2m.stage.context import StageContext
 from r2m.utils.io import write_text
 
 ALPHA = 0.05
@@ -110,44 +111,62 @@ def verdict(comp: Comparison | None, alpha: float = ALPHA) -> str:
 
 @dataclass(frozen=True)
 class Resolve:
-    """How many test images (paired, at the seeds compared) or seeds per system would resolve a difference
-    of ``delta`` (× 100): :func:`r2m.evaluation.power.images_needed` / ``seeds_needed``; None: cannot say
-    (the metric has no per-image values, a row has one seed, no difference)."""
+    """How many test images (at the seed pairs compared) or seed pairs (on the images compared) would
+    resolve a difference of ``delta`` (× 100): :func:`r2m.evaluation.power.paired_images_needed` /
+    ``paired_seeds_needed`` from the spreads of the pairs themselves. None: cannot say, and ``why_images`` /
+    ``why_seeds`` say why (the metric has no per-image values, one seed pair, the other spread alone is wider
+    than the difference)."""
 
     delta: float
     images: int | None
     seeds: int | None
+    why_images: str = ""
+    why_seeds: str = ""
 
 
-def _per_image(row: I.RowEval, seed_at: int, metric: str) -> dict[str, float] | None:
-    stats = row.stats[seed_at] if seed_at < len(row.stats) else None
-    if stats is None or metric not in stats.columns:
+def _metric_column(pair: tuple[PerImage, PerImage], metric: str) -> tuple[np.ndarray, np.ndarray] | None:
+    a, b = pair
+    if metric not in a.columns or metric not in b.columns:
         return None
-    return {i: 100.0 * float(v) for i, v in zip(stats.ids, np.asarray(stats.columns[metric]), strict=True)}
+    return 100.0 * np.asarray(a.columns[metric], dtype=np.float64), 100.0 * np.asarray(b.columns[metric], dtype=np.float64)
 
 
 def resolve_with(higher: I.RowEval, lower: I.RowEval, metric: str, delta: float,
                  level: float = DEFAULT_LEVEL) -> Resolve:
-    """The planning figures of ``r2m power`` for this pair: the per-image paired spread of the first seed both
-    ran, and the seed-to-seed spread of the two rows pooled."""
+    """The planning figures for ``higher − lower`` on ``metric`` (× 100), from the same seed pairs and images
+    as the comparison (:func:`r2m.reports.intervals.seed_pairs`): with ``k`` seed pairs on ``n`` images,
+    ``d_s`` the per-seed paired differences (each seed's mean of per-image differences: the metric's corpus
+    value when it is a mean of per-image values) and ``sd_i`` the standard deviation over images of the
+    per-image differences averaged over the seeds, the seed-aware interval's half-width is
+    ``hypot(t_{k-1} · sd(d_s) / √k, z · sd_i / √n)``. Images: the fewest ``n`` that bring it to the
+    difference at these ``k`` seeds; seeds: the fewest ``k`` at these images (image half-width held). One
+    seed pair: images only (``z · sd_i / √n``), and no seed figure (no paired seed spread measured)."""
     delta = abs(delta)
     if not (math.isfinite(delta) and delta > 0):
-        return Resolve(delta, None, None)
-    shared = I.shared_seeds(higher, lower) or []
-    images = None
-    if shared:
-        a = _per_image(lower, list(lower.seeds).index(shared[0]), metric)
-        b = _per_image(higher, list(higher.seeds).index(shared[0]), metric)
-        ids = sorted(set(a or {}) & set(b or {}))
-        if a is not None and b is not None and len(ids) >= 2:
-            sd = power.paired_sd([a[i] for i in ids], [b[i] for i in ids])
-            images = power.images_needed(sd, delta, level)
-    groups = [[100.0 * float(ev[metric]) for ev in r.evals if isinstance(ev.get(metric), (int, float))]
-              for r in (higher, lower)]
-    seeds = None
-    if all(len(g) >= 2 for g in groups):
-        seeds = power.seeds_needed(power.pooled_seed_sd(groups), delta, level)
-    return Resolve(delta, images, seeds)
+        return Resolve(delta, None, None, "no difference", "no difference")
+    cols = [_metric_column(pair, metric) for pair in I.seed_pairs(higher, lower)]
+    if not cols or any(c is None for c in cols):
+        why = f"no per-image {metric} values to plan from"
+        return Resolve(delta, None, None, why, why)
+    diffs = np.stack([b - a for a, b in cols])  # [k, n]: higher − lower per seed pair and image
+    k, n = diffs.shape
+    if n < 2 or not np.isfinite(diffs).all():
+        why = "fewer than two images with values to plan from"
+        return Resolve(delta, None, None, why, why)
+    sd_images = float(diffs.mean(axis=0).std(ddof=1))
+    image_half = power.z_quantile(level) * sd_images / math.sqrt(n)
+    if k == 1:
+        return Resolve(delta, power.paired_images_needed(sd_images, delta, 0.0, level), None, "",
+                       "seeds: one seed pair, no paired seed-to-seed spread measured")
+    sd_seeds = float(diffs.mean(axis=1).std(ddof=1))
+    seed_half = t_quantile(level, k - 1) * sd_seeds / math.sqrt(k)
+    images = power.paired_images_needed(sd_images, delta, seed_half, level)
+    seeds = power.paired_seeds_needed(sd_seeds, delta, image_half, level)
+    return Resolve(delta, images, seeds,
+                   "" if images is not None else (f"more images cannot: the seed-to-seed spread alone ({k} seed "
+                                                  "pairs) is wider than the difference"),
+                   "" if seeds is not None else (f"more seeds cannot: the image spread alone ({n} images) is wider "
+                                                 "than the difference"))
 
 
 # --------------------------------------------------------------------------- rows of claims.csv
@@ -184,12 +203,18 @@ def tested(claim: C.Claim, dataset: str, comp: Comparison, resolve: Resolve | No
         row["seeds_to_resolve"] = "" if resolve.seeds is None else str(resolve.seeds)
         parts = []
         if resolve.images is not None:
-            parts.append(f"about {resolve.images:,} test images (paired)")
+            parts.append(f"about {resolve.images:,} test images (paired, at the {comp.seeds} seed pair"
+                         f"{'s' if comp.seeds != 1 else ''} compared)")
         if resolve.seeds is not None:
-            parts.append(f"{resolve.seeds} seeds per system")
-        row["note"] = (f"a difference of {resolve.delta:.1f} would need {' or '.join(parts)} to resolve "
-                       "(r2m power's rule: the 95 % interval's half-width at most the difference)"
-                       if parts else "r2m power cannot say how many images or seeds would resolve it here")
+            parts.append(f"{resolve.seeds} seed pairs (on these {comp.images} images)")
+        cannot = list(dict.fromkeys(why for why in (resolve.why_images, resolve.why_seeds) if why))
+        if parts:
+            row["note"] = (f"a difference of {resolve.delta:.1f} would need {' or '.join(parts)} to resolve (the "
+                           "interval's half-width at most the difference)")
+        else:
+            row["note"] = "cannot say how many images or seeds would resolve it here"
+        if cannot:
+            row["note"] += "; " + "; ".join(cannot)
     return row
 
 
@@ -258,7 +283,7 @@ def counts_sentence(rows: Sequence[Mapping[str, str]]) -> str:
 
 
 # --------------------------------------------------------------------------- the stage
-def _gathered(ctx, evals: str, stats: str, axis: str) -> dict[tuple[str, str], I.RowEval]:
+def _gathered(ctx: StageContext, evals: str, stats: str, axis: str) -> dict[tuple[str, str], I.RowEval]:
     from r2m.reports.tables import read_eval
 
     def key_of(keys: Mapping[str, str]) -> tuple[str, str]:
@@ -268,7 +293,7 @@ def _gathered(ctx, evals: str, stats: str, axis: str) -> dict[tuple[str, str], I
                            lambda p, k: read_eval(p, f"dataset={k[0]}, {axis}={k[1]}"))
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     rows = {2: _gathered(ctx, "t2_evals", "t2_stats", "variant"), 3: _gathered(ctx, "t3_evals", "t3_stats", "ckpt")}
     out = build(list(ctx.params.datasets), rows)
     write_text(ctx.outs["csv"], to_csv(out))

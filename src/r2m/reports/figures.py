@@ -25,6 +25,7 @@ from r2m.reports.plots import (
     save_figure,
 )
 from r2m.reports.published import CKPT_LABELS, dataset_label
+from r2m.stage.context import StageContext
 from r2m.utils.io import atomic_path, read_json, write_json
 
 
@@ -44,7 +45,7 @@ class FigureIndex:
 
 
 # --------------------------------------------------------------------------- inputs
-def _captions_by_ckpt(ctx, idx: FigureIndex) -> dict[str, dict[str, str]]:
+def _captions_by_ckpt(ctx: StageContext, idx: FigureIndex) -> dict[str, dict[str, str]]:
     from r2m.evaluation.inputs import load_results
 
     out: dict[str, dict[str, str]] = {}
@@ -57,7 +58,7 @@ def _captions_by_ckpt(ctx, idx: FigureIndex) -> dict[str, dict[str, str]]:
     return out
 
 
-def _concepts(ctx, idx: FigureIndex) -> dict[str, list[tuple[str, float]]]:
+def _concepts(ctx: StageContext, idx: FigureIndex) -> dict[str, list[tuple[str, float]]]:
     path = Path(ctx.deps["concepts"]) / "detections.parquet"
     if not path.exists():
         idx.notes.append(f"detections missing: {path}")
@@ -70,7 +71,7 @@ def _concepts(ctx, idx: FigureIndex) -> dict[str, list[tuple[str, float]]]:
     return image_concepts(pd.read_parquet(path), c.score_threshold, c.max_per_image)
 
 
-def _image_paths(ctx) -> dict[str, Path]:
+def _image_paths(ctx: StageContext) -> dict[str, Path]:
     import pandas as pd
 
     from r2m.datasets.base import resolve_image_path
@@ -83,20 +84,20 @@ def _image_paths(ctx) -> dict[str, Path]:
     return {str(i): resolve_image_path(prepared, p) for i, p in zip(df["image_id"], df["path"], strict=True)}
 
 
-def _references(ctx) -> dict[str, list[str]]:
+def _references(ctx: StageContext) -> dict[str, list[str]]:
     from r2m.evaluation.inputs import load_references
 
     path = Path(ctx.deps["references"]) / "references.json"
     return load_references(path) if path.exists() else {}
 
 
-def attention_path(ctx) -> Path:
+def attention_path(ctx: StageContext) -> Path:
     """R2M's final attention weights of the dataset's first seed."""
     return Path(ctx.gather("attention")[0][1])
 
 
 # --------------------------------------------------------------------------- the stage
-def _losses(ctx, out: Path, idx: FigureIndex) -> None:
+def _losses(ctx: StageContext, out: Path, idx: FigureIndex) -> None:
     curves, missing = {}, []
     for keys, path in ctx.gather("losses"):
         path = Path(path)
@@ -117,7 +118,7 @@ def _losses(ctx, out: Path, idx: FigureIndex) -> None:
                                    "mean over seeds and a shaded band (their range)."})
 
 
-def _attention(ctx, out: Path, idx: FigureIndex) -> None:
+def _attention(ctx: StageContext, out: Path, idx: FigureIndex) -> None:
     path = attention_path(ctx)
     if not path.exists():
         idx.notes.append(f"attention weights not available ({path} missing): Fig. 5 skipped")
@@ -146,7 +147,7 @@ def _attention(ctx, out: Path, idx: FigureIndex) -> None:
                                    "M_{t-1} vs. the fused input f_t. Columns: input word \u2192 output word."})
 
 
-def _examples(ctx, out: Path, idx: FigureIndex) -> None:
+def _examples(ctx: StageContext, out: Path, idx: FigureIndex) -> None:
     n = ctx.params.report.figure_images
     if n == 0:
         return
@@ -185,7 +186,7 @@ def _examples(ctx, out: Path, idx: FigureIndex) -> None:
 FIGURE_STEPS: tuple[Callable[[Any, Path, FigureIndex], None], ...] = (_losses, _attention, _examples)
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     idx = FigureIndex(ctx.dataset, dataset_label(ctx.dataset))
     with atomic_path(ctx.outs["figures"]) as tmp:
         tmp.mkdir(parents=True)

@@ -27,6 +27,7 @@ from markupsafe import Markup
 from r2m.reports import intervals as I
 from r2m.reports.published import COLUMNS
 from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, SCOPE_COLUMNS, TABLES
+from r2m.stage.context import StageContext
 from r2m.utils.io import read_json, write_text
 from r2m.vision.weights import RANDOM_BY_DEFINITION, uses_random_weights
 
@@ -506,7 +507,7 @@ def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Pat
         stamp=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     tables = {name: ctx.deps[name] for name in ("table1", "table2", "table3")}
     figs = [(keys["dataset"], Path(path)) for keys, path in ctx.gather("figures")]
     out = ctx.outs["html"]

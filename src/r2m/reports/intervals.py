@@ -44,6 +44,7 @@ from r2m.evaluation.bootstrap import (
     resample_chunks,
     t_interval,
 )
+from r2m.stage.context import StageContext
 
 BOOT_SEED = 0
 T_SEEDS = "t over seeds"
@@ -124,7 +125,7 @@ def group_seeds(gathered: Sequence[tuple[Mapping[str, str], Any]], key_of) -> di
     return out
 
 
-def gathered_rows(ctx: Any, evals: str, stats: str | None, key_of, read_eval) -> dict[Any, RowEval]:
+def gathered_rows(ctx: StageContext, evals: str, stats: str | None, key_of, read_eval) -> dict[Any, RowEval]:
     """Each row's seeds from a stage's gathered inputs: the ``evals`` (``eval.json`` paths, read by
     ``read_eval(path, key)``) and, when ``stats`` names a gathered input, the ``per_image.parquet`` beside
     them; rows keyed by ``key_of`` (the gathered paths' axes → a row key)."""
@@ -435,10 +436,10 @@ def comparison_note(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -
         parts.append(f"Rows paired over {', '.join(map(str, several))} seeds (`d_seeds`): the mean per-seed "
                      "corpus difference; interval = t over the seeds' differences and the paired bootstrap over "
                      "images (1,000 resamples) added in quadrature; test = approximate randomization within seeds "
-                     f"({RZ.DEFAULT_TRIALS:,} trials) and a t test over the seeds' differences, p the larger of the two.")
+                     f"({RZ.DEFAULT_TRIALS:,} trials, mid-p) and a t test over the seeds' differences, p the larger of the two.")
     if 1 in seeds:
         parts.append("Rows paired over one seed: test images only, not the spread between training seeds — "
-                     f"approximate randomization over images ({RZ.DEFAULT_TRIALS:,} trials, swapping the two rows' "
+                     f"approximate randomization over images ({RZ.DEFAULT_TRIALS:,} trials, mid-p, swapping the two rows' "
                      "captions per image and recomputing each corpus metric), interval = paired percentile "
                      "bootstrap over images (1,000 resamples).")
     parts.append(f"Multiple comparisons: one family per table ({k} differences = compared rows × metrics), "

@@ -22,6 +22,7 @@ from typing import Any
 from r2m.params import TRAIN_STAGES, VARIANT_NAMES
 from r2m.reports import intervals as I
 from r2m.reports import published as P
+from r2m.stage.context import StageContext
 from r2m.utils.io import read_json, write_text
 
 PUBLISHED = "published"
@@ -255,7 +256,7 @@ def to_markdown(spec: TableSpec, rows: Sequence[Sequence[str]], notes: Sequence[
 
 
 # --------------------------------------------------------------------------- stage functions
-def _gathered_evals(ctx, spec: TableSpec) -> tuple[dict[tuple[str, str], I.RowEval], list[str]]:
+def _gathered_evals(ctx: StageContext, spec: TableSpec) -> tuple[dict[tuple[str, str], I.RowEval], list[str]]:
     """Each row's seeds: their ``eval.json`` and (deps ``stats``) ``per_image.parquet``, grouped per
     (dataset, row key); several gathered seeds of one row become one :class:`~r2m.reports.intervals.RowEval`."""
     def key_of(keys: Mapping[str, str]) -> tuple[str, str]:
@@ -273,7 +274,7 @@ def _gathered_evals(ctx, spec: TableSpec) -> tuple[dict[tuple[str, str], I.RowEv
     return rows, list(dict.fromkeys(k for _, k in evals))
 
 
-def make_table(ctx, name: str) -> list[list[str]]:
+def make_table(ctx: StageContext, name: str) -> list[list[str]]:
     spec = TABLES[name]
     evals, row_keys = _gathered_evals(ctx, spec)
     rows = build_rows(spec, list(ctx.params.datasets), row_keys, evals)
@@ -286,13 +287,13 @@ def make_table(ctx, name: str) -> list[list[str]]:
     return rows
 
 
-def table1(ctx) -> None:
+def table1(ctx: StageContext) -> None:
     make_table(ctx, "table1")
 
 
-def table2(ctx) -> None:
+def table2(ctx: StageContext) -> None:
     make_table(ctx, "table2")
 
 
-def table3(ctx) -> None:
+def table3(ctx: StageContext) -> None:
     make_table(ctx, "table3")

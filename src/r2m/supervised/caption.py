@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from r2m.stage.context import StageContext
 from r2m.supervised.skip import skip_reason
 from r2m.utils.io import write_json
 
@@ -60,7 +61,7 @@ def decode_images(model, feats: Any, image_ids: Sequence[str], cp: Any, device: 
     return SUP_DECODERS[cp.decoder](model, feats, list(image_ids), cp, device)
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     reason = skip_reason(ctx.deps["sup_vocab"])
     if reason:
         write_json(ctx.outs["captions"], [])

@@ -6,11 +6,9 @@ source: a file for ``vgg16`` / ``inception_v4``, the seeded net for ``random_cnn
 :func:`r2m.vision.extractors.build_extractor` and asked for its ``pooled`` feature only. It sits
 under the baseline's model (:class:`r2m.models.scnn.SCNN`; the models layer knows no image backbone)
 in :func:`end_to_end_class`'s class, whose ``encode`` runs the CNN on a batch of ``uint8`` images. That
-class is made from the model's registry entry (:func:`r2m.models.sup_model`, loaded by name), never
-imported here: ``models/scnn.py`` stays a code dependency of S-CNN-RNN's stages only, not of every
-``train_sup`` (:mod:`r2m.pipeline.codedeps`); and this module is loaded by name for the baselines that can train
-their CNN end to end (:data:`r2m.supervised.train.END_TO_END_MODULES`), so neither it nor the feature backends
-it builds are code of the other baselines' training. The images come
+class is made from the model's catalogue entry (:func:`r2m.models.sup_model`, loaded by name). This module
+is loaded for the baselines whose catalogue entry names it (``end_to_end`` in
+:data:`r2m.baselines.BASELINES`), when their section asks for it. The images come
 from the prepared folder (:class:`Pixels`, the :class:`r2m.supervised.data.Features` interface with
 the one kind ``image``; decoded by :mod:`r2m.vision.images`, kept in memory when they fit
 ``CACHE_BYTES``), restricted to the images ``sup_features`` could read.
@@ -123,7 +121,7 @@ class EndToEnd:
 
 @functools.cache
 def end_to_end_class(model: str) -> type:
-    """The class of the baseline ``model`` (from its registry entry) with :class:`EndToEnd` on top."""
+    """The class of the baseline ``model`` (from its catalogue entry) with :class:`EndToEnd` on top."""
     base = sup_model(model)
     return type(f"{base.__name__}EndToEnd", (EndToEnd, base), {})
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from r2m.stage.context import StageContext
 from r2m.supervised.inspection import opened, split_of
 from r2m.text.vocab import END
 
@@ -41,12 +42,12 @@ def ground_truth_boxes(prepared: Path) -> dict[str, dict[str, list[list[float]]]
     return out
 
 
-def inspect(ctx, out_dir: Path) -> dict[str, Any]:
+def inspect(ctx: StageContext, out_dir: Path) -> dict[str, Any]:
     with opened(ctx) as (model, feats, itos, device):
         return _attention(ctx, model, feats, itos, out_dir, device)
 
 
-def _attention(ctx, model, feats, itos: list[str], out_dir: Path, device) -> dict[str, Any]:
+def _attention(ctx: StageContext, model, feats, itos: list[str], out_dir: Path, device) -> dict[str, Any]:
     import numpy as np
     import pyarrow.parquet as pq
     import torch

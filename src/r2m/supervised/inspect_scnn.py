@@ -9,18 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from r2m.stage.context import StageContext
 from r2m.supervised.inspection import opened, split_of
 
 ML_PROTOCOL = ("top-3 labels per image; C-P/C-R averaged over all concepts, O-P/O-R over all test images, "
                "F1 = harmonic mean of the averaged P and R; 0/0 = 0 (seed 002, Sec. 4.2)")
 
 
-def inspect(ctx, out_dir: Path) -> dict[str, Any]:
+def inspect(ctx: StageContext, out_dir: Path) -> dict[str, Any]:
     with opened(ctx) as (model, feats, _, device):
         return _multilabel(ctx, model, feats, device)
 
 
-def _multilabel(ctx, model, feats, device) -> dict[str, Any]:
+def _multilabel(ctx: StageContext, model, feats, device) -> dict[str, Any]:
     import numpy as np
     import pyarrow.parquet as pq
     import torch

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from r2m.stage.context import StageContext
+
 
 def split_of(prepared: Path, split: str) -> list[str]:
     """The image ids of ``split`` in ``prepared/images.parquet`` (none: an empty list)."""
@@ -18,7 +20,7 @@ def split_of(prepared: Path, split: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def opened(ctx) -> Iterator[tuple[Any, Any, list[str], Any]]:
+def opened(ctx: StageContext) -> Iterator[tuple[Any, Any, list[str], Any]]:
     """``(model, features, itos, device)`` of the instance's checkpoint (its own features when its CNN was
     fine-tuned: :func:`r2m.supervised.data.model_features`); the features closed on leaving."""
     from r2m.decoding.captioner import load_checkpoint_model

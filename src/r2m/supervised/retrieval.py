@@ -18,9 +18,9 @@ A supervised model scores all pairs with one teacher-forced pass per block of
 joint space: ``v̂^I · ṽ`` (image projection against the reconstructed vector of the sentence,
 teacher-forced from the sentence's own concepts), with no normalisation.
 
-The stages are modules of their own, ``retrieval_sup`` (:mod:`r2m.supervised.retrieval_sup`) and
-``retrieval_r2m`` (:mod:`r2m.supervised.retrieval_r2m`), so that each one's code dependencies hold its own
-side only (R²M's tokenizer and references reader, the baselines' skip rule: :mod:`r2m.pipeline.codedeps`).
+The two stages are :func:`run_sup` (``retrieval_sup``: one supervised model, ``log P(sentence | image)``) and
+:func:`run_r2m` (``retrieval_r2m``: R²M's final checkpoint through its joint space, :func:`r2m_similarity`);
+each imports its own side (pyarrow, torch, R²M's checkpoint loader, the baselines' skip rule) when it runs.
 
 **Ties** are counted against the query: a non-matching candidate that scores exactly as high as
 the best match ranks ahead of it (rank = 1 + #non-matching candidates scoring ≥ the best match).
@@ -35,11 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from r2m.stage.context import StageContext
+from r2m.utils.io import write_json
 from r2m.utils.lazy import no_grad
 
 # pyarrow and torch are imported by the functions that score: a skipped baseline starts without them
 if TYPE_CHECKING:
     import pyarrow as pa
+    import torch
 
 KS = (1, 5, 10)
 
@@ -163,3 +166,119 @@ def summary(res: dict[str, Any]) -> str:
             f"{s['R@1']:.1f}/{s['R@5']:.1f}/{s['R@10']:.1f} Med r {s['Med r']:g}; image R@1/5/10 "
             f"{i['R@1']:.1f}/{i['R@5']:.1f}/{i['R@10']:.1f} Med r {i['Med r']:g} "
             f"(chance R@10 {res['chance']['sentence_retrieval']['R@10']:.1f} / {res['chance']['image_retrieval']['R@10']:.1f})")
+
+
+# --------------------------------------------------------------------------- the stages
+def run_sup(ctx: StageContext) -> None:
+    """DAG stage ``retrieval_sup``: one supervised model on ``retrieval.split``."""
+    from r2m.supervised.skip import skip_reason
+
+    out = Path(ctx.outs["retrieval"])
+    reason = skip_reason(ctx.deps["sup_vocab"])
+    if reason:
+        write_json(out, {"skipped": reason})
+        ctx.log.info("retrieval_sup: %s", reason)
+        return
+    from r2m.decoding.captioner import load_checkpoint_model
+    from r2m.supervised.data import model_features, teacher_forcing
+
+    rp = ctx.params.retrieval
+    device = ctx.runtime.torch_device()
+    model, _, _ = load_checkpoint_model(ctx.deps["model"], device)
+    feats = model_features(ctx.deps["model"], ctx.deps["features"], model.feature_kinds)
+    images, t = split_pairs(Path(ctx.deps["sup_vocab"]), rp.split, feats.row_of)
+    if not images:
+        raise ValueError(f"{ctx.deps['sup_vocab']}: no {rp.split} image-sentence pairs with features")
+    index = {i: k for k, i in enumerate(images)}
+    sentence_image = np.array([index[str(i)] for i in t["image_id"].to_pylist()], dtype=np.int64)
+    max_len = ctx.params.train_sup.for_model(ctx.model).max_len
+    inputs, targets, lengths = teacher_forcing(t["ids"].combine_chunks(), max_len)
+    rows = np.array([feats.row_of[i] for i in images], dtype=np.int64)
+    logp = sup_logp(model, feats, rows, inputs, targets, lengths, rp.image_block, device)
+    prior, prior_ids = None, None
+    if rp.prior_images:
+        prior_ids, prior = sampled_prior(model, feats, _split_images(ctx, "train"), rp.prior_images, rp.seed,
+                                         inputs, targets, lengths, rp.image_block, device)
+        if not prior_ids:
+            raise ValueError(f"{ctx.deps['prepared']}: no train images with features to sample "
+                             "retrieval.prior_images from (set retrieval.prior_images: 0 for the split's own images)")
+    feats.close()
+    res = retrieval_scores(logp, sentence_image, prior)
+    res.update(model=ctx.model, dataset=ctx.dataset, split=rp.split,
+               prior=(f"{len(prior_ids)} training images sampled with seed {rp.seed}" if prior_ids
+                      else f"the {len(images)} {rp.split} images"),
+               prior_image_ids=prior_ids,
+               scoring="log P(sentence | image); sentence retrieval normalised by P(sentence)")
+    write_json(out, res)
+    ctx.save_params(out.parent, "retrieval.params.yaml")
+    ctx.log.info("retrieval_sup: %s", summary(res))
+
+
+def _split_images(ctx: StageContext, split: str) -> list[str]:
+    import pyarrow.parquet as pq
+
+    images = pq.read_table(Path(ctx.deps["prepared"]) / "images.parquet", columns=["image_id", "split"]).to_pandas()
+    return [str(i) for i in images.loc[images["split"] == split, "image_id"]]
+
+
+@no_grad
+def r2m_similarity(model, image_feats: torch.Tensor, concepts: torch.Tensor, concept_lens: torch.Tensor,
+                   inputs: torch.Tensor, lengths: torch.Tensor, batch: int = 256) -> np.ndarray:
+    """v̂^I · ṽ for every image × sentence → [N, S] (ṽ teacher-forced from each sentence's concepts)."""
+    import torch
+
+    v_img = model.project_image(image_feats)
+    vt = []
+    for s in range(0, inputs.shape[0], batch):
+        e = s + batch
+        out = model(concepts[s:e], concept_lens[s:e], inputs[s:e], lengths[s:e], reconstruct=True)
+        vt.append(out["v_tilde"])
+    return (v_img @ torch.cat(vt).T).double().cpu().numpy()
+
+
+def run_r2m(ctx: StageContext) -> None:
+    """DAG stage ``retrieval_r2m``: R²M (final checkpoint) through its joint space."""
+    import pyarrow as pa
+    import torch
+
+    from r2m.decoding.captioner import load_checkpoint_model
+    from r2m.supervised.data import Features, teacher_forcing
+    from r2m.text.dictionary import load_dictionary
+    from r2m.text.tokenize import tokenize
+    from r2m.text.vocab import Vocab, pad_lists
+    from r2m.utils.coco import read_coco_captions
+
+    rp = ctx.params.retrieval
+    out = Path(ctx.outs["retrieval"])
+    device = ctx.runtime.torch_device()
+    model, _, _ = load_checkpoint_model(ctx.deps["model"], device)
+    if not model.cfg.image_dim:
+        raise ValueError(f"{ctx.deps['model']}: this R2M checkpoint has no image projection (image_dim 0)")
+    vocab = Vocab.load(Path(ctx.deps["vocab"]) / "vocab.json")
+    refs_path = Path(ctx.deps["references"]) / "references.json"
+    refs = read_coco_captions(refs_path)
+    split_of = refs.split_of("test")
+    feats = Features(ctx.deps["features"], ("pooled",))
+    pairs = [(i, c) for i, c in refs.annotations if split_of.get(i) == rp.split and i in feats.row_of]
+    if not pairs:
+        raise ValueError(f"{refs_path}: no {rp.split} references with features")
+    images = list(dict.fromkeys(i for i, _ in pairs))
+    index = {i: k for k, i in enumerate(images)}
+    dictionary = load_dictionary(ctx.params.concepts.dictionary)
+    tokens = [tokenize(c) for _, c in pairs]
+    stoi = vocab.stoi
+    ids = [vocab.encode(tok) for tok in tokens]
+    cids = [[stoi[w] for w in dictionary.sentence_concepts(tok) if w in stoi] for tok in tokens]
+    inputs, _, lengths = teacher_forcing(ids, ctx.params.train_s.max_len)
+    concepts, clens = pad_lists(pa.array(cids, pa.list_(pa.int64())))
+    rows = np.array([feats.row_of[i] for i in images], dtype=np.int64)
+    img = feats.get(rows)["pooled"].to(device)
+    feats.close()
+    sim = r2m_similarity(model, img, torch.from_numpy(concepts).to(device), torch.from_numpy(clens).to(device),
+                         inputs.to(device), lengths.to(device))
+    res = retrieval_scores(sim, np.array([index[i] for i, _ in pairs], dtype=np.int64), normalise=False)
+    res.update(model="r2m", dataset=ctx.dataset, split=rp.split,
+               scoring="joint space: projected image feature . reconstructed sentence vector (teacher-forced)")
+    write_json(out, res)
+    ctx.save_params(out.parent, "retrieval.params.yaml")
+    ctx.log.info("retrieval_r2m: %s", summary(res))

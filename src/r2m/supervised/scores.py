@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from r2m.stage.context import StageContext
 from r2m.supervised.vocab import skip_reason
 from r2m.utils.io import write_json
 
 
-def evaluate(ctx) -> None:
+def evaluate(ctx: StageContext) -> None:
     reason = skip_reason(ctx.deps["sup_vocab"])
     if reason:
         write_json(ctx.outs["metrics"], {"skipped": reason})
@@ -53,7 +54,7 @@ def most_frequent_caption(sup_vocab: str | Path) -> tuple[str, int]:
     return best
 
 
-def mostfreq(ctx) -> None:
+def mostfreq(ctx: StageContext) -> None:
     """DAG stage ``mostfreq``: the "most frequent training caption" reference point — every image of
     ``caption.split`` gets the same sentence — scored like the models (``eval.json``)."""
     reason = skip_reason(ctx.deps["sup_vocab"])

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from r2m.evaluation.val_score import METRICS, ValScorer, val_references
+from r2m.stage.context import StageContext
 
 
-def val_selector(ctx, feats, itos: list[str], metric: str, device) -> Callable | None:
+def val_selector(ctx: StageContext, feats, itos: list[str], metric: str, device) -> Callable | None:
     """``select(model, step) -> score`` (higher is better), or None when there is nothing to select by."""
     if metric not in METRICS:
         raise ValueError(f"train_sup.select_by {metric!r}: choose last or one of {tuple(METRICS)}")

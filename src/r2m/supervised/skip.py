@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from r2m.stage.context import StageContext
 from r2m.utils.io import mark_owned, read_json, replace_folder, write_json, write_text
 
 
@@ -23,7 +24,7 @@ def reset_folder(out_dir: Path) -> None:
     replace_folder(out_dir)
 
 
-def write_skipped(ctx, reason: str) -> None:
+def write_skipped(ctx: StageContext, reason: str) -> None:
     """A skipped training step's outputs: ``skipped.json`` (and its params) in the model folder, an empty
     ``loss.tsv``, metrics ``{"skipped": reason}``."""
     out_dir = Path(ctx.outs["model"])

@@ -26,15 +26,11 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from r2m.supervised.pretrain import add_arguments  # noqa: F401  (r2m.cli reads it from the entry: --fresh)
+from r2m.baselines import BASELINES
+from r2m.stage.context import StageContext
 from r2m.supervised.skip import reset_folder, skip_reason, write_skipped
 from r2m.utils.io import mark_owned, write_json
 from r2m.utils.lazy import no_grad
-
-# the baselines whose CNN can train end to end (their section's ``cnn: end_to_end``) -> the module that does
-# it, loaded by name: r2m.pipeline.codedeps declares it for those baselines' stages only (an edit of the
-# CNN fine-tuning, or of a feature backend it builds, re-runs no m-RNN or SAT training)
-END_TO_END_MODULES: dict[str, str] = {"scnn": "r2m.supervised.finetune"}
 
 # torch, the models and the training loop are imported by the functions that train: a skipped
 # baseline (a dataset without paired captions) starts without them
@@ -43,7 +39,28 @@ if TYPE_CHECKING:
     from r2m.training import loop as L
 
 
-def model_section(ctx) -> dict[str, Any]:
+def add_arguments(parser) -> None:
+    parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
+
+
+def pretrain(ctx: StageContext) -> None:
+    """Stage ``pretrain_sup``: the model's pretraining phase (S-CNN-RNN: concept head and LSTM in parallel, the
+    LSTM fed the ground-truth concepts) for ``train_sup.pretrain_steps`` steps; a model without one (``phases``
+    of its :data:`r2m.baselines.BASELINES` entry), 0 steps, or a dataset without paired captions gets
+    ``skipped.json`` and ``train_sup`` starts from scratch."""
+    reason = skip_reason(ctx.deps["sup_vocab"])
+    if not reason:
+        if "pretrain" not in BASELINES[ctx.model].phases:
+            reason = f"{ctx.model} has no pretraining phase"
+        elif ctx.params.train_sup.for_model(ctx.model).pretrain_steps == 0:
+            reason = f"train_sup.pretrain_steps is 0 for {ctx.model}"
+    if reason:
+        write_skipped(ctx, reason)
+        return
+    train_phase(ctx, "pretrain")
+
+
+def model_section(ctx: StageContext) -> dict[str, Any]:
     return getattr(ctx.params, ctx.model).model_dump()
 
 
@@ -69,25 +86,25 @@ def perplexity(model, pairs: PairedSet, batch_size: int, device) -> float | None
     return math.exp(nll / words) if words else None
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     train_phase(ctx, "train")
 
 
 def _end_to_end(name: str, section: dict[str, Any]):
-    """The module that trains ``name``'s CNN end to end (:data:`END_TO_END_MODULES`) when its section asks for
-    it, else None."""
-    import importlib
+    """The module that trains ``name``'s CNN end to end (``end_to_end`` of its :data:`r2m.baselines.BASELINES`
+    entry) when its section asks for it, else None."""
+    from r2m.baselines import BASELINES
+    from r2m.utils.registry import load_target
 
-    module = END_TO_END_MODULES.get(name)
+    module = BASELINES[name].end_to_end
     if module is None:
         return None
-    finetune = importlib.import_module(module)
+    finetune = load_target(module)
     return finetune if finetune.end_to_end(section) else None
 
 
-def train_phase(ctx, phase: str) -> None:
-    """``phase`` ``train`` (stage ``train_sup``) or ``pretrain`` (``pretrain_sup``, :mod:`r2m.supervised.pretrain`,
-    which loads this module by name for the baselines that have a pretraining phase)."""
+def train_phase(ctx: StageContext, phase: str) -> None:
+    """``phase`` ``train`` (stage ``train_sup``) or ``pretrain`` (``pretrain_sup``: :func:`pretrain`)."""
     reason = skip_reason(ctx.deps["sup_vocab"])
     if reason:
         write_skipped(ctx, reason)
@@ -106,7 +123,7 @@ def train_phase(ctx, phase: str) -> None:
     if phase == "pretrain":  # the pretraining phase: its own step count, the last weights
         tp = tp.model_copy(update={"steps": tp.pretrain_steps, "select_by": "last"})
     device = ctx.runtime.torch_device()
-    args = getattr(ctx, "args", None)
+    args = ctx.args
     out_dir = Path(ctx.outs["model"])
     reset_folder(out_dir)
     torch.manual_seed(tp.seed)

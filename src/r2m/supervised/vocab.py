@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from r2m.datasets.base import REFERENCES, TRAIN_REFERENCES
+from r2m.stage.context import StageContext
 from r2m.supervised.skip import skip_reason  # noqa: F401 - its home before issue 33
 from r2m.text.tokenize import tokenize
 from r2m.text.vocab import SPECIALS, Vocab, build_vocab
@@ -80,7 +81,7 @@ def build(references: Path, out: Path, min_count: int, max_tokens: int) -> dict[
     return stats
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     sp = ctx.params.sup_vocab
     out = Path(ctx.outs["sup_vocab"])
     with atomic_path(out) as tmp:

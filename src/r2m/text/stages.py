@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from r2m.pipeline.context import StageContext
+from r2m.stage.context import StageContext
 from r2m.text.corpus import FilterConfig, ReadStats, drop_reason, holdout_mask, read_lines
 from r2m.text.dictionary import Dictionary, load_dictionary
 from r2m.text.tokenize import TOKENIZERS

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from r2m.stage.context import StageContext
 from r2m.training import distributed
 from r2m.training import step as ST
 from r2m.utils import resume as RS
@@ -73,12 +74,12 @@ def epoch_batch(n: int, batch_size: int, seed: int, step: int) -> tuple[np.ndarr
 
 
 # --------------------------------------------------------------------------- resume state
-def resume_folder(ctx) -> Path:
+def resume_folder(ctx: StageContext) -> Path:
     """Where the stage keeps ``last.pt`` while it runs (not a declared output)."""
     return RS.resume_dir(ctx.root, ctx.stage.name, ctx.axes)
 
 
-def fingerprint(ctx) -> str:
+def fingerprint(ctx: StageContext) -> str:
     """What ``last.pt`` must have been written with to be resumed: the resolved params, the init
     checkpoint's digest and the digest of every other input the stage reads (corpus, vocabulary,
     concepts, features, prepared data…: :func:`r2m.utils.digest.tree_digest`, cached by size and

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from r2m.losses import linear_xe_loss, loss_i, loss_s, reduce_xe, xe_loss
 from r2m.models.r2m import R2M
+from r2m.stage.context import StageContext
 from r2m.training import distributed
 from r2m.training.data import TextBatch
 
@@ -69,21 +70,21 @@ def image_objective(model: R2M, batch, gamma: float, margin: float, max_len: int
     return loss_i(img, v, v_tilde, gamma, margin, rec, rank, similarity)
 
 
-def _xe(ctx, model, batch, tp):
+def _xe(ctx: StageContext, model, batch, tp):
     return text_objective(model, batch, None, xe_reduction=ctx.params.fidelity.xe_reduction)
 
 
-def _s(ctx, model, batch, tp):
+def _s(ctx: StageContext, model, batch, tp):
     f = ctx.params.fidelity
     return text_objective(model, batch, ctx.entry.beta, f.rec_loss, f.xe_reduction, f.similarity)
 
 
-def _m(ctx, model, batch, tp):
+def _m(ctx: StageContext, model, batch, tp):
     f = ctx.params.fidelity
     return image_objective(model, batch, 0.0, tp.margin, tp.max_len, f.rec_loss, f.rank_loss, f.similarity)
 
 
-def _i(ctx, model, batch, tp):
+def _i(ctx: StageContext, model, batch, tp):
     f = ctx.params.fidelity
     return image_objective(model, batch, ctx.entry.gamma, tp.margin, tp.max_len, f.rec_loss, f.rank_loss,
                            f.similarity)
@@ -97,6 +98,6 @@ OBJECTIVES: dict[str, Objective] = {
 }
 
 
-def val_gamma(ctx, stage: str) -> float:
+def val_gamma(ctx: StageContext, stage: str) -> float:
     """γ in a validation row's ``loss = rank + γ·rec`` of an image stage (0 but for ``train_i``)."""
     return ctx.entry.gamma if stage == "train_i" else 0

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from r2m.decoding.captioner import caption_ids, concept_inputs, order_at_test, words_of
 from r2m.evaluation.val_score import ValScorer, val_references
+from r2m.stage.context import StageContext
 
 
 def validation_set(prepared: Path, references: Path, detections: Path, stoi: dict[str, int], threshold: float,
@@ -34,7 +35,7 @@ def validation_set(prepared: Path, references: Path, detections: Path, stoi: dic
     return ids, [[stoi[w] for w in ws] for ws in words], scorer.references
 
 
-def cider_selector(ctx, device, itos: list[str]):
+def cider_selector(ctx: StageContext, device, itos: list[str]):
     stoi = {w: i for i, w in enumerate(itos)}
     conc, cp, fid = ctx.params.concepts, ctx.params.caption, ctx.params.fidelity
     prepared, references = Path(ctx.deps["prepared"]), Path(ctx.deps["references"])

@@ -27,11 +27,10 @@ dynamic eager step of before. ``train_metrics.json`` records ``tf32``, ``cuda_gr
 **Checkpoint selection** (e.g. by validation CIDEr): call :func:`train` with
 ``select=fn(model, step) -> float`` (higher is better). It is called at every ``eval_every`` step
 and the final step; ``model.pt`` then holds the best-scoring weights (``selected_step`` and
-``selected_score`` in the metrics) instead of the last ones. The image stages' entry,
-:mod:`r2m.training.image_stages`, passes a CIDEr selector (``<stage>.select_by``: auto/cider; see
-:mod:`r2m.training.selection`); this module's :func:`run` is the text stages' (``train_xe``, ``train_s``:
-no images to select by, the last checkpoint is kept), and imports no decoding or evaluation, so neither is
-a code dependency of theirs (:mod:`r2m.pipeline.codedeps`).
+``selected_score`` in the metrics) instead of the last ones. :func:`run` passes the image stages
+(``train_m``, ``train_i``) a CIDEr selector (``<stage>.select_by``: auto/cider; :mod:`r2m.training.selection`,
+imported there only: the text stages never load decoding's beam search or the scorers); the text stages
+(``train_xe``, ``train_s``) have no images to select by and keep the last checkpoint.
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ import torch
 
 from r2m import runtime as R
 from r2m.models.r2m import R2M, R2MConfig
+from r2m.stage.context import StageContext
 from r2m.text.dictionary import concept_order
 from r2m.text.vocab import load_itos
 from r2m.training import distributed
@@ -72,7 +72,7 @@ def relaunch(stage: str, argv: list[str]) -> int | None:
 
 
 # --------------------------------------------------------------------------- the model
-def model_config(ctx, vocab_size: int, image_dim: int = 0) -> R2MConfig:
+def model_config(ctx: StageContext, vocab_size: int, image_dim: int = 0) -> R2MConfig:
     f = ctx.params.fidelity
     return R2MConfig.for_variant(ctx.variant or "r2m", vocab_size=vocab_size, image_dim=image_dim,
                                  init=f.init, dropout_scope=f.dropout, rm_input=f.rm_input, qkv_norm=f.qkv_norm,
@@ -84,9 +84,9 @@ def model_config(ctx, vocab_size: int, image_dim: int = 0) -> R2MConfig:
 FROZEN_PROJ_SEED = {"train_m": 0, "train_i": 1}
 
 
-def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
+def build_model(ctx: StageContext, vocab_size: int, image_dim: int) -> R2M:
     cfg = model_config(ctx, vocab_size, image_dim)
-    run_seed = int(getattr(ctx, "seed", None) or 0)
+    run_seed = int(ctx.seed or 0)
     seed = (FROZEN_PROJ_SEED.get(ctx.stage.name, 0) + run_seed if cfg.image_proj == "frozen_random"
             else cfg.image_proj_seed)
     cfg.image_proj_seed = seed
@@ -97,7 +97,7 @@ def build_model(ctx, vocab_size: int, image_dim: int) -> R2M:
         raise FileNotFoundError(f"{ctx.stage.name}: missing init checkpoint {path} (run the previous stage)")
     prev = ctx.deps["init"].name
     hint = (f"rebuild it: r2m {prev} --dataset {ctx.dataset} --variant {ctx.variant or 'r2m'} "
-            f"--seed {getattr(ctx, 'seed', None) or 0} --fresh")
+            f"--seed {ctx.seed or 0} --fresh")
     ckpt = load_checkpoint(path, ("config", "state_dict"), hint=hint)
     if not isinstance(ckpt["config"], dict) or not isinstance(ckpt["state_dict"], dict):
         raise CheckpointError(f"{path}: 'config' and 'state_dict' must be dicts; {hint}")
@@ -126,7 +126,7 @@ def make_adam(model: torch.nn.Module, lr: float, capturable: bool = False) -> to
         return torch.optim.Adam(params, lr=lr, **extra)
 
 
-def static_shape(obj: Objective, tp, ctx) -> ST.StaticShape:
+def static_shape(obj: Objective, tp, ctx: StageContext) -> ST.StaticShape:
     """The stage's pad-to-static-shape function: text to ``max_len`` steps, concepts to a width that
     starts at ``concepts.max_per_image`` (image stages) or 8 (corpus sentences) and only grows."""
     if obj.data == "text":
@@ -135,19 +135,29 @@ def static_shape(obj: Objective, tp, ctx) -> ST.StaticShape:
 
 
 # --------------------------------------------------------------------------- the stage
-def run(ctx) -> None:
-    """The text stages (``train_xe``, ``train_s``): the last checkpoint is kept (``select_by`` auto or last)."""
-    if "prepared" in ctx.deps:
-        raise TypeError(f"{ctx.stage.name}: an image stage; its entry is r2m.training.image_stages:run")
-    if getattr(ctx.params, ctx.stage.name).select_by == "cider":
-        raise ValueError(f"{ctx.stage.name}.select_by: cider needs images; only train_m/train_i can use it")
-    train(ctx)
+def run(ctx: StageContext) -> None:
+    """Every training stage. The image stages (``train_m``, ``train_i``) keep the checkpoint with the best
+    validation CIDEr unless ``<stage>.select_by`` is ``last``; the text stages (``train_xe``, ``train_s``)
+    keep the last one (``select_by`` auto or last)."""
+    select_by = getattr(ctx.params, ctx.stage.name).select_by
+    if "prepared" not in ctx.deps:  # a text stage
+        if select_by == "cider":
+            raise ValueError(f"{ctx.stage.name}.select_by: cider needs images; only train_m/train_i can use it")
+        train(ctx)
+        return
+    select = None
+    if select_by != "last":  # auto: cider for the image stages
+        from r2m.text.vocab import load_itos
+        from r2m.training import selection
+
+        select = selection.cider_selector(ctx, ctx.runtime.torch_device(), load_itos(ctx.deps["vocab"]))
+    train(ctx, select)
 
 
 class _Data:
     """The stage's training and validation batches (text corpus or unpaired images)."""
 
-    def __init__(self, ctx, obj: Objective, tp, itos: list[str]) -> None:
+    def __init__(self, ctx: StageContext, obj: Objective, tp, itos: list[str]) -> None:
         self.images: list[ImageSet] = []
         if obj.data == "text":
             enc = Path(ctx.deps["vocab"]) / "encoded.parquet"
@@ -179,7 +189,7 @@ class _Data:
             s.close()
 
 
-def loop_objective(ctx, obj: Objective, tp) -> L.LoopObjective:
+def loop_objective(ctx: StageContext, obj: Objective, tp) -> L.LoopObjective:
     """The stage's objective for the loop: validation is the held-out L_XE on text, the stage's
     own loss on images (``loss = rank + γ·rec``, γ = 0 but for train_i)."""
     name = ctx.stage.name
@@ -191,13 +201,13 @@ def loop_objective(ctx, obj: Objective, tp) -> L.LoopObjective:
                            lambda m, b: obj.compute(ctx, m, b, tp)[1], lambda ev: ev["rank"] + gamma * ev["rec"])
 
 
-def train(ctx, select: Selector | None = None) -> dict[str, Any]:
+def train(ctx: StageContext, select: Selector | None = None) -> dict[str, Any]:
     name = ctx.stage.name
     if name not in OBJECTIVES:
         raise KeyError(f"r2m.training.stages: no objective for stage {name!r}; known: {', '.join(OBJECTIVES)}")
     obj = OBJECTIVES[name]
     tp = getattr(ctx.params, name)
-    args = getattr(ctx, "args", None)
+    args = ctx.args
     device = distributed.device_for(ctx.runtime.torch_device())
     dist = distributed.setup(device)
     out_dir = Path(ctx.outs["model"])

@@ -96,7 +96,7 @@ def digest_files(files: Iterable[Path], cache_path: Path | None = None, parsed: 
         if not stat.S_ISREG(st.st_mode):  # named on its own: refused (reading it would block or never end)
             raise BadInput(f"{f}: {not_a_file(f) or 'not a regular file'}; name a file")
         how = (view[0] if view else "parsed") if parsed and f.suffix.lower() in PARSED else "bytes"
-        key = str(f.resolve())
+        key = os.path.realpath(f)
         hit = cache.get(key)
         if isinstance(hit, list) and len(hit) in (3, 4) and hit[:2] == [st.st_size, st.st_mtime_ns] \
                 and (hit[3] if len(hit) == 4 else "bytes") == how:
@@ -108,7 +108,7 @@ def digest_files(files: Iterable[Path], cache_path: Path | None = None, parsed: 
         fresh[key] = [st.st_size, st.st_mtime_ns, digest, how]
         out.append({"path": str(f), f"{how}_sha256": digest} if how != "bytes"
                    else {"path": str(f), "bytes": st.st_size, "sha256": digest})
-    if cache_path is not None:
+    if cache_path is not None and any(cache.get(k) != v for k, v in fresh.items()):
         try:
             write_json(cache_path, {**cache, **fresh}, indent=None)
         except OSError:  # a read-only checkout: digests are still right, only slower next time
@@ -121,6 +121,11 @@ def tree_digest(path: Path, cache_path: Path | None = None) -> str:
     path = Path(path)
     h = hashlib.sha256()
     for rec in digest_files(expand([path]), cache_path):
-        rel = Path(rec["path"]).relative_to(path).as_posix() if path.is_dir() else path.name
-        h.update(json.dumps([rel, rec.get("bytes"), rec.get("sha256")]).encode())
+        h.update(tree_line(path, rec))
     return h.hexdigest()
+
+
+def tree_line(path: Path, rec: dict[str, Any]) -> bytes:
+    """What one file (its :func:`digest_files` record) adds to :func:`tree_digest` of ``path``."""
+    rel = Path(rec["path"]).relative_to(path).as_posix() if path.is_dir() else path.name
+    return json.dumps([rel, rec.get("bytes"), rec.get("sha256")]).encode()

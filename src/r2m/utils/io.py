@@ -252,7 +252,7 @@ def check_owned(folder: str | Path, note: str = "", kind: str | None = None) -> 
 def adoptable(folder: str | Path, signature: Iterable[str] = ("params.yaml",)) -> bool:
     """Whether ``folder``, a stage's declared output, is one an r2m older than the ownership kinds wrote: it
     holds a ``signature`` file (the ``params.yaml`` most stages write into their output folders:
-    :attr:`r2m.pipeline.spec.Out.adopt`), and it has no marker (an r2m older than the marker) or a marker
+    :attr:`r2m.stage.spec.Out.adopt`), and it has no marker (an r2m older than the marker) or a marker
     naming no kind that lists every file (a signature file among them), each unchanged."""
     folder = Path(folder)
     signature = tuple(signature)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -48,10 +49,19 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 def value_digest(value: Any) -> str:
     """SHA-256 of a params value as JSON (keys sorted; a pydantic model as its dump)."""
+    return data_digest(jsonable(value))
+
+
+def data_digest(data: Any) -> str:
+    """SHA-256 of plain JSON data (keys sorted, no spaces)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def jsonable(value: Any) -> Any:
+    """A params value as plain JSON data (a pydantic model as its dump; anything else JSON lacks as text)."""
     from pydantic_core import to_jsonable_python
 
-    text = json.dumps(to_jsonable_python(value), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return json.loads(json.dumps(to_jsonable_python(value), sort_keys=True, default=str))
 
 
 def _is_model(value: Any) -> bool:
@@ -331,31 +341,66 @@ class Recorder:
             entries[name] = {"kind": kind}
         digests = path_digests(self.root, list(entries), cache)
         reads = [{"path": n, **e, "sha256": digests[n]} for n, e in sorted(entries.items())]
-        params = [{"key": ".".join(k), "path": list(k), "sha256": value_digest(v)}
+        params = [{"key": ".".join(k), "path": list(k), "sha256": value_digest(v), "value": jsonable(v)}
                   for k, v in sorted(self.params.items())]
         return {"reads": reads, "params": params, **({"incomplete": self.errors[:5]} if self.errors else {})}
 
 
 def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dict[str, str]:
-    """``{name: digest}``: a file's SHA-256, a folder's tree digest, ``"missing"`` when gone."""
-    from r2m.utils.digest import digest_files, tree_digest
+    """``{name: digest}``: a file's SHA-256, a folder's ``tree:`` digest (:func:`r2m.utils.digest.tree_digest`'s
+    value), ``"missing"`` when gone. One pass of :func:`r2m.utils.digest.digest_files` (its stat cache
+    ``cache`` read and written once) over every file named or inside a folder named."""
+    from r2m.utils.digest import digest_files, expand, tree_line
 
     out: dict[str, str] = {}
-    files = []
+    files: list[Path] = []
+    folders: dict[str, tuple[Path, list[Path]]] = {}
+    base = os.fspath(root)
     for n in names:
-        p = Path(root) / n
-        if p.is_dir():
-            out[n] = "tree:" + tree_digest(p)
-        elif p.is_file():
-            files.append((n, p))
+        full = os.path.normpath(os.path.join(base, n))
+        try:
+            mode = os.stat(full).st_mode
+        except OSError:
+            out[n] = "missing"
+            continue
+        if stat.S_ISDIR(mode):
+            folders[n] = (Path(full), expand([Path(full)]))
+            files += folders[n][1]
+        elif stat.S_ISREG(mode):
+            files.append(Path(full))
         else:
             out[n] = "missing"
-    for (n, _), rec in zip(files, digest_files([p for _, p in files], cache), strict=True):
-        out[n] = rec.get("sha256") or "missing"
+    found = {rec["path"]: rec for rec in digest_files(dict.fromkeys(files), cache)}
+    for n in names:
+        if n in out:
+            continue
+        if n in folders:
+            h = hashlib.sha256()
+            folder, inside = folders[n]
+            for f in inside:
+                h.update(tree_line(folder, found[str(f)]))
+            out[n] = "tree:" + h.hexdigest()
+        else:
+            out[n] = found[os.path.normpath(os.path.join(base, n))].get("sha256") or "missing"
     return out
 
 
-def _lookup(params: Any, path: list[str]) -> tuple[bool, Any]:
+class Digests:
+    """:func:`path_digests` memoized for one process (a planner asks for the same files many times)."""
+
+    def __init__(self, root: Path, cache: Path | None = None) -> None:
+        self.root, self.cache = Path(root), cache
+        self.known: dict[str, str] = {}
+
+    def __call__(self, names: list[str]) -> dict[str, str]:
+        todo = [n for n in dict.fromkeys(names) if n not in self.known]
+        if todo:
+            self.known.update(path_digests(self.root, todo, self.cache))
+        return {n: self.known[n] for n in names}
+
+
+def lookup(params: Any, path: list[str]) -> tuple[bool, Any]:
+    """``(found, value)`` of the params key at ``path`` (a model's field or extra item, a mapping's key)."""
     cur = params
     for part in path:
         if _is_model(cur):
@@ -372,12 +417,31 @@ def _lookup(params: Any, path: list[str]) -> tuple[bool, Any]:
     return True, cur
 
 
-def changes(record: dict[str, Any], root: Path, params: Any, cache: Path | None = None) -> list[str]:
+class ParamValues:
+    """The params keys of one params tree: ``(found, JSON value, digest)`` per key path, each computed once."""
+
+    def __init__(self, params: Any) -> None:
+        self.params = params
+        self._known: dict[tuple[str, ...], tuple[bool, Any, str]] = {}
+
+    def get(self, path: list[str]) -> tuple[bool, Any, str]:
+        key = tuple(path)
+        hit = self._known.get(key)
+        if hit is None:
+            found, value = lookup(self.params, path)
+            data = jsonable(value) if found else None
+            hit = self._known[key] = (found, data, data_digest(data))
+        return hit
+
+
+def changes(record: dict[str, Any], params: Any, digests: Digests) -> list[str]:
     """What changed since ``record`` was written, one line each (empty: current): a read file changed or
-    removed, a params key whose value changed or that is gone (``params``: the instance's params now)."""
+    removed, a params key whose value changed or that is gone (``params``: the instance's params now, or
+    their :class:`ParamValues`)."""
+    values = params if isinstance(params, ParamValues) else ParamValues(params)
     out: list[str] = [f"the record is incomplete ({why})" for why in record.get("incomplete") or ()][:1]
     reads = record.get("reads") or []
-    now = path_digests(Path(root), [r["path"] for r in reads], cache)
+    now = digests([r["path"] for r in reads])
     for r in reads:
         if now[r["path"]] == r["sha256"]:
             continue
@@ -388,9 +452,9 @@ def changes(record: dict[str, Any], root: Path, params: Any, cache: Path | None 
         else:
             out.append(f"{r['path']}: changed ({r['kind']})")
     for p in record.get("params") or []:
-        found, value = _lookup(params, p["path"])
+        found, _, digest = values.get(p["path"])
         if not found:
             out.append(f"params {p['key']}: removed")
-        elif value_digest(value) != p["sha256"]:
+        elif digest != p["sha256"]:
             out.append(f"params {p['key']}: changed")
     return out

@@ -1,30 +1,28 @@
-"""A small name -> object registry used instead of if/elif factories (datasets, detectors,
-feature extractors, models, scorers)."""
+"""Choosing code by name: :class:`Registry`, a small name -> object table filled where the objects are
+defined (tokenizers, scorers, sentence filters), and :class:`Catalog`, a plain table of members named
+as ``"module:attr"`` whose module is imported only when the member is used (dataset kinds, detector and
+feature backends, caption models: :mod:`r2m.catalogs`, :mod:`r2m.baselines`)."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+E = TypeVar("E")
 
 
 class Registry(Generic[T]):
     def __init__(self, what: str) -> None:
         self.what = what
         self._items: dict[str, T] = {}
-        self.keys: dict[str, tuple[str, ...]] = {}
 
-    def register(self, name: str, keys: tuple[str, ...] = ()) -> Callable[[T], T]:
-        """Register under ``name``; ``keys``: the options it reads (dataset recipes declare them, and
-        :func:`r2m.utils.declared.declared_keys` reads them from the source for params validation)."""
+    def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
             if name in self._items:
                 raise KeyError(f"{self.what} {name!r} registered twice")
             self._items[name] = obj
-            self.keys[name] = tuple(keys)
             return obj
 
         return deco
@@ -45,42 +43,54 @@ class Registry(Generic[T]):
         return sorted(self._items)
 
 
-def load_member(modules: Mapping[str, str], name: str) -> None:
-    """Import the module a declared table (``name -> module``) names for ``name``: its members register on
-    import. An unknown name imports nothing (the registry's own error names it at ``get``). Loading from a
-    table rather than importing every member keeps a stage's code dependencies to the one module it uses
-    (:mod:`r2m.pipeline.codedeps`)."""
-    module = modules.get(name)
-    if module is not None:
-        importlib.import_module(module)
+def load_target(target: str) -> Any:
+    """What ``"module:attr"`` names (``attr`` may be dotted), or the module itself for ``"module"``; the
+    module is imported now. A module without that attribute: ImportError naming the target."""
+    module, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split(".") if attr else ():
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportError(f"{target}: module {module} has no {attr!r} (a catalogue names it)") from None
+    return obj
 
 
-def declared_names(sources: list[str | Path], registry: str, constructors: tuple[str, ...] = ()) -> list[str]:
-    """Names registered with ``@<registry>.register("name")`` in the given files / package folders,
-    read from the source (no import: params validation must not load torch or numpy). Names made by
-    ``Ctor("name", ...)`` calls count too for each ``Ctor`` in ``constructors`` (registered in a loop)."""
-    import ast
+class Catalog(Generic[E]):
+    """``name -> entry``, written out in one light module; ``member(entry)`` is the entry's ``"module:attr"``
+    (the entry itself by default). ``catalog[name]`` is the entry, :meth:`load` the member (imported then);
+    an unknown name is a KeyError listing the known ones."""
 
-    from r2m.utils.source_cache import cached_scan, is_str_list
+    def __init__(self, what: str, entries: dict[str, E], member: Callable[[E], str] = str) -> None:
+        self.what = what
+        self._entries = dict(entries)
+        self._member = member
 
-    files: list[Path] = []
-    for src in sources:
-        p = Path(src)
-        files += sorted(p.glob("*.py")) if p.is_dir() else ([p] if p.is_file() else [])
+    def __getitem__(self, name: str) -> E:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise KeyError(f"unknown {self.what} {name!r}; known: {', '.join(self.names())}") from None
 
-    def scan() -> list[str]:
-        names: set[str] = set()
-        for f in files:
-            for node in ast.walk(ast.parse(f.read_text(), str(f))):
-                if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-                        and isinstance(node.args[0].value, str)):
-                    continue
-                if (isinstance(node.func, ast.Attribute) and node.func.attr == "register"
-                        and isinstance(node.func.value, ast.Name) and node.func.value.id == registry):
-                    names.add(node.args[0].value)
-                elif isinstance(node.func, ast.Name) and node.func.id in constructors:
-                    names.add(node.args[0].value)
-        return sorted(names)
+    def target(self, name: str) -> str:
+        """The ``"module:attr"`` of ``name``'s member."""
+        return self._member(self[name])
 
-    # kept on disk under the files' content: every r2m job validates params (issue 33)
-    return cached_scan("declared_names", [registry, list(constructors)], files, scan, is_str_list)
+    def load(self, name: str) -> Any:
+        """The member ``name`` (its module imported now)."""
+        return load_target(self.target(name))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def items(self) -> list[tuple[str, E]]:
+        return [(name, self._entries[name]) for name in self.names()]

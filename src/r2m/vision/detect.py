@@ -1,6 +1,6 @@
 """Stage ``detect_concepts``: visual concepts per image (dictionary words with scores and boxes).
 
-The backends live in the package ``r2m.vision.detectors`` (one file each, registry ``DETECTORS``);
+The backends live in the package ``r2m.vision.detectors`` (one file each, named in ``r2m.catalogs.DETECTORS``);
 this module is the stage and re-exports the package's API (``build_detector``, ``detect_images``, ...).
 
 Output ``D/concepts/detections.parquet``: ``image_id, label, concept, score, x1, y1, x2, y2``;
@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from r2m.stage.context import StageContext
 from r2m.text.dictionary import load_dictionary
 from r2m.utils.io import atomic_path, write_json
 from r2m.vision.detectors import Env, build_detector, detect_images  # noqa: F401  (re-exported)
@@ -35,7 +36,7 @@ def summary(df: pd.DataFrame, n_images: int, threshold: float) -> dict[str, Any]
     }
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     p = ctx.params.detect_concepts
     prepared = ctx.deps["prepared"]
     images = read_image_index(prepared, ctx.root)

@@ -13,6 +13,7 @@ This module imports nothing of r2m's heavy parts (the runner reads it for every 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -83,12 +84,17 @@ def local_copy(kind: str, backend: Any, options: Mapping[str, Any]) -> Path | No
             return None
         return Path(torch.hub.get_dir()) / "checkpoints" / url_file_name(url)
     if kind == "detector" and backend == "tf_oid":
-        from r2m.utils.source_cache import cache_root
-
         source = str(options.get("source", "zoo"))
-        folder = Path(str(options["cache_dir"])).expanduser() if options.get("cache_dir") else cache_root()
+        folder = cache_root(str(options["cache_dir"]) if options.get("cache_dir") else None)
         return folder / "detectors" / url_file_name(TF_OID_SOURCES.get(source, source))
     return None  # owl, inception_v4: the Hugging Face hub is asked even when its cache holds the files
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """Where downloads go: ``cache_dir``, else ``$R2M_CACHE``, else ``~/.cache/r2m``."""
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    return Path(os.environ.get("R2M_CACHE") or Path.home() / ".cache" / "r2m").expanduser()
 
 
 def download_of(kind: str, backend: Any, options: Mapping[str, Any] | None, cached: bool = False,

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from r2m.stage.context import StageContext
 from r2m.utils import resume as RS
 from r2m.utils.io import replace_folder
 from r2m.vision import feature_store as FS
@@ -133,20 +134,20 @@ def _shard_args(args: Any) -> tuple[tuple[int, int] | None, bool]:
     return ((shard, k) if shard is not None else None), bool(getattr(args, "merge", False))
 
 
-def run(ctx) -> None:
+def run(ctx: StageContext) -> None:
     """Stage ``extract_features``: R²M's features (params ``extract_features``) into ``D/features``."""
     extract_stage(ctx, ctx.params.extract_features, ctx.outs["features"])
 
 
-def run_sup(ctx) -> None:
+def run_sup(ctx: StageContext) -> None:
     """Stage ``extract_features_sup``: the supervised baselines' features (params ``sup_features``,
     e.g. VGG-16 fc7 + conv5 grid on the benchmarks) into ``D/sup_features``."""
     extract_stage(ctx, ctx.params.sup_features, ctx.outs["sup_features"])
 
 
-def extract_stage(ctx, p: Any, out: Path) -> None:
+def extract_stage(ctx: StageContext, p: Any, out: Path) -> None:
     """One features stage: params section ``p`` (:class:`r2m.params.FeatureParams`) into folder ``out``."""
-    args = getattr(ctx, "args", None)
+    args = ctx.args
     shard, merge = _shard_args(args)
     images = read_image_index(ctx.deps["prepared"], ctx.root)
     ctx.log.info("features: %d images, backend %s, device %s", len(images), p.backend, ctx.runtime.torch_device())

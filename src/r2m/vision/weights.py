@@ -116,13 +116,6 @@ def user_file(path: str | Path, sha256: str | None = None, what: str = "options.
 
 
 # ----------------------------------------------------------------------------- downloads (opt-in)
-def cache_root(cache_dir: str | Path | None = None) -> Path:
-    """Where downloaded weights go: ``cache_dir``, else ``$R2M_CACHE``, else ``~/.cache/r2m``."""
-    from r2m.utils import source_cache
-
-    return Path(cache_dir).expanduser() if cache_dir else source_cache.cache_root()
-
-
 def cached_download(url: str, folder: str | Path, sha256: str | None = None, log=None) -> Path:
     """Download ``url`` once into ``folder`` and verify it on every later use.
 

@@ -8,7 +8,8 @@ per job; the demo's DAG has 135 jobs on 2 cores).
   SIGTERM/SIGINT/SIGHUP to the job, return its exit status. No server there: the job runs cold.
 * :mod:`r2m.warm.server` — the ``r2m warm`` tool: the server, and the command it wraps.
 
-A forked job runs the same code as a cold one (:func:`r2m.cli.main`) on the same inputs; its
+A forked job runs the same code as a cold one on the same inputs: :func:`r2m.cli.main`, which ``r2m warm``
+(:func:`r2m.cli.warm`) hands the server (the server imports nothing above the stage registry). Its
 outputs are the same bytes (tests/test_warm.py compares them). The server never runs a stage nor
 reads a project file itself, so nothing it holds depends on the workspace.
 """

@@ -18,7 +18,6 @@ import struct
 import sys
 
 SOCKET_ENV = "R2M_WARM"  # the server's socket path; set by `r2m warm` for the command it runs
-AUDIT_ENV = "R2M_AUDIT_MODULES"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -31,7 +30,7 @@ def run(argv: list[str]) -> int | None:
     """Run ``r2m <argv>`` in the warm server named by ``R2M_WARM``; its exit status, or ``None``
     when no server answers there (the caller then runs the job itself)."""
     path = os.environ.get(SOCKET_ENV)
-    if not path or os.environ.get(AUDIT_ENV):  # a job whose loaded modules are recorded runs cold
+    if not path:
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

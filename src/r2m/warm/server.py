@@ -18,24 +18,27 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from r2m.warm.client import SOCKET_ENV
 
-# what every job would import again: the libraries, then each stage's module (its own imports with it)
+# what every job would import again: the libraries the stage modules import (not the stage modules: a job's
+# record of what it read names every project module in its process, r2m.utils.reads, so a job imports its
+# own stage's modules itself) and what every job's runner imports
 PRELOAD = ("numpy", "pandas", "pyarrow", "pyarrow.parquet", "PIL.Image", "h5py", "yaml", "pydantic",
-           "torch", "torch.optim", "torch._dynamo", "r2m.params", "r2m.cli", "r2m.pipeline.validate")
+           "torch", "torch.optim", "torch._dynamo", "matplotlib", "r2m.params")
+# what a job runs: ``r2m <argv>``'s entry (:func:`r2m.cli.main`, which hands itself over) -> its exit status
+Target = Callable[[list[str]], int]
 USAGE = ("usage: r2m warm [--log FILE] [--] COMMAND [ARGS...]   (e.g. r2m warm -- snakemake --cores 2 all); "
          "--log FILE: one line per job (its pid, command and exit status)")
 
 
-def preload() -> list[str]:
-    """Import :data:`PRELOAD` and every stage module; the names that could not be imported (an optional
-    extra not installed: its jobs import it themselves, cold)."""
-    from r2m.pipeline.stages import STAGES
-
+def preload(modules: Iterable[str] = ()) -> list[str]:
+    """Import :data:`PRELOAD` and ``modules`` (what the caller's jobs import besides); the names that could not
+    be imported (an optional extra not installed: its jobs import it themselves, cold)."""
     missing = []
-    for name in (*PRELOAD, *dict.fromkeys(s.impl.partition(":")[0] for s in STAGES)):
+    for name in dict.fromkeys((*PRELOAD, *modules)):
         try:
             importlib.import_module(name)
         except ImportError:
@@ -72,13 +75,7 @@ def _watch(conn: socket.socket) -> None:
             pending = pending[2:]
 
 
-def _cli_main(argv: list[str]) -> int:
-    from r2m.cli import main
-
-    return main(argv)
-
-
-def _run_job(listener: socket.socket, conn: socket.socket, job: dict, fds: list[int], target) -> None:
+def _run_job(listener: socket.socket, conn: socket.socket, job: dict, fds: list[int], target: Target) -> None:
     """In the forked child: become the client's process (stdio, folder, environment, arguments), run
     ``r2m <argv>`` and exit with its status. Never returns."""
     code = 1
@@ -114,8 +111,8 @@ def _run_job(listener: socket.socket, conn: socket.socket, job: dict, fds: list[
         os._exit(code if isinstance(code, int) else 1)
 
 
-def serve(listener: socket.socket, stop: threading.Event | None = None, log: Path | None = None,
-          target=_cli_main, parent: int | None = None) -> None:
+def serve(listener: socket.socket, target: Target, stop: threading.Event | None = None, log: Path | None = None,
+          parent: int | None = None) -> None:
     """Accept jobs until ``stop`` is set (or SIGTERM), or, given ``parent`` (the pid of ``r2m warm``), until
     that process is gone (killed by any signal, ``kill -9`` included: this process is then another's child);
     fork each job to run ``target(argv)`` (``r2m <argv>``); tell its client how it ended (and ``log``, when
@@ -204,7 +201,9 @@ def open_socket() -> tuple[socket.socket, Path]:
     return listener, folder
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], target: Target, modules: Iterable[str] = ()) -> int:
+    """``r2m warm [--log FILE] [--] COMMAND ...``: each job runs ``target(argv)``; ``modules``: preloaded
+    besides :data:`PRELOAD` and the stage modules (what ``target`` imports when it runs)."""
     log = None
     if argv[:1] == ["--log"] and len(argv) > 1:
         log, argv = Path(argv[1]).resolve(), argv[2:]
@@ -219,7 +218,7 @@ def main(argv: list[str]) -> int:
         print(f"r2m warm: no socket for the server ({err.strerror or err}); its jobs start cold", file=sys.stderr)
         return run_command(argv, {k: v for k, v in os.environ.items() if k != SOCKET_ENV})
     path = str(folder / "socket")
-    missing = preload()  # before the fork: the jobs share these pages
+    missing = preload(modules)  # before the fork: the jobs share these pages
     if missing:
         print(f"r2m warm: not preloaded (imported by their jobs): {', '.join(missing)}", file=sys.stderr)
     sys.stdout.flush()
@@ -230,7 +229,7 @@ def main(argv: list[str]) -> int:
         try:
             os.setsid()  # the terminal's Ctrl-C reaches the command, and a job only through its client
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            serve(listener, log=log, parent=front)
+            serve(listener, target, log=log, parent=front)
         finally:
             remove_socket(folder)  # also when r2m warm was killed and cannot
             os._exit(0)

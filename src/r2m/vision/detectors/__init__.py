@@ -1,4 +1,4 @@
-"""Concept detection backends, one per file, registered in ``DETECTORS`` (``base.py``); each is a
+"""Concept detection backends, one per file, named in ``r2m.catalogs.DETECTORS``; each is a
 factory ``(options, dictionary, device) -> Detector`` chosen by ``detect_concepts.backend``:
 
 ``offline`` (default, ``offline.py``)
@@ -21,9 +21,8 @@ factory ``(options, dictionary, device) -> Detector`` chosen by ``detect_concept
     open-vocabulary OWL-ViT / OWLv2 (Hugging Face ``transformers``) queried with the dictionary's
     class names.
 
-Add a backend: a new module here with ``@DETECTORS.register(name)`` on its factory, named in
-:data:`BACKEND_MODULES`. :func:`build_detector` imports the chosen backend's module only (never all of
-them), so a stage's code dependencies hold that backend's file and no other (:mod:`r2m.pipeline.codedeps`).
+Add a backend: a new module here with its factory ``build(options, dictionary, device) -> Detector``, named
+in :data:`r2m.catalogs.DETECTORS`. :func:`build_detector` imports the chosen backend's module only.
 Every detection with a dictionary concept and ``score >= floor`` (default 0.05) is kept — the 0.3
 threshold and the at-most-5 rule are applied by consumers. The stage is ``r2m.vision.detect``.
 """
@@ -37,12 +36,11 @@ from typing import Any
 
 import pandas as pd
 
+from r2m.catalogs import DETECTORS
 from r2m.text.dictionary import Dictionary, load_dictionary
-from r2m.utils.registry import load_member
 from r2m.vision.detectors.base import (
     COLUMNS,
     DEFAULT_FLOOR,
-    DETECTORS,
     Detector,
     Env,
     ImageDetector,
@@ -52,44 +50,27 @@ from r2m.vision.detectors.base import (
     frame,
 )
 
-# backend name -> the module that registers it (tests/test_code_deps.py checks it against the source)
-BACKEND_MODULES: dict[str, str] = {
-    "classifier": "r2m.vision.detectors.classifier",
-    "faces": "r2m.vision.detectors.faces",
-    "faster_rcnn": "r2m.vision.detectors.faster_rcnn",
-    "offline": "r2m.vision.detectors.offline",
-    "owl": "r2m.vision.detectors.owl",
-    "precomputed": "r2m.vision.detectors.precomputed",
-    "regions": "r2m.vision.detectors.regions",
-    "tf_oid": "r2m.vision.detectors.tf_oid",
-}
 # names this package re-exports from a backend's module (imported when one is asked for)
 _LAZY = {"MAPPING_FILE": "classifier", "Classifier": "classifier", "class_concepts": "classifier",
          "read_mapping": "classifier", "Faces": "faces", "FasterRCNN": "faster_rcnn", "read_class_names": "faster_rcnn",
          "Union": "offline", "Precomputed": "precomputed", "read_precomputed": "precomputed"}
 
 __all__ = [
-    "BACKEND_MODULES", "COLUMNS", "DEFAULT_FLOOR", "DETECTORS", "Detector", "Env", "ImageDetector", "Raw",
+    "COLUMNS", "DEFAULT_FLOOR", "DETECTORS", "Detector", "Env", "ImageDetector", "Raw",
     "build_detector", "detect_images", "empty_detections", "finish", "frame", *_LAZY,
 ]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(BACKEND_MODULES[_LAZY[name]]), name)
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def load_backend(backend: str) -> None:
-    """Import the module registering ``backend`` (an unknown one: the registry's own error at ``get``)."""
-    load_member(BACKEND_MODULES, backend)
 
 
 def build_detector(backend: str, options: dict[str, Any] | None, dictionary: Dictionary | str = "openimages",
                    device: Any = "cpu") -> Detector:
     d = load_dictionary(dictionary) if isinstance(dictionary, str) else dictionary
-    load_backend(backend)
-    return DETECTORS.get(backend)(dict(options or {}), d, device)
+    return DETECTORS.load(backend)(dict(options or {}), d, device)
 
 
 def detect_images(

@@ -1,10 +1,11 @@
-"""What every concept detector shares: the output columns, the ``Detector`` protocol, the backend
-registry ``DETECTORS`` and ``ImageDetector`` (decode images in loader workers, predict in batches)."""
+"""What every concept detector shares: the output columns, the ``Detector`` protocol (a backend, named in
+:data:`r2m.catalogs.DETECTORS`, is a factory ``(options, dictionary, device) -> Detector``) and
+``ImageDetector`` (decode images in loader workers, predict in batches)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -13,7 +14,6 @@ import pandas as pd
 
 from r2m.text.dictionary import Dictionary
 from r2m.utils.progress import progress
-from r2m.utils.registry import Registry
 from r2m.vision.images import make_loader
 
 COLUMNS = ("image_id", "label", "concept", "score", "x1", "y1", "x2", "y2")
@@ -40,9 +40,6 @@ class Detector(Protocol):
     def detect(self, images: pd.DataFrame, env: Env) -> tuple[pd.DataFrame, list[tuple[str, str, str]]]:
         """``images`` has ``image_id`` and ``file``; returns (detections, bad rows (id, path, reason))."""
 
-
-# a backend is a factory (options, dictionary, device) -> Detector
-DETECTORS: Registry[Callable[[dict[str, Any], Dictionary, Any], Detector]] = Registry("detector backend")
 
 
 def empty_detections() -> pd.DataFrame:

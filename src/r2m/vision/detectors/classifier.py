@@ -15,7 +15,7 @@ from typing import Any
 
 from r2m.text.dictionary import Dictionary
 from r2m.vision import weights as W
-from r2m.vision.detectors.base import DEFAULT_FLOOR, DETECTORS, Detector, ImageDetector, Raw
+from r2m.vision.detectors.base import DEFAULT_FLOOR, Detector, ImageDetector, Raw
 
 MAPPING_FILE = Path(__file__).resolve().parents[4] / "data" / "dictionaries" / "imagenet_to_concept.tsv"
 
@@ -108,6 +108,5 @@ class Classifier(ImageDetector):
         return out
 
 
-@DETECTORS.register("classifier")
-def _classifier(options, dictionary, device) -> Detector:
+def build(options, dictionary, device) -> Detector:
     return Classifier(options, dictionary, device)

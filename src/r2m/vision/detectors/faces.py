@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from r2m.text.dictionary import Dictionary
-from r2m.vision.detectors.base import DETECTORS, Detector, ImageDetector, Raw
+from r2m.vision.detectors.base import Detector, ImageDetector, Raw
 
 
 def _mtcnn_class():
@@ -54,6 +54,5 @@ class Faces(ImageDetector):
         return out
 
 
-@DETECTORS.register("faces")
-def _faces(options, dictionary, device) -> Detector:
+def build(options, dictionary, device) -> Detector:
     return Faces(options, dictionary, device)

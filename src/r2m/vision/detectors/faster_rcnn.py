@@ -12,7 +12,7 @@ from typing import Any
 
 from r2m.text.dictionary import Dictionary
 from r2m.vision import weights as W
-from r2m.vision.detectors.base import DEFAULT_FLOOR, DETECTORS, Detector, ImageDetector, Raw
+from r2m.vision.detectors.base import DEFAULT_FLOOR, Detector, ImageDetector, Raw
 
 
 def read_class_names(path: str | Path) -> list[str]:
@@ -79,6 +79,5 @@ class FasterRCNN(ImageDetector):
         return res
 
 
-@DETECTORS.register("faster_rcnn")
-def _faster_rcnn(options, dictionary, device) -> Detector:
+def build(options, dictionary, device) -> Detector:
     return FasterRCNN(options, dictionary, device)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from r2m.vision.detectors import faces, regions  # noqa: F401  (its default parts: registered)
-from r2m.vision.detectors.base import DETECTORS, Detector, ImageDetector, Raw
+from r2m.catalogs import DETECTORS
+from r2m.vision.detectors.base import Detector, ImageDetector, Raw
 
 
 class Union(ImageDetector):
@@ -38,15 +38,11 @@ class Union(ImageDetector):
         return out
 
 
-@DETECTORS.register("offline")
-def _offline(options, dictionary, device) -> Detector:
+def build(options, dictionary, device) -> Detector:
     names = list(options.get("parts", ["regions", "faces"]))
     parts = []
     for name in names:
-        from r2m.vision.detectors import load_backend  # another part: loaded by name (r2m.pipeline.codedeps)
-
-        load_backend(name)
-        part = DETECTORS.get(name)(dict(options.get(name, {})), dictionary, device)
+        part = DETECTORS.load(name)(dict(options.get(name, {})), dictionary, device)
         if not isinstance(part, ImageDetector):
             raise ValueError(f"offline: part {name!r} does not look at images and cannot be combined")
         parts.append(part)

@@ -27,7 +27,7 @@ from typing import Any
 
 from r2m.text.dictionary import Dictionary
 from r2m.utils.options import parse_options, require
-from r2m.vision.detectors.base import DEFAULT_FLOOR, DETECTORS, Detector, ImageDetector, Raw
+from r2m.vision.detectors.base import DEFAULT_FLOOR, Detector, ImageDetector, Raw
 
 log = logging.getLogger("r2m")
 DEFAULT_MODEL = "google/owlv2-base-patch16-ensemble"
@@ -168,6 +168,5 @@ class OwlDetector(ImageDetector):
         return out
 
 
-@DETECTORS.register("owl")
-def _owl(options, dictionary, device) -> Detector:
+def build(options, dictionary, device) -> Detector:
     return OwlDetector(parse_options(OwlConfig, options, "detect_concepts.options (backend owl)"), dictionary, device)

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from r2m.text.dictionary import Dictionary
-from r2m.vision.detectors.base import DEFAULT_FLOOR, DETECTORS, Detector, Env, frame, log
+from r2m.vision.detectors.base import DEFAULT_FLOOR, Detector, Env, frame, log
 
 
 def _record(rec: Any, where: str) -> tuple[str, str, float, tuple[float, float, float, float]]:
@@ -143,6 +143,5 @@ class Precomputed:
         return frame(rows), []
 
 
-@DETECTORS.register("precomputed")
-def _precomputed(options, dictionary, device) -> Detector:
+def build(options, dictionary, device) -> Detector:
     return Precomputed(dictionary, options.get("path"), float(options.get("floor", DEFAULT_FLOOR)))

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from r2m.text.dictionary import Dictionary
-from r2m.vision.detectors.base import DETECTORS, Detector, Raw
+from r2m.vision.detectors.base import Detector, Raw
 from r2m.vision.detectors.classifier import Classifier
 
 Box = tuple[float, float, float, float]
@@ -128,6 +128,5 @@ class Regions(Classifier):
         return out
 
 
-@DETECTORS.register("regions")
-def _regions(options, dictionary, device) -> Detector:
+def build(options, dictionary, device) -> Detector:
     return Regions(options, dictionary, device)

@@ -44,8 +44,8 @@ import numpy as np
 from r2m.text.dictionary import DICTIONARY_DIR, Dictionary, read_names
 from r2m.utils.options import parse_options, require
 from r2m.vision import weights as W
-from r2m.vision.detectors.base import DEFAULT_FLOOR, DETECTORS, Detector, ImageDetector, Raw
-from r2m.vision.downloads import TF_OID_SOURCES
+from r2m.vision.detectors.base import DEFAULT_FLOOR, Detector, ImageDetector, Raw
+from r2m.vision.downloads import TF_OID_SOURCES, cache_root
 
 log = logging.getLogger("r2m")
 
@@ -143,7 +143,7 @@ class TFOIDDetector(ImageDetector):
         if cfg.model:
             folder = find_saved_model(Path(cfg.model).expanduser())
         else:
-            cache = W.cache_root(cfg.cache_dir) / "detectors"
+            cache = cache_root(cfg.cache_dir) / "detectors"
             folder = find_saved_model(W.cached_download(cfg.url, cache, cfg.sha256, log))
         self.folder = folder
         self._module = _load(tf, folder, cfg.tags)  # keep a reference: signatures need the loaded object alive
@@ -248,7 +248,6 @@ class TFOIDDetector(ImageDetector):
         return [r or [] for r in results]
 
 
-@DETECTORS.register("tf_oid")
-def _tf_oid(options, dictionary, device) -> Detector:
+def build(options, dictionary, device) -> Detector:
     return TFOIDDetector(parse_options(TFOIDConfig, options, "detect_concepts.options (backend tf_oid)"),
                          dictionary, device)

@@ -1,4 +1,4 @@
-"""CNN feature backends, one per file, registered in ``FEATURES`` (``base.py``); each is a factory
+"""CNN feature backends, one per file, named in ``r2m.catalogs.FEATURES``; each is a factory
 ``options -> Extractor`` chosen by ``extract_features.backend``:
 
 ``inception_v3_fid`` (default, ``inception_v3_fid.py``; offline)
@@ -20,19 +20,18 @@ tests/benchmarks; the only way to random weights, recorded as ``random_weights``
 folder's ``meta.json`` and shown on the report page), ``weights`` + optional ``sha256``, ``kinds_from: {kind: {backend, options}}`` (those
 kinds from another network, into the same folder: ``combined.py``).
 
-Add a backend: a new module here with ``@FEATURES.register(name)`` on its factory (build the network,
-pick the kinds with ``base.select_kinds``, wrap it in ``base.Scaled`` with the input mean/std and return an
-``Extractor``), named in :data:`FEATURE_MODULES`: :func:`build_extractor` imports the chosen backends'
-modules only, so a stage's code dependencies hold those files and no other (:mod:`r2m.pipeline.codedeps`). Running an extractor over files is ``compute.py``; the stage that
-writes the features folder is ``r2m.vision.features``.
+Add a backend: a new module here with its factory (build the network, pick the kinds with
+``base.select_kinds``, wrap it in ``base.Scaled`` with the input mean/std and return an ``Extractor``), named
+in :data:`r2m.catalogs.FEATURES`: :func:`build_extractor` imports the chosen backends' modules only. Running
+an extractor over files is ``compute.py``; the stage that writes the features folder is ``r2m.vision.features``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from r2m.utils.registry import load_member
-from r2m.vision.extractors.base import FEATURES, Extractor
+from r2m.catalogs import FEATURES
+from r2m.vision.extractors.base import Extractor
 from r2m.vision.extractors.combined import build_combined
 from r2m.vision.extractors.compute import extract_arrays, features_of_batch, to_device
 from r2m.vision.extractors.tf1 import OfficialResizeCrop, tf1_resize_bilinear
@@ -43,29 +42,10 @@ __all__ = [
 ]
 
 
-# backend name -> the module that registers it (tests/test_code_deps.py checks it against the source)
-FEATURE_MODULES: dict[str, str] = {
-    "inception_v3_fid": "r2m.vision.extractors.inception_v3_fid",
-    "inception_v4": "r2m.vision.extractors.inception_v4",
-    "random_cnn": "r2m.vision.extractors.random_cnn",
-    "vgg16": "r2m.vision.extractors.vgg16",
-    "vgg19": "r2m.vision.extractors.vgg19",
-}
-
-
-def load_backend(backend: str) -> None:
-    """Import the module registering ``backend`` (an unknown one: the registry's own error at ``get``)."""
-    load_member(FEATURE_MODULES, backend)
-
-
-def _factory(backend: str):
-    load_backend(backend)
-    return FEATURES.get(backend)
-
 def build_extractor(backend: str, options: dict[str, Any] | None = None) -> Extractor:
-    """The registered backend ``backend`` built with ``options`` (unknown name: ``KeyError`` naming the known
+    """The backend ``backend`` built with ``options`` (unknown name: ``KeyError`` naming the known
     ones); ``options.kinds_from`` takes some kinds from other backends (``combined.py``)."""
     options = dict(options or {})
     if options.get("kinds_from"):
-        return build_combined(lambda b, o: _factory(b)(o), backend, options)
-    return _factory(backend)(options)
+        return build_combined(lambda b, o: FEATURES.load(b)(o), backend, options)
+    return FEATURES.load(backend)(options)

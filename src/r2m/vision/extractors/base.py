@@ -1,6 +1,6 @@
-"""What every feature backend shares: the ``Extractor`` it builds, the input scaling ``Scaled``, the
-default loader transform ``ResizeToUint8``, the backend registry ``FEATURES`` and two option helpers
-(``select_kinds``, ``load_state``)."""
+"""What every feature backend shares: the ``Extractor`` it builds (a backend, named in
+:data:`r2m.catalogs.FEATURES`, is a factory ``options -> Extractor``), the input scaling ``Scaled``, the
+default loader transform ``ResizeToUint8`` and two option helpers (``select_kinds``, ``load_state``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-
-from r2m.utils.registry import Registry
 
 
 class ResizeToUint8:
@@ -61,9 +59,6 @@ class Extractor:
     def prepare(self) -> Callable[[Any], torch.Tensor]:
         return self.transform or ResizeToUint8(self.size, self.resample)
 
-
-# a backend is a factory options -> Extractor, chosen by ``extract_features.backend``
-FEATURES: Registry[Callable[[dict[str, Any]], Extractor]] = Registry("feature backend")
 
 
 def select_kinds(all_kinds: dict[str, tuple[int, ...]], options: dict[str, Any],

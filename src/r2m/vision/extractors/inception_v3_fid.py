@@ -9,10 +9,9 @@ from typing import Any
 import torch
 
 from r2m.vision import weights as W
-from r2m.vision.extractors.base import FEATURES, Extractor, Scaled, select_kinds
+from r2m.vision.extractors.base import Extractor, Scaled, select_kinds
 
 
-@FEATURES.register("inception_v3_fid")
 def inception_v3_fid(options: dict[str, Any]) -> Extractor:
     """TF-Inception-v3 pool3 (2048-d), optional ``grid`` 8x8x2048 (Mixed_7c); ``weights`` + ``sha256``
     replace the bundled file.

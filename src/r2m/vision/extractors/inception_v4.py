@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from r2m.vision import weights as W
-from r2m.vision.extractors.base import FEATURES, Extractor, Scaled, load_state, select_kinds
+from r2m.vision.extractors.base import Extractor, Scaled, load_state, select_kinds
 from r2m.vision.extractors.tf1 import OfficialResizeCrop
 
 HOW = ("set options.weights to a local checkpoint of timm's inception_v4.tf_in1k (its model.safetensors, "
@@ -40,7 +40,6 @@ def _network(options: dict[str, Any]):
         ) from None
 
 
-@FEATURES.register("inception_v4")
 def inception_v4(options: dict[str, Any]) -> Extractor:
     """timm Inception-V4 (the paper's): ``pooled`` 1536-d, optional ``grid`` 8x8x1536.
 

@@ -10,10 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from r2m.vision.extractors.base import FEATURES, Extractor, Scaled, select_kinds
+from r2m.vision.extractors.base import Extractor, Scaled, select_kinds
 
 
-@FEATURES.register("random_cnn")
 def random_cnn(options: dict[str, Any]) -> Extractor:
     """Four strided conv layers with seeded random weights: ``pooled`` (global average) and, with
     ``options.kinds: [pooled, grid]``, the last feature map as ``grid``. Options ``size`` (64),

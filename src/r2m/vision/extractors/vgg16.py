@@ -8,7 +8,7 @@ import warnings
 from typing import Any
 
 from r2m.vision import weights as W
-from r2m.vision.extractors.base import FEATURES, Extractor, Scaled, load_state, select_kinds
+from r2m.vision.extractors.base import Extractor, Scaled, load_state, select_kinds
 
 # where the backend looks when ``options.weights`` is not given (relative to the repository root)
 DEFAULT_WEIGHTS = "data/weights/vgg16-397923af.pth"
@@ -59,7 +59,6 @@ def build_vgg(arch: str, options: dict[str, Any], default: str) -> Extractor:
                                   lambda net, x: vgg_kinds(net, x, kinds)).eval(), (224, 224), kinds)
 
 
-@FEATURES.register("vgg16")
 def vgg16(options: dict[str, Any]) -> Extractor:
     """torchvision VGG-16 at 224x224: ``pooled`` = fc7 (4096, after ReLU), ``grid`` = conv5_3 14x14x512."""
     return build_vgg("vgg16", options, DEFAULT_WEIGHTS)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from r2m.vision.extractors.base import FEATURES, Extractor
+from r2m.vision.extractors.base import Extractor
 from r2m.vision.extractors.vgg16 import build_vgg
 
 DEFAULT_WEIGHTS = "data/weights/vgg19-dcbb9e9a.pth"
 
 
-@FEATURES.register("vgg19")
 def vgg19(options: dict[str, Any]) -> Extractor:
     """torchvision VGG-19 at 224x224: ``grid`` = conv5_4 14x14x512, ``pooled`` = fc7 (4096)."""
     return build_vgg("vgg19", options, DEFAULT_WEIGHTS)

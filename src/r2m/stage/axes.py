@@ -64,7 +64,7 @@ def expand(params: Params, over: tuple[str, ...], source: Callable[[str], str],
 
 
 def gathered(params: Params, gather: Any, bound: Mapping[str, str]) -> list[tuple[dict[str, str], str]]:
-    """(axis values, path) of every file or folder a :class:`~r2m.pipeline.spec.Gather` dependency names for the
+    """(axis values, path) of every file or folder a :class:`~r2m.stage.spec.Gather` dependency names for the
     instance at ``bound``: one per combination of its ``over`` axes (:func:`expand`), its ``fixed`` values pinned.
     The one expansion the engines (Snakemake's inputs, ``snakemake all``'s instances) and the stages
     (``StageContext.gather``) share."""

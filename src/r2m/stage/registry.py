@@ -6,8 +6,8 @@ generated from it (:mod:`r2m.pipeline.dag`). Every stage is run as ``r2m <stage>
 Paths are templates over the stage's *axes*: ``{dataset}``, ``{variant}`` (an R2M variant, see
 :data:`r2m.params.VARIANT_NAMES`), ``{ckpt}`` (a training stage whose checkpoint is used) and
 ``{model}`` (a supervised baseline, :data:`r2m.params.SUP_MODEL_NAMES`). An axis takes its values
-from the params list named in :data:`r2m.pipeline.axes.AXIS_SOURCES` unless the stage (or a Gather)
-names another in ``sources`` (the supervised stages, :mod:`r2m.pipeline.sup_stages`: ``dataset``
+from the params list named in :data:`r2m.stage.axes.AXIS_SOURCES` unless the stage (or a Gather)
+names another in ``sources`` (the supervised stages, :mod:`r2m.stage.sup_registry`: ``dataset``
 from ``baselines.datasets``). A params section name may be a template too (``"{model}"``: the
 model's own section).
 A :class:`Gather` dependency collects one path per combination of some axes (for the tables);
@@ -19,7 +19,7 @@ This module must stay cheap to import (no torch, no pandas): Snakemake imports i
 from __future__ import annotations
 
 from r2m.params import TRAIN_STAGES
-from r2m.pipeline.spec import (  # noqa: F401  (re-exported: the registry's types)
+from r2m.stage.spec import (  # noqa: F401  (re-exported: the registry's types)
     FEATURES,
     GPU_JOB,
     PREPARED,
@@ -34,7 +34,7 @@ from r2m.pipeline.spec import (  # noqa: F401  (re-exported: the registry's type
     Resources,
     Stage,
 )
-from r2m.pipeline.sup_stages import sup_stages
+from r2m.stage.sup_registry import sup_stages
 
 # the ``fidelity`` items each stage reads (so switching one re-runs only the stages it changes)
 FIDELITY_CORPUS = ("fidelity.tokenizer", "fidelity.count_specials", "fidelity.plurals")
@@ -71,7 +71,7 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
     return Stage(
         name=name,
         # the image stages select their checkpoint (decoding, evaluation): an entry of their own
-        impl="r2m.training.image_stages:run" if uses_images else "r2m.training.stages:run",
+        impl="r2m.training.stages:run",
         help=help,
         axes=("dataset", "variant", "seed"),
         deps=deps,
@@ -135,7 +135,6 @@ STAGES: tuple[Stage, ...] = (
             "bad_images": Out("reports/{dataset}/bad_images.csv", cache=False),
         },
         params=("concepts", "detect_concepts"),
-        data=("data/dictionaries",),
         resources=GPU_JOB,
         priority=35,
     ),
@@ -160,7 +159,6 @@ STAGES: tuple[Stage, ...] = (
         outs={"corpus": Out(f"{D}/corpus", directory=True, members=("corpus.parquet", "stats.json"))},
         params=("concepts", "corpus_concepts", *FIDELITY_CORPUS, "fidelity.vocab_counts"),  # vocab_counts: the
         # split value of sentences kept only for the vocabulary counts
-        data=("data/dictionaries",),
         priority=120,
     ),
     Stage(
@@ -171,7 +169,6 @@ STAGES: tuple[Stage, ...] = (
         deps={"corpus": f"{D}/corpus"},
         outs={"vocab": Out(f"{D}/vocab", directory=True, members=("vocab.json", "encoded.parquet", "stats.json"))},
         params=("concepts", "build_vocab", *FIDELITY_VOCAB),
-        data=("data/dictionaries",),
         priority=115,
     ),
     _train("train_xe", None, False, "stage 1: L_XE on the text corpus"),

@@ -2,9 +2,9 @@
 dependencies, fan-out and resources, and the path prefixes and source lists stages share.
 
 What one stage instance (a stage at one value of each of its axes) is, defined once here and used by
-both engines, the stage runner (:class:`r2m.pipeline.context.StageContext`: the params saved beside
+both engines, the stage runner (:class:`r2m.stage.context.StageContext`: the params saved beside
 its outputs, the training stages' resume fingerprint) and the reports: its name
-(:meth:`Stage.key`), its input paths (:meth:`Stage.inputs`; a Gather's: :func:`r2m.pipeline.axes.gathered`) and the params
+(:meth:`Stage.key`), its input paths (:meth:`Stage.inputs`; a Gather's: :func:`r2m.stage.axes.gathered`) and the params
 it reads (:meth:`Stage.resolved`).
 
 Cheap to import (no torch, no pandas): Snakemake imports it on every run.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from r2m import params as P
-from r2m.pipeline.axes import AXIS_SOURCES, gathered, pick
+from r2m.stage.axes import AXIS_SOURCES, gathered, pick
 from r2m.utils.resume import stage_key
 
 Axis = Literal["dataset", "variant", "ckpt", "model", "seed"]
@@ -83,24 +83,9 @@ GPU_JOB = Resources(gpu=1, mem_mb=16000)
 NOT_RECIPE = ("overrides", "fidelity", "beta", "gamma", "seeds")
 
 
-def _view(params: P.Params, dataset: str | None, cache: dict | None,
-          seed: str | None = None) -> tuple[P.Params, dict[str, Any]]:
-    """The params as ``dataset``'s run ``seed`` sees them, and their dump (cached in ``cache``)."""
-    key = (dataset, seed)
-    if cache is not None and key in cache:
-        return cache[key]
-    # a dataset outside the catalog: an in-process caller's context (the engines only know catalog entries)
-    view = P.for_dataset(params, dataset) if dataset and dataset in params.catalog else params
-    view = P.with_seed(view, int(seed)) if seed is not None else view
-    out = (view, view.model_dump(mode="json"))
-    if cache is not None:
-        cache[key] = out
-    return out
-
-
-def _entry_view(params: P.Params, dataset: str, sections: list[str], views: dict | None) -> dict[str, Any]:
+def _entry_view(views: P.Views, dataset: str, sections: list[str]) -> dict[str, Any]:
     """A catalog entry's recipe items, and the given sections as that dataset sees them."""
-    _, dumped = _view(params, dataset, views)
+    dumped = views.dumped(dataset)
     out = {k: v for k, v in dumped["catalog"][dataset].items() if k not in NOT_RECIPE}
     for name in sections:
         pick(dumped, name, out)
@@ -116,9 +101,6 @@ class Stage:
     deps: dict[str, str | Gather] = field(default_factory=dict)
     outs: dict[str, Out] = field(default_factory=dict)
     params: tuple[str, ...] = ()  # params.yaml sections the stage reads
-    # files besides deps and code that the stage reads (e.g. data/dictionaries); its code dependencies are
-    # not declared: they are the files its ``impl`` imports, transitively (r2m.pipeline.resolved.code_files)
-    data: tuple[str, ...] = ()
     fanout: FanOut | None = None
     resources: Resources = Resources()
     # Snakemake's rule ``priority:``: among the jobs ready at once, higher runs first. About the CPU seconds of
@@ -152,15 +134,19 @@ class Stage:
             out += [p for _, p in gathered(params, dep, bound)] if isinstance(dep, Gather) else [dep.format(**bound)]
         return out
 
-    def resolved(self, params: P.Params, bound: Mapping[str, str], views: dict | None = None) -> dict[str, Any]:
+    def resolved(self, params: P.Params | P.Views, bound: Mapping[str, str]) -> dict[str, Any]:
         """The params the instance at ``bound`` reads, as its dataset's run sees them: the sections
         :attr:`params` names (``{model}`` filled in) with the catalog entry's ``overrides`` merged, the fidelity
         profile resolved, a baseline's ``per_model`` keys applied to its own model, the run's seed added
         (:func:`r2m.params.with_seed`); ``catalog``: the entry's recipe items (never :data:`NOT_RECIPE`),
         ``catalog.X``: item X. What both engines compare, the params saved beside the outputs and the resume
-        fingerprint. ``views``: a cache the caller may share across the instances of one ``params``."""
+        fingerprint. ``params``: the run's :class:`r2m.params.Views` where many instances are resolved (each view
+        made once), else the params themselves."""
+        views = params if isinstance(params, P.Views) else P.Views(params)
         dataset = bound.get("dataset")
-        view, dumped = _view(params, dataset, views, bound.get("seed"))
+        # a dataset outside the catalog: an in-process caller's context (the engines know only catalog entries)
+        seen = (dataset if dataset and dataset in views.params.catalog else None, bound.get("seed"))
+        view, dumped = views.view(*seen), views.dumped(*seen)
         data: dict[str, Any] = {}
         for name in self.params:
             name = name.format(**{a: bound[a] for a in self.axes})
@@ -173,7 +159,7 @@ class Stage:
                 data.setdefault("catalog", {}).update({ds: {item: e.get(item)} for ds, e in dumped["catalog"].items()})
             elif head == "catalog":  # a stage over no dataset reading every entry: as each dataset sees it
                 others = [n for n in self.params if n.partition(".")[0] not in ("catalog", "datasets", "baselines")]
-                data["catalog"] = {ds: _entry_view(params, ds, others, views) for ds in params.catalog}
+                data["catalog"] = {ds: _entry_view(views, ds, others) for ds in views.params.catalog}
             elif head == "train_sup" and not item and "model" in bound:
                 data[head] = view.train_sup.for_model(bound["model"]).model_dump(mode="json")
             else:

@@ -1,5 +1,5 @@
 """The supervised baselines' stages (m-RNN, Show-Attend-Tell, S-CNN-RNN, ...) and the retrieval
-and baselines tables, part of :data:`r2m.pipeline.stages.STAGES`.
+and baselines tables, part of :data:`r2m.stage.registry.STAGES`.
 
 Their ``dataset`` axis runs over ``baselines.datasets``, the ``model`` axis over
 ``baselines.models``; each model reads its own params section (``"{model}"``). They read their own
@@ -10,7 +10,7 @@ fc7 + conv5 grid of their papers on the benchmarks), never R²M's ``D/features``
 
 from __future__ import annotations
 
-from r2m.pipeline.spec import FEATURES, GPU_JOB, SEEDS, D, FanOut, Gather, Out, Resources, Stage
+from r2m.stage.spec import FEATURES, GPU_JOB, SEEDS, D, FanOut, Gather, Out, Resources, Stage
 
 # supervised baselines (m-RNN, ...): datasets from `baselines.datasets`, models from `baselines.models`
 SB = "models/{dataset}/{model}/s{seed}/train_sup"
@@ -52,7 +52,7 @@ def sup_stages() -> tuple[Stage, ...]:
         ),
         Stage(
             "pretrain_sup",
-            impl="r2m.supervised.pretrain:run",
+            impl="r2m.supervised.train:pretrain",
             help="supervised baselines: a model's pretraining phase (S-CNN-RNN: CNN + concept head and LSTM in "
                  "parallel; others: a skip marker)",
             axes=("dataset", "model", "seed"),
@@ -137,7 +137,7 @@ def sup_stages() -> tuple[Stage, ...]:
         ),
         Stage(
             "retrieval_sup",
-            impl="r2m.supervised.retrieval_sup:run",
+            impl="r2m.supervised.retrieval:run_sup",
             help="supervised baselines: image-sentence retrieval (R@K, Med r) by P(sentence | image)",
             axes=("dataset", "model", "seed"),
             deps={"model": SB, "sup_vocab": f"{D}/sup_vocab", "features": SF,
@@ -149,7 +149,7 @@ def sup_stages() -> tuple[Stage, ...]:
         ),
         Stage(
             "retrieval_r2m",
-            impl="r2m.supervised.retrieval_r2m:run",
+            impl="r2m.supervised.retrieval:run_r2m",
             help="image-sentence retrieval (R@K, Med r) of R2M through its joint space",
             axes=("dataset", "seed"),
             deps={"model": f"models/{R2M_FINAL}", "vocab": f"{D}/vocab", "features": f"{D}/features",

@@ -1,13 +1,14 @@
-"""What a stage implementation receives: its resolved params, paths, runtime and logger.
+"""What a stage implementation receives: its resolved params, paths, runtime, logger and command-line flags.
 
 A stage implementation is a function ``run(ctx: StageContext) -> None`` registered in
-:mod:`r2m.pipeline.stages`. It reads inputs from ``ctx.deps[...]``, writes outputs to
+:mod:`r2m.stage.registry`. It reads inputs from ``ctx.deps[...]``, writes outputs to
 ``ctx.outs[...]`` (atomically, see :mod:`r2m.utils.io`) and calls :meth:`StageContext.save_params`
 for each output folder so the resolved params sit beside what they produced.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -15,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from r2m import params as P
-from r2m.pipeline.axes import gathered
-from r2m.pipeline.stages import Gather, Stage, folder_members
 from r2m.runtime import Runtime
+from r2m.stage.axes import gathered
+from r2m.stage.registry import Gather, Stage, folder_members
 from r2m.utils.guard import inside
 from r2m.utils.io import marker_mismatch, output_path_problem, stage_output_problem, write_text
 from r2m.utils.reads import unrecorded
@@ -35,6 +36,7 @@ class StageContext:
     seed: str | None = None  # the run's seed (the DAG's seed axis): shifts every section's seed (P.with_seed)
     root: Path = Path(".")
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("r2m"))
+    args: argparse.Namespace | None = None  # the command line's flags (a stage module's own too); None in-process
     # the params before the run's seed is added: what :meth:`resolved` resolves (as both engines do)
     base: P.Params = field(init=False, repr=False)
 
@@ -67,7 +69,7 @@ class StageContext:
 
     def incomplete_inputs(self) -> list[str]:
         """One line per input folder that exists but is incomplete: a key file its producer always writes
-        (:attr:`r2m.pipeline.spec.Out.members`) is missing, or a file its ownership marker lists
+        (:attr:`r2m.stage.spec.Out.members`) is missing, or a file its ownership marker lists
         (:func:`r2m.utils.io.mark_owned`) is missing or changed size. A damaged output is refused, not used."""
         out = []
         for template in (v for v in self.stage.deps.values() if isinstance(v, str)):
@@ -117,7 +119,7 @@ class StageContext:
         return getattr(self.params, name)
 
     def resolved(self) -> dict[str, Any]:
-        """The params this instance reads (:meth:`r2m.pipeline.spec.Stage.resolved`: what both engines compare)."""
+        """The params this instance reads (:meth:`r2m.stage.spec.Stage.resolved`: what both engines compare)."""
         with unrecorded():  # bookkeeping (saved beside the outputs, resume fingerprints), not a read
             return self.stage.resolved(self.base, self.axes)
 
