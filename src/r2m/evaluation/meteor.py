@@ -51,7 +51,7 @@ def compiled_helper() -> Path | None:
     import fcntl
     import hashlib
 
-    from r2m.vision.weights import cache_root
+    from r2m.vision.downloads import cache_root
 
     javac = shutil.which("javac")
     if javac is None:
