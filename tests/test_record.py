@@ -68,7 +68,15 @@ def test_inputs_records_its_entry_and_the_files_its_recipe_reads(demo_ws):
     # the demo entry names its photos list and its corpus: both opened, nothing else of data/
     assert paths(rec, "file") == {"data/demo/photos.yaml", "data/demo/corpus.txt"}
     by_path = {e["path"]: e for e in rec["reads"]}
-    assert by_path["data/demo/photos.yaml"]["sha256"] == sha(demo_ws / "data/demo/photos.yaml")
+    # a YAML/JSON file by what it says: the SHA-256 of its parsed content as compact JSON (a comment changes nothing)
+    import json
+
+    import yaml
+
+    said = yaml.safe_load((demo_ws / "data/demo/photos.yaml").read_text())
+    canon = json.dumps(said, ensure_ascii=False, separators=(",", ":"))
+    assert by_path["data/demo/photos.yaml"]["sha256"] == hashlib.sha256(canon.encode()).hexdigest()
+    assert by_path["data/demo/corpus.txt"]["sha256"] == sha(demo_ws / "data/demo/corpus.txt")  # any other: bytes
     # its own output and the params file are not inputs; the params it read are keys, not the file
     assert not any(p.startswith("data/demo/inputs.json") or p == "params.yaml" for p in paths(rec))
     assert [p["key"] for p in rec["params"]] == ["catalog.demo.kind"]
@@ -91,8 +99,12 @@ def test_why_reports_exactly_the_edited_file_and_current_after_the_rerun(demo_ws
     shutil.copytree(demo_ws, ws)
     done = r2m(ws, "why", "inputs", "--dataset", "demo")
     assert done.returncode == 0 and done.stdout.strip() == "inputs@demo: current", done.stdout + done.stderr
-    with (ws / "data/demo/photos.yaml").open("a") as fh:
-        fh.write("# an edit\n")
+    photos = ws / "data/demo/photos.yaml"
+    with photos.open("a") as fh:
+        fh.write("# a comment changes nothing the file says\n")
+    done = r2m(ws, "why", "inputs", "--dataset", "demo")
+    assert done.returncode == 0, done.stdout
+    photos.write_text(photos.read_text().replace("  - id: astronaut", "  - id: astronaut2", 1))
     done = r2m(ws, "why", "inputs", "--dataset", "demo")
     assert done.returncode == 1 and done.stdout.splitlines() == ["data/demo/photos.yaml: changed (file)"]
     # a file inside another stage's output folder: the file and the declared folder holding it

@@ -128,4 +128,4 @@ def tree_digest(path: Path, cache_path: Path | None = None) -> str:
 def tree_line(path: Path, rec: dict[str, Any]) -> bytes:
     """What one file (its :func:`digest_files` record) adds to :func:`tree_digest` of ``path``."""
     rel = Path(rec["path"]).relative_to(path).as_posix() if path.is_dir() else path.name
-    return json.dumps([rel, rec.get("bytes"), rec.get("sha256")]).encode()
+    return json.dumps([rel, rec.get("bytes"), rec.get("sha256") or rec.get("parsed_sha256")]).encode()

@@ -347,7 +347,7 @@ class Recorder:
 
 
 def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dict[str, str]:
-    """``{name: digest}``: a file's SHA-256, a folder's ``tree:`` digest (:func:`r2m.utils.digest.tree_digest`'s
+    """``{name: digest}``: a file's SHA-256 (a JSON/YAML file's: of what it says), a folder's ``tree:`` digest (:func:`r2m.utils.digest.tree_digest`'s
     value), ``"missing"`` when gone. One pass of :func:`r2m.utils.digest.digest_files` (its stat cache
     ``cache`` read and written once) over every file named or inside a folder named."""
     from r2m.utils.digest import digest_files, expand, tree_line
@@ -370,7 +370,8 @@ def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dic
             files.append(Path(full))
         else:
             out[n] = "missing"
-    found = {rec["path"]: rec for rec in digest_files(dict.fromkeys(files), cache)}
+    # a JSON/YAML file by what it says (a comment or spacing changes nothing: r2m.utils.digest.parsed_digest)
+    found = {rec["path"]: rec for rec in digest_files(dict.fromkeys(files), cache, parsed=True)}
     for n in names:
         if n in out:
             continue
@@ -381,7 +382,8 @@ def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dic
                 h.update(tree_line(folder, found[str(f)]))
             out[n] = "tree:" + h.hexdigest()
         else:
-            out[n] = found[os.path.normpath(os.path.join(base, n))].get("sha256") or "missing"
+            rec = found[os.path.normpath(os.path.join(base, n))]
+            out[n] = rec.get("sha256") or rec.get("parsed_sha256") or "missing"
     return out
 
 
