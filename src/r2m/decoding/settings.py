@@ -60,11 +60,11 @@ def _features_from(folder: Path | None) -> dict[str, Any] | None:
 
 def build(params: Any, itos: list[str], dataset: str | None, variant: str | None, stage: str | None,
           concepts_dir: Path | None = None, features_dir: Path | None = None) -> dict[str, Any]:
-    dumped = params.model_dump(mode="json")
     out: dict[str, Any] = {"format": 1, "dataset": dataset, "variant": variant, "stage": stage}
-    for name in SECTIONS:
-        if name in dumped:
-            out[name] = dumped[name]
+    for name in SECTIONS:  # these sections only (a dump of the whole params would read every key of it)
+        section = getattr(params, name, None)
+        if section is not None:
+            out[name] = section.model_dump(mode="json")
     det = _section_from(concepts_dir, "detect_concepts")  # what the detections were really made with
     if det is not None:
         out["detect_concepts"] = det
