@@ -198,8 +198,25 @@ def append(rel: str, text: str) -> Callable[[Path], Undo]:
     return edit_file(rel, lambda b: b + text.encode())
 
 
+def remove(rel: str) -> Callable[[Path], Undo]:
+    """Delete a file; the undo writes it back with its modification time."""
+
+    def apply(root: Path) -> Undo:
+        path = root / rel
+        before, st = path.read_bytes(), path.stat()
+        path.unlink()
+
+        def undo() -> None:
+            path.write_bytes(before)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+        return undo
+
+    return apply
+
+
 def first_file(root: Path, folder: str, pattern: str) -> str:
-    found = sorted((root / folder).glob(pattern))
+    found = sorted(p for p in (root / folder).glob(pattern) if not p.name.startswith("."))  # not the marker
     assert found, f"{folder}: no {pattern}"
     return str(found[0].relative_to(root))
 
@@ -243,6 +260,7 @@ EDITS: dict[str, Callable[[Path], Undo]] = {
     "unused_dictionary": append("data/dictionaries/coco80.names", "zebra crossing\n"),
     "concepts_folder_file": in_folder("data/tiny/concepts", "*.json", "\n"),
     "prepared_folder_file": in_folder("data/tiny/prepared/images", "*.png", "\0"),
+    "missing_key_file": remove("models/tiny/r2m/s0/train_s/model.pt"),
     "caption_beam": set_param("caption", "beam", value=2),
     "per_model": set_param("catalog", "tiny", "overrides", "train_sup", "per_model", "sat", "select_by",
                            value="cider"),
@@ -283,9 +301,6 @@ def test_an_edit_reruns_what_read_it_under_both_engines(ws, name):
 # --------------------------------------------------------------------------- reruns, under one engine or the other
 EVAL = ("evaluate", "tiny-r2m-train_xe-0")
 EVAL_OUT = "results/tiny/r2m/s0/train_xe/eval.json"
-# what gathers that evaluation (by hand, from the registry): table3 (R2M at every checkpoint), claims (Table 3's
-# rows) and the report; not table1/table2 (the final checkpoint only)
-AFTER_EVAL = {("table3", "all"), ("claims", "all"), ("report", "all")}
 
 
 def record_paths(ws: Workspace, job: Job) -> set[str]:
@@ -294,34 +309,44 @@ def record_paths(ws: Workspace, job: Job) -> set[str]:
 
 
 def test_a_rerun_that_reads_a_new_file_is_not_planned_again(tiny_dag, tmp_path):
-    """Without METEOR among the scorers an evaluation starts no METEOR helper; with it again, the rerun reads the
-    helper's source (a file its last record did not name) and the next dry run plans it no more: only what gathers
-    its result (newer than theirs)."""
+    """m-RNN keeps its last weights (``select_by: last``) and never loads the checkpoint selection; with
+    ``select_by: cider`` its train_sup reruns and reads that module (a file its last record did not name). The next
+    dry run does not plan it again; an edit of that module then does."""
     w = copy_of(tiny_dag, tmp_path / "ws")
-    java = "src/r2m/evaluation/java/R2mMeteorThreads.java"
-    assert java in record_paths(w, EVAL)
-    params = w.path / "params.yaml"
-    text = params.read_text()
-    raw = yaml.safe_load(text)
-    raw["evaluate"]["scorers"] = [s for s in raw["evaluate"]["scorers"] if s != "meteor"]
-    params.write_text(yaml.safe_dump(raw, sort_keys=False))
-    w.snakemake(EVAL_OUT)
-    assert java not in record_paths(w, EVAL)
-    params.write_text(text)
-    assert EVAL in w.plan()
-    w.snakemake(EVAL_OUT)
-    assert java in record_paths(w, EVAL)
-    assert w.plan(EVAL_OUT) == set()
-    assert w.plan() == AFTER_EVAL
+    job, target = ("train_sup", "tiny-mrnn-0"), "models/tiny/mrnn/s0/train_sup/params.yaml"
+    select = "src/r2m/supervised/select.py"
+    assert select not in record_paths(w, job)
+    raw = yaml.safe_load((w.path / "params.yaml").read_text())
+    raw["catalog"]["tiny"]["overrides"]["train_sup"]["per_model"]["mrnn"] = {"select_by": "cider"}
+    (w.path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert job in w.plan(target)
+    w.snakemake(target)  # that job only: what it reads upstream (pretrain_sup's skip marker) is current
+    assert select in record_paths(w, job)
+    assert w.plan(target) == set()
+    # still to run, by hand: what reads train_sup.per_model (per_model.txt: every model's train_sup and
+    # retrieval_sup, scnn's pretrain_sup, the report) and what follows them and the job that ran
+    per_model = {j for j in w.instances() if j[0] in ("train_sup", "caption_sup", "evaluate_sup", "inspect_sup",
+                                                      "retrieval_sup")}
+    rest = per_model | {("pretrain_sup", "tiny-scnn-0"), ("baselines", "all"), ("retrieval", "all"), ("report", "all")}
+    assert w.plan() == rest - {job}
+    undo = append(select, "\n# an edit\n")(w.path)
+    assert w.plan(target) == {job}
+    undo()
+    assert w.plan(target) == set()
 
 
 def test_an_instance_dvc_ran_is_current_for_snakemake(ws, tmp_path):
-    """The other way round: an instance run by ``dvc repro`` leaves a record and a current stamp Snakemake reads
-    as such (it plans only what gathers the instance's newer result); DVC has nothing left to run."""
+    """The other way round: an instance run by ``dvc repro`` leaves a record and a current stamp, which Snakemake
+    reads as such. The evaluation is deterministic (the same captions, references and scorers): its result has the
+    same bytes, newer, and neither engine has anything to run (Snakemake compares a small input's checksum before
+    its modification time)."""
     w = copy_of(ws.path, tmp_path / "ws")
+    result = w.path / EVAL_OUT
+    before, mtime = result.read_bytes(), result.stat().st_mtime_ns
     w.run(BIN / "dvc", "repro", "-f", "-s", "-q", f"{EVAL[0]}@{EVAL[1]}")
+    assert result.stat().st_mtime_ns > mtime and result.read_bytes() == before
     assert w.plan(EVAL_OUT) == set()
-    assert w.plan() == AFTER_EVAL
+    assert w.plan() == set()
     assert w.dvc_stale() == set()
 
 
