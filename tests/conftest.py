@@ -74,10 +74,15 @@ def copy_workflow(root: Path, wd: Path) -> None:
     copy_sources(root, wd, WORKFLOW)
 
 
-def tiny_dag_env() -> dict[str, str]:
-    """The shared run's environment: one thread per job, on the CPU (a CUDA machine compares against it)."""
-    return {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{BIN}:{os.environ['PATH']}",
-            "R2M_NO_PROGRESS": "1", "R2M_THREADS": "1", "R2M_DEVICE": "cpu"}
+def tiny_dag_env(wd: Path | None = None) -> dict[str, str]:
+    """The shared run's environment: one thread per job, on the CPU (a CUDA machine compares against it). With
+    ``wd``: its jobs run the workspace's own copy of the code (``wd/src``), so their records name the copy's
+    files, relative to the workspace (a copy of the workspace is whole: tests/test_plans.py edits its code)."""
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{BIN}:{os.environ['PATH']}",
+           "R2M_NO_PROGRESS": "1", "R2M_THREADS": "1", "R2M_DEVICE": "cpu"}
+    if wd is not None:
+        env["PYTHONPATH"] = str(Path(wd) / "src")
+    return env
 
 
 def write_params(wd: Path, raw: dict) -> None:
@@ -113,7 +118,7 @@ class TinyDagRun:
         self.out = [self.wd.parent / f"{self.wd.name}.{name}" for name in ("stdout", "stderr")]
         with self.out[0].open("w") as so, self.out[1].open("w") as se:
             self.proc = subprocess.Popen(["nice", "-n", "5", str(BIN / "snakemake"), "--cores", "2", "all"],
-                                         cwd=self.wd, env=tiny_dag_env(),
+                                         cwd=self.wd, env=tiny_dag_env(self.wd),
                                          stdout=so, stderr=se,
                                          start_new_session=True)
 

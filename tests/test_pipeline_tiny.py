@@ -18,8 +18,8 @@ BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
 
 
-def _env():
-    return tiny_dag_env()
+def _env(wd: Path):
+    return tiny_dag_env(wd)
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +64,15 @@ def test_resolved_params_beside_outputs(snakemake_run):
 
 def test_snakemake_up_to_date_afterwards(snakemake_run):
     r = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1", "all"], cwd=snakemake_run,
-                       env=_env(), capture_output=True, text=True)
+                       env=_env(snakemake_run), capture_output=True, text=True)
     assert r.returncode == 0
     assert "Nothing to be done" in r.stdout + r.stderr
 
 
-def test_dvc_repro_runs_the_same_stages(snakemake_run):
-    wd = snakemake_run
-    env = _env()
+def test_dvc_repro_runs_the_same_stages(snakemake_run, tmp_path):
+    wd = tmp_path / "ws"  # a copy: the session's run stays as Snakemake left it for the other tests
+    subprocess.run(["cp", "-a", str(snakemake_run), str(wd)], check=True)
+    env = tiny_dag_env(wd)
     subprocess.run(["git", "init", "-q"], cwd=wd, check=True)
     subprocess.run([str(BIN / "dvc"), "init", "-q"], cwd=wd, check=True, env=env)
     r = subprocess.run([str(BIN / "dvc"), "repro", "build_vocab@tiny"], cwd=wd, env=env,

@@ -319,7 +319,7 @@ class Recorder:
         out: dict[str, str] = {}
         for mod_name, mod in list(sys.modules.items()):
             f = getattr(mod, "__file__", None)
-            if not f:
+            if not isinstance(f, str) or not os.path.isabs(f):  # torch's _ops/_classes namespaces: "_ops.py"
                 continue
             name = self.project_path(f)
             if name is not None and name not in out:
