@@ -265,3 +265,33 @@ def test_written_hidden_and_outside_files_are_not_inputs_program_arguments_are(t
     digests = {e["path"]: e["sha256"] for e in body["reads"]}
     assert digests["read.txt"] == hashlib.sha256(b"read.txt").hexdigest()
     assert digests["lib"].startswith("tree:")
+
+
+def test_a_baselines_schedule_records_its_own_per_model_entry_only():
+    """``train_sup.for_model("sat")`` reads each ``train_sup`` field and sat's ``per_model`` entry (``{}`` when it has
+    none), not the other models' entries: an edit of mrnn's override leaves sat's record current, one of sat's
+    (or a new sat entry) does not."""
+    from r2m import params as P
+    from r2m.utils.reads import Digests, ParamValues, changes
+
+    raw = {"datasets": ["demo"], "catalog": {"demo": {"kind": "demo"}},
+           "train_sup": {"per_model": {"mrnn": {"lr": 0.002}}}}
+    params = P.validate(raw)
+    rec = Recorder(Path("."))
+    rec.start(params)
+    try:
+        params.train_sup.for_model("sat")
+    finally:
+        rec.stop()
+    keys = {".".join(k) for k in rec.params}
+    assert "train_sup.per_model.sat" in keys and "train_sup.lr" in keys
+    assert not any(k in ("train_sup.per_model", "train_sup.per_model.mrnn") for k in keys)
+    record = {"reads": [], "params": rec.finish()["params"]}
+
+    def after(per_model: dict) -> list[str]:
+        edited = P.validate({**raw, "train_sup": {"per_model": per_model}})
+        return changes(record, ParamValues(edited), Digests(Path(".")))
+
+    assert after({"mrnn": {"lr": 0.003}}) == []  # another model's override
+    assert after({"mrnn": {"lr": 0.002}, "sat": {"lr": 0.003}}) == ["params train_sup.per_model.sat: changed"]
+    assert after({}) == []  # sat had none, still none

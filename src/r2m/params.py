@@ -404,8 +404,14 @@ class TrainSupParams(_Section):
         return self
 
     def for_model(self, name: str) -> TrainSupParams:
-        data = {k: v for k, v in self.model_dump().items() if k != "per_model"}
-        return TrainSupParams(**{**data, **self.per_model.get(name, {})})
+        # field by field, and of ``per_model`` only ``name``'s entry: a run's record then names what this model
+        # reads (another model's override reruns none of its instances)
+        from r2m.utils.reads import note_item
+
+        data = {k: getattr(self, k) for k in type(self).model_fields if k != "per_model"}
+        over = self.__dict__["per_model"].get(name, {})
+        note_item(self, ("per_model", name), over, default={})
+        return TrainSupParams(**{**data, **over})
 
 
 class RetrievalParams(_Section):

@@ -188,7 +188,8 @@ class Planner:
         record, why = self.check(stage, axes)
         values: dict[tuple[str, ...], Any] = {}
         for p in (record or {}).get("params") or []:
-            values[tuple(p["path"])] = self.view(stage, axes).get(p["path"])[1]
+            view = self.view(stage, axes)
+            values[tuple(p["path"])] = (view.get(p["path"], p["default"]) if "default" in p else view.get(p["path"]))[1]
         path = stamp_path(self.root, stage, axes)
         write_stamp(path, values, why)
         return path, why

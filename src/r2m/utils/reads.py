@@ -76,6 +76,23 @@ def _is_branch(value: Any) -> bool:
 # ------------------------------------------------------------------------------------ params watch
 _active: Recorder | None = None  # the recording Recorder of this process (one at a time)
 _paused = threading.local()
+_NONE = object()
+
+
+def note_item(model: Any, suffix: tuple[str, ...], value: Any, default: Any = _NONE) -> None:
+    """Record one item below a watched params model as read (a mapping's entry: ``per_model.sat``) where the
+    code reads that item only; ``default``: its value when the mapping has no such entry (then recorded as
+    read with that value, and compared so)."""
+    rec = _active
+    if rec is None or getattr(_paused, "on", False):
+        return
+    hit = rec._models.get(id(model))
+    if hit is None or hit[0] is not model:
+        return
+    key = (*hit[1], *suffix)
+    rec._note(key, value)
+    if default is not _NONE:
+        rec.defaults[key] = default
 
 
 @contextmanager
@@ -113,6 +130,7 @@ class Recorder:
         self.written: set[str] = set()
         self.errors: list[str] = []  # events the listener could not read (the record is then incomplete)
         self.params: dict[tuple[str, ...], Any] = {}
+        self.defaults: dict[tuple[str, ...], Any] = {}  # keys read with a default (:func:`note_item`)
         self._where: dict[Any, str | None] = {}  # raw path -> project path or None (the decision cache)
         self._models: dict[int, tuple[Any, tuple[str, ...]]] = {}
         self._handle: Any = None
@@ -341,7 +359,8 @@ class Recorder:
             entries[name] = {"kind": kind}
         digests = path_digests(self.root, list(entries), cache)
         reads = [{"path": n, **e, "sha256": digests[n]} for n, e in sorted(entries.items())]
-        params = [{"key": ".".join(k), "path": list(k), "sha256": value_digest(v), "value": jsonable(v)}
+        params = [{"key": ".".join(k), "path": list(k), "sha256": value_digest(v), "value": jsonable(v),
+                   **({"default": jsonable(self.defaults[k])} if k in self.defaults else {})}
                   for k, v in sorted(self.params.items())]
         return {"reads": reads, "params": params, **({"incomplete": self.errors[:5]} if self.errors else {})}
 
@@ -426,7 +445,11 @@ class ParamValues:
         self.params = params
         self._known: dict[tuple[str, ...], tuple[bool, Any, str]] = {}
 
-    def get(self, path: list[str]) -> tuple[bool, Any, str]:
+    def get(self, path: list[str], default: Any = _NONE) -> tuple[bool, Any, str]:
+        """``(found, value, digest)``; a key not found with a ``default`` counts as found with that value."""
+        if default is not _NONE:
+            found, data, digest = self.get(path)
+            return (True, data, digest) if found else (True, default, data_digest(default))
         key = tuple(path)
         hit = self._known.get(key)
         if hit is None:
@@ -454,7 +477,7 @@ def changes(record: dict[str, Any], params: Any, digests: Digests) -> list[str]:
         else:
             out.append(f"{r['path']}: changed ({r['kind']})")
     for p in record.get("params") or []:
-        found, _, digest = values.get(p["path"])
+        found, _, digest = values.get(p["path"], p.get("default", _NONE))
         if not found:
             out.append(f"params {p['key']}: removed")
         elif digest != p["sha256"]:
