@@ -8,9 +8,9 @@ included) and the bytes of the stage's outputs. Then, per stage, it fits the gro
 ``time = a * size ** b`` (least squares on log-log), predicts the full-size time, and writes
 ``scale.csv``, ``scale.md`` and ``scale.png`` (log-log time and peak RSS against size).
 
-A stage whose predicted time at the next size exceeds ``--budget`` seconds is not run at that size (nor
-are the stages that read its outputs), and one that runs past the budget is stopped: the table says
-"capped" and why.
+A stage whose time predicted from two or more smaller sizes exceeds ``--budget`` seconds is not run at
+that size (nor are the stages that read its outputs), and one that runs past the budget is stopped: the
+table says "capped" and why. ``--merge`` adds an earlier run's rows (other sizes) to the table and fits.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def bench(sizes: list[float], stages: list[str], base_params: Path, workdir: Pat
             if why is None and gone:
                 why = f"needs {gone[0]} ({missing[gone[0]]})"
             done = [r for r in rows if r.stage == stage and r.status == "ok"]
-            if why is None and done:
+            if why is None and len({r.size for r in done}) >= 2:  # one point says nothing of the growth
                 _, predicted = fit_exponent([r.size for r in done], [r.wall_s for r in done], at=size)
                 if predicted > budget:
                     why = f"predicted {predicted:.0f} s at size {size:g} > budget {budget:.0f} s"
@@ -226,6 +226,22 @@ def bench(sizes: list[float], stages: list[str], base_params: Path, workdir: Pat
     return rows
 
 
+def read_rows(path: Path) -> list[Row]:
+    """The rows of a ``scale.csv``."""
+    from r2m.utils.guard import BadInput
+
+    try:
+        with open(path, newline="") as fh:
+            return [Row(r["stage"], float(r["size"]), r["status"], _num(r["wall_s"]), _num(r["cpu_s"]),
+                        _num(r["peak_rss_mb"]), int(r["out_bytes"]), r["note"]) for r in csv.DictReader(fh)]
+    except (OSError, KeyError, ValueError) as err:
+        raise BadInput(f"--merge {path}: not a scale.csv ({err})") from None
+
+
+def _num(v: str) -> float:
+    return math.nan if v in ("", "–") else float(v)
+
+
 def fits(rows: list[Row]) -> dict[str, Fit]:
     out: dict[str, Fit] = {}
     for stage in dict.fromkeys(r.stage for r in rows):
@@ -233,7 +249,9 @@ def fits(rows: list[Row]) -> dict[str, Fit]:
         b, pred = fit_exponent([r.size for r in ok], [r.wall_s for r in ok])
         br, rss = fit_exponent([r.size for r in ok], [r.peak_rss_mb for r in ok])
         bb, _ = fit_exponent([r.size for r in ok], [float(r.out_bytes) for r in ok])
-        out[stage] = Fit(b, pred, len(ok), {"rss_exponent": br, "bytes_exponent": bb, "rss_pred_mb": rss})
+        bc, cpu = fit_exponent([r.size for r in ok], [r.cpu_s for r in ok])
+        out[stage] = Fit(b, pred, len(ok), {"rss_exponent": br, "bytes_exponent": bb, "rss_pred_mb": rss,
+                                            "cpu_exponent": bc, "cpu_pred_s": cpu})
     return out
 
 
@@ -252,7 +270,7 @@ def write_outputs(rows: list[Row], out: Path, meta: dict[str, str]) -> dict[str,
                         _fmt(r.peak_rss_mb, ".1f"), r.out_bytes, r.note])
     sizes = sorted({r.size for r in rows})
     head = ["stage"] + [f"{s:g}: s / CPU s / MB RSS / MiB out" for s in sizes] + \
-        ["time exponent", "RSS exponent", "predicted s at 1.0"]
+        ["time exponent", "CPU exponent", "RSS exponent", "predicted s at 1.0", "predicted CPU s at 1.0"]
     lines = [f"<!-- {', '.join(f'{k}: {v}' for k, v in meta.items())} -->", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for stage, fit in f.items():
@@ -265,7 +283,8 @@ def write_outputs(rows: list[Row], out: Path, meta: dict[str, str]) -> dict[str,
                 cells.append(f"{r.status}: {r.note}")
             else:
                 cells.append(f"{r.wall_s:.1f} / {r.cpu_s:.1f} / {r.peak_rss_mb:.0f} / {r.out_bytes / 2**20:.1f}")
-        cells += [_fmt(fit.exponent, ".2f"), _fmt(fit.extra["rss_exponent"], ".2f"), _fmt(fit.predicted_s, ".0f")]
+        cells += [_fmt(fit.exponent, ".2f"), _fmt(fit.extra["cpu_exponent"], ".2f"), _fmt(fit.extra["rss_exponent"], ".2f"),
+                  _fmt(fit.predicted_s, ".0f"), _fmt(fit.extra["cpu_pred_s"], ".0f")]
         lines.append("| " + " | ".join(cells) + " |")
     (out / "scale.md").write_text("\n".join(lines) + "\n")
     plot(rows, out / "scale.png")
@@ -312,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=600.0, help="seconds one stage may take at one size")
     p.add_argument("--threads", type=int, default=0, help="torch threads of each stage (0: its default)")
     p.add_argument("--keep", action="store_true", help="keep the workspaces")
+    p.add_argument("--merge", default=None, metavar="CSV",
+                   help="a scale.csv of an earlier run: its rows join this run's in the table, fits and plot")
     a = p.parse_args(argv)
     from r2m.utils.guard import BadInput
 
@@ -339,11 +360,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = bench(sizes, stages, base.resolve(), workdir, a.budget, entry, a.keep, a.threads)
     meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": _machine(), "shape": entry["shape"],
             "corpus": entry["corpus"], "budget_s": f"{a.budget:.0f}"}
+    if a.merge:
+        new = {(r.stage, r.size) for r in rows}
+        rows = [r for r in read_rows(Path(a.merge)) if (r.stage, r.size) not in new] + rows
+        rows.sort(key=lambda r: r.size)
     f = write_outputs(rows, Path(a.out), meta)
-    print("\nstage                   exponent  predicted s at 1.0  (RSS exponent)")
+    print("\nstage                  exponent (wall, CPU, RSS)  predicted s at 1.0 (wall, CPU)")
     for stage, fit in f.items():
-        print(f"{stage:<22} {_fmt(fit.exponent, '9.2f')}  {_fmt(fit.predicted_s, '18.0f')}  "
-              f"({_fmt(fit.extra['rss_exponent'], '.2f')})")
+        x = fit.extra
+        print(f"{stage:<22} {_fmt(fit.exponent, '5.2f')} {_fmt(x['cpu_exponent'], '5.2f')} "
+              f"{_fmt(x['rss_exponent'], '5.2f')}        {_fmt(fit.predicted_s, '9.0f')} {_fmt(x['cpu_pred_s'], '9.0f')}")
     print(f"\nwrote {Path(a.out) / 'scale.csv'}, scale.md, scale.png")
     if not a.workdir and not a.keep:
         shutil.rmtree(workdir, ignore_errors=True)
