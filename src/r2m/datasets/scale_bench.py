@@ -284,7 +284,8 @@ def write_outputs(rows: list[Row], out: Path, meta: dict[str, str]) -> dict[str,
             if r is None:
                 cells.append("")
             elif r.status != "ok":
-                cells.append(f"{r.status}: {r.note}")
+                ran = "" if math.isnan(r.wall_s) else f" ({r.wall_s:.0f} s / {r.cpu_s:.0f} CPU s / {r.peak_rss_mb:.0f} MB when stopped)"
+                cells.append(f"{r.status}: {r.note}{ran}")
             else:
                 cells.append(f"{r.wall_s:.1f} / {r.cpu_s:.1f} / {r.peak_rss_mb:.0f} / {r.out_bytes / 2**20:.1f}")
         cells += [_fmt(fit.exponent, ".2f"),
