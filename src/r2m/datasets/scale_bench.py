@@ -305,13 +305,14 @@ def plot(rows: list[Row], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5))
-    for stage in dict.fromkeys(r.stage for r in rows):
+    for n, stage in enumerate(dict.fromkeys(r.stage for r in rows)):
         ok = sorted((r for r in rows if r.stage == stage and r.status == "ok"), key=lambda r: r.size)
         if not ok:
             continue
         xs = [r.size * 100 for r in ok]
-        ax1.plot(xs, [r.wall_s for r in ok], marker="o", label=stage)
-        ax2.plot(xs, [r.peak_rss_mb for r in ok], marker="o", label=stage)
+        style = {"marker": "os^"[n % 3], "color": plt.cm.tab20(n % 20), "label": stage}
+        ax1.plot(xs, [r.wall_s for r in ok], **style)
+        ax2.plot(xs, [r.peak_rss_mb for r in ok], **style)
     for ax, what in ((ax1, "wall time (s)"), (ax2, "peak RSS (MB)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
