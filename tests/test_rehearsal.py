@@ -23,7 +23,7 @@ SCALE = 2e-4  # MSCOCO: 23 / 1 / 1 images; Shutterstock: 465 sentences
 
 def _prepare(out: Path, **options) -> dict:
     entry = DatasetEntry.model_validate({"kind": "rehearsal", "scale": SCALE, **options})
-    return recipe("rehearsal")(entry, out, logging.getLogger("test"))
+    return recipe("rehearsal").prepare(entry, out, logging.getLogger("test"))
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_same_seed_same_files_other_seed_other_files_and_prefixes(tmp_path, prep
     # a larger scale extends the smaller one: the corpus and each split's images are prefixes
     big = tmp_path / "big"
     entry = DatasetEntry.model_validate({"kind": "rehearsal", "scale": 2 * SCALE})
-    recipe("rehearsal")(entry, big, logging.getLogger("test"))
+    recipe("rehearsal").prepare(entry, big, logging.getLogger("test"))
     assert (big / "corpus.txt").read_text().startswith((prepared / "corpus.txt").read_text())
     small = pd.read_parquet(prepared / "images.parquet")
     assert (big / "images" / "tr000022.png").read_bytes() == (prepared / "images" / "tr000022.png").read_bytes()

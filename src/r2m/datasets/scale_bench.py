@@ -111,14 +111,14 @@ def write_params(base: Path, ws: Path, name: str, entry: dict[str, Any]) -> Path
 
 
 def out_paths(stage: str, dataset: str) -> list[str]:
-    from r2m.pipeline.stages import STAGES
+    from r2m.stage.registry import STAGES
 
     spec = next(s for s in STAGES if s.name == stage)
     return [o.path.format(dataset=dataset, **AXES) for o in spec.outs.values()]
 
 
 def dep_paths(stage: str, dataset: str) -> list[str]:
-    from r2m.pipeline.stages import STAGES
+    from r2m.stage.registry import STAGES
 
     spec = next(s for s in STAGES if s.name == stage)
     return [d.format(dataset=dataset, **AXES) for d in spec.deps.values() if isinstance(d, str)]
@@ -183,7 +183,7 @@ def run_stage(stage: str, dataset: str, ws: Path, params: Path, budget: float, t
 
 
 def _axes(stage: str) -> tuple[str, ...]:
-    from r2m.pipeline.stages import STAGES
+    from r2m.stage.registry import STAGES
 
     return next(s for s in STAGES if s.name == stage).axes
 
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     if not sizes or any(not 0 < s <= 1 for s in sizes):
         raise BadInput(f"--sizes {a.sizes!r}: every size must be in (0, 1]")
     stages = [s.strip() for s in a.stages.split(",") if s.strip()]
-    from r2m.pipeline.stages import STAGES
+    from r2m.stage.registry import STAGES
 
     known = {s.name for s in STAGES}
     bad = [s for s in stages if s not in known or not set(_axes(s)) <= {"dataset", *AXES}]
