@@ -253,6 +253,8 @@ def fits(rows: list[Row]) -> dict[str, Fit]:
         # between the two largest sizes: the fixed start-up cost (imports, ~1-3 s) weighs least there
         top = sorted(ok, key=lambda r: r.size)[-2:]
         bt = fit_exponent([r.size for r in top], [r.cpu_s for r in top])[0] if len({r.size for r in top}) == 2 else math.nan
+        if len({r.size for r in ok}) < 2:  # one size: no exponent (the prediction is linear)
+            b = br = bb = bc = math.nan
         out[stage] = Fit(b, pred, len(ok), {"rss_exponent": br, "bytes_exponent": bb, "rss_pred_mb": rss,
                                             "cpu_exponent": bc, "cpu_pred_s": cpu, "cpu_exponent_top": bt})
     return out
