@@ -367,7 +367,7 @@ def test_recipes_registered():
     from r2m.catalogs import RECIPES
     from r2m.datasets.recipes import recipe
 
-    assert RECIPES.names() == ["coco_gcc", "coco_shutterstock", "demo", "flickr30k_coco", "folder", "tiny"]
+    assert RECIPES.names() == ["coco_gcc", "coco_shutterstock", "demo", "flickr30k_coco", "folder", "rehearsal", "tiny"]
     for kind in RECIPES:  # each names an object with both steps; the benchmarks are their Benchmark
         made = recipe(kind)
         assert callable(made.prepare) and callable(made.references), kind

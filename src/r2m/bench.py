@@ -23,6 +23,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                      "rates of marks on planted nulls at n = 16, 50, 100, 300 (randomization vs bootstrap), and seed-level nulls"),
     "features": ("r2m.vision.bench:main", "feature extraction throughput per backend (images/s)"),
     "concepts": ("r2m.vision.concept_quality:main", "concept precision/recall of detector settings on the demo photos"),
+    "scale": ("r2m.datasets.scale_bench:main",
+              "every stage on a benchmark-shaped rehearsal dataset at 1 %, 10 %, ...: time, RSS, bytes, growth exponent"),
     "sup": ("r2m.supervised.bench:main", "supervised baseline training throughput (sentences/s; --model mrnn)"),
 }
 

@@ -30,6 +30,8 @@ RECIPES: Catalog[Kind] = Catalog("dataset kind", {
     "tiny": Kind("r2m.datasets.tiny:RECIPE", ("seed", "n_train_images", "n_val_images", "n_test_images",
                                               "n_sentences", "image_size"), check="r2m.datasets.tiny:check"),
     "demo": Kind("r2m.datasets.demo:RECIPE", ("source_dir", "train_copies", "crop")),
+    "rehearsal": Kind("r2m.datasets.rehearsal:RECIPE", ("shape", "corpus", "scale", "seed", "image_size"),
+                      check="r2m.datasets.rehearsal:check"),
     "folder": Kind("r2m.datasets.folder:RECIPE", ("images", "corpus", "references", "train_references", "val_fraction"),
                    check="r2m.datasets.folder:check"),
     "coco_shutterstock": Kind("r2m.datasets.benchmarks:COCO_SHUTTERSTOCK", BENCHMARK_KEYS),

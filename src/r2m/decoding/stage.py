@@ -55,11 +55,9 @@ def features_from_folder(folder: str | Path) -> FeatureSource:
     """A :data:`r2m.decoding.captioner.FeatureSource` reading a ``features`` stage folder's pooled vectors."""
 
     def read(ids: list[str]) -> dict[str, np.ndarray]:
-        from r2m.vision.feature_store import load_features
+        from r2m.vision.feature_store import load_rows
 
-        arr, index = load_features(folder, "pooled")
-        where = dict(zip(index["image_id"].astype(str), index["row"], strict=True))
-        return {i: arr[where[i]] for i in ids if i in where}
+        return load_rows(folder, ids, "pooled")  # the rows asked for only (not all 123k of MSCOCO)
 
     return read
 

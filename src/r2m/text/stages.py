@@ -118,11 +118,17 @@ def corpus_concepts(ctx: StageContext) -> None:
 
 
 # --------------------------------------------------------------------------- build_vocab
+def _parquet(path: Path) -> pq.ParquetFile:
+    """A Parquet file read block by block through a 1 MiB buffer (unbuffered reads kept ~75 MB more in
+    memory on a 2.3 M-sentence corpus, growing with the file)."""
+    return pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
+
+
 def count_words(corpus: Path, split: str | None = "train") -> tuple[Counter[str], int]:
     """Word counts over the ``tokens`` column (only ``split`` rows unless None), streaming."""
     counts: Counter[str] = Counter()
     n = 0
-    for batch in pq.ParquetFile(corpus).iter_batches(batch_size=CHUNK, columns=["tokens", "split"]):
+    for batch in _parquet(corpus).iter_batches(batch_size=CHUNK, columns=["tokens", "split"]):
         tokens, splits = batch.column(0).to_pylist(), batch.column(1).to_pylist()
         for t, s in zip(tokens, splits, strict=True):
             if split is None or s == split:
@@ -181,7 +187,7 @@ def build_vocab(ctx: StageContext) -> None:
     with atomic_path(out) as tmp:
         tmp.mkdir(parents=True)
         vocab.save(tmp / "vocab.json")
-        pf = pq.ParquetFile(corpus)
+        pf = _parquet(corpus)
         with pq.ParquetWriter(tmp / "encoded.parquet", ENCODED_SCHEMA) as writer, \
                 progress(desc="build_vocab", unit="sent", total=pf.metadata.num_rows) as bar:
             for batch in pf.iter_batches(batch_size=CHUNK, columns=["tokens", "concepts", "split"]):

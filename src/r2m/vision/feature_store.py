@@ -211,3 +211,20 @@ def load_features(folder: str | Path, kind: str = "pooled") -> tuple[np.ndarray,
             raise KeyError(f"{folder / 'features.h5'}: no feature kind {kind!r} (has {sorted(f)})")
         arr = f[kind][:]
     return arr, index
+
+
+def load_rows(folder: str | Path, ids: Sequence[str], kind: str = "pooled") -> dict[str, np.ndarray]:
+    """``{image id: float16 row}`` of ``kind`` for the ``ids`` that have features, reading only those rows
+    (memory as the rows asked for, not as the whole folder)."""
+    import pyarrow.parquet as pq
+
+    folder = Path(folder)
+    index = pq.read_table(folder / "index.parquet", columns=["image_id", "row"]).to_pandas()
+    where = dict(zip(index["image_id"].astype(str), index["row"].astype(np.int64), strict=True))
+    rows = sorted({int(where[i]) for i in ids if i in where})
+    with open_h5(folder / "features.h5") as f:
+        if kind not in f:
+            raise KeyError(f"{folder / 'features.h5'}: no feature kind {kind!r} (has {sorted(f)})")
+        arr = f[kind][rows] if rows else np.zeros((0, *f[kind].shape[1:]), np.float16)
+    pos = {r: n for n, r in enumerate(rows)}
+    return {i: arr[pos[int(where[i])]] for i in ids if i in where}

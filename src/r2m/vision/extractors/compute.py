@@ -54,7 +54,9 @@ def extract_arrays(
     never on other devices."""
     device = torch.device(device)
     model = to_device(ex, device)
-    chunks: dict[str, list[np.ndarray]] = {k: [] for k in ex.kinds}
+    # filled batch by batch (a list of batches concatenated at the end held each shard twice: 1.6 GB for
+    # 4,096 images of a 14x14x512 grid); the good rows are a prefix
+    arrays = {k: np.empty((len(files), *ex.kinds[k]), np.float16) for k in ex.kinds}
     good: list[int] = []
     bad: list[tuple[int, str]] = []
     prep, why = _gpu_prep(ex, device, gpu_decode)
@@ -73,7 +75,7 @@ def extract_arrays(
             if indices:
                 out = features_of_batch(ex, model, x, device)
                 for k in ex.kinds:
-                    chunks[k].append(out[k])
+                    arrays[k][len(good):len(good) + len(indices)] = out[k]
                 good.extend(indices)
             bar.update(done)
     bar.close()
@@ -82,10 +84,7 @@ def extract_arrays(
     if prep is not None and stats["cpu"]:
         log.info("features: %d of %d file(s) decoded on the CPU (not plain JPEG, or refused by the GPU decoder)",
                  stats["cpu"], len(files))
-    arrays = {
-        k: (np.concatenate(v) if v else np.zeros((0, *ex.kinds[k]), np.float16)) for k, v in chunks.items()
-    }
-    return arrays, good, bad
+    return {k: a[:len(good)] for k, a in arrays.items()}, good, bad
 
 
 def _gpu_prep(ex: Extractor, device: torch.device, enabled: bool | None):

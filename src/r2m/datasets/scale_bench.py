@@ -1,0 +1,417 @@
+"""``r2m bench scale``: every stage on a ``rehearsal`` dataset at several fractions of a benchmark's size.
+
+For each size (a fraction of the benchmark: 0.01 = 1 %) it writes a scratch workspace (``params.yaml``
+with one catalog entry of kind ``rehearsal`` at that ``scale``) and runs the chosen stages there one after
+another as ``r2m <stage>`` child processes. Per stage and size it records the wall time, the CPU time
+and the peak RSS of the child (``os.wait4``: its own rusage, java and other grandchildren it waited for
+included) and the bytes of the stage's outputs. Then, per stage, it fits the growth exponent ``b`` of
+``time = a * size ** b`` (least squares on log-log), predicts the full-size time, and writes
+``scale.csv``, ``scale.md`` and ``scale.png`` (log-log time and peak RSS against size).
+
+A stage whose time predicted from two or more smaller sizes exceeds ``--budget`` seconds is not run at
+that size (nor are the stages that read its outputs), and one that runs past the budget is stopped: the
+table says "capped" and why. ``--merge`` adds an earlier run's rows (other sizes) to the table and fits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# the R2M chain (variant r2m, seed 0, captions of the final checkpoint) and SAT, the baseline with the grid
+DEFAULT_STAGES = ("prepare", "references", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
+                  "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate",
+                  "extract_features_sup", "sup_vocab", "train_sup", "caption_sup")
+AXES = {"variant": "r2m", "seed": "0", "ckpt": "train_i", "model": "sat"}
+# the rehearsal entry: benchmark-wide sizes are the recipe's; training runs a few steps (its cost per step
+# does not grow with the data; its memory must not either), features at the benchmarks' widths
+TRAIN = {"steps": 4, "batch_size": 64, "eval_every": 4, "checkpoint_every": 4}
+ENTRY: dict[str, Any] = {
+    "kind": "rehearsal", "shape": "coco", "corpus": "shutterstock", "seed": 0, "image_size": 32,
+    "fidelity": "paper", "beta": 1.0, "gamma": 1.0,
+    "overrides": {
+        "detect_concepts": {"backend": "precomputed"},
+        "extract_features": {"backend": "random_cnn", "batch_size": 256,
+                             "options": {"size": 32, "dim": 1536, "kinds": ["pooled"]}},
+        "sup_features": {"backend": "random_cnn", "batch_size": 256,
+                         "options": {"size": 32, "dim": 512, "grid_side": 14, "kinds": ["pooled", "grid"]}},
+        "train_xe": TRAIN, "train_s": TRAIN, "train_m": TRAIN, "train_i": TRAIN,
+        "train_sup": {**TRAIN, "per_model": {"sat": {"select_by": "last"}}},
+        "sup_vocab": {"min_count": 5},
+        "evaluate": {"scorers": ["bleu", "meteor", "rouge", "cider"]},
+    },
+}
+
+
+@dataclass
+class Row:
+    stage: str
+    size: float
+    status: str = "ok"  # ok | failed | capped
+    wall_s: float = math.nan
+    cpu_s: float = math.nan
+    peak_rss_mb: float = math.nan
+    out_bytes: int = 0
+    note: str = ""
+
+
+@dataclass
+class Fit:
+    exponent: float = math.nan
+    predicted_s: float = math.nan  # at size 1.0
+    points: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def fit_exponent(sizes: list[float], values: list[float], at: float = 1.0) -> tuple[float, float]:
+    """``(b, a * at ** b)`` for ``value = a * size ** b`` fitted by least squares on ``log value`` vs ``log size``
+    (points with a non-positive value are left out; one point: ``b = 1``, two or more distinct sizes needed
+    for a fit; none: NaNs)."""
+    pts = [(math.log(s), math.log(v)) for s, v in zip(sizes, values, strict=True) if s > 0 and v > 0]
+    if not pts:
+        return math.nan, math.nan
+    xs = {x for x, _ in pts}
+    if len(xs) < 2:
+        x, y = pts[-1]
+        return 1.0, math.exp(y + (math.log(at) - x))
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    b = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    a = my - b * mx
+    return b, math.exp(a + b * math.log(at))
+
+
+def entry_name(size: float) -> str:
+    return "rehearsal_" + f"{size:g}".replace(".", "p").replace("-", "m")
+
+
+def write_params(base: Path, ws: Path, name: str, entry: dict[str, Any]) -> Path:
+    """``ws/params.yaml``: the project's params with ``datasets: [name]`` and ``catalog: {name: entry}``."""
+    import yaml
+
+    params = yaml.safe_load(base.read_text())
+    params["datasets"] = [name]
+    params["catalog"] = {name: entry}
+    params["baselines"] = {**params.get("baselines", {}), "datasets": [name], "models": [AXES["model"]]}
+    params["seeds"] = [0]
+    out = ws / "params.yaml"
+    out.write_text(yaml.safe_dump(params, sort_keys=False))
+    return out
+
+
+def out_paths(stage: str, dataset: str) -> list[str]:
+    from r2m.stage.registry import STAGES
+
+    spec = next(s for s in STAGES if s.name == stage)
+    return [o.path.format(dataset=dataset, **AXES) for o in spec.outs.values()]
+
+
+def dep_paths(stage: str, dataset: str) -> list[str]:
+    from r2m.stage.registry import STAGES
+
+    spec = next(s for s in STAGES if s.name == stage)
+    return [d.format(dataset=dataset, **AXES) for d in spec.deps.values() if isinstance(d, str)]
+
+
+def tree_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def run_stage(stage: str, dataset: str, ws: Path, params: Path, budget: float, threads: int) -> Row:
+    """One ``r2m <stage>`` child in ``ws``; its wall and CPU time, peak RSS (``os.wait4``), output bytes."""
+    cmd = [sys.executable, "-m", "r2m.cli", stage, "--dataset", dataset, "--params", str(params), "--no-log-file"]
+    spec_axes = _axes(stage)
+    for axis in ("variant", "seed", "model"):
+        if axis in spec_axes:
+            cmd += [f"--{axis}", AXES[axis]]
+    if "ckpt" in spec_axes:
+        cmd += ["--ckpt", AXES["ckpt"]]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    env = {**os.environ, "R2M_NO_PROGRESS": "1", "R2M_DEVICE": os.environ.get("R2M_DEVICE", "cpu")}
+    log = ws / "logs" / f"{stage}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    row = Row(stage, 0.0)
+    t0 = time.perf_counter()
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, cwd=ws, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = t0 + budget
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                os.killpg(proc.pid, signal.SIGTERM)
+                time.sleep(2)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                pid, status, usage = os.wait4(proc.pid, 0)
+                row.status, row.note = "capped", f"stopped after the budget ({budget:.0f} s)"
+                break
+            time.sleep(0.05)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    row.wall_s = time.perf_counter() - t0
+    row.cpu_s = usage.ru_utime + usage.ru_stime
+    row.peak_rss_mb = usage.ru_maxrss / 1024.0  # KiB on Linux
+    if row.status == "ok" and proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+        row.status, row.note = "failed", f"exit {proc.returncode}: {tail[0][:200]} (log: {log})"
+    row.out_bytes = sum(tree_bytes(ws / p) for p in out_paths(stage, dataset) if (ws / p).exists())
+    return row
+
+
+def _axes(stage: str) -> tuple[str, ...]:
+    from r2m.stage.registry import STAGES
+
+    return next(s for s in STAGES if s.name == stage).axes
+
+
+def bench(sizes: list[float], stages: list[str], base_params: Path, workdir: Path, budget: float,
+          entry: dict[str, Any], keep: bool = False, threads: int = 0, echo=print) -> list[Row]:
+    """Every stage at every size (smallest first); see the module docstring."""
+    rows: list[Row] = []
+    blocked: dict[str, str] = {}  # stage -> why it is not run at the larger sizes
+    for size in sorted(sizes):
+        name = entry_name(size)
+        ws = Path(tempfile.mkdtemp(prefix=f"scale-{name}-", dir=workdir))
+        params = write_params(base_params, ws, name, {**entry, "scale": size})
+        missing: dict[str, str] = {}  # outputs not made at this size
+        for stage in stages:
+            why = blocked.get(stage)
+            gone = [d for d in dep_paths(stage, name) if d in missing]
+            if why is None and gone:
+                why = f"needs {gone[0]} ({missing[gone[0]]})"
+            done = [r for r in rows if r.stage == stage and r.status == "ok"]
+            if why is None and len({r.size for r in done}) >= 2:  # one point says nothing of the growth
+                _, predicted = fit_exponent([r.size for r in done], [r.wall_s for r in done], at=size)
+                if predicted > budget:
+                    why = f"predicted {predicted:.0f} s at size {size:g} > budget {budget:.0f} s"
+            if why is not None:
+                row = Row(stage, size, "capped", note=why)
+            else:
+                row = run_stage(stage, name, ws, params, budget, threads)
+                row.size = size
+            rows.append(row)
+            if row.status != "ok":
+                for p in out_paths(stage, name):
+                    missing[p] = f"{stage} {row.status}"
+                if row.status == "capped" and stage not in blocked:
+                    blocked[stage] = row.note
+            echo(f"size {size:g}  {stage:<22} {row.status:<7} wall {row.wall_s:8.1f} s  cpu {row.cpu_s:8.1f} s  "
+                 f"rss {row.peak_rss_mb:8.0f} MB  out {row.out_bytes / 2**20:9.1f} MiB  {row.note}")
+        if not keep:
+            shutil.rmtree(ws, ignore_errors=True)
+    return rows
+
+
+def read_rows(path: Path) -> list[Row]:
+    """The rows of a ``scale.csv``."""
+    from r2m.utils.guard import BadInput
+
+    try:
+        with open(path, newline="") as fh:
+            return [Row(r["stage"], float(r["size"]), r["status"], _num(r["wall_s"]), _num(r["cpu_s"]),
+                        _num(r["peak_rss_mb"]), int(r["out_bytes"]), r["note"]) for r in csv.DictReader(fh)]
+    except (OSError, KeyError, ValueError) as err:
+        raise BadInput(f"--merge {path}: not a scale.csv ({err})") from None
+
+
+def _num(v: str) -> float:
+    return math.nan if v in ("", "–") else float(v)
+
+
+def fits(rows: list[Row]) -> dict[str, Fit]:
+    out: dict[str, Fit] = {}
+    for stage in dict.fromkeys(r.stage for r in rows):
+        ok = [r for r in rows if r.stage == stage and r.status == "ok"]
+        b, pred = fit_exponent([r.size for r in ok], [r.wall_s for r in ok])
+        br, rss = fit_exponent([r.size for r in ok], [r.peak_rss_mb for r in ok])
+        bb, _ = fit_exponent([r.size for r in ok], [float(r.out_bytes) for r in ok])
+        bc, cpu = fit_exponent([r.size for r in ok], [r.cpu_s for r in ok])
+        # between the two largest sizes: the fixed start-up cost (imports, ~1-3 s) weighs least there
+        top = sorted(ok, key=lambda r: r.size)[-2:]
+        bt = fit_exponent([r.size for r in top], [r.cpu_s for r in top])[0] if len({r.size for r in top}) == 2 else math.nan
+        if len({r.size for r in ok}) < 2:  # one size: no exponent (the prediction is linear)
+            b = br = bb = bc = math.nan
+        out[stage] = Fit(b, pred, len(ok), {"rss_exponent": br, "bytes_exponent": bb, "rss_pred_mb": rss,
+                                            "cpu_exponent": bc, "cpu_pred_s": cpu, "cpu_exponent_top": bt})
+    return out
+
+
+def _fmt(v: float, spec: str = ".1f") -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def write_outputs(rows: list[Row], out: Path, meta: dict[str, str]) -> dict[str, Fit]:
+    out.mkdir(parents=True, exist_ok=True)
+    f = fits(rows)
+    with open(out / "scale.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["stage", "size", "status", "wall_s", "cpu_s", "peak_rss_mb", "out_bytes", "note"])
+        for r in rows:
+            w.writerow([r.stage, r.size, r.status, _fmt(r.wall_s, ".3f"), _fmt(r.cpu_s, ".3f"),
+                        _fmt(r.peak_rss_mb, ".1f"), r.out_bytes, r.note])
+    sizes = sorted({r.size for r in rows})
+    head = ["stage"] + [f"{s:g}: s / CPU s / MB RSS / MiB out" for s in sizes] + \
+        ["time exponent", "CPU exponent (all; two largest)", "RSS exponent", "predicted s at 1.0",
+         "predicted CPU s at 1.0"]
+    lines = [f"<!-- {', '.join(f'{k}: {v}' for k, v in meta.items())} -->", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for stage, fit in f.items():
+        cells = [stage]
+        for s in sizes:
+            r = next((r for r in rows if r.stage == stage and r.size == s), None)
+            if r is None:
+                cells.append("")
+            elif r.status != "ok":
+                ran = "" if math.isnan(r.wall_s) else f" ({r.wall_s:.0f} s / {r.cpu_s:.0f} CPU s / {r.peak_rss_mb:.0f} MB when stopped)"
+                cells.append(f"{r.status}: {r.note}{ran}")
+            else:
+                cells.append(f"{r.wall_s:.1f} / {r.cpu_s:.1f} / {r.peak_rss_mb:.0f} / {r.out_bytes / 2**20:.1f}")
+        cells += [_fmt(fit.exponent, ".2f"),
+                  f'{_fmt(fit.extra["cpu_exponent"], ".2f")}; {_fmt(fit.extra["cpu_exponent_top"], ".2f")}',
+                  _fmt(fit.extra["rss_exponent"], ".2f"),
+                  _fmt(fit.predicted_s, ".0f"), _fmt(fit.extra["cpu_pred_s"], ".0f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    (out / "scale.md").write_text("\n".join(lines) + "\n")
+    plot(rows, out / "scale.png")
+    return f
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5))
+    for n, stage in enumerate(dict.fromkeys(r.stage for r in rows)):
+        ok = sorted((r for r in rows if r.stage == stage and r.status == "ok"), key=lambda r: r.size)
+        if not ok:
+            continue
+        xs = [r.size * 100 for r in ok]
+        style = {"marker": "os^"[n % 3], "color": plt.cm.tab20(n % 20), "label": stage}
+        ax1.plot(xs, [r.wall_s for r in ok], **style)
+        ax2.plot(xs, [r.peak_rss_mb for r in ok], **style)
+    for ax, what in ((ax1, "wall time (s)"), (ax2, "peak RSS (MB)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("size (% of the benchmark)")
+        ax.set_ylabel(what)
+        ax.grid(True, which="both", alpha=0.3)
+    ax2.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="r2m bench scale", description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="rehearsal",
+                   help="a catalog entry of kind rehearsal in --params, or 'rehearsal' (the built-in entry)")
+    p.add_argument("--shape", choices=("coco", "flickr30k"), default=None, help="image splits (built-in entry)")
+    p.add_argument("--corpus", choices=("shutterstock", "gcc", "coco"), default=None, help="corpus (built-in entry)")
+    p.add_argument("--sizes", default="0.01,0.1", help="fractions of the benchmark, comma-separated")
+    p.add_argument("--stages", default=",".join(DEFAULT_STAGES), help="stages to run, in order, comma-separated")
+    p.add_argument("--params", default="params.yaml", help="the params file the workspaces start from")
+    p.add_argument("--workdir", default=None, help="where the scratch workspaces go (default: a temp folder)")
+    p.add_argument("--out", default="reports/bench/scale", help="folder of scale.csv, scale.md, scale.png")
+    p.add_argument("--budget", type=float, default=600.0, help="seconds one stage may take at one size")
+    p.add_argument("--threads", type=int, default=0, help="torch threads of each stage (0: its default)")
+    p.add_argument("--keep", action="store_true", help="keep the workspaces")
+    p.add_argument("--merge", default=None, metavar="CSV",
+                   help="a scale.csv of an earlier run: its rows join this run's in the table, fits and plot")
+    a = p.parse_args(argv)
+    from r2m.utils.guard import BadInput
+
+    try:
+        sizes = [float(s) for s in a.sizes.split(",") if s.strip()]
+    except ValueError:
+        raise BadInput(f"--sizes {a.sizes!r}: expected fractions such as 0.01,0.1,1.0") from None
+    if not sizes or any(not 0 < s <= 1 for s in sizes):
+        raise BadInput(f"--sizes {a.sizes!r}: every size must be in (0, 1]")
+    stages = [s.strip() for s in a.stages.split(",") if s.strip()]
+    from r2m.stage.registry import STAGES
+
+    known = {s.name for s in STAGES}
+    bad = [s for s in stages if s not in known or not set(_axes(s)) <= {"dataset", *AXES}]
+    if bad:
+        raise BadInput(f"--stages: {bad[0]!r} is not a per-dataset stage (known: {sorted(known)})")
+    base = Path(a.params)
+    if not base.is_file():
+        raise BadInput(f"--params {base}: no such file")
+    entry = _entry(base, a)
+    workdir = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="r2m-scale-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"bench scale: {entry['shape']} images, {entry['corpus']} corpus, sizes {sizes}, budget {a.budget:.0f} s "
+          f"per stage, workspaces in {workdir}")
+    rows = bench(sizes, stages, base.resolve(), workdir, a.budget, entry, a.keep, a.threads)
+    meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": _machine(), "shape": entry["shape"],
+            "corpus": entry["corpus"], "budget_s": f"{a.budget:.0f}"}
+    if a.merge:
+        new = {(r.stage, r.size) for r in rows}
+        rows = [r for r in read_rows(Path(a.merge)) if (r.stage, r.size) not in new] + rows
+        rows.sort(key=lambda r: r.size)
+    f = write_outputs(rows, Path(a.out), meta)
+    print("\nstage                  exponent (wall, CPU, RSS)  predicted s at 1.0 (wall, CPU)")
+    for stage, fit in f.items():
+        x = fit.extra
+        print(f"{stage:<22} {_fmt(fit.exponent, '5.2f')} {_fmt(x['cpu_exponent'], '5.2f')} "
+              f"{_fmt(x['rss_exponent'], '5.2f')}        {_fmt(fit.predicted_s, '9.0f')} {_fmt(x['cpu_pred_s'], '9.0f')}")
+    print(f"\nwrote {Path(a.out) / 'scale.csv'}, scale.md, scale.png")
+    if not a.workdir and not a.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if any(r.status == "failed" for r in rows) else 0
+
+
+def _entry(base: Path, a: argparse.Namespace) -> dict[str, Any]:
+    import yaml
+
+    from r2m.utils.guard import BadInput
+
+    catalog = (yaml.safe_load(base.read_text()) or {}).get("catalog") or {}
+    if a.dataset in catalog:
+        entry = dict(catalog[a.dataset])
+        if entry.get("kind") != "rehearsal":
+            raise BadInput(f"--dataset {a.dataset}: catalog entry of kind {entry.get('kind')!r}, not rehearsal")
+    elif a.dataset == "rehearsal":
+        entry = dict(ENTRY)
+    else:
+        raise BadInput(f"--dataset {a.dataset}: not in the catalog of {base} (and not 'rehearsal', the built-in)")
+    for key in ("shape", "corpus"):
+        if getattr(a, key):
+            entry[key] = getattr(a, key)
+        entry.setdefault(key, ENTRY[key])
+    return entry
+
+
+def _machine() -> str:
+    import platform
+
+    try:
+        model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "")
+    except OSError:
+        model = platform.processor()
+    return f"{os.cpu_count()} CPU ({model})"
