@@ -163,3 +163,17 @@ def resolve_image_path(prepared_dir: str | Path, path: str | Path) -> Path:
     if local.exists() or not p.exists():
         return local
     return p
+
+
+# ----------------------------------------------------------------- generated references (tiny, rehearsal)
+GENERATED = "generated_references.json"  # in the prepared folder: {"references", "train_references"}
+
+
+def generated_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], Any]:
+    """The captions a synthetic recipe's ``prepare`` generated with the images (:data:`GENERATED`)."""
+    from r2m.utils.io import read_json
+
+    data = read_json(prepared / GENERATED)
+    if not isinstance(data, dict) or not isinstance(data.get("references"), dict):
+        raise ValueError(f"{prepared / GENERATED}: expected {{\"references\": {{...}}, \"train_references\": ...}}")
+    return data["references"], data.get("train_references")

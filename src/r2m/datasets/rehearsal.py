@@ -39,12 +39,18 @@ from typing import Any
 
 import numpy as np
 
-from r2m.datasets.base import SPLITS, Recipe, option, references_json, write_prepared
+from r2m.datasets.base import (
+    GENERATED,
+    SPLITS,
+    Recipe,
+    generated_references,
+    option,
+    references_json,
+    write_prepared,
+)
 from r2m.params import DatasetEntry
-from r2m.utils.io import read_json
 from r2m.utils.progress import progress
 
-GENERATED = "generated_references.json"  # in the prepared folder: {"references", "train_references"}
 BLOCK = 50_000  # corpus sentences per random stream
 
 # image counts per split (Karpathy splits)
@@ -276,12 +282,4 @@ def rehearsal(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, 
     return manifest
 
 
-def rehearsal_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], Any]:
-    """The captions ``prepare`` generated with the images (``generated_references.json``)."""
-    data = read_json(prepared / GENERATED)
-    if not isinstance(data, dict) or not isinstance(data.get("references"), dict):
-        raise ValueError(f"{prepared / GENERATED}: expected {{\"references\": {{...}}, \"train_references\": ...}}")
-    return data["references"], data.get("train_references")
-
-
-RECIPE = Recipe(prepare=rehearsal, references=rehearsal_references)  # the kind 'rehearsal' (r2m.catalogs.RECIPES)
+RECIPE = Recipe(prepare=rehearsal, references=generated_references)  # the kind 'rehearsal' (r2m.catalogs.RECIPES)

@@ -11,7 +11,7 @@ no memory.
 
 The captions are generated with the images, so they have no source apart from the recipe's
 options: ``prepare`` keeps them in ``<prepared>/generated_references.json`` (not read by any other
-stage) and the ``references`` stage (:func:`tiny_references`) publishes them.
+stage) and the ``references`` stage (:func:`r2m.datasets.base.generated_references`) publishes them.
 
 Image paths in ``images.parquet`` are relative to the prepared folder (``images/<id>.png``);
 resolve them with :func:`r2m.datasets.base.resolve_image_path`.
@@ -28,17 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from r2m.datasets.base import (
+    GENERATED,
     SPLITS,
     Recipe,
+    generated_references,
     option,
     references_json,
     write_prepared,
 )
 from r2m.params import DatasetEntry
-from r2m.utils.io import read_json
 from r2m.utils.progress import progress
-
-GENERATED = "generated_references.json"  # in the prepared folder: {"references", "train_references"}
 
 
 @dataclass(frozen=True)
@@ -240,12 +239,4 @@ def tiny(entry: DatasetEntry, out: Path, log: logging.Logger) -> dict[str, Any]:
     return manifest
 
 
-def tiny_references(entry: DatasetEntry, prepared: Path, log: logging.Logger) -> tuple[dict[str, Any], Any]:
-    """The captions ``prepare`` generated with the images (``generated_references.json``)."""
-    data = read_json(prepared / GENERATED)
-    if not isinstance(data, dict) or not isinstance(data.get("references"), dict):
-        raise ValueError(f"{prepared / GENERATED}: expected {{\"references\": {{...}}, \"train_references\": ...}}")
-    return data["references"], data.get("train_references")
-
-
-RECIPE = Recipe(prepare=tiny, references=tiny_references)  # the kind 'tiny' (r2m.catalogs.RECIPES)
+RECIPE = Recipe(prepare=tiny, references=generated_references)  # the kind 'tiny' (r2m.catalogs.RECIPES)

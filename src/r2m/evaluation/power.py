@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -72,12 +72,18 @@ def seeds_needed(sd_seed: float, delta: float, level: float = DEFAULT_LEVEL,
     def half(k: int) -> float:
         return t_quantile(level, 2 * k - 2) * sd_seed * math.sqrt(2 / k)
 
-    if half(most) > delta:
+    return _first_fit(half, delta, most)
+
+
+def _first_fit(half: Callable[[int], float], limit: float, most: int) -> int | None:
+    """The smallest ``k`` in ``2..most`` with ``half(k) ≤ limit`` (``half`` falls with ``k``: bisected); None when
+    even ``most`` does not fit."""
+    if half(most) > limit:
         return None
-    lo, hi = 2, most  # half-width falls with k: bisect for the first k that fits
+    lo, hi = 2, most
     while lo < hi:
         mid = (lo + hi) // 2
-        if half(mid) <= delta:
+        if half(mid) <= limit:
             hi = mid
         else:
             lo = mid + 1
@@ -112,16 +118,7 @@ def paired_seeds_needed(sd_diff: float, delta: float, image_half: float = 0.0, l
     def half(k: int) -> float:
         return t_quantile(level, k - 1) * sd_diff / math.sqrt(k)
 
-    if half(most) > room:
-        return None
-    lo, hi = 2, most
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if half(mid) <= room:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    return _first_fit(half, room, most)
 
 
 def paired_sd(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
