@@ -173,12 +173,7 @@ def significance(argv: list[str] | None = None) -> int:
           f"(5 % ± 3 SE: {100 * (0.05 - 3 * se):.1f}–{100 * (0.05 + 3 * se):.1f} %)")
     t0 = time.perf_counter()
     for n in sizes:
-        rates = planted_null(r1, r2, n, args.pairs, args.trials, args.resamples, args.seed + n)
-        metrics = list(rates["randomization"])
-        if n == sizes[0]:
-            print(f"{'n':>5}  {'test':<14}" + "".join(f"{m:>15}" for m in metrics))
-        for test, r in rates.items():
-            print(f"{n:>5}  {test:<14}" + "".join(f"{100 * r[m]:>14.1f}%" for m in metrics))
+        _print_rates(n, n == sizes[0], planted_null(r1, r2, n, args.pairs, args.trials, args.resamples, args.seed + n))
     print(f"({time.perf_counter() - t0:.0f} s)")
     if not seed_sizes:
         return 0
@@ -193,11 +188,15 @@ def significance(argv: list[str] | None = None) -> int:
         sd = f", seed-to-seed sd of CIDEr on the {pool_images} images {np.std(cider, ddof=1):.1f}" if cider else ""
         print(f"spread {spread:g}{sd}")
         for n in seed_sizes:
-            rates = seed_null(pool, n, args.seeds, args.pairs, args.trials, args.seed + n)
-            metrics = list(rates["seed-aware"])
-            if n == seed_sizes[0]:
-                print(f"{'n':>5}  {'test':<14}" + "".join(f"{m:>15}" for m in metrics))
-            for test, r in rates.items():
-                print(f"{n:>5}  {test:<14}" + "".join(f"{100 * r[m]:>14.1f}%" for m in metrics))
+            _print_rates(n, n == seed_sizes[0], seed_null(pool, n, args.seeds, args.pairs, args.trials, args.seed + n))
     print(f"({time.perf_counter() - t0:.0f} s)")
     return 0
+
+
+def _print_rates(n: int, header: bool, rates: dict[str, dict[str, float]]) -> None:
+    """One row per test of the shares of nulls marked at ``n`` images (the metrics' header first)."""
+    metrics = list(next(iter(rates.values())))
+    if header:
+        print(f"{'n':>5}  {'test':<14}" + "".join(f"{m:>15}" for m in metrics))
+    for test, r in rates.items():
+        print(f"{n:>5}  {test:<14}" + "".join(f"{100 * r[m]:>14.1f}%" for m in metrics))
