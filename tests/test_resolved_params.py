@@ -110,8 +110,8 @@ def set_path(raw: dict[str, Any], path: Edit, value: Any) -> dict[str, Any]:
 
 def resolved_all(params: P.Params) -> dict[tuple[str, str], str]:
     """(stage, instance) -> its resolved params (:meth:`r2m.stage.spec.Stage.resolved`) as JSON text."""
-    views: dict = {}
-    return {(stage.name, stage.key(bound)): json.dumps(stage.resolved(params, bound, views), sort_keys=True)
+    views = P.Views(params)  # one views object for every instance of the run
+    return {(stage.name, stage.key(bound)): json.dumps(stage.resolved(views, bound), sort_keys=True)
             for stage, bound in dag_instances(params)}
 
 
