@@ -90,15 +90,21 @@ def _first_fit(half: Callable[[int], float], limit: float, most: int) -> int | N
     return lo
 
 
+def _room(sd: float, delta: float, other_half: float, other: str) -> float | None:
+    """``delta² − other_half²``: what the other source of spread leaves of the half-width (None: nothing)."""
+    _check(sd, delta)
+    if not (math.isfinite(other_half) and other_half >= 0):
+        raise ValueError(f"need a finite {other} half-width >= 0, got {other_half}")
+    room = delta * delta - other_half * other_half
+    return room if room > 0 else None
+
+
 def paired_images_needed(sd_images: float, delta: float, seed_half: float = 0.0,
                          level: float = DEFAULT_LEVEL) -> int | None:
     """Smallest ``n`` with ``hypot(seed_half, z · sd_images / √n) ≤ delta`` (``seed_half`` 0: one seed
     pair, :func:`images_needed`); None when ``seed_half ≥ delta`` (no number of images is enough)."""
-    _check(sd_images, delta)
-    if not (math.isfinite(seed_half) and seed_half >= 0):
-        raise ValueError(f"need a finite seed half-width >= 0, got {seed_half}")
-    room = delta * delta - seed_half * seed_half
-    if room <= 0:
+    room = _room(sd_images, delta, seed_half, "seed")
+    if room is None:
         return None
     return max(1, math.ceil((z_quantile(level) * sd_images) ** 2 / room - 1e-9))
 
@@ -107,11 +113,8 @@ def paired_seeds_needed(sd_diff: float, delta: float, image_half: float = 0.0, l
                         most: int = 10_000) -> int | None:
     """Smallest ``k ≥ 2`` seed pairs with ``hypot(t_{k-1} · sd_diff / √k, image_half) ≤ delta``; None when
     ``image_half ≥ delta`` or above ``most``."""
-    _check(sd_diff, delta)
-    if not (math.isfinite(image_half) and image_half >= 0):
-        raise ValueError(f"need a finite image half-width >= 0, got {image_half}")
-    room = delta * delta - image_half * image_half
-    if room <= 0:
+    room = _room(sd_diff, delta, image_half, "image")
+    if room is None:
         return None
     room = math.sqrt(room)
 

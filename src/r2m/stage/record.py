@@ -138,21 +138,21 @@ def _record(stage: Any, axes: Mapping[str, str], root: Path,
 def stale(stage: Any, axes: Mapping[str, str], params: Any, root: Path = Path(".")) -> list[str]:
     """Why the instance of ``stage`` at ``axes`` is not current, one line each; empty when it is. No record:
     it never ran (or its last run failed)."""
-    return Planner(params, root).check(stage, axes)[1]
+    return Planner(params, root, prefetch=False).check(stage, axes)[1]  # one instance: only its own files
 
 
 class Planner:
     """Checks instances against their records and writes their stamps, for one ``params`` (the instances'
     params views and the digests of the files records name are computed once per planner)."""
 
-    def __init__(self, params: Any, root: Path = Path(".")) -> None:
+    def __init__(self, params: Any, root: Path = Path("."), prefetch: bool = True) -> None:
         from r2m import params as P
 
         self.params, self.root = params, Path(root)
         self.views = P.Views(params)  # the instances' params as the runner builds them (dataset, seed)
         self._values: dict[tuple[str | None, str | None], ParamValues] = {}
         self.digests = Digests(self.root, self.root / DIGEST_CACHE)
-        self._fetched = False
+        self._fetched = not prefetch  # prefetch: digest every record's files in one pass at the first check
         self._records: dict[str, Any] = {}  # record path -> its parsed content (read once, by _prefetch)
 
     def _prefetch(self) -> None:
