@@ -47,8 +47,10 @@ $(VENV)/.r2m-%: requirements-%.lock requirements.lock | $(STAMP)
 	@touch $@
 
 # `r2m warm`: each stage job is forked from one process that imported torch & co. once (src/r2m/warm)
+# then DVC's lock records what Snakemake built, so `dvc status`/`dvc repro` agree with it (about 7 s)
 run: setup
 	$(BIN)/r2m warm -- $(BIN)/snakemake --cores $(CORES) all
+	@$(BIN)/r2m resolve-params >/dev/null && $(BIN)/dvc commit -f -q
 
 # the tests of the tf_oid and owl backends need their extras: installed here (about 2-3 min the first
 # time, 1.5 GB); test-fast skips them (the skip reason says what to install). tests/test_slurm.py starts a

@@ -25,6 +25,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "concepts": ("r2m.vision.concept_quality:main", "concept precision/recall of detector settings on the demo photos"),
     "scale": ("r2m.datasets.scale_bench:main",
               "every stage on a benchmark-shaped rehearsal dataset at 1 %, 10 %, ...: time, RSS, bytes, growth exponent"),
+    "plan": ("r2m.pipeline.bench_plan:main",
+             "what a dry run costs here (snakemake -n, dvc status), beside each engine's floor for as many jobs"),
     "sup": ("r2m.supervised.bench:main", "supervised baseline training throughput (sentences/s; --model mrnn)"),
 }
 
