@@ -1,6 +1,6 @@
 """``r2m bench evaluate``: coco-caption evaluation time on synthetic captions.
 
-Target (issue 13): 5,000 images × 5 references, all scorers but SPICE, at least 2× faster than
+Target: 5,000 images × 5 references, all scorers but SPICE, at least 2× faster than
 pycocoevalcap's tokeniser and scorers called one after another on the same data, in the same run.
 Prints both end-to-end times (the baseline's per step) with the CPU seconds each used (this process
 and its Java / worker children: on a shared machine the wall time depends on the other load), the

@@ -1,4 +1,4 @@
-"""``r2m bench bootstrap``: time of the bootstrap over images (issue 32's target: 1,000 resamples of
+"""``r2m bench bootstrap``: time of the bootstrap over images (the target: 1,000 resamples of
 every metric on 5,000 images in seconds).
 
 Scores seeded synthetic captions (5,000 images × 5 references by default, :func:`r2m.evaluation.bench.synthetic`)

@@ -1,6 +1,6 @@
 """The Recurrent Memory unit with one memory slot, as one autograd node over the whole sequence.
 
-A training step at paper sizes is launch-bound (issue 17): the RM recurrence under plain autograd
+A training step at paper sizes is launch-bound: the RM recurrence under plain autograd
 dispatches ~150 operators per time step, most of them views, transposes and the backward's
 per-step parameter-gradient accumulations. :class:`RMRecurrence` computes the same function
 (``RelationalMemory.step`` of :mod:`r2m.models.r2m` with N = 1, iterated over T steps) with:

@@ -1,4 +1,4 @@
-"""Intervals and paired comparisons for every results table (issue 33).
+"""Intervals and paired comparisons for every results table.
 
 A table row of this run is the evaluation of one or more training seeds (a list of result folders:
 each seed's ``eval.json`` and ``per_image.parquet``). Per metric the row gives

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from r2m.stage.context import StageContext
-from r2m.supervised.vocab import skip_reason
+from r2m.supervised.skip import skip_reason
 from r2m.utils.io import write_json
 
 

@@ -23,7 +23,6 @@ import pyarrow.parquet as pq
 
 from r2m.datasets.base import REFERENCES, TRAIN_REFERENCES
 from r2m.stage.context import StageContext
-from r2m.supervised.skip import skip_reason  # noqa: F401 - its home before issue 33
 from r2m.text.tokenize import tokenize
 from r2m.text.vocab import SPECIALS, Vocab, build_vocab
 from r2m.utils.coco import read_coco_captions

@@ -1,4 +1,4 @@
-"""Counting the operators one training step launches (issue 17: "fewer kernels per step").
+"""Counting the operators one training step launches (the aim: fewer kernels per step).
 
 A training step at paper sizes is launch-bound: its time is the number of operators it dispatches
 times a few microseconds each, not their arithmetic. :func:`count_ops` measures that number.

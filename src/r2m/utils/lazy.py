@@ -3,7 +3,7 @@ rather than when its module is imported.
 
 Importing torch costs about 1.3 CPU s, paid by every job of the DAG that imports it. A stage module
 whose functions run under ``no_grad`` but whose quick paths (a skipped baseline, a model with
-nothing to inspect) need no tensor can then be imported without torch (issue 33).
+nothing to inspect) need no tensor can then be imported without torch.
 """
 
 from __future__ import annotations
