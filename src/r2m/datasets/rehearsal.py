@@ -14,9 +14,12 @@ the ``scale`` option (1.0 = the benchmark's own counts; 0.01 = 1 %). Nothing is 
 * **Corpus** (``corpus``): Shutterstock (2,322,635 sentences), Conceptual Captions (3,318,333) or the
   MSCOCO training captions (566,747). Words are drawn from a Zipfian distribution over a closed word list
   (the commonest ranks are English function words, the rest made-up words that are not English and end
-  in a vowel, so no lemmatiser changes them); its exponent is chosen so that the full-size corpus keeps
-  about the paper's vocabulary at the paper's ``min_count`` (18,679 words at 40; 10,652 at 15;
-  11,335 at 40); a smaller ``scale`` keeps fewer, as a real subset would. Sentence lengths follow a
+  in a vowel, so no lemmatiser changes them). Its exponent is solved so that the full-size corpus's
+  expected vocabulary at the paper's ``min_count`` is the paper's (18,679 words at 40; 10,652 at 15;
+  11,335 at 40): ``build_vocab`` keeps the 4 specials, every dictionary word, and the words counted at
+  least ``min_count`` times in the train split (:data:`HOLDOUT`), so the Zipfian words seen that often
+  (each word's count Poisson, over the tokens the concept words leave) make up the rest. A smaller
+  ``scale`` keeps fewer, as a real subset would. Sentence lengths follow a
   log-normal distribution (median about 11 words for Shutterstock, 9 for the others), and every sentence
   names 1-3 dictionary words (Zipfian too). The corpus is streamed to disk in blocks of
   :data:`BLOCK` sentences, each from its own random stream: a smaller ``scale`` writes a prefix of a larger

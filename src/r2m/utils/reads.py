@@ -22,7 +22,8 @@ outputs are bookkeeping, not a read).
 
 Each event costs one dict lookup in the hook for events nobody listens to; the listener decides
 "inside the project?" once per path string (cached). Digests are taken at the end
-(:meth:`Recorder.finish`), through the stat cache of :func:`r2m.utils.digest.digest_files`.
+(:meth:`Recorder.finish`), through the stat cache (:class:`r2m.utils.digest.StatCache`), a folder a
+file at a time.
 """
 
 from __future__ import annotations
