@@ -14,9 +14,12 @@ the ``scale`` option (1.0 = the benchmark's own counts; 0.01 = 1 %). Nothing is 
 * **Corpus** (``corpus``): Shutterstock (2,322,635 sentences), Conceptual Captions (3,318,333) or the
   MSCOCO training captions (566,747). Words are drawn from a Zipfian distribution over a closed word list
   (the commonest ranks are English function words, the rest made-up words that are not English and end
-  in a vowel, so no lemmatiser changes them); its exponent is chosen so that the full-size corpus keeps
-  about the paper's vocabulary at the paper's ``min_count`` (18,679 words at 40; 10,652 at 15;
-  11,335 at 40); a smaller ``scale`` keeps fewer, as a real subset would. Sentence lengths follow a
+  in a vowel, so no lemmatiser changes them). Its exponent is solved so that the full-size corpus's
+  expected vocabulary at the paper's ``min_count`` is the paper's (18,679 words at 40; 10,652 at 15;
+  11,335 at 40): ``build_vocab`` keeps the 4 specials, every dictionary word, and the words counted at
+  least ``min_count`` times in the train split (:data:`HOLDOUT`), so the Zipfian words seen that often
+  (each word's count Poisson, over the tokens the concept words leave) make up the rest. A smaller
+  ``scale`` keeps fewer, as a real subset would. Sentence lengths follow a
   log-normal distribution (median about 11 words for Shutterstock, 9 for the others), and every sentence
   names 1-3 dictionary words (Zipfian too). The corpus is streamed to disk in blocks of
   :data:`BLOCK` sentences, each from its own random stream: a smaller ``scale`` writes a prefix of a larger
@@ -49,6 +52,7 @@ from r2m.datasets.base import (
     write_prepared,
 )
 from r2m.params import DatasetEntry
+from r2m.text.vocab import SPECIALS
 from r2m.utils.progress import progress
 
 BLOCK = 50_000  # corpus sentences per random stream
@@ -71,6 +75,8 @@ FUNCTION_WORDS = ("a", "the", "of", "on", "in", "with", "and", "is", "to", "at",
                   "from", "by", "are", "his", "her", "this", "its", "one", "over", "while", "some", "their")
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "t", "v", "z", "br", "dr", "kl", "tr", "gl")
 _VOWELS = ("a", "e", "i", "o", "u")
+CONCEPTS = np.array([0.4, 0.3, 0.15, 0.1, 0.05])  # how many concepts (1-5), before truncation to the most allowed
+HOLDOUT = 0.01  # corpus_concepts.holdout's default: build_vocab counts the other sentences (vocab_counts: train)
 TAIL = 4  # the word list is TAIL times the kept vocabulary (the rare words)
 LIMITS = {"scale": (0.01, 1e-5, 1.0), "seed": (0, 0, None), "image_size": (32, 8, 256)}
 
@@ -124,18 +130,53 @@ def _pseudo_word(i: int) -> str:
     return "".join(sylls)
 
 
-def zipf_exponent(tokens: float, kept: int, min_count: int, size: int) -> float:
-    """The exponent ``s`` of a Zipf law over ``size`` ranks under which the rank ``kept`` has an expected
-    count of ``min_count`` in ``tokens`` draws (bisection; ``s`` in [0.5, 3])."""
-    ranks = np.arange(1, size + 1, dtype=np.float64)
+def length_pmf(length: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """The lengths ``lo..hi`` and their probabilities under ``length`` = (median, sigma, lo, hi): a
+    log-normal draw rounded to the nearest integer and clipped to ``[lo, hi]``, as :meth:`Words.sentences`
+    draws it."""
+    median, sigma, lo, hi = length
+    lens = np.arange(lo, hi + 1)
+    z = (np.log(np.arange(lo, hi + 2) - 0.5) - math.log(median)) / (sigma * math.sqrt(2))
+    cdf = 0.5 * (1 + np.array([math.erf(float(x)) for x in z]))  # at lo - 1/2 ... hi + 1/2
+    p = np.diff(cdf)
+    p[0] += cdf[0]  # below lo: clipped up
+    p[-1] += 1 - cdf[-1]  # above hi: clipped down
+    return lens, p
 
-    def count_at_kept(s: float) -> float:
-        return tokens * kept ** -s / float(np.sum(ranks ** -s))
 
+def zipf_tokens(length: tuple, most: int = 3) -> float:
+    """Expected Zipfian (not concept) tokens in a corpus sentence: its length less the positions its
+    1-``most`` concept words overwrite (each at a uniform position, so two may hit the same one)."""
+    lens, p_len = length_pmf(length)
+    p_k = CONCEPTS[:most] / CONCEPTS[:most].sum()
+    k = np.arange(1, most + 1)
+    hit = lens[:, None] * (1 - (1 - 1 / lens[:, None]) ** k[None, :])  # distinct positions overwritten
+    return float(p_len @ ((lens[:, None] - hit) @ p_k))
+
+
+def expected_frequent(tokens: float, min_count: int, size: int, s: float) -> float:
+    """Expected number of ranks of a Zipf law (exponent ``s``, ``size`` ranks) drawn at least ``min_count``
+    times in ``tokens`` draws (each rank's count Poisson with mean ``tokens * p_rank``). Ranks whose mean
+    is over ``4 * min_count + 40`` count as 1 and those under ``min_count / 50`` as 0 (the terms left out
+    are below 1e-12 each)."""
+    p = np.arange(1, size + 1, dtype=np.float64) ** -s
+    lam = tokens * p / p.sum()
+    sure = int(np.sum(lam > 4 * min_count + 40))
+    lam = lam[(lam <= 4 * min_count + 40) & (lam >= min_count / 50)]
+    j = np.arange(min_count, dtype=np.float64)[:, None]
+    log_fact = np.array([math.lgamma(x + 1) for x in range(min_count)])[:, None]
+    below = np.exp(j * np.log(lam)[None, :] - lam[None, :] - log_fact).sum(axis=0)  # P(count < min_count)
+    return sure + float(np.sum(1 - np.minimum(below, 1.0)))
+
+
+def zipf_exponent(tokens: float, words: int, min_count: int, size: int) -> float:
+    """The exponent ``s`` of a Zipf law over ``size`` ranks under which ``words`` ranks are expected to be
+    drawn at least ``min_count`` times in ``tokens`` draws (bisection; ``s`` in [0.5, 3], where the
+    expectation falls as ``s`` grows)."""
     lo, hi = 0.5, 3.0
-    for _ in range(60):
+    for _ in range(40):
         mid = (lo + hi) / 2
-        if count_at_kept(mid) > min_count:
+        if expected_frequent(tokens, min_count, size, mid) > words:
             lo = mid
         else:
             hi = mid
@@ -148,8 +189,6 @@ class Words:
     def __init__(self, corpus: str, labels: list[str], concept_words: list[str], seed: int) -> None:
         spec = CORPORA[corpus]
         kept, min_count = spec["vocab"]
-        median, sigma = spec["length"][:2]
-        mean_len = median * math.exp(sigma ** 2 / 2)
         size = TAIL * kept
         taken = set(FUNCTION_WORDS) | set(concept_words)
         words = list(FUNCTION_WORDS)
@@ -160,7 +199,10 @@ class Words:
             if w not in taken:
                 words.append(w)
         self.words = np.array(words, dtype=object)
-        self.exponent = zipf_exponent(spec["sentences"] * mean_len, kept, min_count, size)
+        # build_vocab keeps the specials, every dictionary word and the words counted >= min_count in the
+        # train split: the Zipfian words must make up the rest of the paper's figure
+        tokens = spec["sentences"] * (1 - HOLDOUT) * zipf_tokens(spec["length"])
+        self.exponent = zipf_exponent(tokens, kept - len(SPECIALS) - len(set(concept_words)), min_count, size)
         p = np.arange(1, size + 1, dtype=np.float64) ** -self.exponent
         self.cdf = np.cumsum(p / p.sum())
         order = np.random.default_rng([seed, 7]).permutation(len(labels))  # which classes are common
@@ -194,8 +236,8 @@ class Words:
 
 
 def n_concepts(rng: np.random.Generator, n: int, most: int) -> np.ndarray:
-    """How many concepts: 1-``most`` with falling probabilities."""
-    p = np.array([0.4, 0.3, 0.15, 0.1, 0.05][:most])
+    """How many concepts: 1-``most`` with falling probabilities (:data:`CONCEPTS`)."""
+    p = CONCEPTS[:most]
     return rng.choice(np.arange(1, most + 1), size=n, p=p / p.sum())
 
 

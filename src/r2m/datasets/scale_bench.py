@@ -392,18 +392,25 @@ def _entry(base: Path, a: argparse.Namespace) -> dict[str, Any]:
     from r2m.utils.guard import BadInput
 
     catalog = (yaml.safe_load(base.read_text()) or {}).get("catalog") or {}
+    builtin = False
     if a.dataset in catalog:
         entry = dict(catalog[a.dataset])
         if entry.get("kind") != "rehearsal":
             raise BadInput(f"--dataset {a.dataset}: catalog entry of kind {entry.get('kind')!r}, not rehearsal")
     elif a.dataset == "rehearsal":
         entry = dict(ENTRY)
+        builtin = True
     else:
         raise BadInput(f"--dataset {a.dataset}: not in the catalog of {base} (and not 'rehearsal', the built-in)")
     for key in ("shape", "corpus"):
         if getattr(a, key):
             entry[key] = getattr(a, key)
         entry.setdefault(key, ENTRY[key])
+    if builtin:  # the built-in entry counts the vocabulary at the paper's min_count for its corpus
+        from r2m.datasets.rehearsal import CORPORA
+
+        min_count = CORPORA[entry["corpus"]]["vocab"][1]
+        entry["overrides"] = {**entry["overrides"], "build_vocab": {"min_count": min_count}}
     return entry
 
 

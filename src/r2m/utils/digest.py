@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +24,19 @@ from r2m.utils.io import file_digest, write_json
 def expand(paths: Iterable[Path]) -> list[Path]:
     """Files of ``paths``, folders walked recursively (sorted; hidden entries skipped); paths that
     do not exist are kept (:func:`digest_files` records them as missing)."""
-    out: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            for root, dirs, files in os.walk(p):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                out += [Path(root) / f for f in sorted(files) if not f.startswith(".") and not _special(Path(root) / f)]
-        else:
-            out.append(p)
-    return out
+    return [f for p in paths for f in walk(p)]
+
+
+def walk(path: Path) -> Iterator[Path]:
+    """:func:`expand` of one path, a file at a time (a folder of 123,287 images is never a list)."""
+    if path.is_dir():
+        for root, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for f in sorted(files):
+                if not f.startswith(".") and not _special(Path(root) / f):
+                    yield Path(root) / f
+    else:
+        yield path
 
 
 def _special(path: Path) -> bool:
@@ -76,28 +80,29 @@ def parsed_digest(path: Path, view: Callable[[Any], Any] | None = None) -> str |
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
-def digest_files(files: Iterable[Path], cache_path: Path | None = None, parsed: bool = False,
-                 view: tuple[str, Callable[[Any], Any]] | None = None) -> list[dict[str, Any]]:
-    """``[{"path", "bytes", "sha256"}]`` per file (``{"path", "missing": true}`` for an absent one).
-    ``parsed``: a JSON/YAML file that parses is ``{"path", "parsed_sha256"}`` (:func:`parsed_digest`)
-    instead, so an edit that changes nothing it says changes nothing recorded. ``view`` ``(name, fn)``
-    (implies ``parsed``): ``{"path", "<name>_sha256"}``, the digest of ``fn`` of the parsed content."""
-    if view is not None:
-        parsed = True
-    cache = _read_cache(cache_path)
-    fresh: dict[str, Any] = {}
-    out = []
-    for f in files:
+class StatCache:
+    """The stat cache of :func:`digest_files`, read once; :meth:`record` digests one file (read again only
+    when its size or mtime changed), :meth:`save` writes the cache back when an entry changed. Only the
+    changed entries are held apart from the cache read, so one record at a time costs no memory per file."""
+
+    def __init__(self, path: Path | None, parsed: bool = False,
+                 view: tuple[str, Callable[[Any], Any]] | None = None) -> None:
+        self.path, self.parsed, self.view = path, parsed or view is not None, view
+        self.cache = _read_cache(path)
+        self.fresh: dict[str, Any] = {}
+
+    def record(self, f: Path) -> dict[str, Any]:
+        """``{"path", "bytes", "sha256"}`` (or ``{"path", "<how>_sha256"}``, ``{"path", "missing": true}``)."""
+        view = self.view
         try:
             st = f.stat()
         except OSError:
-            out.append({"path": str(f), "missing": True})
-            continue
+            return {"path": str(f), "missing": True}
         if not stat.S_ISREG(st.st_mode):  # named on its own: refused (reading it would block or never end)
             raise BadInput(f"{f}: {not_a_file(f) or 'not a regular file'}; name a file")
-        how = (view[0] if view else "parsed") if parsed and f.suffix.lower() in PARSED else "bytes"
+        how = (view[0] if view else "parsed") if self.parsed and f.suffix.lower() in PARSED else "bytes"
         key = os.path.realpath(f)
-        hit = cache.get(key)
+        hit = self.fresh.get(key) or self.cache.get(key)
         if isinstance(hit, list) and len(hit) in (3, 4) and hit[:2] == [st.st_size, st.st_mtime_ns] \
                 and (hit[3] if len(hit) == 4 else "bytes") == how:
             digest = hit[2]
@@ -105,14 +110,31 @@ def digest_files(files: Iterable[Path], cache_path: Path | None = None, parsed: 
             digest = parsed_digest(f, view[1] if view else None) if how != "bytes" else None
             if digest is None:  # bytes asked for, or a file that does not parse: its bytes count
                 how, digest = "bytes", file_digest(f)
-        fresh[key] = [st.st_size, st.st_mtime_ns, digest, how]
-        out.append({"path": str(f), f"{how}_sha256": digest} if how != "bytes"
-                   else {"path": str(f), "bytes": st.st_size, "sha256": digest})
-    if cache_path is not None and any(cache.get(k) != v for k, v in fresh.items()):
-        try:
-            write_json(cache_path, {**cache, **fresh}, indent=None)
-        except OSError:  # a read-only checkout: digests are still right, only slower next time
-            pass
+        entry = [st.st_size, st.st_mtime_ns, digest, how]
+        if self.cache.get(key) != entry:
+            self.fresh[key] = entry
+        return ({"path": str(f), f"{how}_sha256": digest} if how != "bytes"
+                else {"path": str(f), "bytes": st.st_size, "sha256": digest})
+
+    def save(self) -> None:
+        if self.path is not None and self.fresh:
+            self.cache.update(self.fresh)  # the order of {**cache, **fresh}
+            self.fresh = {}
+            try:
+                write_json(self.path, self.cache, indent=None)
+            except OSError:  # a read-only checkout: digests are still right, only slower next time
+                pass
+
+
+def digest_files(files: Iterable[Path], cache_path: Path | None = None, parsed: bool = False,
+                 view: tuple[str, Callable[[Any], Any]] | None = None) -> list[dict[str, Any]]:
+    """``[{"path", "bytes", "sha256"}]`` per file (``{"path", "missing": true}`` for an absent one).
+    ``parsed``: a JSON/YAML file that parses is ``{"path", "parsed_sha256"}`` (:func:`parsed_digest`)
+    instead, so an edit that changes nothing it says changes nothing recorded. ``view`` ``(name, fn)``
+    (implies ``parsed``): ``{"path", "<name>_sha256"}``, the digest of ``fn`` of the parsed content."""
+    cache = StatCache(cache_path, parsed, view)
+    out = [cache.record(f) for f in files]
+    cache.save()
     return out
 
 

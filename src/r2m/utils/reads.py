@@ -22,7 +22,8 @@ outputs are bookkeeping, not a read).
 
 Each event costs one dict lookup in the hook for events nobody listens to; the listener decides
 "inside the project?" once per path string (cached). Digests are taken at the end
-(:meth:`Recorder.finish`), through the stat cache of :func:`r2m.utils.digest.digest_files`.
+(:meth:`Recorder.finish`), through the stat cache (:class:`r2m.utils.digest.StatCache`), a folder a
+file at a time.
 """
 
 from __future__ import annotations
@@ -367,13 +368,13 @@ class Recorder:
 
 def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dict[str, str]:
     """``{name: digest}``: a file's SHA-256 (a JSON/YAML file's: of what it says), a folder's ``tree:`` digest (:func:`r2m.utils.digest.tree_digest`'s
-    value), ``"missing"`` when gone. One pass of :func:`r2m.utils.digest.digest_files` (its stat cache
-    ``cache`` read and written once) over every file named or inside a folder named."""
-    from r2m.utils.digest import digest_files, expand, tree_line
+    value), ``"missing"`` when gone. Every file named or inside a folder named goes through one
+    :class:`r2m.utils.digest.StatCache` (the stat cache ``cache`` read and written once); a folder is
+    walked and hashed a file at a time."""
+    from r2m.utils.digest import StatCache, tree_line, walk
 
     out: dict[str, str] = {}
-    files: list[Path] = []
-    folders: dict[str, tuple[Path, list[Path]]] = {}
+    stats = StatCache(cache, parsed=True)  # a JSON/YAML file by what it says (r2m.utils.digest.parsed_digest)
     base = os.fspath(root)
     for n in names:
         full = os.path.normpath(os.path.join(base, n))
@@ -383,26 +384,17 @@ def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dic
             out[n] = "missing"
             continue
         if stat.S_ISDIR(mode):
-            folders[n] = (Path(full), expand([Path(full)]))
-            files += folders[n][1]
+            h = hashlib.sha256()
+            folder = Path(full)
+            for f in walk(folder):
+                h.update(tree_line(folder, stats.record(f)))
+            out[n] = "tree:" + h.hexdigest()
         elif stat.S_ISREG(mode):
-            files.append(Path(full))
+            rec = stats.record(Path(full))
+            out[n] = rec.get("sha256") or rec.get("parsed_sha256") or "missing"
         else:
             out[n] = "missing"
-    # a JSON/YAML file by what it says (a comment or spacing changes nothing: r2m.utils.digest.parsed_digest)
-    found = {rec["path"]: rec for rec in digest_files(dict.fromkeys(files), cache, parsed=True)}
-    for n in names:
-        if n in out:
-            continue
-        if n in folders:
-            h = hashlib.sha256()
-            folder, inside = folders[n]
-            for f in inside:
-                h.update(tree_line(folder, found[str(f)]))
-            out[n] = "tree:" + h.hexdigest()
-        else:
-            rec = found[os.path.normpath(os.path.join(base, n))]
-            out[n] = rec.get("sha256") or rec.get("parsed_sha256") or "missing"
+    stats.save()
     return out
 
 

@@ -150,10 +150,12 @@ def extract_stage(ctx: StageContext, p: Any, out: Path) -> None:
     args = ctx.args
     shard, merge = _shard_args(args)
     images = read_image_index(ctx.deps["prepared"], ctx.root)
-    ctx.log.info("features: %d images, backend %s, device %s", len(images), p.backend, ctx.runtime.torch_device())
+    ids, files = list(images["image_id"]), list(images["file"])
+    del images  # the table of every image (4 string columns, ~720 B an image) is not held while features run
+    ctx.log.info("features: %d images, backend %s, device %s", len(ids), p.backend, ctx.runtime.torch_device())
     work = RS.resume_dir(ctx.root, ctx.stage.name, ctx.axes, None if shard is None else f"shard{shard[0]}")
     meta = extract_dataset(
-        list(images["image_id"]), list(images["file"]), out, p.backend, p.options, p.batch_size, p.shard_size,
+        ids, files, out, p.backend, p.options, p.batch_size, p.shard_size,
         ctx.runtime.torch_device(), ctx.runtime.workers, shard, merge,
         getattr(args, "parts_dir", None), getattr(args, "parts_from", None),
         work=work / "parts", finalize=ctx.save_params, fault_point=ctx.stage.name,
