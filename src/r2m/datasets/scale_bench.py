@@ -19,6 +19,7 @@ import argparse
 import csv
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -37,6 +38,11 @@ AXES = {"variant": "r2m", "seed": "0", "ckpt": "train_i", "model": "sat"}
 # the rehearsal entry: benchmark-wide sizes are the recipe's; training runs a few steps (its cost per step
 # does not grow with the data; its memory must not either), features at the benchmarks' widths
 TRAIN = {"steps": 4, "batch_size": 64, "eval_every": 4, "checkpoint_every": 4}
+# flags of a stage's command: a training stage starts over (never resumes an earlier run's last.pt);
+# train_sup's closing perplexities pass forward over every train (<= 50,000), val and test pair, at 4 steps
+# about 6x the training at 1 % (SAT, hidden 1,000, on a CPU): measured apart, not in the stage's figures
+STAGE_FLAGS = {"train_xe": ["--fresh"], "train_s": ["--fresh"], "train_m": ["--fresh"], "train_i": ["--fresh"],
+               "train_sup": ["--fresh", "--no-perplexity"]}
 ENTRY: dict[str, Any] = {
     "kind": "rehearsal", "shape": "coco", "corpus": "shutterstock", "seed": 0, "image_size": 32,
     "fidelity": "paper", "beta": 1.0, "gamma": 1.0,
@@ -64,6 +70,133 @@ class Row:
     peak_rss_mb: float = math.nan
     out_bytes: int = 0
     note: str = ""
+    # from the stage's log (training stages): its loop's steps and seconds, and the checkpoint selections in it
+    steps: int = 0
+    loop_s: float = math.nan
+    selections: int = 0
+    select_s: float = math.nan  # wall seconds of all its selections together
+
+
+@dataclass(frozen=True)
+class GpuFigure:
+    """A throughput measured on a GPU (docs/guide/benchmarks.md)."""
+    value: float
+    unit: str
+    card: str
+    date: str
+    source: str
+
+
+# The GPU figures measured so far, which the H100 column is computed from (nothing else is assumed).
+GPU_FIGURES: dict[str, GpuFigure] = {
+    "train_xe": GpuFigure(18_048, "sentences/s", "H100", "2026-11-26",
+                          "r2m bench schedule --device cuda (whole-step CUDA graph, TF32)"),
+    "train_s": GpuFigure(9_578, "sentences/s", "H100", "2026-11-26",
+                         "r2m bench schedule --device cuda (whole-step CUDA graph, TF32)"),
+    "train_m": GpuFigure(6_860, "images/s", "H100", "2026-11-26",
+                         "r2m bench schedule --device cuda (whole-step CUDA graph, TF32)"),
+    "train_i": GpuFigure(6_860, "images/s", "H100", "2026-11-26",
+                         "r2m bench schedule --device cuda (whole-step CUDA graph, TF32)"),
+    "inception_v4_files": GpuFigure(1_607, "images/s", "H200", "2026-11-27",
+                                    "scripts/device_bench.py: Inception-V4 from 500x500 JPEG files, GPU decoding"),
+    "inception_v4_model": GpuFigure(2_472, "images/s", "H100", "2026-11-26",
+                                    "r2m bench features --device cuda: the model alone"),
+    "vgg16_model": GpuFigure(892, "images/s", "H100", "2026-11-26",
+                             "r2m bench features --device cuda: the model alone"),
+}
+# stages whose work runs on the device; every other stage is a CPU stage (its H100 time is its CPU time)
+DEVICE_STAGES = ("detect_concepts", "extract_features", "extract_features_sup", "train_xe", "train_s", "train_m",
+                 "train_i", "caption", "pretrain_sup", "train_sup", "caption_sup")
+_LOOP = re.compile(r": done, (\d+) steps in ([\d.]+) s")
+_SELECTION = re.compile(r"step \d+: selection score .* in ([\d.]+) s \(")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A training stage's schedule in the project's params (the paper's): steps, batch, evaluations."""
+    steps: int
+    batch_size: int
+    eval_every: int
+    selects: bool  # a checkpoint selection (captions of the val images) at each evaluation
+
+    @property
+    def evaluations(self) -> int:
+        """Evaluations the loop makes: every ``eval_every`` steps and at the last step."""
+        return self.steps // self.eval_every + (1 if self.steps % self.eval_every else 0)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the predictions need: the paper's schedules, the benchmark's image counts, the bench's batch."""
+    schedules: dict[str, Schedule]
+    images: int  # all images of the benchmark (the feature stages read every one)
+    val_images: int  # the val split at full size (what a selection captions)
+    bench_batch: int = TRAIN["batch_size"]
+
+
+def paper_plan(base: dict[str, Any], shape: str, model: str = AXES["model"]) -> Plan:
+    """The :class:`Plan` of the project's params ``base`` (a loaded params.yaml) for a benchmark ``shape``."""
+    from r2m.datasets.rehearsal import SHAPES
+
+    schedules = {}
+    for stage in ("train_xe", "train_s", "train_m", "train_i", "train_sup"):
+        sec = dict(base.get(stage) or {})
+        if stage == "train_sup":
+            sec.update((sec.pop("per_model", None) or {}).get(model) or {})
+        if not {"steps", "batch_size", "eval_every"} <= set(sec):
+            continue
+        select_by = sec.get("select_by", "auto" if stage in ("train_m", "train_i") else "last")
+        schedules[stage] = Schedule(int(sec["steps"]), int(sec["batch_size"]), int(sec["eval_every"]),
+                                    select_by != "last")
+    return Plan(schedules, sum(SHAPES[shape].values()), SHAPES[shape]["val"])
+
+
+def h100_prediction(stage: str, plan: Plan, cpu_s: float) -> tuple[float, str]:
+    """``(seconds, where the figure comes from)`` of ``stage`` at full size on one H100, from
+    :data:`GPU_FIGURES` only: measured throughput × the paper's steps (or the benchmark's images);
+    a CPU stage keeps ``cpu_s`` (its predicted CPU time here); NaN where no GPU figure was measured."""
+    if stage not in DEVICE_STAGES:
+        return cpu_s, "CPU stage (this machine's CPU time)"
+    sched = plan.schedules.get(stage)
+    if stage in ("train_xe", "train_s", "train_m", "train_i") and sched is not None:
+        g = GPU_FIGURES[stage]
+        how = (f"measured throughput x steps: {sched.steps:,} x {sched.batch_size} / {g.value:,.0f} {g.unit} "
+               f"({g.card}, {g.date})")
+        if sched.selects:
+            how += (f"; training steps only: the {sched.evaluations} selections ({plan.val_images:,} val captions "
+                    "each) have no GPU figure measured")
+        return sched.steps * sched.batch_size / g.value, how
+    if stage == "extract_features":
+        g, m = GPU_FIGURES["inception_v4_files"], GPU_FIGURES["inception_v4_model"]
+        return plan.images / g.value, (f"measured throughput x images: {plan.images:,} / {g.value:,.0f} {g.unit} "
+                                       f"(Inception-V4 from JPEG files, {g.card}, {g.date}; the model alone "
+                                       f"{m.value:,.0f} {m.unit} on the {m.card})")
+    if stage == "extract_features_sup":
+        g = GPU_FIGURES["vgg16_model"]
+        return plan.images / g.value, (f"measured throughput x images: {plan.images:,} / {g.value:,.0f} {g.unit} "
+                                       f"(VGG-16, the model alone, {g.card}, {g.date}); JPEG decoding and "
+                                       "VGG-19's grid have no GPU figure measured")
+    return math.nan, "no GPU figure measured"
+
+
+def paper_cpu_s(row: Row, plan: Plan) -> float:
+    """The paper's schedule of a training stage on this machine (wall s), from one bench row at size
+    ``row.size``: loop seconds without selections per training row x the schedule's rows, plus seconds per
+    selection (scaled to the full val split) x the schedule's evaluations. The loop's seconds include its
+    one validation pass, so the per-row cost is an upper estimate. NaN without a loop time in the log."""
+    from r2m.datasets.rehearsal import scaled
+
+    sched = plan.schedules.get(row.stage)
+    if sched is None or not row.steps or math.isnan(row.loop_s):
+        return math.nan
+    select_s = 0.0 if math.isnan(row.select_s) else row.select_s
+    per_row = (row.loop_s - select_s) / (row.steps * plan.bench_batch)
+    total = per_row * sched.steps * sched.batch_size
+    if sched.selects:
+        if not row.selections:
+            return math.nan
+        total += select_s / row.selections * plan.val_images / scaled(plan.val_images, row.size) * sched.evaluations
+    return total
 
 
 @dataclass
@@ -148,6 +281,7 @@ def run_stage(stage: str, dataset: str, ws: Path, params: Path, budget: float, t
         cmd += ["--ckpt", AXES["ckpt"]]
     if threads:
         cmd += ["--threads", str(threads)]
+    cmd += STAGE_FLAGS.get(stage, [])
     env = {**os.environ, "R2M_NO_PROGRESS": "1", "R2M_DEVICE": os.environ.get("R2M_DEVICE", "cpu")}
     log = ws / "logs" / f"{stage}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -179,6 +313,18 @@ def run_stage(stage: str, dataset: str, ws: Path, params: Path, budget: float, t
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
         row.status, row.note = "failed", f"exit {proc.returncode}: {tail[0][:200]} (log: {log})"
     row.out_bytes = sum(tree_bytes(ws / p) for p in out_paths(stage, dataset) if (ws / p).exists())
+    read_log(row, log.read_text(errors="replace"))
+    return row
+
+
+def read_log(row: Row, text: str) -> Row:
+    """The training loop's steps and seconds and its selections' count and seconds, from a stage's log."""
+    done = _LOOP.findall(text)
+    if done:
+        row.steps, row.loop_s = int(done[-1][0]), float(done[-1][1])
+    sel = [float(x) for x in _SELECTION.findall(text)]
+    if sel:
+        row.selections, row.select_s = len(sel), sum(sel)
     return row
 
 
@@ -189,13 +335,16 @@ def _axes(stage: str) -> tuple[str, ...]:
 
 
 def bench(sizes: list[float], stages: list[str], base_params: Path, workdir: Path, budget: float,
-          entry: dict[str, Any], keep: bool = False, threads: int = 0, echo=print) -> list[Row]:
-    """Every stage at every size (smallest first); see the module docstring."""
+          entry: dict[str, Any], keep: bool = False, threads: int = 0, echo=print,
+          workspace: Path | None = None) -> list[Row]:
+    """Every stage at every size (smallest first); see the module docstring. ``workspace``: run the
+    (one) size in this earlier workspace (``--keep``), whose outputs the stages read, and keep it."""
     rows: list[Row] = []
     blocked: dict[str, str] = {}  # stage -> why it is not run at the larger sizes
     for size in sorted(sizes):
         name = entry_name(size)
-        ws = Path(tempfile.mkdtemp(prefix=f"scale-{name}-", dir=workdir))
+        ws = workspace or Path(tempfile.mkdtemp(prefix=f"scale-{name}-", dir=workdir))
+        keep = keep or workspace is not None
         params = write_params(base_params, ws, name, {**entry, "scale": size})
         missing: dict[str, str] = {}  # outputs not made at this size
         for stage in stages:
@@ -233,13 +382,15 @@ def read_rows(path: Path) -> list[Row]:
     try:
         with open(path, newline="") as fh:
             return [Row(r["stage"], float(r["size"]), r["status"], _num(r["wall_s"]), _num(r["cpu_s"]),
-                        _num(r["peak_rss_mb"]), int(r["out_bytes"]), r["note"]) for r in csv.DictReader(fh)]
+                        _num(r["peak_rss_mb"]), int(r["out_bytes"]), r["note"], int(r.get("steps") or 0),
+                        _num(r.get("loop_s") or ""), int(r.get("selections") or 0), _num(r.get("select_s") or ""))
+                    for r in csv.DictReader(fh)]
     except (OSError, KeyError, ValueError) as err:
         raise BadInput(f"--merge {path}: not a scale.csv ({err})") from None
 
 
 def _num(v: str) -> float:
-    return math.nan if v in ("", "–") else float(v)
+    return math.nan if v in ("", "–", "nan") else float(v)
 
 
 def fits(rows: list[Row]) -> dict[str, Fit]:
@@ -264,19 +415,40 @@ def _fmt(v: float, spec: str = ".1f") -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def write_outputs(rows: list[Row], out: Path, meta: dict[str, str]) -> dict[str, Fit]:
+def cpu_at_full(stage: str, rows: list[Row], fit: Fit) -> float:
+    """The stage's CPU seconds at size 1.0: measured when it ran there, else the fit's prediction."""
+    at = [r for r in rows if r.stage == stage and r.status == "ok" and r.size == 1.0]
+    return at[-1].cpu_s if at else fit.extra.get("cpu_pred_s", math.nan)
+
+
+def predictions(rows: list[Row], f: dict[str, Fit], plan: Plan) -> dict[str, dict[str, Any]]:
+    """Per stage: ``h100_s`` and ``h100_from`` (:func:`h100_prediction`) and ``paper_cpu_s``
+    (:func:`paper_cpu_s` of its largest size with a loop time in the log)."""
+    out = {}
+    for stage, fit in f.items():
+        h, how = h100_prediction(stage, plan, cpu_at_full(stage, rows, fit))
+        timed = sorted((r for r in rows if r.stage == stage and r.status == "ok" and r.steps), key=lambda r: r.size)
+        out[stage] = {"h100_s": h, "h100_from": how, "paper_cpu_s": paper_cpu_s(timed[-1], plan) if timed else math.nan}
+    return out
+
+
+def write_outputs(rows: list[Row], out: Path, meta: dict[str, str], plan: Plan | None = None) -> dict[str, Fit]:
     out.mkdir(parents=True, exist_ok=True)
     f = fits(rows)
+    pred = predictions(rows, f, plan) if plan is not None else {}
     with open(out / "scale.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["stage", "size", "status", "wall_s", "cpu_s", "peak_rss_mb", "out_bytes", "note"])
+        w.writerow(["stage", "size", "status", "wall_s", "cpu_s", "peak_rss_mb", "out_bytes", "note",
+                    "steps", "loop_s", "selections", "select_s"])
         for r in rows:
             w.writerow([r.stage, r.size, r.status, _fmt(r.wall_s, ".3f"), _fmt(r.cpu_s, ".3f"),
-                        _fmt(r.peak_rss_mb, ".1f"), r.out_bytes, r.note])
+                        _fmt(r.peak_rss_mb, ".1f"), r.out_bytes, r.note, r.steps, _fmt(r.loop_s, ".2f"),
+                        r.selections, _fmt(r.select_s, ".2f")])
     sizes = sorted({r.size for r in rows})
     head = ["stage"] + [f"{s:g}: s / CPU s / MB RSS / MiB out" for s in sizes] + \
         ["time exponent", "CPU exponent (all; two largest)", "RSS exponent", "predicted s at 1.0",
-         "predicted CPU s at 1.0"]
+         "predicted CPU s at 1.0"] + \
+        (["paper schedule here, s", "one H100, s at 1.0", "H100 figure from"] if pred else [])
     lines = [f"<!-- {', '.join(f'{k}: {v}' for k, v in meta.items())} -->", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for stage, fit in f.items():
@@ -294,7 +466,15 @@ def write_outputs(rows: list[Row], out: Path, meta: dict[str, str]) -> dict[str,
                   f'{_fmt(fit.extra["cpu_exponent"], ".2f")}; {_fmt(fit.extra["cpu_exponent_top"], ".2f")}',
                   _fmt(fit.extra["rss_exponent"], ".2f"),
                   _fmt(fit.predicted_s, ".0f"), _fmt(fit.extra["cpu_pred_s"], ".0f")]
+        if pred:
+            p = pred[stage]
+            cells += [_fmt(p["paper_cpu_s"], ".0f"), _fmt(p["h100_s"], ".1f"), p["h100_from"]]
         lines.append("| " + " | ".join(cells) + " |")
+    if pred:
+        lines += ["", "Paper schedule here: the training stages' loop seconds per row and seconds per selection "
+                  "(scaled to the full val split) at their largest size, times the schedule in the params. "
+                  "One H100: measured GPU throughput (the bench's table of GPU figures) x the paper's steps or "
+                  "the benchmark's images; a CPU stage keeps this machine's CPU time at 1.0."]
     (out / "scale.md").write_text("\n".join(lines) + "\n")
     plot(rows, out / "scale.png")
     return f
@@ -341,9 +521,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=600.0, help="seconds one stage may take at one size")
     p.add_argument("--threads", type=int, default=0, help="torch threads of each stage (0: its default)")
     p.add_argument("--keep", action="store_true", help="keep the workspaces")
+    p.add_argument("--workspace", default=None, metavar="DIR",
+                   help="run the stages (one size) in this workspace of an earlier --keep run, on its outputs")
     p.add_argument("--merge", default=None, metavar="CSV",
                    help="a scale.csv of an earlier run: its rows join this run's in the table, fits and plot")
     a = p.parse_args(argv)
+    import yaml
+
     from r2m.utils.guard import BadInput
 
     try:
@@ -363,23 +547,31 @@ def main(argv: list[str] | None = None) -> int:
     if not base.is_file():
         raise BadInput(f"--params {base}: no such file")
     entry = _entry(base, a)
+    workspace = Path(a.workspace).resolve() if a.workspace else None
+    if workspace is not None and (len(sizes) != 1 or not (workspace / "params.yaml").is_file()):
+        raise BadInput(f"--workspace {a.workspace}: needs one --sizes value and a workspace of an earlier "
+                       "--keep run (with its params.yaml)")
     workdir = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="r2m-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"bench scale: {entry['shape']} images, {entry['corpus']} corpus, sizes {sizes}, budget {a.budget:.0f} s "
           f"per stage, workspaces in {workdir}")
-    rows = bench(sizes, stages, base.resolve(), workdir, a.budget, entry, a.keep, a.threads)
+    rows = bench(sizes, stages, base.resolve(), workdir, a.budget, entry, a.keep, a.threads, workspace=workspace)
     meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": _machine(), "shape": entry["shape"],
             "corpus": entry["corpus"], "budget_s": f"{a.budget:.0f}"}
     if a.merge:
         new = {(r.stage, r.size) for r in rows}
         rows = [r for r in read_rows(Path(a.merge)) if (r.stage, r.size) not in new] + rows
         rows.sort(key=lambda r: r.size)
-    f = write_outputs(rows, Path(a.out), meta)
-    print("\nstage                  exponent (wall, CPU, RSS)  predicted s at 1.0 (wall, CPU)")
+    plan = paper_plan(yaml.safe_load(base.read_text()) or {}, entry["shape"])
+    f = write_outputs(rows, Path(a.out), meta, plan)
+    pred = predictions(rows, f, plan)
+    print("\nstage                  exponent (wall, CPU, RSS)  predicted s at 1.0 (wall, CPU)  paper schedule here  "
+          "one H100 (from)")
     for stage, fit in f.items():
-        x = fit.extra
+        x, p = fit.extra, pred[stage]
         print(f"{stage:<22} {_fmt(fit.exponent, '5.2f')} {_fmt(x['cpu_exponent'], '5.2f')} "
-              f"{_fmt(x['rss_exponent'], '5.2f')}        {_fmt(fit.predicted_s, '9.0f')} {_fmt(x['cpu_pred_s'], '9.0f')}")
+              f"{_fmt(x['rss_exponent'], '5.2f')}        {_fmt(fit.predicted_s, '9.0f')} {_fmt(x['cpu_pred_s'], '9.0f')}"
+              f"  {_fmt(p['paper_cpu_s'], '18.0f')}  {_fmt(p['h100_s'], '9.1f')} ({p['h100_from']})")
     print(f"\nwrote {Path(a.out) / 'scale.csv'}, scale.md, scale.png")
     if not a.workdir and not a.keep:
         shutil.rmtree(workdir, ignore_errors=True)

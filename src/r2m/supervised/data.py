@@ -44,6 +44,7 @@ class CaptionBatch:
 
 
 CACHE_BYTES = 256 * 2**20  # a feature kind up to this size is read into memory whole (Features.get)
+STATS_CHUNK_BYTES = 256 * 2**20  # channel_stats: at most this many bytes of float64 rows at a time
 
 
 class Features:
@@ -79,14 +80,18 @@ class Features:
         whole = self._cache[kind]
         return self.h5[kind][uniq.tolist()] if whole is None else whole[uniq]
 
-    def channel_stats(self, rows: np.ndarray, chunk: int = 1024) -> dict[str, tuple[Tensor, Tensor]]:
-        """Per-channel mean and std of each kind over the given rows (streamed in chunks)."""
+    def channel_stats(self, rows: np.ndarray, chunk: int = 1024, kinds: Sequence[str] | None = None,
+                      chunk_bytes: int = STATS_CHUNK_BYTES) -> dict[str, tuple[Tensor, Tensor]]:
+        """Per-channel mean and std of each kind (of ``kinds``, default all) over the given rows, streamed
+        in chunks of ``chunk`` rows, fewer where a chunk in float64 would exceed ``chunk_bytes``."""
         rows = np.unique(rows)
         out = {}
-        for k in self.kinds:
+        for k in self.kinds if kinds is None else [k for k in self.kinds if k in kinds]:
+            row_values = int(np.prod(self.h5[k].shape[1:]))
+            step = max(1, min(chunk, chunk_bytes // (8 * max(row_values, 1))))
             n, s1, s2 = 0, 0.0, 0.0
-            for a in range(0, len(rows), chunk):
-                x = np.asarray(self.h5[k][rows[a: a + chunk].tolist()], dtype=np.float64)
+            for a in range(0, len(rows), step):
+                x = np.asarray(self.h5[k][rows[a: a + step].tolist()], dtype=np.float64)
                 x = x.reshape(-1, x.shape[-1])
                 n, s1, s2 = n + len(x), s1 + x.sum(0), s2 + (x * x).sum(0)
             mean = s1 / max(n, 1)

@@ -10,7 +10,8 @@ rows) is used when its fingerprint (the resolved params) matches; ``--fresh`` ig
 Outputs: ``model.pt`` (the final weights; ``r2m.models.load_model``), ``params.yaml``,
 ``loss.tsv`` (``step split loss xe …aux``; a ``val`` row every ``eval_every`` steps = the val pairs'
 per-word NLL) and ``train_metrics.json`` (``sentences_per_s``, ``val_perplexity``,
-``test_perplexity``: exp of the per-word NLL over all held-out pairs, <#end> included).
+``test_perplexity``: exp of the per-word NLL over all held-out pairs, <#end> included; null with
+``--no-perplexity``, which ``r2m bench scale`` passes).
 S-CNN-RNN with ``scnn.cnn: end_to_end`` trains its CNN on the prepared images' pixels and also
 writes ``cnn.pt`` (+ ``features/`` in ``train_sup``): :mod:`r2m.supervised.finetune`.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
+    parser.add_argument("--no-perplexity", action="store_true",
+                        help="skip the closing perplexities of the train, val and test pairs (metrics null): "
+                             "a forward pass over every held-out pair, longer than a short benchmark run's training")
 
 
 def pretrain(ctx: StageContext) -> None:
@@ -156,7 +161,11 @@ def train_phase(ctx: StageContext, phase: str) -> None:
                      "x".join(map(str, backbone.size)))
     else:
         model = build_sup_model(name, section, len(itos), feats.shapes)
-    model.fit_feature_norm(source.channel_stats(train.rows))
+    # statistics only of the kinds the model standardises (SAT's grid at MSCOCO size: 22 GB read otherwise)
+    normed = [k for k in feats.kinds if hasattr(model, f"norm_{k}_mean")]
+    if normed:
+        model.fit_feature_norm(source.channel_stats(train.rows, kinds=normed) if source is feats
+                               else source.channel_stats(train.rows))
     model.to(device)
     model.bind_data(captions)
     model.set_phase(phase)
@@ -209,17 +218,21 @@ def train_phase(ctx: StageContext, phase: str) -> None:
     L.write_loss(Path(ctx.outs["loss"]), columns, res.rows)
     bs = max(tp.batch_size, 64)
     selections = [{"step": k, tp.select_by: score} for k, score in res.selections]
+    t0 = time.perf_counter()
+    ppl = not getattr(args, "no_perplexity", False)
     metrics = {
         "model": name, "stage": ctx.stage.name, "steps": res.step, "selected_step": selected,
         "select_by": tp.select_by, "selection": selections or None, **L.loss_summary(res.rows),
-        "train_perplexity": perplexity(model, train, bs, device) if len(train) <= 50000 else None,
-        "val_perplexity": perplexity(model, val, bs, device),
-        "test_perplexity": perplexity(model, test, bs, device),
+        "train_perplexity": perplexity(model, train, bs, device) if ppl and len(train) <= 50000 else None,
+        "val_perplexity": perplexity(model, val, bs, device) if ppl else None,
+        "test_perplexity": perplexity(model, test, bs, device) if ppl else None,
         "sentences_per_s": res.seen / res.elapsed if res.elapsed > 0 else None,
         "wall_s": res.elapsed, "device": str(device), "parameters": model.param_count(),
         "train_pairs": len(train), "vocab_size": len(itos), **info,
     }
     metrics = L.finite_or_none(metrics)
+    ctx.log.info("train_sup: perplexities %s in %.1f s", "computed" if ppl else "skipped (--no-perplexity)",
+                 time.perf_counter() - t0)
     write_json(Path(ctx.outs["metrics"]), metrics)
     feats.close()
     source.close()

@@ -321,12 +321,14 @@ def fit(spec: Loop) -> Result:
             rows.append([step, "val", obj.val_loss(ev), *(ev.get(c) for c in obj.columns)])
             spec.log.info("%s step %d: val %s", spec.name, step, " ".join(f"{k}={v:.4f}" for k, v in ev.items()))
         if spec.select is not None:
+            t_sel, c_sel = time.perf_counter(), time.process_time()
             score = float(spec.select(model, step))
             selections.append((step, score))
             if best is None or score > best.score:
                 best = Best(score, step, state_snapshot(model))
-            spec.log.info("%s step %d: selection score %.4f (best %.4f @ %d)", spec.name, step, score,
-                          best.score, best.step)
+            spec.log.info("%s step %d: selection score %.4f (best %.4f @ %d) in %.2f s (%.2f CPU s)", spec.name,
+                          step, score, best.score, best.step, time.perf_counter() - t_sel,
+                          time.process_time() - c_sel)
 
     def save_last() -> None:
         save_torch(last_path, {"model": model.checkpoint(), "optimizer": opt.state_dict(), "step": step,

@@ -1,0 +1,120 @@
+"""``r2m bench scale``'s predictions: the paper's schedule on this machine and one H100 from measured GPU figures;
+and the supervised features' channel statistics, streamed in bounded chunks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from r2m.datasets import scale_bench as B
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_schedule_counts_every_eval_step_and_the_last():
+    # evaluations at 30, 60, 90 and the last step 100; at 10, 20, ..., 50 (the last is one of them)
+    assert B.Schedule(100, 64, 30, True).evaluations == 4
+    assert B.Schedule(50, 256, 10, True).evaluations == 5
+
+
+def test_paper_plan_reads_the_project_schedule():
+    base = yaml.safe_load((ROOT / "params.yaml").read_text())
+    plan = B.paper_plan(base, "coco")
+    # params.yaml: train_xe 5000 x 256 every 500, no selection; train_m 50 x 256 every 10, train_i 100 x 256
+    # every 10, selected by CIDEr; train_sup 30000 x 64 every 1000, SAT selected by BLEU-4 (per_model)
+    assert plan.schedules["train_xe"] == B.Schedule(5000, 256, 500, False)
+    assert plan.schedules["train_m"] == B.Schedule(50, 256, 10, True)
+    assert plan.schedules["train_i"].evaluations == 10
+    assert plan.schedules["train_sup"] == B.Schedule(30000, 64, 1000, True)
+    assert plan.schedules["train_sup"].evaluations == 30
+    # MSCOCO's Karpathy splits: 113,287 + 5,000 + 5,000 images, 5,000 val
+    assert (plan.images, plan.val_images) == (123_287, 5_000)
+
+
+def test_h100_prediction_hand_worked(monkeypatch):
+    fig = B.GpuFigure(1_600, "images/s", "H100", "2026-01-01", "test")
+    monkeypatch.setitem(B.GPU_FIGURES, "train_m", fig)
+    monkeypatch.setitem(B.GPU_FIGURES, "inception_v4_files", B.GpuFigure(1_000, "images/s", "H200", "d", "test"))
+    plan = B.Plan({"train_m": B.Schedule(100, 64, 30, True), "train_xe": B.Schedule(5000, 256, 500, False)},
+                  images=5_000, val_images=500)
+    # 100 steps x 64 images / 1,600 images/s = 4 s; the 4 selections have no GPU figure
+    s, how = B.h100_prediction("train_m", plan, cpu_s=99.0)
+    assert s == pytest.approx(4.0)
+    assert "measured throughput x steps" in how and "4 selections" in how and "no GPU figure measured" in how
+    # the real table: 5,000 x 256 / 18,048 sentences/s = 1,280,000 / 18,048 = 70.92 s
+    s, how = B.h100_prediction("train_xe", plan, cpu_s=99.0)
+    assert s == pytest.approx(70.92, abs=0.01) and "selections" not in how
+    # 5,000 images / 1,000 images/s
+    s, how = B.h100_prediction("extract_features", plan, cpu_s=99.0)
+    assert s == pytest.approx(5.0) and "H200" in how
+    # a CPU stage keeps its CPU time; beam search has no GPU figure
+    assert B.h100_prediction("build_vocab", plan, cpu_s=12.5) == (12.5, "CPU stage (this machine's CPU time)")
+    s, how = B.h100_prediction("caption", plan, cpu_s=99.0)
+    assert math.isnan(s) and how == "no GPU figure measured"
+
+
+def test_paper_cpu_hand_worked():
+    plan = B.Plan({"train_m": B.Schedule(50, 256, 10, True), "train_xe": B.Schedule(5000, 256, 500, False)},
+                  images=123_287, val_images=5_000, bench_batch=64)
+    # at 10 %: 4 steps of 64 in a 100 s loop, of which one selection of the 500 val images took 60 s.
+    # Per row (100 - 60) / 256 = 0.15625 s; x 50 x 256 rows = 2,000 s. Per selection at full size
+    # 60 x 5,000 / 500 = 600 s; x 5 evaluations = 3,000 s. Total 5,000 s.
+    row = B.Row("train_m", 0.1, steps=4, loop_s=100.0, selections=1, select_s=60.0)
+    assert B.paper_cpu_s(row, plan) == pytest.approx(5_000.0)
+    # a text stage without selection: 10 s / 256 rows x 1,280,000 rows = 50,000 s
+    assert B.paper_cpu_s(B.Row("train_xe", 1.0, steps=4, loop_s=10.0), plan) == pytest.approx(50_000.0)
+    # no loop time in the log: no prediction
+    assert math.isnan(B.paper_cpu_s(B.Row("train_xe", 1.0), plan))
+
+
+def test_read_log_takes_the_loop_and_the_selections():
+    text = "\n".join([
+        "01:25:45 INFO train_m: r2m on cpu, 26568499 parameters, 4 steps x batch 64",
+        "01:27:10 INFO train_m step 4: val L_M=1.0 L_I=2.0",
+        "01:29:40 INFO train_m step 4: selection score 0.0123 (best 0.0123 @ 4) in 150.25 s (140.50 CPU s)",
+        "01:29:41 INFO train_m step 8: selection score 0.0100 (best 0.0123 @ 4) in 9.75 s (9.00 CPU s)",
+        "01:29:42 INFO train_m: done, 8 steps in 230.5 s",
+    ])
+    row = B.read_log(B.Row("train_m", 1.0), text)
+    assert (row.steps, row.loop_s, row.selections, row.select_s) == (8, 230.5, 2, pytest.approx(160.0))
+    sup = B.read_log(B.Row("train_sup", 0.1), "x INFO train_sup: done, 4 steps in 71.1 s; perplexity val None")
+    assert (sup.steps, sup.loop_s, sup.selections) == (4, 71.1, 0) and math.isnan(sup.select_s)
+
+
+def test_rows_round_trip_through_the_csv(tmp_path):
+    rows = [B.Row("train_m", 1.0, "ok", 300.0, 250.0, 1500.0, 1234, "", 4, 230.5, 1, 150.25),
+            B.Row("prepare", 1.0, "ok", 50.0, 45.0, 650.0, 99)]
+    B.write_outputs(rows, tmp_path, {"date": "t"}, B.Plan({"train_m": B.Schedule(50, 256, 10, True)}, 10, 5))
+    back = B.read_rows(tmp_path / "scale.csv")
+    assert (back[0].steps, back[0].loop_s, back[0].selections, back[0].select_s) == (4, 230.5, 1, 150.25)
+    assert back[1].steps == 0 and math.isnan(back[1].loop_s)
+    md = (tmp_path / "scale.md").read_text()
+    assert "one H100, s at 1.0" in md and "CPU stage (this machine's CPU time)" in md
+
+
+def test_channel_stats_in_bounded_chunks_and_only_the_kinds_asked(tmp_path):
+    from r2m.supervised.data import Features
+
+    rng = np.random.default_rng(0)
+    grid = rng.normal(2.0, 3.0, size=(40, 3, 3, 8)).astype(np.float16)
+    pooled = rng.normal(size=(40, 8)).astype(np.float16)
+    with h5py.File(tmp_path / "features.h5", "w") as h:
+        h["grid"], h["pooled"] = grid, pooled
+    import pandas as pd
+
+    pd.DataFrame({"image_id": [f"i{k}" for k in range(40)], "row": range(40)}).to_parquet(tmp_path / "index.parquet")
+    feats = Features(tmp_path, ("pooled", "grid"))
+    rows = np.array([3, 1, 7, 20, 21, 39, 3])
+    x = grid[np.unique(rows)].astype(np.float64).reshape(-1, 8)  # numpy over the whole selection
+    # chunk_bytes of 2 rows (2 x 72 values x 8 bytes): 3 chunks over the 6 rows, the same statistics
+    got = feats.channel_stats(rows, kinds=["grid"], chunk_bytes=2 * 72 * 8)
+    assert list(got) == ["grid"]
+    np.testing.assert_allclose(got["grid"][0].numpy(), x.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(got["grid"][1].numpy(), x.std(0), rtol=1e-5)
+    assert set(feats.channel_stats(rows)) == {"pooled", "grid"}
+    feats.close()
