@@ -61,11 +61,12 @@ def test_h100_prediction_hand_worked(monkeypatch):
 def test_paper_cpu_hand_worked():
     plan = B.Plan({"train_m": B.Schedule(50, 256, 10, True), "train_xe": B.Schedule(5000, 256, 500, False)},
                   images=123_287, val_images=5_000, bench_batch=64)
-    # at 10 %: 4 steps of 64 in a 100 s loop, of which one selection of the 500 val images took 60 s.
-    # Per row (100 - 60) / 256 = 0.15625 s; x 50 x 256 rows = 2,000 s. Per selection at full size
-    # 60 x 5,000 / 500 = 600 s; x 5 evaluations = 3,000 s. Total 5,000 s.
-    row = B.Row("train_m", 0.1, steps=4, loop_s=100.0, selections=1, select_s=60.0)
-    assert B.paper_cpu_s(row, plan) == pytest.approx(5_000.0)
+    # at 10 %: 4 steps of 64 in a 100 s loop, of which one validation pass took 20 s and one selection of the
+    # 500 val images 60 s. Per row (100 - 20 - 60) / 256 = 0.078125 s; x 50 x 256 rows = 1,000 s. Per
+    # evaluation: validation 20 s (bounded batches) + selection at full size 60 x 5,000 / 500 = 600 s;
+    # x 5 evaluations = 3,100 s. Total 4,100 s.
+    row = B.Row("train_m", 0.1, steps=4, loop_s=100.0, selections=1, select_s=60.0, validations=1, val_s=20.0)
+    assert B.paper_cpu_s(row, plan) == pytest.approx(4_100.0)
     # a text stage without selection: 10 s / 256 rows x 1,280,000 rows = 50,000 s
     assert B.paper_cpu_s(B.Row("train_xe", 1.0, steps=4, loop_s=10.0), plan) == pytest.approx(50_000.0)
     # no loop time in the log: no prediction
@@ -75,13 +76,15 @@ def test_paper_cpu_hand_worked():
 def test_read_log_takes_the_loop_and_the_selections():
     text = "\n".join([
         "01:25:45 INFO train_m: r2m on cpu, 26568499 parameters, 4 steps x batch 64",
-        "01:27:10 INFO train_m step 4: val L_M=1.0 L_I=2.0",
+        "01:27:10 INFO train_m step 4: val rank=1.0000 rec=2.0000 in 12.50 s",
         "01:29:40 INFO train_m step 4: selection score 0.0123 (best 0.0123 @ 4) in 150.25 s (140.50 CPU s)",
+        "01:29:41 INFO train_m step 8: val rank=1.0000 rec=2.0000 in 7.50 s",
         "01:29:41 INFO train_m step 8: selection score 0.0100 (best 0.0123 @ 4) in 9.75 s (9.00 CPU s)",
         "01:29:42 INFO train_m: done, 8 steps in 230.5 s",
     ])
     row = B.read_log(B.Row("train_m", 1.0), text)
     assert (row.steps, row.loop_s, row.selections, row.select_s) == (8, 230.5, 2, pytest.approx(160.0))
+    assert (row.validations, row.val_s) == (2, pytest.approx(20.0))
     sup = B.read_log(B.Row("train_sup", 0.1), "x INFO train_sup: done, 4 steps in 71.1 s; perplexity val None")
     assert (sup.steps, sup.loop_s, sup.selections) == (4, 71.1, 0) and math.isnan(sup.select_s)
 
@@ -118,3 +121,18 @@ def test_channel_stats_in_bounded_chunks_and_only_the_kinds_asked(tmp_path):
     np.testing.assert_allclose(got["grid"][1].numpy(), x.std(0), rtol=1e-5)
     assert set(feats.channel_stats(rows)) == {"pooled", "grid"}
     feats.close()
+
+
+def test_the_loops_own_log_lines_are_what_the_bench_reads(tmp_path, caplog):
+    # the toy loop of test_loop: 12 steps, an evaluation at 3, 6, 9 and 12, each with a selection
+    import logging
+
+    from r2m.training import loop as L
+    from test_loop import spec
+
+    s = spec(tmp_path / "a", select=lambda model, step: float(step))
+    with caplog.at_level(logging.INFO, logger="toy"):
+        L.fit(s)
+    row = B.read_log(B.Row("toy", 1.0), caplog.text + "\n12:00:00 INFO toy: done, 12 steps in 1.5 s")
+    assert (row.steps, row.selections, row.validations) == (12, 4, 4)
+    assert 0 <= row.select_s < 60 and 0 <= row.val_s < 60

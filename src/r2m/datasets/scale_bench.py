@@ -75,6 +75,8 @@ class Row:
     loop_s: float = math.nan
     selections: int = 0
     select_s: float = math.nan  # wall seconds of all its selections together
+    validations: int = 0
+    val_s: float = math.nan  # wall seconds of all its validation passes together
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ DEVICE_STAGES = ("detect_concepts", "extract_features", "extract_features_sup", 
                  "train_i", "caption", "pretrain_sup", "train_sup", "caption_sup")
 _LOOP = re.compile(r": done, (\d+) steps in ([\d.]+) s")
 _SELECTION = re.compile(r"step \d+: selection score .* in ([\d.]+) s \(")
+_VALIDATION = re.compile(r"step \d+: val .* in ([\d.]+) s$", re.M)
 
 
 @dataclass(frozen=True)
@@ -181,17 +184,21 @@ def h100_prediction(stage: str, plan: Plan, cpu_s: float) -> tuple[float, str]:
 
 def paper_cpu_s(row: Row, plan: Plan) -> float:
     """The paper's schedule of a training stage on this machine (wall s), from one bench row at size
-    ``row.size``: loop seconds without selections per training row x the schedule's rows, plus seconds per
-    selection (scaled to the full val split) x the schedule's evaluations. The loop's seconds include its
-    one validation pass, so the per-row cost is an upper estimate. NaN without a loop time in the log."""
+    ``row.size``: the loop's seconds without its validations and selections per training row x the
+    schedule's rows, plus per evaluation the seconds of one validation pass (bounded batches: the same at
+    every size) and of one selection (scaled to the full val split) x the schedule's evaluations. NaN
+    without a loop time in the log."""
     from r2m.datasets.rehearsal import scaled
 
     sched = plan.schedules.get(row.stage)
     if sched is None or not row.steps or math.isnan(row.loop_s):
         return math.nan
     select_s = 0.0 if math.isnan(row.select_s) else row.select_s
-    per_row = (row.loop_s - select_s) / (row.steps * plan.bench_batch)
+    val_s = 0.0 if math.isnan(row.val_s) else row.val_s
+    per_row = (row.loop_s - select_s - val_s) / (row.steps * plan.bench_batch)
     total = per_row * sched.steps * sched.batch_size
+    if row.validations:
+        total += val_s / row.validations * sched.evaluations
     if sched.selects:
         if not row.selections:
             return math.nan
@@ -318,13 +325,17 @@ def run_stage(stage: str, dataset: str, ws: Path, params: Path, budget: float, t
 
 
 def read_log(row: Row, text: str) -> Row:
-    """The training loop's steps and seconds and its selections' count and seconds, from a stage's log."""
+    """The training loop's steps and seconds, its validations' and selections' count and seconds, from a
+    stage's log."""
     done = _LOOP.findall(text)
     if done:
         row.steps, row.loop_s = int(done[-1][0]), float(done[-1][1])
     sel = [float(x) for x in _SELECTION.findall(text)]
     if sel:
         row.selections, row.select_s = len(sel), sum(sel)
+    val = [float(x) for x in _VALIDATION.findall(text)]
+    if val:
+        row.validations, row.val_s = len(val), sum(val)
     return row
 
 
@@ -383,7 +394,8 @@ def read_rows(path: Path) -> list[Row]:
         with open(path, newline="") as fh:
             return [Row(r["stage"], float(r["size"]), r["status"], _num(r["wall_s"]), _num(r["cpu_s"]),
                         _num(r["peak_rss_mb"]), int(r["out_bytes"]), r["note"], int(r.get("steps") or 0),
-                        _num(r.get("loop_s") or ""), int(r.get("selections") or 0), _num(r.get("select_s") or ""))
+                        _num(r.get("loop_s") or ""), int(r.get("selections") or 0), _num(r.get("select_s") or ""),
+                        int(r.get("validations") or 0), _num(r.get("val_s") or ""))
                     for r in csv.DictReader(fh)]
     except (OSError, KeyError, ValueError) as err:
         raise BadInput(f"--merge {path}: not a scale.csv ({err})") from None
@@ -439,11 +451,11 @@ def write_outputs(rows: list[Row], out: Path, meta: dict[str, str], plan: Plan |
     with open(out / "scale.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["stage", "size", "status", "wall_s", "cpu_s", "peak_rss_mb", "out_bytes", "note",
-                    "steps", "loop_s", "selections", "select_s"])
+                    "steps", "loop_s", "selections", "select_s", "validations", "val_s"])
         for r in rows:
             w.writerow([r.stage, r.size, r.status, _fmt(r.wall_s, ".3f"), _fmt(r.cpu_s, ".3f"),
                         _fmt(r.peak_rss_mb, ".1f"), r.out_bytes, r.note, r.steps, _fmt(r.loop_s, ".2f"),
-                        r.selections, _fmt(r.select_s, ".2f")])
+                        r.selections, _fmt(r.select_s, ".2f"), r.validations, _fmt(r.val_s, ".2f")])
     sizes = sorted({r.size for r in rows})
     head = ["stage"] + [f"{s:g}: s / CPU s / MB RSS / MiB out" for s in sizes] + \
         ["time exponent", "CPU exponent (all; two largest)", "RSS exponent", "predicted s at 1.0",
@@ -471,8 +483,9 @@ def write_outputs(rows: list[Row], out: Path, meta: dict[str, str], plan: Plan |
             cells += [_fmt(p["paper_cpu_s"], ".0f"), _fmt(p["h100_s"], ".1f"), p["h100_from"]]
         lines.append("| " + " | ".join(cells) + " |")
     if pred:
-        lines += ["", "Paper schedule here: the training stages' loop seconds per row and seconds per selection "
-                  "(scaled to the full val split) at their largest size, times the schedule in the params. "
+        lines += ["", "Paper schedule here: the training stages' seconds per training row, per validation pass and "
+                  "per selection (scaled to the full val split) at their largest size, times the schedule in the "
+                  "params. "
                   "One H100: measured GPU throughput (the bench's table of GPU figures) x the paper's steps or "
                   "the benchmark's images; a CPU stage keeps this machine's CPU time at 1.0."]
     (out / "scale.md").write_text("\n".join(lines) + "\n")

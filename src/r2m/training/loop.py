@@ -316,10 +316,12 @@ def fit(spec: Loop) -> Result:
 
     def eval_and_select() -> None:
         nonlocal best
+        t_val = time.perf_counter()
         ev = evaluate()
         if ev:
             rows.append([step, "val", obj.val_loss(ev), *(ev.get(c) for c in obj.columns)])
-            spec.log.info("%s step %d: val %s", spec.name, step, " ".join(f"{k}={v:.4f}" for k, v in ev.items()))
+            spec.log.info("%s step %d: val %s in %.2f s", spec.name, step, " ".join(f"{k}={v:.4f}" for k, v in ev.items()),
+                          time.perf_counter() - t_val)
         if spec.select is not None:
             t_sel, c_sel = time.perf_counter(), time.process_time()
             score = float(spec.select(model, step))
