@@ -136,3 +136,34 @@ def test_the_loops_own_log_lines_are_what_the_bench_reads(tmp_path, caplog):
     row = B.read_log(B.Row("toy", 1.0), caplog.text + "\n12:00:00 INFO toy: done, 12 steps in 1.5 s")
     assert (row.steps, row.selections, row.validations) == (12, 4, 4)
     assert 0 <= row.select_s < 60 and 0 <= row.val_s < 60
+
+
+def test_train_sup_no_perplexity_skips_only_the_closing_perplexities(tmp_path):
+    # the tiny set of test_sup_selection, m-RNN, once as the DAG runs it and once with --no-perplexity
+    import argparse
+    import importlib
+
+    import torch
+
+    from r2m.stage import registry as S
+    from r2m.stage.context import StageContext
+    from r2m.utils.io import read_json
+    from test_sup_selection import _params, _run
+
+    torch.set_num_threads(1)
+    for stage in ("prepare", "references", "extract_features_sup", "sup_vocab"):
+        _run(tmp_path, stage)
+    metrics = tmp_path / "results/syn/mrnn/s0/train_sup/train_metrics.json"
+    model = tmp_path / "models/syn/mrnn/s0/train_sup/model.pt"
+    got = {}
+    for flag in (False, True):
+        ctx = StageContext(stage=S.get("train_sup"), params=_params(), dataset="syn", model="mrnn", root=tmp_path,
+                           args=argparse.Namespace(fresh=True, no_perplexity=flag))
+        mod, fn = S.get("train_sup").impl.split(":")
+        importlib.import_module(mod).__dict__[fn](ctx)
+        got[flag] = read_json(metrics), torch.load(model, weights_only=True)["state_dict"]
+    (full, w_full), (short, w_short) = got[False], got[True]
+    assert all(full[k] > 1.0 for k in ("train_perplexity", "val_perplexity", "test_perplexity"))
+    assert all(short[k] is None for k in ("train_perplexity", "val_perplexity", "test_perplexity"))
+    assert all(torch.equal(w_full[k], w_short[k]) for k in w_full)  # the training itself is the same
+    assert full["selection"] == short["selection"]

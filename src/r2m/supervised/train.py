@@ -161,7 +161,8 @@ def train_phase(ctx: StageContext, phase: str) -> None:
                      "x".join(map(str, backbone.size)))
     else:
         model = build_sup_model(name, section, len(itos), feats.shapes)
-    # statistics only of the kinds the model standardises (SAT's grid at MSCOCO size: 22 GB read otherwise)
+    # statistics only of the kinds the model standardises (m-RNN's pooled vector; SAT none: its grid at MSCOCO
+    # size is 22 GB, read for nothing otherwise)
     normed = [k for k in feats.kinds if hasattr(model, f"norm_{k}_mean")]
     if normed:
         model.fit_feature_norm(source.channel_stats(train.rows, kinds=normed) if source is feats
