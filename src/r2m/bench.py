@@ -7,7 +7,6 @@ line here and write the function in your own module, e.g. ``"features": "r2m.vis
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 # name -> ("module:function", help)
@@ -50,11 +49,3 @@ def main(argv: list[str] | None = None) -> int:
     from r2m.cli import call
 
     return call(BENCHMARKS[name][0], rest)
-
-
-def parser(name: str, description: str) -> argparse.ArgumentParser:
-    """A parser pre-filled with the options every benchmark shares (device, threads)."""
-    p = argparse.ArgumentParser(prog=f"r2m bench {name}", description=description)
-    p.add_argument("--device", default="auto", help="auto|cpu|cuda[:N] (default: auto = all present)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
-    return p

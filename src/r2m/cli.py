@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from r2m.stage import registry as S
+from r2m.utils.cliargs import OneLineParser
 
 # tools that are not DAG stages: name -> (module:function, help)
 TOOLS: dict[str, tuple[str, str]] = {
@@ -54,13 +55,6 @@ def warm(argv: list[str]) -> int:
     from r2m.warm import server
 
     return server.main(argv, target=main, modules=("r2m.pipeline.validate",))
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line: ``r2m <command>: argument --x: why (see --help)``."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: {' '.join(message.split())} (see --help)\n")
 
 
 def device_arg(text: str) -> str:

@@ -219,7 +219,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from r2m.cli import OneLineParser
+    from r2m.utils.cliargs import OneLineParser
 
     p = OneLineParser(prog="r2m compare", description=__doc__.split("\n\n")[0])
     p.add_argument("systems", nargs="+", metavar="RESULTS", help="COCO results files or result folders (A B [C …])")

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from r2m.bench import parser
+from r2m.utils.cliargs import bench_parser as parser
 
 
 def bench_sup(model_name: str, device: str, steps: int, warmup: int, batch: int, length: int, vocab: int,

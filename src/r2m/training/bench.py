@@ -13,12 +13,12 @@ import time
 
 import torch
 
-from r2m.bench import parser
 from r2m.losses import loss_i, loss_s, xe_loss
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import START
 from r2m.training.objectives import token_xe
 from r2m.training.stages import make_adam
+from r2m.utils.cliargs import bench_parser as parser
 
 
 def _devices(arg: str) -> list[str]:

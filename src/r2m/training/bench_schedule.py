@@ -38,7 +38,6 @@ import torch
 from torch import Tensor
 
 from r2m import runtime as R
-from r2m.bench import parser
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import END, START
 from r2m.training import step as ST
@@ -46,6 +45,7 @@ from r2m.training.data import ImageBatch, TextBatch, pad_image, pad_text
 from r2m.training.objectives import image_objective, text_objective
 from r2m.training.opcount import bench_counts
 from r2m.training.stages import make_adam
+from r2m.utils.cliargs import bench_parser as parser
 
 log = logging.getLogger("r2m.bench.schedule")
 

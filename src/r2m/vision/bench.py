@@ -98,7 +98,7 @@ def bench_files(backend: str, device: str, n: int, batch: int, size: int, worker
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from r2m.bench import parser as make_parser
+    from r2m.utils.cliargs import bench_parser as make_parser
 
     p = make_parser("features", __doc__.splitlines()[0])
     p.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated (default: {','.join(BACKENDS)})")

@@ -84,8 +84,8 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    from r2m.bench import parser
     from r2m.text.dictionary import load_dictionary
+    from r2m.utils.cliargs import bench_parser as parser
     from r2m.vision.detectors import detect_images
 
     p = parser("concepts", "concept precision/recall of detector settings on the 16 demo photos")
