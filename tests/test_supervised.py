@@ -12,7 +12,8 @@ import torch
 from r2m.models import build_sup_model, load_model, sup_model
 from r2m.models.mrnn import MRNN, MRNNConfig, scaled_tanh
 from r2m.supervised.data import teacher_forcing
-from r2m.supervised.vocab import build, skip_reason
+from r2m.supervised.skip import skip_reason
+from r2m.supervised.vocab import build
 from r2m.text.vocab import END, PAD, START
 
 
