@@ -47,10 +47,13 @@ $(VENV)/.r2m-%: requirements-%.lock requirements.lock | $(STAMP)
 	@touch $@
 
 # `r2m warm`: each stage job is forked from one process that imported torch & co. once (src/r2m/warm)
-# then DVC's lock records what Snakemake built, so `dvc status`/`dvc repro` agree with it (about 7 s)
+# then DVC's lock records what Snakemake built, so `dvc status`/`dvc repro` agree with it (about 10 s;
+# DVC needs a git checkout, or `dvc config core.no_scm true` in an unpacked archive)
 run: setup
 	$(BIN)/r2m warm -- $(BIN)/snakemake --cores $(CORES) all
-	@$(BIN)/r2m resolve-params >/dev/null && $(BIN)/dvc commit -f -q
+	@if [ -e .git ] || grep -q "no_scm *= *true" .dvc/config; then \
+		$(BIN)/r2m resolve-params >/dev/null && $(BIN)/dvc commit -f -q; \
+	else echo "make run: not a git checkout, so dvc.lock was not written (see docs/guide/running.md)"; fi
 
 # the tests of the tf_oid and owl backends need their extras: installed here (about 2-3 min the first
 # time, 1.5 GB); test-fast skips them (the skip reason says what to install). tests/test_slurm.py starts a
