@@ -51,7 +51,7 @@ from r2m.datasets.base import (
     references_json,
     write_prepared,
 )
-from r2m.params import DatasetEntry
+from r2m.params import CorpusParams, DatasetEntry
 from r2m.text.vocab import SPECIALS
 from r2m.utils.progress import progress
 
@@ -76,7 +76,7 @@ FUNCTION_WORDS = ("a", "the", "of", "on", "in", "with", "and", "is", "to", "at",
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "t", "v", "z", "br", "dr", "kl", "tr", "gl")
 _VOWELS = ("a", "e", "i", "o", "u")
 CONCEPTS = np.array([0.4, 0.3, 0.15, 0.1, 0.05])  # how many concepts (1-5), before truncation to the most allowed
-HOLDOUT = 0.01  # corpus_concepts.holdout's default: build_vocab counts the other sentences (vocab_counts: train)
+HOLDOUT = CorpusParams.model_fields["holdout"].default  # build_vocab counts the other sentences (its train split)
 TAIL = 4  # the word list is TAIL times the kept vocabulary (the rare words)
 LIMITS = {"scale": (0.01, 1e-5, 1.0), "seed": (0, 0, None), "image_size": (32, 8, 256)}
 

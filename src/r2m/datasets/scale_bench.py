@@ -444,7 +444,10 @@ def predictions(rows: list[Row], f: dict[str, Fit], plan: Plan) -> dict[str, dic
     return out
 
 
-def write_outputs(rows: list[Row], out: Path, meta: dict[str, str], plan: Plan | None = None) -> dict[str, Fit]:
+def write_outputs(rows: list[Row], out: Path, meta: dict[str, str],
+                  plan: Plan | None = None) -> tuple[dict[str, Fit], dict[str, dict[str, Any]]]:
+    """``scale.csv``, ``scale.md`` and ``scale.png`` in ``out``; returns the fits and (with ``plan``) the
+    predictions (:func:`predictions`)."""
     out.mkdir(parents=True, exist_ok=True)
     f = fits(rows)
     pred = predictions(rows, f, plan) if plan is not None else {}
@@ -490,7 +493,7 @@ def write_outputs(rows: list[Row], out: Path, meta: dict[str, str], plan: Plan |
                   "the benchmark's images; a CPU stage keeps this machine's CPU time at 1.0."]
     (out / "scale.md").write_text("\n".join(lines) + "\n")
     plot(rows, out / "scale.png")
-    return f
+    return f, pred
 
 
 def plot(rows: list[Row], path: Path) -> None:
@@ -576,8 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in read_rows(Path(a.merge)) if (r.stage, r.size) not in new] + rows
         rows.sort(key=lambda r: r.size)
     plan = paper_plan(yaml.safe_load(base.read_text()) or {}, entry["shape"])
-    f = write_outputs(rows, Path(a.out), meta, plan)
-    pred = predictions(rows, f, plan)
+    f, pred = write_outputs(rows, Path(a.out), meta, plan)
     print("\nstage                  exponent (wall, CPU, RSS)  predicted s at 1.0 (wall, CPU)  paper schedule here  "
           "one H100 (from)")
     for stage, fit in f.items():

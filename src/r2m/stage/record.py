@@ -187,8 +187,8 @@ class Planner:
         """Write the instance's stamp (:func:`write_stamp`); returns its path and why it is stale."""
         record, why = self.check(stage, axes)
         values: dict[tuple[str, ...], Any] = {}
+        view = self.view(stage, axes)
         for p in (record or {}).get("params") or []:
-            view = self.view(stage, axes)
             values[tuple(p["path"])] = (view.get(p["path"], p["default"]) if "default" in p else view.get(p["path"]))[1]
         path = stamp_path(self.root, stage, axes)
         write_stamp(path, values, why)

@@ -26,7 +26,7 @@ the one kind ``image``; decoded by :mod:`r2m.vision.images`, kept in memory when
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +85,8 @@ class Pixels:
     def get(self, rows: np.ndarray) -> dict[str, Tensor]:
         return {"image": torch.stack([self._load(int(r)) for r in rows])}
 
-    def channel_stats(self, rows: np.ndarray) -> dict[str, tuple[Tensor, Tensor]]:
-        return {}
+    def channel_stats(self, rows: np.ndarray, kinds: Sequence[str] | None = None) -> dict[str, tuple[Tensor, Tensor]]:
+        return {}  # pixels: the CNN's own normalisation
 
     def close(self) -> None:
         self._cache = None

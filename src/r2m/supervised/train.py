@@ -165,8 +165,7 @@ def train_phase(ctx: StageContext, phase: str) -> None:
     # size is 22 GB, read for nothing otherwise)
     normed = [k for k in feats.kinds if hasattr(model, f"norm_{k}_mean")]
     if normed:
-        model.fit_feature_norm(source.channel_stats(train.rows, kinds=normed) if source is feats
-                               else source.channel_stats(train.rows))
+        model.fit_feature_norm(source.channel_stats(train.rows, kinds=normed))
     model.to(device)
     model.bind_data(captions)
     model.set_phase(phase)
