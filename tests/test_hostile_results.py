@@ -393,7 +393,7 @@ def _flip_tensor_byte(path: Path) -> None:
 
 def test_corrupted_checkpoint_is_one_line_naming_the_file_and_captions_nothing(tiny_run, tmp_path):
     """Before: a model.pt with flipped weight bytes loaded and captioned garbage (exit 0)."""
-    from r2m.models import load_model
+    from r2m.models.catalog import load_model
     from r2m.utils.checkpoint import CheckpointError
 
     root, params, _ = tiny_run

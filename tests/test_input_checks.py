@@ -139,7 +139,7 @@ def _model_copy(source: Path, tmp_path: Path, edit) -> Path:
 
 def _no_detection(monkeypatch) -> list:
     """Record every detector built (none may be: the checks come first)."""
-    import r2m.vision.detectors as D
+    import r2m.vision.detectors.factory as D
 
     built: list = []
     real = D.build_detector

@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
 
     from r2m.text.dictionary import load_dictionary
     from r2m.utils.cliargs import bench_parser as parser
-    from r2m.vision.detectors import detect_images
+    from r2m.vision.detectors.factory import detect_images
 
     p = parser("concepts", "concept precision/recall of detector settings on the 16 demo photos")
     p.add_argument("--settings", nargs="*", default=list(SETTINGS), help=f"of {', '.join(SETTINGS)}")
