@@ -13,7 +13,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # pip's own noise about this machine's local index folders is not ours to show
 PIPQ := 2>&1 | { grep -v -e 'is ignored: it is neither' -e '^$$' || true; }
 
-.PHONY: setup setup-tf setup-owl setup-cluster run test test-fast lint dag bench clean help
+.PHONY: setup setup-tf setup-owl setup-cluster setup-strace run test test-fast lint dag bench clean help
 
 help:
 	@echo "make run    # the whole DAG on the embedded demo (reports/index.html, reports/table*.csv)"
@@ -59,7 +59,14 @@ run: setup
 # time, 1.5 GB); test-fast skips them (the skip reason says what to install). tests/test_slurm.py starts a
 # one-node Slurm cluster (tests/cluster/slurm_up.sh: as root, installing the Debian packages when missing)
 # and stops it afterwards; where it cannot, its tests are skipped with one line saying why
-test: setup setup-tf setup-owl setup-cluster
+# tests/test_strace_witness.py checks the run records against what strace saw each process open: Debian's strace,
+# installed here as root when missing (elsewhere those tests skip with one line saying what to install)
+setup-strace:
+	@command -v strace >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace; } >/tmp/r2m-strace-apt.log 2>&1 \
+		&& echo "[setup] installed Debian's strace"; } || echo "[setup] strace not installed: tests/test_strace_witness.py skips"
+
+test: setup setup-tf setup-owl setup-cluster setup-strace
 	$(BIN)/pytest -q
 
 test-fast: setup
