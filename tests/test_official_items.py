@@ -36,6 +36,7 @@ from r2m.text.tokenize import tokenize_keep_punct
 from r2m.text.vocab import END, GLOVE, GLOVE_WORDS, PAD, START, vocab_filter_file
 from r2m.training.data import teacher_forcing
 from r2m.vision.detectors import with_floor
+from test_fidelity import _Fixed, _im2txt_reference
 
 
 def _raw(profile: str) -> dict:
@@ -236,38 +237,6 @@ def test_long_sentences_are_kept_under_official() -> None:
 
 
 # --------------------------------------------------------------------------- D8: nothing banned
-def _im2txt(table: torch.Tensor, k: int, max_len: int) -> list[int]:
-    """sentence_infer.py:164-235 (im2txt's beam search) on a decoder whose next-word log-probabilities depend
-    on the previous word only: every word competes, <pad> and <S> included (only p < 1e-12 is skipped)."""
-    lp = torch.log_softmax(table, -1)
-    partial, complete = [([START], 0.0)], []
-    for _ in range(max_len - 1):
-        nxt = []
-        for sent, score in partial:
-            top = torch.topk(lp[sent[-1]], k)
-            for p, w in zip(top.values.tolist(), top.indices.tolist(), strict=True):
-                (complete if w == END else nxt).append((sent + [w], score + p))
-        complete = sorted(complete, key=lambda c: -c[1])[:k]
-        partial = sorted(nxt, key=lambda c: -c[1])[:k]
-    best = complete[0][0] if complete else sorted(partial, key=lambda c: -c[1])[0][0]
-    return best[1:-1]
-
-
-class _Table(torch.nn.Module):
-    def __init__(self, table: torch.Tensor) -> None:
-        super().__init__()
-        self.table = table
-
-    def decode_init(self, v):
-        return (v,)
-
-    def decode_step(self, state, prev):
-        return self.table[prev], state, None, None
-
-    def logits(self, h):
-        return h
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_official_beam_bans_nothing(seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
@@ -277,10 +246,11 @@ def test_official_beam_bans_nothing(seed: int) -> None:
     search, banned = searcher(_view("official").fidelity.decoding, _view("official").fidelity.ban_unk,
                               _view("official").fidelity.ban_specials)
     assert banned == ()
-    out = search(_Table(table), torch.zeros(1, 4), beam=3, max_len=7, banned=banned)
+    out = search(_Fixed(table), torch.zeros(1, 4), beam=3, max_len=7, banned=banned)
     n = int(out["lengths"][0, 0])
     got = [t for t in out["tokens"][0, 0, :n].tolist() if t != END]
-    assert got == _im2txt(table, 3, 7)
+    # sentence_infer.py:164-235 (im2txt's beam search) keeps every word (only p < 1e-12 is skipped)
+    assert got == _im2txt_reference(table, 3, 7, banned=())
     assert search is beam_search_im2txt
 
 
