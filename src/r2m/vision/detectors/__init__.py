@@ -23,12 +23,14 @@ factory ``(options, dictionary, device) -> Detector`` chosen by ``detect_concept
 
 Add a backend: a new module here with its factory ``build(options, dictionary, device) -> Detector``, named
 in :data:`r2m.catalogs.DETECTORS`. :func:`build_detector` imports the chosen backend's module only.
-Every detection with a dictionary concept and ``score >= floor`` (default 0.05) is kept — the 0.3
-threshold and the at-most-5 rule are applied by consumers. The stage is ``r2m.vision.detect``.
+Every detection with a dictionary concept and ``score >= floor`` (default 0.05; ``detect_concepts.floor``
+sets it for every backend, :func:`with_floor`) is kept — ``concepts.score_threshold`` and the at-most-5
+rule are applied by consumers. The stage is ``r2m.vision.detect``.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +52,7 @@ from r2m.vision.detectors.base import (
     frame,
 )
 
+OFFLINE_PARTS = ("regions", "faces")  # the default parts of backend ``offline``
 # names this package re-exports from a backend's module (imported when one is asked for)
 _LAZY = {"MAPPING_FILE": "classifier", "Classifier": "classifier", "class_concepts": "classifier",
          "read_mapping": "classifier", "Faces": "faces", "FasterRCNN": "faster_rcnn", "read_class_names": "faster_rcnn",
@@ -57,7 +60,7 @@ _LAZY = {"MAPPING_FILE": "classifier", "Classifier": "classifier", "class_concep
 
 __all__ = [
     "COLUMNS", "DEFAULT_FLOOR", "DETECTORS", "Detector", "Env", "ImageDetector", "Raw",
-    "build_detector", "detect_images", "empty_detections", "finish", "frame", *_LAZY,
+    "build_detector", "detect_images", "with_floor", "empty_detections", "finish", "frame", *_LAZY,
 ]
 
 
@@ -67,10 +70,28 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def with_floor(backend: str, options: dict[str, Any] | None, floor: float | None) -> dict[str, Any]:
+    """``options`` with ``floor`` as the lowest score kept wherever they set none (``detect_concepts.floor``;
+    None: each backend's own default). ``offline`` passes it to each of its parts. With 0 a backend returns
+    every detection up to its own cap: ``tf_oid`` the 100 of the frozen graph (the released code's
+    ``num_detections``), ``faster_rcnn`` torchvision's ``box_detections_per_img`` (100), ``owl`` and
+    ``regions`` their ``max_detections`` (50, 20), ``classifier`` its ``topk`` (5), ``faces`` every face
+    MTCNN's own thresholds pass, ``precomputed`` every row of its file."""
+    out = copy.deepcopy(dict(options or {}))
+    if floor is None:
+        return out
+    if backend == "offline":
+        for part in out.get("parts", OFFLINE_PARTS):
+            out[part] = {"floor": floor, **dict(out.get(part) or {})}
+        return out
+    out.setdefault("floor", floor)
+    return out
+
+
 def build_detector(backend: str, options: dict[str, Any] | None, dictionary: Dictionary | str = "openimages",
-                   device: Any = "cpu") -> Detector:
+                   device: Any = "cpu", floor: float | None = None) -> Detector:
     d = load_dictionary(dictionary) if isinstance(dictionary, str) else dictionary
-    return DETECTORS.load(backend)(dict(options or {}), d, device)
+    return DETECTORS.load(backend)(with_floor(backend, options, floor), d, device)
 
 
 def detect_images(
