@@ -170,7 +170,7 @@ def test_gpu_stages_declare_snakemake_resources(repo_root, tmp_path, monkeypatch
                  for r in wf._workflow.rules}
         priority = {r.name: r.priority for r in wf._workflow.rules if r.name != "all"}
     gpu_stages = {"detect_concepts", "extract_features", "extract_features_sup", "train_xe", "train_s", "train_m",
-                  "train_i", "caption", "train_sup", "caption_sup"}
+                  "train_i", "train_e2e", "caption", "train_sup", "caption_sup"}
     for name in gpu_stages:
         assert rules[name]["gpu"] == 1 and rules[name]["mem_mb"] >= 8000, name
     for name in set(S.BY_NAME) - gpu_stages:

@@ -59,7 +59,7 @@ def test_stage_params_carry_resolved_items_and_not_the_profile_name() -> None:
     stages = {s.name: s for s in STAGES}
     p = P.validate(_raw(fidelity="official"))
     data = stages["build_vocab"].resolved(p, {"dataset": "a"})
-    assert data["fidelity"] == {"vocab_counts": "all", "vocab_filter": None, "singularise_targets": True,
+    assert data["fidelity"] == {"vocab_counts": "all", "vocab_filter": "glove", "singularise_targets": True,
                                 "count_specials": True, "plurals": "official"}
     # train_i reads its catalog entry (gamma) but not the profile's name, only the resolved items
     ti = stages["train_i"].resolved(p, {"dataset": "a", "variant": "r2m", "seed": str(0)})

@@ -19,7 +19,7 @@ from r2m.losses.reconstruction import reconstruction
 from r2m.losses.xe import reduce_xe, xe_loss
 from r2m.models.r2m import R2M, R2MConfig, RelationalMemory
 from r2m.pipeline import validate as V
-from r2m.text.vocab import UNK
+from r2m.text.vocab import PAD, START, UNK
 
 torch.set_num_threads(1)
 NEW_ITEMS = ("ban_unk", "rm_input", "qkv_norm", "out_bias", "xe_reduction", "similarity")
@@ -155,7 +155,7 @@ def test_new_items_resolve_by_profile_and_reach_the_stages_that_read_them() -> N
     assert "fidelity.ban_unk" in FIDELITY_IMAGES
     for stage, items in FIDELITY_TRAIN.items():
         assert {"fidelity.rm_input", "fidelity.qkv_norm", "fidelity.out_bias", "fidelity.dropout"} <= set(items)
-        assert ("fidelity.xe_reduction" in items) == (stage in ("train_xe", "train_s"))
+        assert ("fidelity.xe_reduction" in items) == (stage in ("train_xe", "train_s", "train_e2e"))
         assert ("fidelity.similarity" in items) == (stage != "train_xe")
     p = P.validate({"datasets": ["a"], "catalog": {"a": {"kind": "demo"}}})
     stages = {s.name: s for s in STAGES}
@@ -224,7 +224,16 @@ def test_dropout_none_is_the_papers_text() -> None:
 def test_ban_unk_item_overrides_the_decoders_default() -> None:
     assert UNK in searcher("paper")[1] and UNK not in searcher("official")[1]
     assert UNK not in searcher("paper", ban_unk=False)[1]
-    assert searcher("official", ban_unk=True)[1] == BANNED
+    assert searcher("official", ban_unk=True, ban_specials=True)[1] == BANNED
+
+
+def test_official_decoder_bans_nothing_by_default() -> None:
+    """The released sentence_infer.py keeps every word of the softmax (only p < 1e-12 is skipped):
+    no id is banned unless an item asks for it."""
+    assert searcher("official")[1] == ()
+    assert searcher("official", ban_unk=True)[1] == (UNK,)
+    assert set(searcher("paper")[1]) == {PAD, START, UNK}
+    assert set(searcher("paper", ban_specials=False)[1]) == {UNK}
 
 
 def test_paper_defaults_build_the_same_model_as_before() -> None:

@@ -29,7 +29,8 @@ def reference_run(mem: RelationalMemory, x: Tensor) -> Tensor:
     for t in range(T):
         k_x, v_x, g_x = k_all[:, t], v_all[:, t], g_all[:, t]
         q, k, v = mem.qkv_norm(mem.qkv(M)).split((hk, hk, h * dv), dim=-1)
-        q = q.view(B, N, h, dk).transpose(1, 2) * (dk ** -0.5)
+        # sonnet 1.27+ (and Eq. 5) scale q by key_size ** -0.5, sonnet up to 1.26 by qkv_size ** -0.5
+        q = q.view(B, N, h, dk).transpose(1, 2) * ((2 * dk + dv) ** -0.5 if mem.qkv_scale else dk ** -0.5)
         k = torch.cat((k, k_x.unsqueeze(1)), 1).view(B, N + 1, h, dk).permute(0, 2, 3, 1)
         v = torch.cat((v, v_x.unsqueeze(1)), 1).view(B, N + 1, h, dv).transpose(1, 2)
         att = torch.softmax(q @ k, dim=-1)
@@ -72,6 +73,8 @@ CASES = [
     dict(mlp_layers=1),
     dict(mlp_layers=3),
     dict(heads=4, d_k=5),
+    dict(scale="qkv"),
+    dict(scale="qkv", heads=4, d_k=5, input_linear="always"),
 ]
 
 
@@ -123,7 +126,9 @@ def test_fused_gradcheck_float64():
 
 
 MODEL_CASES = [("r2m", {}), ("no_fm", {}), ("d_lstm", {}), ("r_lstm", {}), ("dr_lstm", {}),
-               ("r2m", {"init": "official"}), ("r2m", {"rm_input": "always"}), ("r2m", {"qkv_norm": False})]
+               ("r2m", {"init": "official"}), ("r2m", {"rm_input": "always"}), ("r2m", {"qkv_norm": False}),
+               ("r2m", {"rm_scale": "qkv"}), ("r2m", {"fm_output": "flat", "rm_input": "always"}),
+               ("no_fm", {"fm_output": "flat"}), ("d_lstm", {"fm_output": "flat"}), ("r2m", {"fm_attention": "sonnet"})]
 
 
 @pytest.mark.parametrize(("variant", "kw"), MODEL_CASES, ids=[f"{v}-{k}" for v, k in MODEL_CASES])

@@ -97,3 +97,32 @@ def test_baselines_and_retrieval_tables(snakemake_run):
     assert ("tiny", "m-RNN") in methods and ("tiny", "R2M (joint space)") in methods
     assert json.loads((wd / "results/tiny/mrnn/s0/train_sup/train_metrics.json").read_text())["test_perplexity"] > 1
     assert "Supervised baselines" in (wd / "reports/index.html").read_text()
+
+
+def test_end2end_trains_in_one_stage(snakemake_run, tmp_path):
+    """train_e2e (the released end2end.py) on tiny, in a copy: L_S on sentences and L_I on images at every
+    step, from scratch, into its own model folder, which captions like any checkpoint."""
+    wd = tmp_path / "ws"
+    subprocess.run(["cp", "-a", str(snakemake_run), str(wd)], check=True)
+    raw = yaml.safe_load((wd / "params.yaml").read_text())
+    raw["catalog"]["tiny"]["overrides"]["train_e2e"] = {"steps": 6, "batch_size": 16, "lr": 0.001, "eval_every": 3,
+                                                        "checkpoint_every": 3}
+    (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = _env(wd)
+    r = subprocess.run([str(BIN / "r2m"), "train_e2e", "--dataset", "tiny", "--variant", "r2m", "--seed", "0"],
+                       cwd=wd, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = list(csv.reader(open(wd / "results/tiny/r2m/s0/train_e2e/loss.tsv"), delimiter="\t"))
+    header, train = rows[0], [x for x in rows[1:] if x[1] == "train"]
+    assert {"xe", "rec", "rank", "rec_i"} <= set(header) and len(train) == 6
+    m = json.loads((wd / "results/tiny/r2m/s0/train_e2e/train_metrics.json").read_text())
+    assert m["steps"] == 6 and m["stage"] == "train_e2e"
+    saved = yaml.safe_load((wd / "models/tiny/r2m/s0/train_e2e/params.yaml").read_text())
+    assert saved["train_e2e"]["max_len"] == 20 and saved["train_e2e"]["steps"] == 6
+    # the model folder captions like any checkpoint's (it is not on the DAG's ckpt axis: the tables never read it)
+    from r2m.decoding.captioner import caption_ids, load_checkpoint_model
+
+    model, ckpt, itos = load_checkpoint_model(wd / "models/tiny/r2m/s0/train_e2e", "cpu", wd / "data/tiny/vocab")
+    assert ckpt["stage"] == "train_e2e" and ckpt["step"] in (3, 6)
+    toks = caption_ids(model, [[4, 5], [6]], beam=3, max_len=20, batch_size=2, device="cpu")
+    assert len(toks) == 2 and all(len(t) <= 20 for t in toks)

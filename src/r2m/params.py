@@ -161,7 +161,9 @@ class DatasetEntry(_Section):
 # --------------------------------------------------------------------------- stage sections
 class ConceptsParams(_Section):
     dictionary: Literal["openimages", "coco80"] = "openimages"
-    score_threshold: float = Field(0.3, ge=0, le=1)
+    score_threshold: float | None = Field(
+        None, ge=0, le=1, description="detections scoring below it are no concept; null = from the fidelity "
+        "profile (paper: 0.3, the text's; official: 0, every detection the detector returned, as the released code)")
     max_per_image: int = Field(5, ge=1)
 
 
@@ -169,6 +171,9 @@ class DetectParams(_Section):
     backend: str = "offline"
     batch_size: int = Field(8, ge=1, le=MAX_BATCH)
     min_side: int = Field(32, ge=1, description="images smaller than this are listed as bad")
+    floor: float | None = Field(
+        None, ge=0, le=1, description="the lowest score a backend keeps when its options set no `floor`: null = "
+        "each backend's own (0.05; faces 0.9); the official profile: 0 (every detection up to the backend's cap)")
     options: dict[str, Any] = Field(default_factory=dict, description="backend-specific options")
 
     @field_validator("backend")
@@ -284,10 +289,32 @@ class FidelityParams(_Section):
         None, description="sentences whose words are counted for build_vocab.min_count")
     vocab_filter: str | None = Field(
         None, description="word-list file (one word per line, e.g. the GloVe vocabulary): words under "
-        "build_vocab.min_count rule must also be in it; dictionary words are always kept. null = none")
+        "build_vocab.min_count rule must also be in it; dictionary words are always kept. 'glove': the word "
+        "list a paper benchmark's prepare stage fetched (UC-GAN's glove_vocab.pkl; none there: no filter and "
+        "one warning line). null = from the profile (paper: none; official: glove)")
+    rm_scale: Literal["key", "qkv"] | None = Field(
+        None, description="the RM's attention scale: 1/sqrt(d_k) (key: sonnet 1.27 and later, incl. the 1.34 the "
+        "authors' environment pins; Eq. 5) or 1/sqrt(2 d_k + d_v) (qkv: sonnet up to 1.26)")
+    fm_output: Literal["fc", "flat"] | None = Field(
+        None, description="FM -> RM: Eq. 4's FC to d, then the RM's input Linear (fc) or the FM's heads flattened "
+        "(2 H d_k) straight into the RM's input Linear (flat: sonnet's RelationalMemory flattens its input; the "
+        "LSTM decoder ablation keeps its FC, the released code's 'fusion' layer)")
+    fm_attention: Literal["paper", "sonnet"] | None = Field(
+        None, description="FM's q/k/v: bias-free U_q, U_k, U_v (paper, Eqs. 1-3) or sonnet's _multihead_attention "
+        "(one Linear with a bias, LayerNorm over q/k/v): an assumption about the released code's unpublished "
+        "MultiHeadAttention_dec, which lives in a copy of sonnet's relational_memory.py")
+    long_sentences: Literal["drop", "crop"] | None = Field(
+        None, description="corpus sentences over corpus_concepts.max_tokens: dropped (drop) or kept, training "
+        "cropping them at the stage's max_len (crop: the released code keeps every sentence)")
+    ban_specials: bool | None = Field(
+        None, description="beam search never generates <pad> and <#start> (ours; the released code bans nothing)")
+    select_on_test: bool = Field(
+        False, description="image stages keep the checkpoint with the best CIDEr on the TEST images (the released "
+        "eval_obj2sen.py; leakage: every table row that used it says so). In no profile: set it by hand")
 
 
-# item -> (paper, official); ``vocab_filter`` has no profile value (a user-supplied file)
+# item -> (paper, official); None: the item stays null (``detect_concepts.floor``: each backend's own floor;
+# ``fidelity.vocab_filter``: no word list). ``fidelity.select_on_test`` is in no profile (leakage)
 PROFILES: dict[str, tuple[Any, Any]] = {
     "fidelity.init": ("pytorch", "official"),
     "fidelity.rec_loss": ("sum_normalized", "mse_raw"),
@@ -307,6 +334,14 @@ PROFILES: dict[str, tuple[Any, Any]] = {
     "fidelity.count_specials": (False, True),
     "fidelity.vocab_counts": ("train", "all"),
     "model.image_proj": ("learned", "frozen_random"),
+    "concepts.score_threshold": (0.3, 0.0),
+    "detect_concepts.floor": (None, 0.0),  # None: each backend's own floor
+    "fidelity.vocab_filter": (None, "glove"),
+    "fidelity.rm_scale": ("key", "key"),
+    "fidelity.fm_output": ("fc", "flat"),
+    "fidelity.fm_attention": ("paper", "sonnet"),
+    "fidelity.long_sentences": ("drop", "crop"),
+    "fidelity.ban_specials": (True, False),
 }
 # the profile of a catalog entry whose ``fidelity`` is null, by recipe kind (others: DEFAULT_PROFILE)
 BENCHMARK_KINDS = ("coco_shutterstock", "flickr30k_coco", "coco_gcc")
@@ -495,6 +530,9 @@ class _ParamsBase(_Section):
     train_s: TrainParams = Field(default_factory=lambda: TrainParams(steps=6000, lr=1e-4, max_len=40))
     train_m: TrainParams = Field(default_factory=lambda: TrainParams(steps=50, lr=1e-5, max_len=40))
     train_i: TrainParams = Field(default_factory=lambda: TrainParams(steps=100, lr=1e-5, max_len=40))
+    train_e2e: TrainParams = Field(
+        default_factory=lambda: TrainParams(steps=10000, lr=1e-4, max_len=20, eval_every=1000, checkpoint_every=1000),
+        description="one-stage training (stage train_e2e, the released end2end.py; not in the tables' DAG)")
     caption: CaptionParams = Field(default_factory=CaptionParams)
     selection: SelectionParams = Field(default_factory=SelectionParams)
     baselines: BaselinesParams = Field(default_factory=BaselinesParams)
@@ -678,7 +716,7 @@ def with_profile(params: Params, dataset: str) -> Params:
 # the sections whose ``seed`` a run's seed (the DAG's seed axis) shifts: every random choice of a run —
 # initialisation, batch order, concept shuffling, dropout, hard attention's draws (torch's generator seeded
 # with the training stage's seed), caption sampling, retrieval's sampled prior images
-SEEDED_SECTIONS = (*TRAIN_STAGES, "train_sup", "caption", "retrieval")
+SEEDED_SECTIONS = (*TRAIN_STAGES, "train_e2e", "train_sup", "caption", "retrieval")
 
 
 def seeds_for(params: Params, dataset: str, name: str | None) -> list[int]:

@@ -58,7 +58,10 @@ def option(entry: DatasetEntry, key: str, default: Any = None, required: bool = 
             raise ValueError(f"catalog entry of kind {entry.kind!r} needs the key {key!r}")
         note_item(entry, (key,), default, default=default)
         return default
-    note_item(entry, (key,), extra[key])
+    if required:
+        note_item(entry, (key,), extra[key])
+    else:  # removing the key gives the default: the same value if the entry restated it
+        note_item(entry, (key,), extra[key], default=default)
     return extra[key]
 
 

@@ -25,8 +25,10 @@ Image paths in ``images.parquet`` are under ``raw_dir`` (repository-root relativ
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
+import pickle
 import shutil
 import tempfile
 import zipfile
@@ -38,6 +40,7 @@ from typing import Any
 from r2m.datasets.base import option, references_json, write_prepared
 from r2m.params import DatasetEntry, profile_of
 from r2m.text.corpus import CorpusError, read_lines
+from r2m.text.vocab import GLOVE_WORDS
 from r2m.utils.coco import read_coco_captions
 from r2m.utils.guard import inside
 from r2m.utils.io import file_digest, read_json
@@ -64,6 +67,7 @@ class Source:
     member: str | None = None  # file name or folder prefix inside ``archive``
     md5: str | None = None  # of the downloaded file (archive, or target when no archive)
     sha256: str | None = None
+    git_blob: str | None = None  # git's blob id (SHA-1 of "blob <size>\0" + content) in the tree it comes from
     how: str = ""  # how to obtain it by hand
 
     @property
@@ -72,6 +76,8 @@ class Source:
 
 
 SOURCES: Registry[Source] = Registry("raw source")
+_UCGAN_RAW = ("https://raw.githubusercontent.com/fengyang0317/unsupervised_captioning/"
+              "0e75b6aff4cc9e94249bc272fc5490e566ef5d7c")
 _KARPATHY_URL = "https://cs.stanford.edu/people/karpathy/deepimagesent/caption_datasets.zip"
 _KARPATHY_HOW = f"Karpathy split archive {_KARPATHY_URL} (checksum not published: not verified)"
 for _src in (
@@ -102,18 +108,33 @@ for _src in (
     Source("gcc_train", "gcc/Train_GCC-training.tsv",
            how="Google Conceptual Captions training TSV (caption<TAB>url) from "
                "https://ai.google.com/research/ConceptualCaptions/download (checksum not published)"),
+    # UC-GAN's GloVe word list (a pickled Python-2 list of words), which its and R2M's process_descriptions.py
+    # filter the vocabulary by; pinned to the commit R2M builds on, checked by the blob id in that commit's tree
+    Source("glove_vocab", "glove/glove_vocab.pkl", f"{_UCGAN_RAW}/data/glove_vocab.pkl",
+           git_blob="6f376f9d9d354d792f9f10517b5eaf79c30b9bf4",
+           how=f"UC-GAN's data/glove_vocab.pkl ({_UCGAN_RAW}/data/glove_vocab.pkl)"),
 ):
     SOURCES.register(_src.key)(_src)
 
 
+def git_blob_id(path: Path) -> str:
+    """git's id of a file's content: SHA-1 of ``blob <size>\0`` followed by the bytes."""
+    h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())  # noqa: S324 - git's object id, not security
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def verify(path: Path, source: Source) -> str:
-    """Check ``path`` against the source's checksums; returns ``'md5'``/``'sha256'``/``'none'`` (unknown)."""
+    """Check ``path`` against the source's checksums; returns ``'md5'``/``'sha256'``/``'git_blob'``/``'none'``
+    (unknown)."""
     checked = "none"
-    for algo in ("sha256", "md5"):
+    for algo in ("sha256", "md5", "git_blob"):
         expected = getattr(source, algo)
         if not expected:
             continue
-        actual = file_digest(path, algo)
+        actual = git_blob_id(path) if algo == "git_blob" else file_digest(path, algo)
         if actual != expected.lower():
             raise ChecksumError(f"{path}: {algo} mismatch for {source.key}: expected {expected}, got {actual}; "
                                 "delete the file and run again")
@@ -421,9 +442,57 @@ def prepare_benchmark(name: str, entry: DatasetEntry, out: Path, log: logging.Lo
         "corpus_rules": rules.as_dict(),  # its counts are filled while write_prepared reads the lines
     }
     manifest = write_prepared(out, images, lines, manifest)
+    glove = write_glove_words(name, entry, out, log, fetcher)
+    if glove is not None:
+        manifest["glove_words"] = glove
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     log.info("%s: %s images, %d sentences (corpus rules: %s)", name, manifest["n_images"],
              manifest["n_sentences"], rules.as_dict())
     return manifest
+
+
+# --------------------------------------------------------------------------- the GloVe word list
+class _NoGlobals(pickle.Unpickler):
+    """An unpickler that builds lists, strings and numbers only: any class or function is refused, so a
+    downloaded pickle can run nothing."""
+
+    def find_class(self, module: str, name: str):  # noqa: ARG002
+        raise pickle.UnpicklingError(f"refers to {module}.{name}: a word list holds strings only")
+
+
+def read_glove_pickle(path: Path) -> list[str]:
+    """The words of UC-GAN's ``glove_vocab.pkl`` (a Python-2 ``cPickle`` of a list of ``str``, any protocol;
+    Python-2 strings are read as Latin-1). Anything but a list of strings: one line naming the file."""
+    try:
+        with open(path, "rb") as fh:
+            data = _NoGlobals(fh, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError) as err:
+        raise ValueError(f"{path}: not a pickled word list ({err})") from None
+    if not isinstance(data, list) or not all(isinstance(w, (str, bytes)) for w in data):
+        raise ValueError(f"{path}: not a pickled list of words (got {type(data).__name__})")
+    return [w.decode("latin1") if isinstance(w, bytes) else w for w in data]
+
+
+def write_glove_words(name: str, entry: DatasetEntry, out: Path, log: logging.Logger,
+                      fetcher: Fetcher | None) -> dict[str, Any] | None:
+    """Under the official profile: fetch (or find) UC-GAN's GloVe list and write its words, one per line, to
+    ``out/glove_words.txt`` (the list ``fidelity.vocab_filter: glove`` reads). Absent and not fetchable:
+    one warning line, no list (the vocabulary is then not filtered). Returns the manifest's entry."""
+    if profile_of(entry) != "official":
+        return None
+    raw = Path(str(option(entry, "raw_dir", "data/raw"))).expanduser()
+    if not option(entry, "download", True):
+        fetcher = None
+    try:
+        path, checked = ensure_source(SOURCES.get("glove_vocab"), raw, fetcher, log)
+    except MissingDataError as err:
+        log.warning("%s: no GloVe word list, the vocabulary will not be filtered: %s", name,
+                    str(err).splitlines()[-1].strip())
+        return {"path": None}
+    words = read_glove_pickle(path)
+    with open(out / GLOVE_WORDS, "w", encoding="utf-8") as fh:
+        fh.writelines(w + "\n" for w in words if w.strip() and not any(c.isspace() for c in w))
+    return {"path": str(path), "checked": checked, "words": len(words)}
 
 
 def benchmark_references(name: str, entry: DatasetEntry, prepared: Path,

@@ -31,12 +31,15 @@ def _stats(path: Path, stage: str, dataset: str) -> dict[str, Any]:
 
 def vocab_filter_warning(dataset: str, kind: str, profile: str, vocab_filter: str | None,
                          vocab_dir: Path | None = None) -> str | None:
-    """One line when ``official`` runs without ``fidelity.vocab_filter``: the authors kept only words
+    """One line when ``official`` runs without a word list (no ``fidelity.vocab_filter``, or ``glove`` where
+    ``build_vocab`` found no fetched list): the authors kept only words
     also in GloVe's vocabulary, so without a word list the vocabulary keeps every word counted
     ``>= min_count`` and comes out larger than theirs; says by how much when ``build_vocab`` has run."""
+    stats = vocab_dir / "stats.json" if vocab_dir is not None else None
+    if vocab_filter == "glove" and stats is not None and stats.exists():  # the fetched list: was there one?
+        vocab_filter = json.loads(stats.read_text(encoding="utf-8")).get("vocab_filter_file")
     if profile != "official" or vocab_filter:
         return None
-    stats = vocab_dir / "stats.json" if vocab_dir is not None else None
     paper = PAPER_VOCAB.get(kind)
     size = ""
     if stats is not None and stats.exists():

@@ -33,8 +33,8 @@ from r2m.text.dictionary import concept_order, image_concept_lists
 from r2m.text.vocab import END, PAD, START, UNK, load_itos, pad_lists
 from r2m.utils.progress import progress
 
-BANNED = (PAD, START, UNK)
-ALLOWED_UNK = (PAD, START)
+SPECIALS = (PAD, START)  # never a target in training: banned unless fidelity.ban_specials is false
+BANNED = (*SPECIALS, UNK)  # everything the paper profile's decoders never generate
 NO_CONCEPTS = ("empty", "image", "top1")
 IMAGE_STAGES = ("train_m", "train_i")
 SOURCES = ("detections", "top1", "image", "empty")
@@ -149,20 +149,23 @@ def encode_all(model, concept_ids: list[list[int]], batch_size: int, device,
     return v
 
 
-def searcher(decoding: str = "paper",
-             ban_unk: bool | None = None) -> tuple[Callable[..., dict[str, torch.Tensor]], tuple[int, ...]]:
-    """The search function of ``fidelity.decoding`` and the token ids it never generates
-    (``ban_unk``: ``fidelity.ban_unk``; None = the decoder's own default)."""
+def searcher(decoding: str = "paper", ban_unk: bool | None = None,
+             ban_specials: bool | None = None) -> tuple[Callable[..., dict[str, torch.Tensor]], tuple[int, ...]]:
+    """The search function of ``fidelity.decoding`` and the token ids it never generates: <pad> and
+    <#start> unless ``ban_specials`` (``fidelity.ban_specials``) is false, <UNK> when ``ban_unk``
+    (``fidelity.ban_unk``); None = the decoder's own default (``paper`` bans all three, the released
+    code's ``official`` none)."""
     if decoding not in DECODERS:
         raise ValueError(f"fidelity.decoding {decoding!r}: choose from {sorted(DECODERS)}")
     search, default_ban = DECODERS[decoding]
-    return search, BANNED if (default_ban if ban_unk is None else ban_unk) else ALLOWED_UNK
+    specials = SPECIALS if (default_ban if ban_specials is None else ban_specials) else ()
+    return search, specials + ((UNK,) if (default_ban if ban_unk is None else ban_unk) else ())
 
 
 def best_tokens(model, encoded: Any, beam: int, max_len: int, decoding: str = "paper",
-                ban_unk: bool | None = None) -> list[list[int]]:
+                ban_unk: bool | None = None, ban_specials: bool | None = None) -> list[list[int]]:
     """Best beam per row of one encoded batch: token ids up to (not including) <#end>."""
-    search, banned = searcher(decoding, ban_unk)
+    search, banned = searcher(decoding, ban_unk, ban_specials)
     with torch.no_grad():
         return first_tokens(search(model, encoded, beam=beam, max_len=max_len, banned=banned))
 
@@ -197,23 +200,25 @@ def caption_features(model, feats: Any, image_ids: Sequence[str], beam: int, max
 
 
 def caption_vectors(model, v: torch.Tensor, beam: int, max_len: int, batch_size: int,
-                    desc: str | None = None, decoding: str = "paper", ban_unk: bool | None = None) -> list[list[int]]:
+                    desc: str | None = None, decoding: str = "paper", ban_unk: bool | None = None,
+                    ban_specials: bool | None = None) -> list[list[int]]:
     """Best beam per concept vector: token ids up to (not including) <#end>. Batched.
     ``decoding``: ``fidelity.decoding`` (see :data:`r2m.decoding.beam.DECODERS`)."""
     searcher(decoding)  # an unknown name fails before any work
     out: list[list[int]] = []
     steps = range(0, len(v), batch_size)
     for s in progress(steps, desc=desc) if desc else steps:
-        out += best_tokens(model, v[s: s + batch_size], beam, max_len, decoding, ban_unk)
+        out += best_tokens(model, v[s: s + batch_size], beam, max_len, decoding, ban_unk, ban_specials)
     return out
 
 
 def caption_ids(model, concept_ids: list[list[int]], beam: int, max_len: int, batch_size: int, device,
-                desc: str | None = None, decoding: str = "paper", ban_unk: bool | None = None) -> list[list[int]]:
+                desc: str | None = None, decoding: str = "paper", ban_unk: bool | None = None,
+                ban_specials: bool | None = None) -> list[list[int]]:
     """Best beam per concept list: token ids up to (not including) <#end>. Batched.
     ``decoding``: ``fidelity.decoding`` (see :data:`r2m.decoding.beam.DECODERS`)."""
     v = encode_all(model, concept_ids, batch_size, device)
-    return caption_vectors(model, v, beam, max_len, batch_size, desc, decoding, ban_unk)
+    return caption_vectors(model, v, beam, max_len, batch_size, desc, decoding, ban_unk, ban_specials)
 
 
 def words_of(tokens: list[int], itos: Sequence[str]) -> str:
@@ -261,7 +266,8 @@ def caption_detections(model, ckpt: dict[str, Any], itos: list[str], ids: list[s
                        threshold: float, max_per_image: int, dictionary: str, no_concepts: str,
                        image_concepts: str | None, decoding: str | None, beam: int, max_len: int,
                        batch_size: int, device, features: FeatureSource, log: Any = log,
-                       desc: str | None = None, ban_unk: bool | None = None) -> Captioned:
+                       desc: str | None = None, ban_unk: bool | None = None,
+                       ban_specials: bool | None = None) -> Captioned:
     """Caption images from their detections: concept inputs (with the ``no_concepts`` fallback),
     v (or v̂^I), beam search. ``image_concepts``/``decoding``/``ban_unk``: the ``fidelity`` items."""
     stoi = {w: i for i, w in enumerate(itos)}
@@ -272,5 +278,5 @@ def caption_detections(model, ckpt: dict[str, Any], itos: list[str], ids: list[s
     chunks = [[stoi[w] for w in ws] for ws in words]
     v = encode_all(model, chunks, batch_size, device, vecs)
     best = caption_vectors(model, v, beam, max_len, batch_size, desc=desc, decoding=decoding or "paper",
-                           ban_unk=ban_unk)
+                           ban_unk=ban_unk, ban_specials=ban_specials)
     return Captioned(ids, words, source, chunks, v, best)

@@ -77,7 +77,7 @@ class Captioner:
         det_p, cap, conc = s["detect_concepts"], s["caption"], s["concepts"]
         if self._detector is None:
             self._detector = build_detector(det_p["backend"], det_p.get("options") or {}, conc["dictionary"],
-                                            self.device)
+                                            self.device, det_p.get("floor"))
         ids = [str(p) for p in paths]
         det, bad_rows = self._detector.detect(pd.DataFrame({"image_id": ids, "file": ids}),
                                               Env(batch_size=batch_size, workers=0,
@@ -89,7 +89,7 @@ class Captioner:
             self.model, self.ckpt, self.itos, good, det, threshold=float(conc["score_threshold"]),
             max_per_image=int(conc["max_per_image"]), dictionary=conc["dictionary"],
             no_concepts=no_concepts or cap.get("no_concepts", "empty"), image_concepts=fid.get("image_concepts"),
-            decoding=fid.get("decoding"), ban_unk=fid.get("ban_unk"), beam=beam, max_len=max_len,
+            decoding=fid.get("decoding"), ban_unk=fid.get("ban_unk"), ban_specials=fid.get("ban_specials"), beam=beam, max_len=max_len,
             batch_size=batch_size, device=self.device,
             features=lambda files: self._features(files, batch_size))  # asked only with an image projection
         scores = det.groupby(["image_id", "concept"])["score"].max() if len(det) else pd.Series(dtype=float)

@@ -62,6 +62,17 @@ def features_from_folder(folder: str | Path) -> FeatureSource:
     return read
 
 
+def selected_on_test(model_dir: str | Path) -> bool:
+    """Whether the checkpoint in ``model_dir`` was chosen by its CIDEr on the test images
+    (``fidelity.select_on_test`` in the params its training stage saved beside it): leakage, which every
+    table row built on it says."""
+    import yaml
+
+    path = Path(model_dir) / "params.yaml"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
+    return bool(((doc or {}).get("fidelity") or {}).get("select_on_test", False))
+
+
 def run(ctx: StageContext) -> None:
     cp, conc, fid = ctx.params.caption, ctx.params.concepts, ctx.params.fidelity
     ids = split_ids(ctx.deps["prepared"], cp.split)
@@ -71,7 +82,7 @@ def run(ctx: StageContext) -> None:
     res = caption_detections(
         model, ckpt, itos, ids, det, threshold=conc.score_threshold, max_per_image=conc.max_per_image,
         dictionary=conc.dictionary, no_concepts=cp.no_concepts, image_concepts=fid.image_concepts,
-        decoding=fid.decoding, ban_unk=fid.ban_unk, beam=cp.beam, max_len=cp.max_len, batch_size=cp.batch_size, device=device,
+        decoding=fid.decoding, ban_unk=fid.ban_unk, ban_specials=fid.ban_specials, beam=cp.beam, max_len=cp.max_len, batch_size=cp.batch_size, device=device,
         features=features_from_folder(Path(ctx.deps["features"])), log=ctx.log, desc="caption")
     counts = source_counts(res.source)
     ctx.log.info("caption: %d %s images (%d without concepts >= %.2f: no_concepts=%s -> %d top1, %d image, "
@@ -90,6 +101,7 @@ def run(ctx: StageContext) -> None:
     write_json(ctx.outs["info"], {
         "dataset": ctx.dataset, "variant": ctx.variant, "ckpt": ctx.ckpt, "no_concepts": cp.no_concepts,
         "score_threshold": conc.score_threshold, "counts": counts,
+        "selected_on_test": selected_on_test(ctx.deps["model"]),
         "images": [{"image_id": i, "concepts": w, "source": s}
                    for i, w, s in zip(ids, res.words, res.source, strict=True)],
     })

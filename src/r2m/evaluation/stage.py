@@ -146,6 +146,7 @@ def concept_metrics(captions_path: str | Path, info_path: str | Path | None) -> 
     concepts = {str(r["image_id"]): list(r["concepts"]) for r in info.get("images", [])}
     out = concept_recall(captions, concepts)
     out["sources"] = info.get("counts", {})
+    out["selected_on_test"] = bool(info.get("selected_on_test", False))
     return out
 
 
@@ -171,6 +172,8 @@ def run(ctx: StageContext) -> None:
              "unreadable_images": len(bad),
              "unreadable_image_ids": bad, **out["reference_problems"]}
     concepts = {"concept_recall": cr["concept_recall"], "concept_any": cr["concept_any"]}
+    if cr.get("selected_on_test"):  # the checkpoint was chosen on these very images (fidelity.select_on_test)
+        extra["selected_on_test"] = True
     stats = out.pop("stats")
     write_json(ctx.outs["metrics"], {**out["metrics"], **concepts, **extra})
     write_json(ctx.outs["per_image"], {**out, **concepts, **extra, "concepts": cr})

@@ -28,13 +28,13 @@ from r2m.evaluation.inputs import load_references
 METRICS: dict[str, tuple[str, str]] = {"cider": ("cider", "CIDEr"), "bleu4": ("bleu", "Bleu_4")}
 
 
-def val_references(prepared: Path, references: Path) -> dict[str, list[str]]:
+def val_references(prepared: Path, references: Path, split: str = "val") -> dict[str, list[str]]:
     """Raw reference captions (``references/references.json``) of the ``val`` images
     (``prepared/images.parquet``) that have references."""
     import pyarrow.parquet as pq
 
     images = pq.read_table(prepared / "images.parquet", columns=["image_id", "split"]).to_pandas()
-    val_ids = {str(i) for i in images.loc[images["split"] == "val", "image_id"]}
+    val_ids = {str(i) for i in images.loc[images["split"] == split, "image_id"]}
     return {iid: caps for iid, caps in load_references(references / "references.json").items() if iid in val_ids}
 
 

@@ -18,6 +18,11 @@ Design decisions (where the paper leaves room; see also docs/ARCHITECTURE.md):
 * **FM (Eqs. 1–4).** ``x_t = [v; w_{t-1}]`` as 2 tokens; per head ``U_q, U_k, U_v ∈ R^{d×d_k}``
   (no bias), scaled dot-product softmax over the 2 tokens, ``x'_t ∈ R^{2×(H·d_k)}`` is flattened
   row-major (v-row then w-row) to ``2·H·d_k`` and a linear layer (with bias) gives ``f_t ∈ R^d``.
+  ``fm_output="flat"`` (the released code: sonnet's RM flattens its input and applies its own input
+  Linear) drops that layer: the RM's input Linear takes the ``2·H·d_k`` vector (an LSTM decoder keeps
+  it, the released ``fusion`` layer). ``fm_attention="sonnet"`` reads the unpublished
+  ``MultiHeadAttention_dec`` as sonnet's ``_multihead_attention``: q/k/v from one Linear with a bias
+  and a LayerNorm, scaled as the RM's (``rm_scale``).
   FM does not depend on the memory, so with teacher forcing it runs for all T steps at once.
 * **RM (Eqs. 5–7)**, sonnet ``RelationalMemory`` style with one attention block: memory
   ``M ∈ R^{N×d}``, ``M_0 = 0``; a single linear layer gives q/k/v of every row, followed by a
@@ -29,6 +34,8 @@ Design decisions (where the paper leaves room; see also docs/ARCHITECTURE.md):
   half of ``b`` starts at 1 like sonnet's ``forget_bias``), ``M_t = g_i ⊙ tanh(M̃) + g_f ⊙ M_{t-1}``.
   When the input size differs from d (reconstructor with N > 1) the input is first projected to d
   (``rm_input="when_needed"``, ours: at d = input size we skip it, which gives the paper's 27.3M);
+  The attention scales q by ``1/√d_k`` (``rm_scale="key"``: Eq. 5, sonnet from 1.27 on, incl. the
+  1.34 the released code's environment pins) or by ``1/√(2·d_k + d_v)`` (``"qkv"``: sonnet up to 1.26).
   ``rm_input="always"`` is sonnet's ``RelationalMemory`` (an input Linear before attention in every
   RM unit, the official code; not equivalent to skipping it: without it the input's keys/values
   share the memory's q/k/v layer).
@@ -96,6 +103,9 @@ class R2MConfig:
     rm_input: Literal["when_needed", "always"] = "when_needed"  # the RM units' input Linear
     qkv_norm: bool = True  # LayerNorm over the RM's q/k/v (sonnet; Eqs. 5-6 have none)
     out_bias: bool = True  # a bias in W_d (Eq. 8 has none)
+    rm_scale: Literal["key", "qkv"] = "key"  # RM attention scale 1/sqrt(d_k) or 1/sqrt(2 d_k + d_v)
+    fm_output: Literal["fc", "flat"] = "fc"  # FM -> RM: Eq. 4's FC, or the heads flattened into the RM's input
+    fm_attention: Literal["paper", "sonnet"] = "paper"  # FM's q/k/v: Eqs. 1-3, or sonnet's (bias + LayerNorm)
 
     def __post_init__(self) -> None:
         if self.d % self.heads:
@@ -105,7 +115,8 @@ class R2MConfig:
                               ("image_proj", ("learned", "frozen_random")),
                               ("init", ("pytorch", "official")),
                               ("dropout_scope", ("encoder_output", "encoder", "none")),
-                              ("rm_input", ("when_needed", "always"))):
+                              ("rm_input", ("when_needed", "always")), ("rm_scale", ("key", "qkv")),
+                              ("fm_output", ("fc", "flat")), ("fm_attention", ("paper", "sonnet"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"R2MConfig.{name}={getattr(self, name)!r}: choose from {allowed}")
 
@@ -138,42 +149,62 @@ def sonnet_linear_init(module: nn.Module) -> None:
 
 # --------------------------------------------------------------------------- fusion (Eqs. 1-4)
 class FusionMemory(nn.Module):
-    """Multi-head self-attention over the two tokens [v; w_{t-1}], then FC → f_t."""
+    """Multi-head self-attention over the two tokens [v; w_{t-1}], then FC → f_t.
 
-    def __init__(self, d: int, heads: int, d_k: int) -> None:
+    ``attention="paper"``: Eqs. 1–3, bias-free U_q, U_k, U_v; ``"sonnet"``: the released code's unpublished
+    ``MultiHeadAttention_dec`` read as sonnet's ``_multihead_attention`` (the file it lives in is a copy of
+    sonnet's relational_memory.py): one Linear with a bias, a LayerNorm over each token's q/k/v, no output
+    layer. ``fc=False`` drops Eq. 4's FC: the output is the two tokens' heads flattened (2·H·d_k), which
+    the RM's input Linear takes (``fidelity.fm_output: flat``)."""
+
+    def __init__(self, d: int, heads: int, d_k: int, fc: bool = True, attention: str = "paper",
+                 scale: str = "key") -> None:
         super().__init__()
         self.h, self.dk = heads, d_k
-        self.qkv = nn.Linear(d, 3 * heads * d_k, bias=False)  # [U_q | U_k | U_v] for all heads
-        self.fc = nn.Linear(2 * heads * d_k, d)
+        sonnet = attention == "sonnet"
+        # sonnet's form scales as the RM of the same file does (fidelity.rm_scale); Eq. 3 by 1/sqrt(d_k)
+        self.scale = (3 * d_k) ** -0.5 if sonnet and scale == "qkv" else d_k ** -0.5
+        self.qkv = nn.Linear(d, 3 * heads * d_k, bias=sonnet)  # [U_q | U_k | U_v] for all heads
+        self.qkv_norm: nn.Module = nn.LayerNorm(3 * heads * d_k) if sonnet else nn.Identity()
+        self.fc: nn.Module = nn.Linear(2 * heads * d_k, d) if fc else nn.Identity()
+        self.out_dim = d if fc else 2 * heads * d_k
+
+    def _qkv(self, x: Tensor) -> Tensor:
+        return self.qkv_norm(self.qkv(x))
 
     def prepare(self, v: Tensor) -> Tensor:
         """Per-sequence constant part: q/k/v of the concept token, [B, 3, H, d_k]."""
-        return self.qkv(v).view(v.shape[0], 3, self.h, self.dk)
+        return self._qkv(v).view(v.shape[0], 3, self.h, self.dk)
 
     def forward(self, prep: Tensor, w: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """``w``: word embeddings [B, T, d] → f [B, T, d], weights [B, T, H, 2, 2] (query row, key col)."""
         B, T, _ = w.shape
-        qkv_w = self.qkv(w).view(B, T, 3, self.h, self.dk)
+        qkv_w = self._qkv(w).view(B, T, 3, self.h, self.dk)
         qkv_v = prep.unsqueeze(1).expand(B, T, 3, self.h, self.dk)
         x = torch.stack((qkv_v, qkv_w), dim=4)  # [B, T, 3, H, 2, d_k]
         q, k, val = x.unbind(2)
-        att = torch.softmax(q @ k.transpose(-1, -2) * (self.dk ** -0.5), dim=-1)  # [B, T, H, 2, 2]
+        att = torch.softmax(q @ k.transpose(-1, -2) * self.scale, dim=-1)  # [B, T, H, 2, 2]
         out = (att @ val).transpose(2, 3).reshape(B, T, 2 * self.h * self.dk)  # rows v, w; heads concat
         return self.fc(out), (att if need_weights else None)
 
 
 class LinearFusion(nn.Module):
-    """Ablation "D w/o FM": f_t = Linear([v; w_{t-1}])."""
+    """Ablation "D w/o FM": f_t = Linear([v; w_{t-1}]); ``fc=False``: f_t = [v; w_{t-1}] itself, which the
+    RM's input Linear takes (the released code's ``abla_wo_fmc`` concatenates and feeds the RM)."""
 
-    def __init__(self, d: int, heads: int, d_k: int) -> None:
+    def __init__(self, d: int, heads: int, d_k: int, fc: bool = True, attention: str = "paper",
+                 scale: str = "key") -> None:
         super().__init__()
         self.d = d
-        self.lin = nn.Linear(2 * d, d)
+        self.lin = nn.Linear(2 * d, d) if fc else None
+        self.out_dim = d if fc else 2 * d
 
     def prepare(self, v: Tensor) -> Tensor:
-        return F.linear(v, self.lin.weight[:, : self.d], self.lin.bias)
+        return F.linear(v, self.lin.weight[:, : self.d], self.lin.bias) if self.lin is not None else v
 
     def forward(self, prep: Tensor, w: Tensor, need_weights: bool = False) -> tuple[Tensor, None]:
+        if self.lin is None:
+            return torch.cat((prep.unsqueeze(1).expand(-1, w.shape[1], -1), w), -1), None
         return prep.unsqueeze(1) + F.linear(w, self.lin.weight[:, self.d:]), None
 
 
@@ -185,9 +216,11 @@ class RelationalMemory(nn.Module):
     """RM unit: state ``(M,)`` with M [B, N, d]; output flatten(M_t) [B, N·d]."""
 
     def __init__(self, input_dim: int, d: int, slots: int, heads: int, d_k: int, mlp_layers: int,
-                 input_linear: str = "when_needed", qkv_norm: bool = True) -> None:
+                 input_linear: str = "when_needed", qkv_norm: bool = True, scale: str = "key") -> None:
         super().__init__()
         self.d, self.n, self.h, self.dk, self.dv = d, slots, heads, d_k, d // heads
+        self.qkv_scale = scale == "qkv"  # sonnet <= 1.26: q * (2 d_k + d_v)^-1/2; later (and Eq. 5): q * d_k^-1/2
+        self.scale = RMShape(d, heads, d_k, self.dv, qkv_scale=self.qkv_scale).scale
         self.out_dim = slots * d
         always = input_linear == "always"  # sonnet: an input Linear whatever the sizes
         self.inp = nn.Linear(input_dim, d) if always or input_dim != d else nn.Identity()
@@ -201,8 +234,8 @@ class RelationalMemory(nn.Module):
         self.gate_in = nn.Linear(d, 2 * d)  # W_i, W_f and b_i, b_f
         self.gate_mem = nn.Linear(d, 2 * d, bias=False)  # U_i, U_f
         # per-head scaled dot product as one mm (closed-form one-slot attention); not saved
-        self.register_buffer("head_sum", head_matrix(RMShape(d, heads, d_k, self.dv), torch.empty(0)),
-                             persistent=False)
+        self.register_buffer("head_sum", head_matrix(RMShape(d, heads, d_k, self.dv, qkv_scale=self.qkv_scale),
+                                                     torch.empty(0)), persistent=False)
         keep_kv = torch.ones(heads * (2 * d_k + self.dv))
         keep_kv[: heads * d_k] = 0
         self.register_buffer("keep_kv", keep_kv, persistent=False)  # zeroes the query part of q/k/v
@@ -247,7 +280,7 @@ class RelationalMemory(nn.Module):
         """The memory at every step [B, T, d] for inputs [B, T, ·] (N = 1; see :meth:`can_fuse`)."""
         px, gx = self.precompute_fused(x)
         norm = self.qkv_norm if isinstance(self.qkv_norm, nn.LayerNorm) else None
-        shape = RMShape(self.d, self.h, self.dk, self.dv, self.norm1.eps)
+        shape = RMShape(self.d, self.h, self.dk, self.dv, self.norm1.eps, self.qkv_scale)
         mlp = [t for m in self.mlp if isinstance(m, nn.Linear) for t in (m.weight, m.bias)]
         return RMRecurrence.apply(shape, self.head_sum, px, gx, self.qkv.weight, self.qkv.bias,
                                   norm.weight if norm else None, norm.bias if norm else None,
@@ -261,7 +294,7 @@ class RelationalMemory(nn.Module):
         k_x, v_x, g_x = pre  # [B, H·d_k], [B, H·d_v], [B, 2d]
         B, N, h, dk, dv = M.shape[0], self.n, self.h, self.dk, self.dv
         q, k, v = self._split(self.qkv_norm(self.qkv(M)))  # [B, N, ·]
-        q = q.view(B, N, h, dk).transpose(1, 2) * (dk ** -0.5)  # [B, H, N, d_k]
+        q = q.view(B, N, h, dk).transpose(1, 2) * self.scale  # [B, H, N, d_k]
         k = torch.cat((k, k_x.unsqueeze(1)), 1).view(B, N + 1, h, dk).permute(0, 2, 3, 1)  # [B,H,dk,N+1]
         v = torch.cat((v, v_x.unsqueeze(1)), 1).view(B, N + 1, h, dv).transpose(1, 2)  # [B,H,N+1,dv]
         att = torch.softmax(q @ k, dim=-1)  # [B, H, N, N+1]
@@ -293,7 +326,7 @@ class LSTMMemory(nn.Module):
     """Ablation "w/o Memory in RM": an LSTM cell (hidden N·d) with the RM unit's interface."""
 
     def __init__(self, input_dim: int, d: int, slots: int, heads: int, d_k: int, mlp_layers: int,
-                 input_linear: str = "when_needed", qkv_norm: bool = True) -> None:  # RM-only switches
+                 input_linear: str = "when_needed", qkv_norm: bool = True, scale: str = "key") -> None:  # RM-only
         super().__init__()
         self.out_dim = slots * d
         self.ih = nn.Linear(input_dim, 4 * self.out_dim)
@@ -336,11 +369,14 @@ class R2M(nn.Module):
         self.cfg = cfg
         d, md = cfg.d, cfg.memory_slots * cfg.d
         mem_args = dict(d=d, slots=cfg.memory_slots, heads=cfg.heads, d_k=cfg.d_k, mlp_layers=cfg.mlp_layers,
-                        input_linear=cfg.rm_input, qkv_norm=cfg.qkv_norm)
+                        input_linear=cfg.rm_input, qkv_norm=cfg.qkv_norm, scale=cfg.rm_scale)
         self.embed = nn.Embedding(cfg.vocab_size, d, padding_idx=PAD)
         self.encoder = nn.LSTM(d, d, batch_first=True)
-        self.fusion = FUSIONS[cfg.fm](d, cfg.heads, cfg.d_k)
-        self.decoder = MEMORIES[cfg.decoder_memory](input_dim=d, **mem_args)
+        # fm_output flat: the RM decoder's input Linear takes the FM's flattened heads; an LSTM decoder keeps
+        # the FC (the released code's 'fusion' layer of its abla_lstm_dec)
+        fc = cfg.fm_output == "fc" or cfg.decoder_memory == "lstm"
+        self.fusion = FUSIONS[cfg.fm](d, cfg.heads, cfg.d_k, fc=fc, attention=cfg.fm_attention, scale=cfg.rm_scale)
+        self.decoder = MEMORIES[cfg.decoder_memory](input_dim=self.fusion.out_dim, **mem_args)
         self.out = nn.Linear(md, cfg.vocab_size, bias=cfg.out_bias)  # W_d
         self.reconstructor = MEMORIES[cfg.reconstructor_memory](input_dim=md, **mem_args)
         self.rec_proj = nn.Identity() if md == d else nn.Linear(md, d)

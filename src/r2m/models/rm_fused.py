@@ -47,6 +47,12 @@ class RMShape:
     d_k: int
     d_v: int
     eps: float = 1e-5
+    qkv_scale: bool = False  # scale q by 1/sqrt(2 d_k + d_v) (sonnet up to 1.26) instead of 1/sqrt(d_k)
+
+    @property
+    def scale(self) -> float:
+        """The attention's query scale: 1/√d_k, or 1/√(2·d_k + d_v) with ``qkv_scale``."""
+        return (2 * self.d_k + self.d_v) ** -0.5 if self.qkv_scale else self.d_k ** -0.5
 
     @property
     def hk(self) -> int:
@@ -58,10 +64,11 @@ class RMShape:
 
 
 def head_matrix(shape: RMShape, like: Tensor) -> Tensor:
-    """[H·d_k, H·d_v]: entry (i, j) is 1/√d_k when key dim i and value dim j belong to one head.
+    """[H·d_k, H·d_v]: entry (i, j) is the query scale (:attr:`RMShape.scale`, 1/√d_k by default) when key
+    dim i and value dim j belong to one head.
 
     ``(q ⊙ k) @ head_matrix`` is each head's scaled dot product, repeated over its d_v value dims."""
-    blocks = [like.new_full((shape.d_k, shape.d_v), shape.d_k ** -0.5)] * shape.heads
+    blocks = [like.new_full((shape.d_k, shape.d_v), shape.scale)] * shape.heads
     return torch.block_diag(*blocks)
 
 

@@ -121,7 +121,7 @@ def check_files(params: P.Params, dataset: str, source: str = "params") -> None:
         errors += _missing_files(view.detect_concepts.options, ("model",), "detect_concepts.options")
     errors += _missing_extras(view)
     vf = view.fidelity.vocab_filter
-    if vf and not Path(vf).expanduser().exists():
+    if vf and vf != "glove" and not Path(vf).expanduser().exists():
         errors.append(f"fidelity.vocab_filter: file not found: {vf} (a word list, one word per line; see docs/guide/reproduce.md)")
     path = view.detect_concepts.options.get("path")
     if view.detect_concepts.backend == "precomputed" and isinstance(path, str) and Path(path).is_absolute() \

@@ -111,6 +111,8 @@ def scope_notes(metrics: Mapping[str, Any]) -> list[str]:
         notes.append(f"split {split}, not the test set")
     if split is None and "split" in metrics:
         notes.append("split unknown (the references name none)")
+    if metrics.get("selected_on_test"):
+        notes.append("checkpoint SELECTED ON THE TEST IMAGES (fidelity.select_on_test: leakage)")
     if not any(metrics.get(m) is not None for m in P.METRIC_OF.values()):
         notes.append("no scorers: no caption metric computed")
     return notes

@@ -22,12 +22,13 @@ from r2m.stage.context import StageContext
 from r2m.text.corpus import FilterConfig, ReadStats, drop_reason, holdout_mask, read_lines
 from r2m.text.dictionary import Dictionary, load_dictionary
 from r2m.text.tokenize import TOKENIZERS
-from r2m.text.vocab import Vocab, read_word_list, unk_ratio
+from r2m.text.vocab import GLOVE, GLOVE_WORDS, Vocab, read_word_list, unk_ratio, vocab_filter_file
 from r2m.text.vocab import build_vocab as make_vocab
 from r2m.utils.io import atomic_path, write_json
 from r2m.utils.progress import progress
 
 CHUNK = 50_000
+NO_LIMIT = 1 << 30  # corpus_concepts.max_tokens under fidelity.long_sentences crop
 CORPUS_SCHEMA = pa.schema([("tokens", pa.string()), ("concepts", pa.string()), ("split", pa.string()),
                            ("line", pa.int64())])
 ENCODED_SCHEMA = pa.schema([("ids", pa.list_(pa.int32())), ("concept_ids", pa.list_(pa.int32())),
@@ -76,11 +77,19 @@ def process_chunk(
     return cols
 
 
+def filter_config(p: Any, fid: Any) -> FilterConfig:
+    """The sentence filters of ``corpus_concepts`` params ``p`` and the ``fidelity`` section: with
+    ``long_sentences: crop`` (the released code) no sentence is dropped for its length, training crops each at
+    its stage's ``max_len``; with ``drop`` (ours) those over ``max_tokens`` are dropped."""
+    max_tokens = p.max_tokens if fid.long_sentences == "drop" else NO_LIMIT
+    return FilterConfig(p.min_tokens, max_tokens, p.require_concept, fid.count_specials)
+
+
 def corpus_concepts(ctx: StageContext) -> None:
     src = ctx.deps["prepared"] / "corpus.txt"
     out = ctx.outs["corpus"]
     p, fid = ctx.params.corpus_concepts, ctx.params.fidelity
-    cfg = FilterConfig(p.min_tokens, p.max_tokens, p.require_concept, fid.count_specials)
+    cfg = filter_config(p, fid)
     dictionary = load_dictionary(ctx.params.concepts.dictionary)
     read, dropped, concept_counts, passed = ReadStats(), Counter(), Counter(), Counter()
     n_split: Counter[str] = Counter()
@@ -177,7 +186,11 @@ def build_vocab(ctx: StageContext) -> None:
     out = ctx.outs["vocab"]
     p, fid = ctx.params.build_vocab, ctx.params.fidelity
     dictionary = load_dictionary(ctx.params.concepts.dictionary)
-    allowed = read_word_list(fid.vocab_filter) if fid.vocab_filter else None
+    word_list = vocab_filter_file(fid.vocab_filter, ctx.deps.get("prepared"))
+    if fid.vocab_filter == GLOVE and word_list is None:
+        ctx.log.warning("build_vocab: fidelity.vocab_filter 'glove' but the prepared folder holds no %s (only a "
+                        "paper benchmark's prepare fetches it): no word-list filter", GLOVE_WORDS)
+    allowed = read_word_list(word_list) if word_list else None
     t0 = time.perf_counter()
     # counted before any singularisation, as the official preprocessing does
     counts, n_counted = count_words(corpus, None if fid.vocab_counts == "all" else "train")
@@ -199,7 +212,8 @@ def build_vocab(ctx: StageContext) -> None:
         n_in = int(pf.metadata.num_rows)
         summary = {
             "vocab_size": len(vocab), "min_count": p.min_count, "max_unk_ratio": p.max_unk_ratio,
-            "vocab_filter": fid.vocab_filter, "vocab_filter_words": len(allowed) if allowed is not None else None,
+            "vocab_filter": fid.vocab_filter, "vocab_filter_file": str(word_list) if word_list else None,
+            "vocab_filter_words": len(allowed) if allowed is not None else None,
             "vocab_counts": fid.vocab_counts, "singularise_targets": fid.singularise_targets,
             "plurals": fid.plurals,
             "dictionary": dictionary.name, "counted_sentences": n_counted, "distinct_words": len(counts),

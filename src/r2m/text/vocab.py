@@ -110,6 +110,21 @@ def unk_ratio(ids: Sequence[int], unk_id: int = Vocab.unk_id, extra: int = 0) ->
     return sum(1 for i in ids if i == unk_id) / n if n else 0.0
 
 
+GLOVE = "glove"  # fidelity.vocab_filter: the word list a paper benchmark's prepare stage fetched
+GLOVE_WORDS = "glove_words.txt"  # that list in the prepared folder, one word per line
+
+
+def vocab_filter_file(value: str | None, prepared: str | Path | None) -> Path | None:
+    """The word-list file ``fidelity.vocab_filter`` names: a path, or for :data:`GLOVE` the prepared folder's
+    :data:`GLOVE_WORDS` (None when that folder has none: a dataset whose recipe fetches no list)."""
+    if not value:
+        return None
+    if value != GLOVE:
+        return Path(value)
+    path = Path(prepared) / GLOVE_WORDS if prepared is not None else None
+    return path if path is not None and path.exists() else None
+
+
 def read_word_list(path: str | Path) -> frozenset[str]:
     """A word-list file (one word per line; anything after the first whitespace ignored, so a GloVe
     ``.txt`` vectors file works too); blank lines skipped. Clear error when it is missing."""

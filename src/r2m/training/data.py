@@ -224,6 +224,32 @@ def pad_image(batch: ImageBatch, concept_width: int = 0) -> StaticImageBatch:
                             batch.image_ids)
 
 
+@dataclass
+class JointBatch:
+    """One step of one-stage training (``train_e2e``): a batch of sentences and a batch of images."""
+
+    text: TextBatch
+    image: ImageBatch
+
+    @property
+    def static(self) -> bool:
+        return self.text.static
+
+    def to(self, device: torch.device) -> JointBatch:
+        return JointBatch(self.text.to(device), self.image.to(device))
+
+    def pin_memory(self) -> JointBatch:
+        return JointBatch(self.text.pin_memory(), self.image.pin_memory())
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+
+def pad_joint(batch: JointBatch, max_len: int, concept_width: int = 0) -> JointBatch:
+    """Both halves at fixed shapes (:func:`pad_text`, :func:`pad_image`), concepts at one width."""
+    return JointBatch(pad_text(batch.text, max_len, concept_width), pad_image(batch.image, concept_width))
+
+
 class ImageSet:
     """Images of a split that have features (and, with ``require_concept``, ≥ 1 known concept)."""
 

@@ -39,21 +39,24 @@ def cider_selector(ctx: StageContext, device, itos: list[str]):
     stoi = {w: i for i, w in enumerate(itos)}
     conc, cp, fid = ctx.params.concepts, ctx.params.selection, ctx.params.fidelity
     prepared, references = Path(ctx.deps["prepared"]), Path(ctx.deps["references"])
-    scorer = ValScorer(val_references(prepared, references), log=ctx.log)
+    # select_on_test: the released code's eval_obj2sen.py scores every checkpoint on the test images (leakage)
+    split = "test" if fid.select_on_test else "val"
+    scorer = ValScorer(val_references(prepared, references, split), log=ctx.log)
     ids, concepts, _ = validation_set(prepared, references, Path(ctx.deps["concepts"]), stoi,
                                       conc.score_threshold, conc.max_per_image,
                                       order_at_test(fid.image_concepts), conc.dictionary, scorer)
     if not ids:
-        ctx.log.info("%s: no val images with references: keeping the last checkpoint", ctx.stage.name)
+        ctx.log.info("%s: no %s images with references: keeping the last checkpoint", ctx.stage.name, split)
         return None
-    ctx.log.info("%s: selecting the checkpoint by CIDEr on %d val images", ctx.stage.name, len(ids))
+    ctx.log.info("%s: selecting the checkpoint by CIDEr on %d %s images%s", ctx.stage.name, len(ids), split,
+                 " (fidelity.select_on_test: the test images, leakage)" if fid.select_on_test else "")
 
     def select(model, step: int) -> float:
         was_training = model.training
         model.eval()
         try:
             toks = caption_ids(model, concepts, cp.beam, cp.max_len, cp.batch_size, device, decoding=fid.decoding,
-                               ban_unk=fid.ban_unk)
+                               ban_unk=fid.ban_unk, ban_specials=fid.ban_specials)
         finally:
             model.train(was_training)
         # the caption stage's text of each caption (captions.json), scored as `r2m evaluate` scores it

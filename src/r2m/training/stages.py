@@ -50,7 +50,7 @@ from r2m.text.vocab import load_itos
 from r2m.training import distributed
 from r2m.training import loop as L
 from r2m.training import step as ST
-from r2m.training.data import ImageSet, TextStream, pad_image, pad_text
+from r2m.training.data import ImageSet, JointBatch, TextStream, pad_image, pad_joint, pad_text
 from r2m.training.loop import NonFiniteLoss, Selector  # noqa: F401  (public names of this stage)
 from r2m.training.objectives import OBJECTIVES, Objective, text_objective, val_gamma  # noqa: F401
 from r2m.utils import resume as RS
@@ -76,7 +76,8 @@ def model_config(ctx: StageContext, vocab_size: int, image_dim: int = 0) -> R2MC
     f = ctx.params.fidelity
     return R2MConfig.for_variant(ctx.variant or "r2m", vocab_size=vocab_size, image_dim=image_dim,
                                  init=f.init, dropout_scope=f.dropout, rm_input=f.rm_input, qkv_norm=f.qkv_norm,
-                                 out_bias=f.out_bias, **ctx.params.model.model_dump())
+                                 out_bias=f.out_bias, rm_scale=f.rm_scale, fm_output=f.fm_output,
+                                 fm_attention=f.fm_attention, **ctx.params.model.model_dump())
 
 
 # ``frozen_random`` (the official code): the projection is neither trained nor saved, so every
@@ -131,6 +132,8 @@ def static_shape(obj: Objective, tp, ctx: StageContext) -> ST.StaticShape:
     starts at ``concepts.max_per_image`` (image stages) or 8 (corpus sentences) and only grows."""
     if obj.data == "text":
         return ST.StaticShape(lambda b, w: pad_text(b, tp.max_len, w), 8)
+    if obj.data == "joint":
+        return ST.StaticShape(lambda b, w: pad_joint(b, tp.max_len, w), max(8, ctx.params.concepts.max_per_image))
     return ST.StaticShape(pad_image, ctx.params.concepts.max_per_image)
 
 
@@ -159,6 +162,11 @@ class _Data:
 
     def __init__(self, ctx: StageContext, obj: Objective, tp, itos: list[str]) -> None:
         self.images: list[ImageSet] = []
+        if obj.data == "joint":  # train_e2e: the text stage's sentences and the image stage's images, each step
+            text, image = (_Data(ctx, Objective(kind, obj.columns, obj.compute), tp, itos) for kind in ("text", "image"))
+            self.images, self.val, self.image_dim, self.rows = image.images, text.val, image.image_dim, text.rows
+            self.train = lambda start: map(JointBatch, text.train(start), image.train(start))
+            return
         if obj.data == "text":
             enc = Path(ctx.deps["vocab"]) / "encoded.parquet"
             stream = TextStream(enc, "train", tp.batch_size, tp.max_len, tp.seed)
@@ -193,7 +201,7 @@ def loop_objective(ctx: StageContext, obj: Objective, tp) -> L.LoopObjective:
     """The stage's objective for the loop: validation is the held-out L_XE on text, the stage's
     own loss on images (``loss = rank + γ·rec``, γ = 0 but for train_i)."""
     name = ctx.stage.name
-    if obj.data == "text":
+    if obj.data in ("text", "joint"):  # train_e2e validates on the held-out sentences
         return L.LoopObjective(obj.columns, lambda m, b: obj.compute(ctx, m, b, tp),
                                lambda m, b: text_objective(m, b, None)[1], lambda ev: ev["xe"])
     gamma = val_gamma(ctx, name)
@@ -217,8 +225,10 @@ def train(ctx: StageContext, select: Selector | None = None) -> dict[str, Any]:
     model = build_model(ctx, len(itos), data.image_dim).to(device)
     use_bf16 = (bool(getattr(args, "bf16", False)) or getattr(ctx.runtime, "bf16", False)) and device.type == "cuda"
     tf32 = R.apply_tf32(device, getattr(ctx.runtime, "tf32", True))
-    mode = ST.step_mode(device, dist.enabled, getattr(ctx.runtime, "cuda_graph", True),
+    mode = ST.step_mode(device, dist.enabled, getattr(ctx.runtime, "cuda_graph", True) and obj.data != "joint",
                         getattr(ctx.runtime, "static_step", "auto"))
+    if obj.data == "joint" and dist.enabled:
+        raise ValueError(f"{name}: one-stage training runs in one process (no --nproc)")
 
     def bf16():  # autocast's weight cache cannot live across graph replays
         return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not mode.graph)
@@ -254,7 +264,7 @@ def train(ctx: StageContext, select: Selector | None = None) -> dict[str, Any]:
     val_rows = [r for r in res.rows if r[1] == "val"]
     metrics = {
         "stage": name, "variant": ctx.variant, "steps": res.step, **L.loss_summary(res.rows),
-        "val_xe": (val_rows[-1][3] if val_rows and obj.data == "text" else None),
+        "val_xe": (val_rows[-1][3] if val_rows and obj.data != "image" else None),
         "sentences_per_s" if obj.data == "text" else "images_per_s":
             (res.seen / res.elapsed) if res.elapsed > 0 else None,
         "wall_s": res.elapsed, "device": str(device), "parameters": model.param_count(),

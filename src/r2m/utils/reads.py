@@ -582,6 +582,18 @@ class Recorder:
                 out[name] = mod_name
         return out
 
+    def _skipped_files(self) -> set[str]:
+        """The recorded names of the skipped modules' source files (opened by ``linecache`` for a warning or a
+        stack walk as often as imported)."""
+        out = set()
+        for name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None)
+            if isinstance(f, str) and (name in self.skip_modules or name.startswith(self._skip_below)):
+                recorded = self.project_path(f)
+                if recorded is not None:
+                    out.add(recorded)
+        return out
+
     def distributions(self) -> list[str]:
         """The installed distributions of the modules now imported from the installation's package folders, and of
         the shared libraries the process mapped from them (a wheel's native libraries, loaded by compiled code:
@@ -609,9 +621,10 @@ class Recorder:
             entries[name] = {"kind": "module", "module": mod}
         for name in self.deps:
             entries.setdefault(name, {"kind": "dep"})
+        skipped = self._skipped_files()
         for name, kind in self.files.items():
-            if name in self.written or name in entries:
-                continue
+            if name in self.written or name in entries or name in skipped:
+                continue  # written by the run; named already; a skipped module's source (a traceback, inspect.stack)
             entries[name] = {"kind": kind}
         for dist in self.distributions():
             entries[f"dist:{dist}"] = {"kind": "dist"}

@@ -4,8 +4,9 @@ The backends live in the package ``r2m.vision.detectors`` (one file each, named 
 this module is the stage (building and running a backend: ``r2m.vision.detectors.factory``).
 
 Output ``D/concepts/detections.parquet``: ``image_id, label, concept, score, x1, y1, x2, y2``;
-every detection with a dictionary concept and ``score >= floor`` (default 0.05) is kept — the 0.3
-threshold and the at-most-5 rule are applied by consumers. Unreadable images are listed in
+every detection with a dictionary concept and ``score >= floor`` (the backend's, default 0.05;
+``detect_concepts.floor``: 0 under the official profile) is kept — ``concepts.score_threshold`` and the
+at-most-5 rule are applied by consumers. Unreadable images are listed in
 ``reports/<dataset>/bad_images.csv`` and never stop the run.
 """
 
@@ -45,13 +46,13 @@ def run(ctx: StageContext) -> None:
     device = ctx.runtime.torch_device()
     ctx.log.info("detect: %d images, backend %s, dictionary %s, device %s",
                  len(images), p.backend, dictionary.name, device)
-    det = build_detector(p.backend, p.options, dictionary, device)
+    det = build_detector(p.backend, p.options, dictionary, device, p.floor)
     env = Env(batch_size=p.batch_size, workers=ctx.runtime.workers, min_side=p.min_side,
               prepared_dir=Path(prepared), root=Path(ctx.root))
     df, bad = det.detect(images, env)
     df = df.sort_values(["image_id", "score", "concept"], ascending=[True, False, True], kind="stable")
     info = summary(df, len(images), ctx.params.concepts.score_threshold)
-    info.update(backend=p.backend, n_bad_images=len(bad))
+    info.update(backend=p.backend, n_bad_images=len(bad), floor=p.floor)
     with atomic_path(ctx.outs["concepts"]) as tmp:
         tmp.mkdir(parents=True)
         df.to_parquet(tmp / "detections.parquet", index=False)

@@ -22,8 +22,9 @@ factory ``(options, dictionary, device) -> Detector`` chosen by ``detect_concept
     class names.
 
 Add a backend: a new module here with its factory ``build(options, dictionary, device) -> Detector``, named
-in :data:`r2m.catalogs.DETECTORS`. ``factory.build_detector`` imports the chosen backend's module only; this package imports none of
-its modules (editing one backend reruns only the instances that chose it).
-Every detection with a dictionary concept and ``score >= floor`` (default 0.05) is kept — the 0.3
-threshold and the at-most-5 rule are applied by consumers. The stage is ``r2m.vision.detect``.
+in :data:`r2m.catalogs.DETECTORS`. ``factory.build_detector`` imports the chosen backend's module only; this package
+imports none of its modules (editing one backend reruns only the instances that chose it).
+Every detection with a dictionary concept and ``score >= floor`` (default 0.05; ``detect_concepts.floor``
+sets it for every backend, ``factory.with_floor``) is kept — ``concepts.score_threshold`` and the at-most-5
+rule are applied by consumers. The stage is ``r2m.vision.detect``.
 """
