@@ -237,7 +237,8 @@ def _defaults(root: Path, dataset: Any) -> tuple[Any, Path | None]:
                 return P.for_dataset(params, dataset), Path(root) / "data" / dataset
         except P.ParamsError:
             pass  # another project's params: the defaults serve
-    return P.Params.model_validate(P.resolve_fidelity(P.Params().model_dump(mode="json"), "paper")), None
+    raw = {"catalog": {"demo": {"kind": "demo"}}, "baselines": {"datasets": ["demo"]}}  # every section's defaults
+    return P.Params.model_validate(P.resolve_fidelity(P.Params.model_validate(raw).model_dump(mode="json"), "paper")), None
 
 
 def load(model_dir: Path, ckpt: dict[str, Any], root: Path = Path(".")) -> dict[str, Any]:
@@ -253,7 +254,11 @@ def load(model_dir: Path, ckpt: dict[str, Any], root: Path = Path(".")) -> dict[
         params, data_dir = _defaults(root, data.get("dataset") or dataset)
         base = build(params, data["itos"], data.get("dataset"), data.get("variant"), data.get("stage"),
                      data_dir / "concepts" if data_dir else None, data_dir / "features" if data_dir else None)
-        return vet({**base, **data, "format": data.get("format", 1)}, f)
+        merged = {**base, **data, "format": data.get("format", 1)}
+        for name in SECTIONS:  # a section the file gives in part: the rest from the defaults
+            if isinstance(base.get(name), dict) and isinstance(data.get(name), dict):
+                merged[name] = {**base[name], **data[name]}
+        return vet(merged, f)
     from r2m.text.vocab import load_itos
 
     data_dir = root / "data" / str(dataset)
