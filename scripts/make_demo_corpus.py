@@ -800,6 +800,12 @@ def s_face(R: random.Random) -> str:
     return f"a picture of the smiling face of {who} with {feat}"
 
 
+def pick(r: float, branches: list[tuple[float, Callable[[], str]]]) -> str:
+    """The sentence of the first of ``branches`` [(upper bound, make), ...] whose bound exceeds ``r`` (a draw
+    of R.random(); the last branch otherwise): only the chosen branch draws further."""
+    return next((make for bound, make in branches if r < bound), branches[-1][1])()
+
+
 FISH = {
     # name: (adjectives, where it is seen)
     "fish": (["red", "orange", "yellow", "blue", "striped", "tropical", "small", "colorful", "bright red", "silver"],
@@ -832,49 +838,48 @@ def s_fish(R: random.Random) -> str:
     adjs, kinds = FISH[name]
     place = R.choice(FISH_PLACES[R.choice(kinds)])
     fish = art(f"{R.choice(adjs + [''])} {name}".strip())
-    r = R.random()
-    if r < 0.3:
-        return f"{fish} {R.choice(FISH_VERBS)} {place}"
-    if r < 0.45:
-        return f"{fish} with {R.choice(FISH_PARTS)} {R.choice(FISH_VERBS)} {place}"
-    if r < 0.55:
-        return f"a close up of {fish} {place}"
-    if r < 0.65:
-        n = R.choice(["two", "three", "several", "a school of", "many"])
-        return f"{n} {R.choice(adjs)} {plural(name)} {R.choice(FISH_VERBS)} {place}"
-    if r < 0.73:
-        return f"a child watching {fish} {place}"
-    if r < 0.8:
-        return f"{fish} spreading its fins {place}"
-    if r < 0.86:
-        return f"a photo of {fish} {place}"
-    if r < 0.93:
-        return f"{fish} is {R.choice(FISH_VERBS)} {place}"
-    return f"{fish} and a sea turtle swimming {R.choice(FISH_PLACES['sea'])}"
+    def verb() -> str:
+        return R.choice(FISH_VERBS)
+
+    return pick(R.random(), [
+        (0.3, lambda: f"{fish} {verb()} {place}"),
+        (0.45, lambda: f"{fish} with {R.choice(FISH_PARTS)} {verb()} {place}"),
+        (0.55, lambda: f"a close up of {fish} {place}"),
+        (0.65, lambda: f"{R.choice(['two', 'three', 'several', 'a school of', 'many'])} {R.choice(adjs)} "
+                       f"{plural(name)} {verb()} {place}"),
+        (0.73, lambda: f"a child watching {fish} {place}"),
+        (0.8, lambda: f"{fish} spreading its fins {place}"),
+        (0.86, lambda: f"a photo of {fish} {place}"),
+        (0.93, lambda: f"{fish} is {verb()} {place}"),
+        (1.0, lambda: f"{fish} and a sea turtle swimming {R.choice(FISH_PLACES['sea'])}"),
+    ])
 
 
 def s_sea_life(R: random.Random) -> str:
+    def jelly() -> str:
+        one = art(R.choice(["pink", "purple", "translucent", "glowing", "large", "orange", "white"]) + " jellyfish")
+        tail = R.choice(["with long tentacles", "trailing its tentacles", "with frilly arms", "", "with a round bell"])
+        return f"{one} {R.choice(['drifting', 'floating', 'swimming', 'pulsing'])} {water} {tail}".strip()
+
+    def turtle() -> str:
+        one = art(R.choice(["sea", "green sea", "large sea", "young sea", "big"]) + " turtle")
+        what = R.choice(["swimming", "gliding", "paddling", "diving"])
+        extra = R.choice(["", " with a brown shell", " with a patterned shell", " with large flippers"])
+        return f"{one}{extra} {what} {water}"
+
     r = R.random()
     water = R.choice(["in blue water", "in the deep blue sea", "in the ocean", "underwater", "in clear water",
                       "in an aquarium", "near the surface"])
-    if r < 0.3:
-        jelly = art(R.choice(["pink", "purple", "translucent", "glowing", "large", "orange", "white"]) + " jellyfish")
-        tail = R.choice(["with long tentacles", "trailing its tentacles", "with frilly arms", "", "with a round bell"])
-        return f"{jelly} {R.choice(['drifting', 'floating', 'swimming', 'pulsing'])} {water} {tail}".strip()
-    if r < 0.38:
-        return f"{R.choice(['several', 'many', 'a group of', 'three'])} jellyfish floating {water}"
-    if r < 0.65:
-        turtle = art(R.choice(["sea", "green sea", "large sea", "young sea", "big"]) + " turtle")
-        what = R.choice(["swimming", "gliding", "paddling", "diving"])
-        extra = R.choice(["", " with a brown shell", " with a patterned shell", " with large flippers"])
-        return f"{turtle}{extra} {what} {water}"
-    if r < 0.72:
-        return f"a turtle resting on the sand with its shell covered in {R.choice(['algae', 'sand', 'small shells'])}"
-    if r < 0.8:
-        return f"a diver swimming next to {R.choice(['a sea turtle', 'a jellyfish', 'a school of fish', 'a shark'])}"
-    if r < 0.88:
-        return f"a starfish and some shells on the {R.choice(['sand', 'beach', 'sea floor'])}"
-    return f"coral and {R.choice(['small fish', 'a turtle', 'a jellyfish'])} {water}"
+    return pick(r, [
+        (0.3, jelly),
+        (0.38, lambda: f"{R.choice(['several', 'many', 'a group of', 'three'])} jellyfish floating {water}"),
+        (0.65, turtle),
+        (0.72, lambda: "a turtle resting on the sand with its shell covered in "
+                       f"{R.choice(['algae', 'sand', 'small shells'])}"),
+        (0.8, lambda: f"a diver swimming next to {R.choice(['a sea turtle', 'a jellyfish', 'a school of fish', 'a shark'])}"),
+        (0.88, lambda: f"a starfish and some shells on the {R.choice(['sand', 'beach', 'sea floor'])}"),
+        (1.0, lambda: f"coral and {R.choice(['small fish', 'a turtle', 'a jellyfish'])} {water}"),
+    ])
 
 
 GADGETS = {
@@ -899,6 +904,10 @@ GADGETS = {
     "microphone": (["silver", "black", "old"], ["on a stand", "on a tall stand"]),
     "camera": (["black", "digital", "old", "small", "film"], ["with a large lens", "with a strap"]),
 }
+GADGET_VERBS = {"game controller": "holding", "video game controller": "holding", "laptop": "typing on",
+                "keyboard": "typing on", "rotary phone": "talking on", "telephone": "talking on",
+                "sound mixer": "adjusting", "audio mixer": "adjusting", "electric guitar": "playing",
+                "amplifier": "turning on", "microphone": "singing into", "camera": "holding"}
 GADGET_PLACES = ["on a wooden table", "on a desk", "in a dark room", "on a black background", "on a shelf",
                  "next to a window", "on a stage", "in a studio", "on the floor", "against a blue wall",
                  "on a small table", "in a music store", "on a couch", "next to a lamp"]
@@ -909,42 +918,32 @@ def s_gadget(R: random.Random) -> str:
     adjs, details = GADGETS[name]
     thing = art(f"{R.choice(adjs)} {name}")
     place = R.choice(GADGET_PLACES)
-    r = R.random()
-    if r < 0.3:
-        return f"{thing} {R.choice(details)} {place}"
-    if r < 0.45:
-        return f"{thing} sitting {place}"
-    if r < 0.55:
-        return f"a close up of {thing} {R.choice(details)}"
-    if r < 0.65:
-        other = R.choice([n for n in GADGETS if n != name])
-        return f"{thing} next to {art(other)} {place}"
-    if r < 0.75:
-        who = art(R.choice(["man", "woman", "boy", "girl", "teenager", "musician", "person"]))
-        verb = {"game controller": "holding", "video game controller": "holding", "laptop": "typing on",
-                "keyboard": "typing on", "rotary phone": "talking on", "telephone": "talking on",
-                "sound mixer": "adjusting", "audio mixer": "adjusting", "electric guitar": "playing",
-                "amplifier": "turning on", "microphone": "singing into", "camera": "holding"}[name]
-        return f"{who} {verb} {thing} {place}"
-    if r < 0.85:
-        return f"{thing} lit by a {R.choice(['soft', 'bright', 'blue', 'warm', 'single'])} light in the dark"
-    if r < 0.93:
-        return f"a black and white photo of {thing} {place}"
-    return f"{thing} and a cup of coffee {place}"
+    return pick(R.random(), [
+        (0.3, lambda: f"{thing} {R.choice(details)} {place}"),
+        (0.45, lambda: f"{thing} sitting {place}"),
+        (0.55, lambda: f"a close up of {thing} {R.choice(details)}"),
+        (0.65, lambda: f"{thing} next to {art(R.choice([n for n in GADGETS if n != name]))} {place}"),
+        (0.75, lambda: f"{art(R.choice(['man', 'woman', 'boy', 'girl', 'teenager', 'musician', 'person']))} "
+                       f"{GADGET_VERBS[name]} {thing} {place}"),
+        (0.85, lambda: f"{thing} lit by a {R.choice(['soft', 'bright', 'blue', 'warm', 'single'])} light in the dark"),
+        (0.93, lambda: f"a black and white photo of {thing} {place}"),
+        (1.0, lambda: f"{thing} and a cup of coffee {place}"),
+    ])
 
 
 def s_stage(R: random.Random) -> str:
-    guitar = art(R.choice(["electric guitar", "blue guitar", "red guitar", "acoustic guitar", "black guitar", "bass guitar"]))
-    r = R.random()
-    if r < 0.3:
-        return f"{guitar} leaning against {art(R.choice(['amplifier', 'black amplifier', 'old amp', 'speaker']))} on a stage"
-    if r < 0.5:
-        return f"a stage with {guitar} and a microphone stand under {R.choice(['red', 'blue', 'bright', 'white'])} lights"
-    if r < 0.7:
-        return f"{art(R.choice(['man', 'woman', 'musician', 'young man', 'singer']))} playing {guitar} on a {R.choice(['dark', 'small', 'lit', 'large'])} stage"
-    if r < 0.85:
-        return f"a band playing music on a stage with {R.choice(['bright', 'colored', 'blue', 'red'])} lights"
-    return f"{guitar} resting on a stand next to a microphone"
+    guitar = art(R.choice(["electric guitar", "blue guitar", "red guitar", "acoustic guitar", "black guitar",
+                           "bass guitar"]))
+    return pick(R.random(), [
+        (0.3, lambda: f"{guitar} leaning against "
+                      f"{art(R.choice(['amplifier', 'black amplifier', 'old amp', 'speaker']))} on a stage"),
+        (0.5, lambda: f"a stage with {guitar} and a microphone stand under "
+                      f"{R.choice(['red', 'blue', 'bright', 'white'])} lights"),
+        (0.7, lambda: f"{art(R.choice(['man', 'woman', 'musician', 'young man', 'singer']))} playing {guitar} "
+                      f"on a {R.choice(['dark', 'small', 'lit', 'large'])} stage"),
+        (0.85, lambda: f"a band playing music on a stage with {R.choice(['bright', 'colored', 'blue', 'red'])} lights"),
+        (1.0, lambda: f"{guitar} resting on a stand next to a microphone"),
+    ])
 
 
 MOUNTAIN_SKY = ["under a blue sky", "under a hazy sky", "at sunset", "at sunrise", "at dusk", "under a cloudy sky",
@@ -952,55 +951,49 @@ MOUNTAIN_SKY = ["under a blue sky", "under a hazy sky", "at sunset", "at sunrise
 
 
 def s_mountain(R: random.Random) -> str:
-    peak = R.choice(["mountain", "mountain peak", "rocky mountain", "snowy mountain", "tall mountain", "mountain range"])
-    r = R.random()
-    if r < 0.2:
-        return f"{art(peak)} {R.choice(MOUNTAIN_SKY)} with {R.choice(['pine trees', 'a green valley', 'a lake', 'a field of grass', 'dry brush'])} below"
-    if r < 0.35:
-        return f"snow covered mountains {R.choice(MOUNTAIN_SKY)}"
-    if r < 0.45:
-        return f"the top of {art(peak)} glowing {R.choice(['orange', 'pink', 'red', 'gold'])} {R.choice(['at sunset', 'at dawn', 'at dusk'])}"
-    if r < 0.55:
-        return f"a field of {R.choice(['snow', 'yellow grass', 'dry brush', 'wild flowers'])} in front of {art(peak)}"
-    if r < 0.65:
-        return f"a hiker walking in the snow below {art(peak)}"
-    if r < 0.75:
-        return f"pine trees in front of {art(peak)} {R.choice(MOUNTAIN_SKY)}"
-    if r < 0.85:
-        return f"the sun shining over {art(peak)} covered in snow"
-    if r < 0.93:
-        return f"a wide valley between {R.choice(['two', 'tall', 'rocky', 'snowy'])} mountains {R.choice(MOUNTAIN_SKY)}"
-    return f"{art(R.choice(['skier', 'man', 'woman', 'climber']))} standing on a snowy mountain ridge"
+    peak = art(R.choice(["mountain", "mountain peak", "rocky mountain", "snowy mountain", "tall mountain",
+                         "mountain range"]))
+    return pick(R.random(), [
+        (0.2, lambda: f"{peak} {R.choice(MOUNTAIN_SKY)} with "
+                      f"{R.choice(['pine trees', 'a green valley', 'a lake', 'a field of grass', 'dry brush'])} below"),
+        (0.35, lambda: f"snow covered mountains {R.choice(MOUNTAIN_SKY)}"),
+        (0.45, lambda: f"the top of {peak} glowing {R.choice(['orange', 'pink', 'red', 'gold'])} "
+                       f"{R.choice(['at sunset', 'at dawn', 'at dusk'])}"),
+        (0.55, lambda: f"a field of {R.choice(['snow', 'yellow grass', 'dry brush', 'wild flowers'])} in front of {peak}"),
+        (0.65, lambda: f"a hiker walking in the snow below {peak}"),
+        (0.75, lambda: f"pine trees in front of {peak} {R.choice(MOUNTAIN_SKY)}"),
+        (0.85, lambda: f"the sun shining over {peak} covered in snow"),
+        (0.93, lambda: f"a wide valley between {R.choice(['two', 'tall', 'rocky', 'snowy'])} mountains "
+                       f"{R.choice(MOUNTAIN_SKY)}"),
+        (1.0, lambda: f"{art(R.choice(['skier', 'man', 'woman', 'climber']))} standing on a snowy mountain ridge"),
+    ])
 
 
 def s_outdoors(R: random.Random) -> str:
-    r = R.random()
-    if r < 0.12:
-        return f"the sun rising over {R.choice(['a misty meadow', 'a grassy hill', 'a field of grass', 'the trees', 'the sea'])}"
-    if r < 0.22:
-        return f"{R.choice(['dark', 'gray', 'heavy', 'huge'])} storm clouds over {R.choice(['a green field', 'a wide plain', 'the prairie', 'a farm', 'the sea'])}"
-    if r < 0.3:
-        return f"a {R.choice(['green', 'grassy', 'wide', 'flat'])} field under a {R.choice(['cloudy', 'stormy', 'blue', 'gray'])} sky"
-    if r < 0.42:
-        return f"a night sky full of stars over {R.choice(['a lake', 'the mountains', 'a forest', 'a tent', 'the sea', 'a field'])}"
-    if r < 0.5:
-        return f"the milky way above {R.choice(['a dark forest', 'a still lake', 'the mountains', 'a desert'])}"
-    if r < 0.6:
-        tent = art(R.choice(["tent", "large tent", "canvas tent", "camping tent", "white tent", "small tent"]))
-        return f"{tent} {R.choice(['lit up at night', 'under the stars', 'between two trees', 'in a campsite', 'next to a campfire', 'on a grassy hill'])}"
-    if r < 0.68:
-        isl = art(R.choice(["small island", "rocky island", "green island", "tropical island"]))
-        return f"{isl} {R.choice(['in the sea', 'surrounded by blue water', 'in the middle of the ocean', 'covered in trees'])}"
-    if r < 0.76:
-        return f"{art(R.choice(['man', 'fisherman', 'person', 'boy']))} standing on a {R.choice(['bamboo raft', 'wooden raft', 'raft', 'small boat'])} on {R.choice(['a river', 'a calm lake', 'the water'])}"
-    if r < 0.82:
-        return f"a river winding between {R.choice(['green hills', 'steep hills', 'rice fields', 'tall trees'])} {R.choice(MOUNTAIN_SKY)}"
-    if r < 0.9:
-        flake = R.choice(["a single snowflake", "a tiny snowflake", "a snowflake", "a star shaped snowflake"])
-        return f"a close up of {flake} {R.choice(['on the snow', 'on a dark coat', 'on a window', 'on a glove'])}"
-    if r < 0.95:
-        return f"snow falling on {R.choice(['pine trees', 'a quiet street', 'a field', 'a cabin'])}"
-    return f"fog over a {R.choice(['meadow', 'lake', 'forest', 'river'])} in the early morning"
+    return pick(R.random(), [
+        (0.12, lambda: "the sun rising over "
+                       f"{R.choice(['a misty meadow', 'a grassy hill', 'a field of grass', 'the trees', 'the sea'])}"),
+        (0.22, lambda: f"{R.choice(['dark', 'gray', 'heavy', 'huge'])} storm clouds over "
+                       f"{R.choice(['a green field', 'a wide plain', 'the prairie', 'a farm', 'the sea'])}"),
+        (0.3, lambda: f"a {R.choice(['green', 'grassy', 'wide', 'flat'])} field under a "
+                      f"{R.choice(['cloudy', 'stormy', 'blue', 'gray'])} sky"),
+        (0.42, lambda: "a night sky full of stars over "
+                       f"{R.choice(['a lake', 'the mountains', 'a forest', 'a tent', 'the sea', 'a field'])}"),
+        (0.5, lambda: f"the milky way above {R.choice(['a dark forest', 'a still lake', 'the mountains', 'a desert'])}"),
+        (0.6, lambda: f"{art(R.choice(['tent', 'large tent', 'canvas tent', 'camping tent', 'white tent', 'small tent']))} "
+                      f"{R.choice(['lit up at night', 'under the stars', 'between two trees', 'in a campsite', 'next to a campfire', 'on a grassy hill'])}"),
+        (0.68, lambda: f"{art(R.choice(['small island', 'rocky island', 'green island', 'tropical island']))} "
+                       f"{R.choice(['in the sea', 'surrounded by blue water', 'in the middle of the ocean', 'covered in trees'])}"),
+        (0.76, lambda: f"{art(R.choice(['man', 'fisherman', 'person', 'boy']))} standing on a "
+                       f"{R.choice(['bamboo raft', 'wooden raft', 'raft', 'small boat'])} on "
+                       f"{R.choice(['a river', 'a calm lake', 'the water'])}"),
+        (0.82, lambda: f"a river winding between {R.choice(['green hills', 'steep hills', 'rice fields', 'tall trees'])} "
+                       f"{R.choice(MOUNTAIN_SKY)}"),
+        (0.9, lambda: f"a close up of {R.choice(['a single snowflake', 'a tiny snowflake', 'a snowflake', 'a star shaped snowflake'])} "
+                      f"{R.choice(['on the snow', 'on a dark coat', 'on a window', 'on a glove'])}"),
+        (0.95, lambda: f"snow falling on {R.choice(['pine trees', 'a quiet street', 'a field', 'a cabin'])}"),
+        (1.0, lambda: f"fog over a {R.choice(['meadow', 'lake', 'forest', 'river'])} in the early morning"),
+    ])
 
 
 PETS = {
@@ -1027,60 +1020,64 @@ def s_pet(R: random.Random) -> str:
     return f"{R.choice(['two', 'three', 'several', 'a couple of'])} {adj + ' ' if adj else ''}{plural(name)} {act}"
 
 
+HOLDERS = [("man", "his"), ("woman", "her"), ("girl", "her"), ("boy", "his"), ("man with a watch", "his")]
+
+
 def s_small_animal(R: random.Random) -> str:
-    r = R.random()
-    if r < 0.25:
-        bear = art(R.choice(["brown bear", "grizzly bear", "large bear", "big brown bear", "young bear"]))
-        return f"{bear} {R.choice(['walking through tall grass', 'standing in a field', 'looking at the camera', 'eating grass in a meadow', 'crossing a river'])}"
-    if r < 0.45:
-        q = art(R.choice(["quokka", "small quokka", "furry quokka", "cute quokka"]))
-        return f"{q} {R.choice(['standing on its hind legs', 'sitting on the sand', 'eating a leaf', 'looking at the camera', 'next to a fence'])}"
-    if r < 0.6:
-        a = art(R.choice(["tasmanian devil", "small black animal", "black tasmanian devil", "wild animal"]))
-        return f"{a} {R.choice(['with pink ears', 'looking at the camera', 'standing on a rock', 'sniffing the ground', 'in a zoo'])}"
-    if r < 0.72:
-        return f"{art(R.choice(['kangaroo', 'koala', 'wombat', 'rabbit', 'raccoon']))} {R.choice(['sitting in the grass', 'near a wooden fence', 'looking at the camera', 'in a zoo enclosure'])}"
-    if r < 0.85:
-        who, pron = R.choice([("man", "his"), ("woman", "her"), ("girl", "her"), ("boy", "his"), ("man with a watch", "his")])
+    def held() -> str:
+        who, pron = R.choice(HOLDERS)
         return f"{art(who)} holding {R.choice(['three kittens', 'a puppy', 'two puppies', 'a small kitten'])} in {pron} hands"
-    return f"a {R.choice(['small', 'furry', 'curious', 'little'])} animal with round ears and a black nose"
+
+    return pick(R.random(), [
+        (0.25, lambda: f"{art(R.choice(['brown bear', 'grizzly bear', 'large bear', 'big brown bear', 'young bear']))} "
+                       f"{R.choice(['walking through tall grass', 'standing in a field', 'looking at the camera', 'eating grass in a meadow', 'crossing a river'])}"),
+        (0.45, lambda: f"{art(R.choice(['quokka', 'small quokka', 'furry quokka', 'cute quokka']))} "
+                       f"{R.choice(['standing on its hind legs', 'sitting on the sand', 'eating a leaf', 'looking at the camera', 'next to a fence'])}"),
+        (0.6, lambda: f"{art(R.choice(['tasmanian devil', 'small black animal', 'black tasmanian devil', 'wild animal']))} "
+                      f"{R.choice(['with pink ears', 'looking at the camera', 'standing on a rock', 'sniffing the ground', 'in a zoo'])}"),
+        (0.72, lambda: f"{art(R.choice(['kangaroo', 'koala', 'wombat', 'rabbit', 'raccoon']))} "
+                       f"{R.choice(['sitting in the grass', 'near a wooden fence', 'looking at the camera', 'in a zoo enclosure'])}"),
+        (0.85, held),
+        (1.0, lambda: f"a {R.choice(['small', 'furry', 'curious', 'little'])} animal with round ears and a black nose"),
+    ])
 
 
 def s_toast(R: random.Random) -> str:
-    drinks = R.choice(["cups of coffee", "lattes", "coffee cups", "glasses of wine", "mugs of coffee", "glasses of juice"])
-    r = R.random()
-    if r < 0.35:
-        return f"{R.choice(['friends', 'three people', 'two people', 'a group of people'])} toasting with {drinks} {R.choice(['at a table', 'in a cafe', 'over a wooden table', 'at a restaurant'])}"
-    if r < 0.6:
-        return f"hands holding {drinks} together over a {R.choice(['table', 'wooden table', 'cafe table'])}"
-    if r < 0.8:
-        return f"a latte with {R.choice(['leaf', 'heart', 'flower'])} art in a {R.choice(['white', 'small', 'ceramic'])} cup"
-    return f"a glass of iced coffee next to {R.choice(['two lattes', 'a cup of tea', 'a plate of cookies'])}"
+    drinks = R.choice(["cups of coffee", "lattes", "coffee cups", "glasses of wine", "mugs of coffee",
+                       "glasses of juice"])
+    return pick(R.random(), [
+        (0.35, lambda: f"{R.choice(['friends', 'three people', 'two people', 'a group of people'])} toasting with {drinks} "
+                       f"{R.choice(['at a table', 'in a cafe', 'over a wooden table', 'at a restaurant'])}"),
+        (0.6, lambda: f"hands holding {drinks} together over a {R.choice(['table', 'wooden table', 'cafe table'])}"),
+        (0.8, lambda: f"a latte with {R.choice(['leaf', 'heart', 'flower'])} art in a "
+                      f"{R.choice(['white', 'small', 'ceramic'])} cup"),
+        (1.0, lambda: f"a glass of iced coffee next to {R.choice(['two lattes', 'a cup of tea', 'a plate of cookies'])}"),
+    ])
 
 
 def s_landmark(R: random.Random) -> str:
-    r = R.random()
-    if r < 0.35:
-        return f"a {R.choice(['large', 'tall', 'modern', 'shiny'])} structure made of metal spheres {R.choice(['against a blue sky', 'in a park', 'on a sunny day'])}"
-    if r < 0.6:
-        return f"looking up at {R.choice(['a tall building', 'a steel tower', 'a modern sculpture', 'shiny metal balls'])} {R.choice(['against the sky', 'on a clear day', 'from below'])}"
-    if r < 0.8:
-        return f"a {R.choice(['silver', 'steel', 'metal', 'giant'])} sphere on top of {R.choice(['a building', 'a tower', 'a pole'])}"
-    return f"tourists taking pictures of a famous {R.choice(['monument', 'building', 'tower', 'sculpture'])}"
+    return pick(R.random(), [
+        (0.35, lambda: f"a {R.choice(['large', 'tall', 'modern', 'shiny'])} structure made of metal spheres "
+                       f"{R.choice(['against a blue sky', 'in a park', 'on a sunny day'])}"),
+        (0.6, lambda: f"looking up at {R.choice(['a tall building', 'a steel tower', 'a modern sculpture', 'shiny metal balls'])} "
+                      f"{R.choice(['against the sky', 'on a clear day', 'from below'])}"),
+        (0.8, lambda: f"a {R.choice(['silver', 'steel', 'metal', 'giant'])} sphere on top of "
+                      f"{R.choice(['a building', 'a tower', 'a pole'])}"),
+        (1.0, lambda: f"tourists taking pictures of a famous {R.choice(['monument', 'building', 'tower', 'sculpture'])}"),
+    ])
 
 
 def s_bin(R: random.Random) -> str:
-    cont = R.choice(["red plastic bin", "red tote", "plastic box", "storage bin", "cardboard box", "blue bin"])
-    items = R.sample(["a book", "a bar of soap", "a pair of scissors", "paper towels", "a toothbrush", "a bottle",
-                      "a roll of tape", "a pencil", "some keys", "a sponge", "a toy", "a mouse trap"], 2)
-    r = R.random()
-    if r < 0.4:
-        return f"{art(cont)} holding {items[0]} and {items[1]}"
-    if r < 0.65:
-        return f"an overhead view of {art(cont)} full of {R.choice(['household items', 'toys', 'office supplies', 'different objects'])}"
-    if r < 0.85:
-        return f"{items[0]} and {items[1]} lying in {art(cont)}"
-    return f"a robot arm picking up {items[0]} from {art(cont)}"
+    cont = art(R.choice(["red plastic bin", "red tote", "plastic box", "storage bin", "cardboard box", "blue bin"]))
+    a, b = R.sample(["a book", "a bar of soap", "a pair of scissors", "paper towels", "a toothbrush", "a bottle",
+                     "a roll of tape", "a pencil", "some keys", "a sponge", "a toy", "a mouse trap"], 2)
+    return pick(R.random(), [
+        (0.4, lambda: f"{cont} holding {a} and {b}"),
+        (0.65, lambda: f"an overhead view of {cont} full of "
+                       f"{R.choice(['household items', 'toys', 'office supplies', 'different objects'])}"),
+        (0.85, lambda: f"{a} and {b} lying in {cont}"),
+        (1.0, lambda: f"a robot arm picking up {a} from {cont}"),
+    ])
 
 
 MAKERS: list[tuple[Callable[[random.Random], str], float]] = [
