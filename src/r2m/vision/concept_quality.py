@@ -2,7 +2,7 @@
 consumers' rule: score ≥ threshold, de-duplicated, at most ``max_per_image``) against hand-written
 concept lists — the demo's ``data/demo/photos.yaml`` ``concepts``.
 
-``r2m bench concepts`` runs detector settings over the 16 demo photos (read out of their installed
+``r2m bench concepts`` runs detector settings over the demo photos (read out of their installed
 packages, nothing downloaded) and prints images with ≥ 1 concept, micro precision/recall and time.
 Matching is exact on dictionary words ("person" does not match "woman").
 """
@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
     from r2m.utils.cliargs import bench_parser as parser
     from r2m.vision.detectors import detect_images
 
-    p = parser("concepts", "concept precision/recall of detector settings on the 16 demo photos")
+    p = parser("concepts", "concept precision/recall of detector settings on the demo photos")
     p.add_argument("--settings", nargs="*", default=list(SETTINGS), help=f"of {', '.join(SETTINGS)}")
     p.add_argument("--threshold", type=float, default=0.3)
     p.add_argument("--max-per-image", type=int, default=5)
