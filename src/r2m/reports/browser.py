@@ -14,7 +14,8 @@ carry the tab's ``sessionId``).
         page.evaluate("document.title")
         page.screenshot(Path("shot.png"))
 
-``python -m r2m.reports.browser PAGE OUT.png [WIDTH]`` writes a full-page screenshot.
+``python -m r2m.reports.browser PAGE OUT.png [--width W] [--element SELECTOR]`` writes a screenshot of the
+whole page or of one element.
 """
 
 from __future__ import annotations
@@ -211,16 +212,27 @@ class Page:
             raise BrowserError(f"JavaScript error in the page: {text}")
         return got.get("result", {}).get("value")
 
-    def screenshot(self, out: Path, full_page: bool = True) -> Path:
-        """A PNG of the viewport, or of the whole page's height at the viewport's width (``full_page``)."""
+    def screenshot(self, out: Path, full_page: bool = True, selector: str | None = None) -> Path:
+        """A PNG of the viewport, of the whole page's height at the viewport's width (``full_page``), or of
+        the element ``selector`` (a CSS selector) names."""
         width, height = self.width, self.height
-        if full_page:
+        if full_page or selector:
             full = int(self.evaluate("Math.ceil(document.documentElement.scrollHeight)"))
             self.resize(width, max(height, full))
+        params: dict[str, Any] = {"format": "png"}
         try:
-            data = self.call("Page.captureScreenshot", {"format": "png"})["data"]
+            if selector:
+                box = self.evaluate(  # the element's box and a margin of up to 8 px, inside the page
+                    f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null;"
+                    " const r = e.getBoundingClientRect(), m = 8, w = document.documentElement.scrollWidth;"
+                    " const x = Math.max(0, r.left + scrollX - m), y = Math.max(0, r.top + scrollY - m);"
+                    " return [x, y, Math.min(w, r.right + scrollX + m) - x, r.bottom + scrollY + m - y]; })()")
+                if box is None:
+                    raise BrowserError(f"no element {selector} on the page")
+                params["clip"] = dict(zip(("x", "y", "width", "height"), box, strict=True)) | {"scale": 1}
+            data = self.call("Page.captureScreenshot", params)["data"]
         finally:
-            if full_page:
+            if full_page or selector:
                 self.resize(width, height)
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -232,21 +244,26 @@ class Page:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (2, 3) or (len(args) == 3 and not args[2].isdigit()):
-        print("usage: python -m r2m.reports.browser PAGE OUT.png [WIDTH=1280]", file=sys.stderr)
-        return 2
-    page, out, width = Path(args[0]), Path(args[1]), int(args[2]) if len(args) == 3 else 1280
-    if not page.is_file():
-        print(f"screenshot: {page}: no such file (run: r2m report)", file=sys.stderr)
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m r2m.reports.browser",
+                                     description="A PNG of a page as headless Chromium shows it.")
+    parser.add_argument("page", type=Path, help="the HTML file (e.g. reports/index.html)")
+    parser.add_argument("out", type=Path, help="the PNG to write")
+    parser.add_argument("--width", type=int, default=1280, help="viewport width in CSS pixels (default 1280)")
+    parser.add_argument("--element", default=None, metavar="SELECTOR",
+                        help="only this element (a CSS selector such as '#claims'); default: the whole page")
+    args = parser.parse_args(argv)
+    if not args.page.is_file():
+        print(f"screenshot: {args.page}: no such file (run: r2m report)", file=sys.stderr)
         return 2
     try:
         with Browser() as browser:
-            browser.open(page, width).screenshot(out)
+            browser.open(args.page, args.width).screenshot(args.out, selector=args.element)
     except BrowserError as err:
         print(f"screenshot: {err}", file=sys.stderr)
         return 2
-    print(f"wrote {out} ({width} px wide)")
+    print(f"wrote {args.out} ({args.width} px wide{', ' + args.element if args.element else ''})")
     return 0
 
 
