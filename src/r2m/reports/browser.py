@@ -26,6 +26,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,8 @@ NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"
 INSTALL = "Debian/Ubuntu: apt-get install -y chromium (as root); or set R2M_CHROMIUM to a Chromium binary"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-default-apps", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio", "--remote-debugging-pipe")
+         "--disable-default-apps", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
+         "--remote-debugging-pipe")
 HEIGHT = 900  # the viewport's height (CSS px) when a page is opened
 
 
@@ -89,7 +91,11 @@ class Browser:
         finally:
             os.close(to_child)
             os.close(from_child)
-        self.version = self.call("Browser.getVersion").get("product", "")
+        try:
+            self.version = self.call("Browser.getVersion").get("product", "")
+        except BrowserError:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ protocol
     def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
@@ -98,8 +104,10 @@ class Browser:
         message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
             message["sessionId"] = session
+        data = json.dumps(message).encode() + b"\0"
         try:
-            os.write(self._write, json.dumps(message).encode() + b"\0")
+            while data:
+                data = data[os.write(self._write, data):]
         except OSError as err:
             raise BrowserError(f"{method}: the browser is gone ({err}){self._log_tail()}") from None
         answer = self._wait(lambda m: m.get("id") == self._next_id, method)
@@ -163,8 +171,8 @@ class Browser:
                 pass
             try:
                 self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            except subprocess.TimeoutExpired:  # its own process group: the browser and its helpers
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self._cleanup()
 
@@ -174,7 +182,7 @@ class Browser:
                 os.close(fd)
             except OSError:
                 pass
-        self._log.close() if hasattr(self, "_log") else None
+        self._log.close()
         shutil.rmtree(self._profile, ignore_errors=True)
 
     def __enter__(self) -> Browser:

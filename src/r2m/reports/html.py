@@ -189,8 +189,8 @@ def claim_card(row: Mapping[str, str], classes: Mapping[str, str]) -> dict[str, 
     difference = _signed(get("difference", ""))
     if difference and get("low", "") and get("high", ""):
         difference += f" [{get('low', '')}, {get('high', '')}]"
-    metric = METRIC_OF.get(get("metric", ""), get("metric", "")) or "difference"
-    effect = [(f"{get('comparison', '') or 'difference'}, {metric} \u00d7 100", difference),
+    what = ", ".join(v for v in (get("comparison", ""), METRIC_OF.get(get("metric", ""), get("metric", ""))) if v)
+    effect = [(f"{what or 'difference'} \u00d7 100", difference),
               ("adjusted p", get("p_adjusted", "")), ("seeds", get("seeds", "")), ("test images", get("images", ""))]
     others = [k for k in row if k and k not in CLAIM_SHOWN and k not in CLAIM_DETAILS]
     details = [(CLAIM_DETAILS.get(k, k.replace("_", " ")), get(k, "")) for k in (*CLAIM_DETAILS, *others)]
