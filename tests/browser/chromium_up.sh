@@ -13,7 +13,7 @@ if browser=$(find_browser); then echo "found $browser"; exit 0; fi
 [[ $(id -u) == 0 ]] || die "no Chromium on PATH; install it as root: apt-get install -y chromium (or run make test-fast, which skips the browser test)"
 command -v apt-get >/dev/null || die "no Chromium on PATH and no apt-get: install Chromium yourself (or set R2M_CHROMIUM)"
 log=${TMPDIR:-/tmp}/r2m-chromium-apt.log
-{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
     >"$log" 2>&1 || die "apt-get install chromium failed (log: $log)"
 browser=$(find_browser) || die "apt-get installed chromium but no Chromium is on PATH (log: $log)"
 echo "installed $browser"
