@@ -21,8 +21,9 @@ from r2m.reports.browser import INSTALL, Browser, find_chromium
 DESKTOP, PHONE = 1280, 390
 WIDTHS = (DESKTOP, PHONE)
 
-pytestmark = pytest.mark.skipif(find_chromium() is None,
-                                reason=f"no Chromium to open the report in: {INSTALL} (make test installs it)")
+pytestmark = [pytest.mark.slow,  # reads the session's tiny DAG
+              pytest.mark.skipif(find_chromium() is None,
+                                 reason=f"no Chromium to open the report in: {INSTALL} (make test installs it)")]
 
 # One pass over the page. Rectangles are in CSS pixels of the layout viewport (documentElement.clientWidth).
 MEASURE = r"""

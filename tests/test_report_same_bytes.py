@@ -9,12 +9,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import BIN, tiny_dag_env
 from r2m import params as P
 from r2m.pipeline.resolved import dag_instances
 from r2m.stage import registry as S
+
+pytestmark = pytest.mark.slow  # reruns the report stages on a copy of the session's tiny DAG
 
 REPORTS = "reports/"
 
