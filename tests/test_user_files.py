@@ -144,7 +144,8 @@ def test_stage_outputs_of_an_older_r2m_are_adopted_user_folders_are_not(tmp_path
     """A workspace made before the marker: its stage output folders (each holds the ``params.yaml``
     every stage writes) are adopted when the stage runs again, so DVC's ``persist`` outputs, which
     r2m replaces itself, keep working; a folder without that file is not adopted, and stays refused."""
-    from r2m.utils.io import adopt_stage_outputs, atomic_path
+    from r2m.utils.io import atomic_path
+    from r2m.utils.owner import adopt_stage_outputs
 
     old = tmp_path / "models/demo/r2m/s0/train_xe"
     old.mkdir(parents=True)
