@@ -136,10 +136,19 @@ def _record(stage: Any, axes: Mapping[str, str], root: Path,
     return record, []
 
 
+def _in_a_checkout(name: str) -> bool:
+    """An absolute path a record may name: no folder, below a folder holding ``src/r2m/__init__.py`` (the
+    checkout whose code a job ran, which the recorder names by its absolute paths)."""
+    path = Path(os.path.normpath(name))
+    return path == Path(name) and not path.is_dir() and any(
+        (folder / "src" / "r2m" / "__init__.py").is_file() for folder in path.parents)
+
+
 def shape_problem(record: Any) -> str | None:
     """Why ``record`` (parsed JSON) is not a record the runner writes, or None: ``reads`` a list of ``{path,
-    kind, sha256}`` whose paths stay in the workspace (relative, no ``..``) or the code's checkout, ``params``
-    a list of ``{key, path: [str], sha256}``. Checked where a record is read, before any path in it is hashed."""
+    kind, sha256}`` whose paths stay in the workspace (relative, no ``..``) or name a file of an r2m checkout
+    (absolute: the code a job ran, :func:`_in_a_checkout`), ``params`` a list of ``{key, path: [str], sha256}``.
+    Checked where a record is read, before any path in it is hashed."""
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         return "a record of another format"
     reads, params = record.get("reads"), record.get("params")
@@ -149,7 +158,7 @@ def shape_problem(record: Any) -> str | None:
         if not (isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("path", "kind", "sha256"))):
             return f"reads[{i}] is not {{path, kind, sha256}}"
         name = r["path"]
-        inside = (name.startswith(f"{CODE}{os.sep}") if os.path.isabs(name)
+        inside = (_in_a_checkout(name) if os.path.isabs(name)
                   else os.path.normpath(name) == name and not name.startswith(".."))
         if not inside or "\x00" in name:
             return f"reads[{i}] names {name!r}, outside the workspace"
