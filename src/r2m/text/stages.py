@@ -207,9 +207,9 @@ def build_vocab(ctx: StageContext) -> None:
                 bar.update(batch.num_rows)
         seconds = time.perf_counter() - t0
         n_in = int(pf.metadata.num_rows)
-        if not stats["out_train"]:  # nothing to train on: one line now, not a vocabulary of no sentence
+        if not stats["in_train"]:  # no sentence to train on: one line now, not a vocabulary of no sentence
             raise BadInput(f"build_vocab: no training sentence in {corpus} ({n_in} rows; {_dropped(corpus)}); "
-                           "check the dataset's corpus and the corpus_concepts / build_vocab filters")
+                           "check the dataset's corpus and the corpus_concepts filters")
         summary = {
             "vocab_size": len(vocab), "min_count": p.min_count, "max_unk_ratio": p.max_unk_ratio,
             "vocab_filter": fid.vocab_filter, "vocab_filter_words": len(allowed) if allowed is not None else None,

@@ -393,7 +393,7 @@ def write_problem(path: str | Path, kind: str, *, folder: bool, declared: bool =
         problem = _workspace_problem(full, folder)
     if problem:
         return problem
-    if path.is_symlink():
+    if path.is_symlink() and not declared:  # a stage's file output may be DVC's link into its cache
         return "is a link; r2m writes no output through a link: give another path"
     if folder:
         if declared and path.is_dir() and adoptable(path, adopt):
@@ -402,7 +402,7 @@ def write_problem(path: str | Path, kind: str, *, folder: bool, declared: bool =
         return problem and problem.removeprefix(str(path)).strip(" :")
     if path.is_dir():
         return "is a folder, where a file is written; r2m does not replace it: move it away, or give a file name"
-    if path.exists() and not path.is_file():
+    if path.exists() and not path.is_file() and not path.is_symlink():
         return "exists and is not a regular file (a FIFO, socket or device); give another path"
     if path.exists() and not (ours(path) if ours is not None else declared):
         return _file_owned(path, kind)
