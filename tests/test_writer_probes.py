@@ -112,33 +112,28 @@ def stage_refused(capsys, *names: str) -> str:
 
 
 # --------------------------------------------------------------------------- r2m bench plan --out
-def test_bench_plan_out_onto_a_finished_table(ws, capsys):
+def _plan_out_refused(ws: Path, capsys, out: str) -> None:
     before = digest_tree(ws)
-    assert cli("bench", "plan", "--runs", "1", "--out", "reports/table1.csv") == 2
-    refused(capsys, "--out", "reports/table1.csv")
+    assert cli("bench", "plan", "--runs", "1", "--out", out) == 2
+    refused(capsys, "--out", out)
     assert digest_tree(ws) == before
+
+
+def test_bench_plan_out_onto_a_finished_table(ws, capsys):
+    _plan_out_refused(ws, capsys, "reports/table1.csv")
 
 
 def test_bench_plan_out_onto_a_stage_output_path(ws, capsys):
     (ws / "reports/table1.csv").unlink()
-    before = digest_tree(ws)
-    assert cli("bench", "plan", "--runs", "1", "--out", "reports/table2.csv") == 2
-    refused(capsys, "--out", "reports/table2.csv")
-    assert digest_tree(ws) == before
+    _plan_out_refused(ws, capsys, "reports/table2.csv")
 
 
 def test_bench_plan_out_onto_params_yaml(ws, capsys):
-    before = digest_tree(ws)
-    assert cli("bench", "plan", "--runs", "1", "--out", "params.yaml") == 2
-    refused(capsys, "--out", "params.yaml")
-    assert digest_tree(ws) == before
+    _plan_out_refused(ws, capsys, "params.yaml")
 
 
 def test_bench_plan_out_onto_a_users_file(ws, capsys):
-    before = digest_tree(ws)
-    assert cli("bench", "plan", "--runs", "1", "--out", "notes.txt") == 2
-    refused(capsys, "--out", "notes.txt")
-    assert digest_tree(ws) == before
+    _plan_out_refused(ws, capsys, "notes.txt")
 
 
 def test_bench_plan_out_into_r2m_state(ws, capsys):
