@@ -5,7 +5,7 @@ The page comes from the template file ``templates/gallery.html`` (:mod:`r2m.repo
 with the report; auto-escaping: file names, captions and concepts are data, never markup). The
 gallery is built in a temporary folder beside ``OUT`` and renamed into place only when complete, so a failure (a full disk) leaves the previous gallery as it was. An
 ``OUT`` that exists is replaced only when it is a gallery r2m made (the ownership marker of
-:mod:`r2m.utils.io` names the kind ``gallery``: a folder that merely holds ``index.html`` or
+:mod:`r2m.utils.owner` names the kind ``gallery``: a folder that merely holds ``index.html`` or
 ``images/`` is not one, nor is any other r2m output such as a model folder) and it holds nothing else
 and nothing changed, and never when it holds (or is) one of the images to caption; all of it, an
 empty OUT and an OUT below a file included, is refused before anything is captioned
@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from r2m.utils.guard import is_disk_full
-from r2m.utils.io import atomic_path, output_path_problem, ownership_problem
+from r2m.utils.io import atomic_path
+from r2m.utils.owner import write_problem
 
 KIND = "gallery"  # the ownership kind of a gallery folder
 
@@ -49,10 +50,10 @@ def render_page(cards: list[dict[str, Any]], bad: list[dict[str, str]], model_di
 
 def gallery_target_problem(out: str | Path, inputs: Sequence[Path] = ()) -> str | None:
     """Why ``--html OUT`` cannot be (re)written, or None: OUT must be a non-empty path below folders, new,
-    an empty folder or a gallery r2m wrote (unchanged, nothing added), and hold none of the ``inputs``."""
-    problem = output_path_problem(out)
-    if problem:
-        return problem
+    an empty folder or a gallery r2m wrote (unchanged, nothing added), not inside another r2m output or a
+    workspace's own files (:func:`r2m.utils.owner.write_problem`), and hold none of the ``inputs``."""
+    if not str(out).strip():
+        return write_problem(out, KIND, folder=True)
     out = Path(out)
     if out.exists() or out.is_symlink():
         target = out.resolve()
@@ -60,8 +61,7 @@ def gallery_target_problem(out: str | Path, inputs: Sequence[Path] = ()) -> str 
         if inside:
             return (f"holds the image {inside[0]} to caption; r2m never replaces a folder holding its inputs: "
                     "give a new folder for the gallery")
-    problem = ownership_problem(out, KIND)
-    return None if problem is None else problem.removeprefix(str(out)).strip(" :")
+    return write_problem(out, KIND, folder=True)
 
 
 def _card(n: int, r: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:

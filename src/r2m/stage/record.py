@@ -130,9 +130,43 @@ def _record(stage: Any, axes: Mapping[str, str], root: Path,
         return None, [f"no record ({path.relative_to(root)}): never ran, or its last run failed"]
     except (OSError, ValueError) as err:
         return None, [f"{path}: unreadable record ({err}); rerun the instance"]
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        return None, [f"{path}: a record of another format; rerun the instance"]
+    problem = shape_problem(record)
+    if problem:
+        return None, [f"{path}: {problem}; rerun the instance"]
     return record, []
+
+
+def _in_a_checkout(name: str) -> bool:
+    """An absolute path a record may name: no folder, below a folder holding ``src/r2m/__init__.py`` (the
+    checkout whose code a job ran, which the recorder names by its absolute paths)."""
+    path = Path(os.path.normpath(name))
+    return path == Path(name) and not path.is_dir() and any(
+        (folder / "src" / "r2m" / "__init__.py").is_file() for folder in path.parents)
+
+
+def shape_problem(record: Any) -> str | None:
+    """Why ``record`` (parsed JSON) is not a record the runner writes, or None: ``reads`` a list of ``{path,
+    kind, sha256}`` whose paths stay in the workspace (relative, no ``..``) or name a file of an r2m checkout
+    (absolute: the code a job ran, :func:`_in_a_checkout`), ``params`` a list of ``{key, path: [str], sha256}``.
+    Checked where a record is read, before any path in it is hashed."""
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        return "a record of another format"
+    reads, params = record.get("reads"), record.get("params")
+    if not isinstance(reads, list) or not isinstance(params, list):
+        return "not a record ('reads' and 'params' are not lists)"
+    for i, r in enumerate(reads):
+        if not (isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("path", "kind", "sha256"))):
+            return f"reads[{i}] is not {{path, kind, sha256}}"
+        name = r["path"]
+        inside = (_in_a_checkout(name) if os.path.isabs(name)
+                  else os.path.normpath(name) == name and not name.startswith(".."))
+        if not inside or "\x00" in name:
+            return f"reads[{i}] names {name!r}, outside the workspace"
+    for i, q in enumerate(params):
+        if not (isinstance(q, dict) and isinstance(q.get("key"), str) and isinstance(q.get("sha256"), str)
+                and isinstance(q.get("path"), list) and all(isinstance(x, str) for x in q["path"])):
+            return f"params[{i}] is not {{key, path, sha256}}"
+    return None
 
 
 def stale(stage: Any, axes: Mapping[str, str], params: Any, root: Path = Path(".")) -> list[str]:
@@ -162,7 +196,8 @@ class Planner:
         for path in sorted((self.root / RECORDS).glob("*/*.json")):
             try:
                 record = self._records[str(path)] = json.loads(path.read_text())
-                names += [r["path"] for r in record.get("reads") or []]
+                if shape_problem(record) is None:  # a malformed one's own check says what is wrong
+                    names += [r["path"] for r in record["reads"]]
             except (OSError, ValueError, TypeError, KeyError, AttributeError):
                 continue  # that instance's own check says what is wrong
         self.digests(names)
