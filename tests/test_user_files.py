@@ -144,7 +144,8 @@ def test_stage_outputs_of_an_older_r2m_are_adopted_user_folders_are_not(tmp_path
     """A workspace made before the marker: its stage output folders (each holds the ``params.yaml``
     every stage writes) are adopted when the stage runs again, so DVC's ``persist`` outputs, which
     r2m replaces itself, keep working; a folder without that file is not adopted, and stays refused."""
-    from r2m.utils.io import adopt_stage_outputs, atomic_path
+    from r2m.utils.io import atomic_path
+    from r2m.utils.owner import adopt_stage_outputs
 
     old = tmp_path / "models/demo/r2m/s0/train_xe"
     old.mkdir(parents=True)
@@ -166,8 +167,8 @@ def test_stage_outputs_of_an_older_r2m_are_adopted_user_folders_are_not(tmp_path
 def test_shard_parts_dir_and_model_folder_reset_refuse_a_user_folder(tmp_path):
     """Two more commands that replace or empty a folder: ``r2m extract_features --parts-dir DIR``
     (publishes a shard's parts by replacing DIR whole) and the supervised trainers' model folder
-    reset. Before: both deleted DIR's contents. After: refused, DIR unchanged."""
-    from r2m.supervised.train import reset_folder
+    (written whole, replacing the folder). Before: both deleted DIR's contents. After: refused, DIR unchanged."""
+    from r2m.utils.io import atomic_path
     from r2m.vision.feature_store import publish_parts
 
     parts = tmp_path / "parts"
@@ -178,8 +179,8 @@ def test_shard_parts_dir_and_model_folder_reset_refuse_a_user_folder(tmp_path):
     before = _user_folder(user)
     with pytest.raises(ValueError, match="Documents"):
         publish_parts(parts, user, [])
-    with pytest.raises(ValueError, match="Documents"):
-        reset_folder(user)
+    with pytest.raises(ValueError, match="Documents"), atomic_path(user, kind="stage:train_sup"):
+        pass  # the trainers write their model folder whole: refused before the work
     assert digest_tree(user) == before
 
 

@@ -30,7 +30,8 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from r2m.utils.guard import not_a_file, positive_int
+from r2m.utils.cliargs import int_in
+from r2m.utils.guard import not_a_file
 
 DEFAULT_MODEL = "models/demo/r2m/s0/train_i"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
@@ -54,10 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "with a control or separator character, or starting with '\"', is printed as a JSON string)")
     g.add_argument("--html", default=None, metavar="OUT", help="write a gallery page OUT/index.html (OUT: a new "
                    "or empty folder, or a gallery r2m wrote there, unchanged; never a folder holding the IMAGES)")
-    g.add_argument("--batch-size", type=positive_int, default=None,
+    g.add_argument("--batch-size", type=int_in(1, 65536), default=None,
                    help="images per batch (default: the recorded one)")
-    g.add_argument("--beam", type=positive_int, default=None)
-    g.add_argument("--max-len", type=positive_int, default=None)
+    g.add_argument("--beam", type=int_in(1, 100), default=None)
+    g.add_argument("--max-len", type=int_in(1, 1000), default=None)
     g.add_argument("--no-concepts", choices=("empty", "image", "top1"), default=None,
                    help="images without concepts (default: the checkpoint's recorded caption.no_concepts)")
 

@@ -139,7 +139,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     from r2m import params as P
     from r2m.pipeline import validate as V
     from r2m.runtime import STAGE_THREADS, Runtime, switch
-    from r2m.stage.context import StageContext, setup_logging
+    from r2m.stage.context import StageContext, log_to_file, setup_logging
     from r2m.utils.guard import BadInput, env_number, inside
 
     # check axes before importing heavy code (--help waits for the stage's own options)
@@ -199,7 +199,7 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     except BadInput as err:
         print(f"r2m {stage.name}: {err}", file=sys.stderr)
         return 2
-    log = setup_logging(log_path)
+    log = setup_logging(None)  # the job's log file is opened once the instance's lock is held (below)
     ctx = StageContext(
         stage=stage,
         params=params,
@@ -217,13 +217,10 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
 
     # no network outside the download stages: an attempt fails the stage in one line naming what tried
     guard, may_download = guard_for(stage.name, params, axes.get("dataset"))
-    if may_download:
-        log.info("a download stage: may fetch %s", may_download)
     threads = AfterImport("torch", ctx.runtime.apply)  # torch's threads, when (if) the stage imports torch
-    log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
     t0 = time.perf_counter()
     from r2m.utils.guard import disk_full_message, is_disk_full
-    from r2m.utils.io import NotOwned, adopt_stage_outputs, owned_as, stage_kind
+    from r2m.utils.owner import NotOwned, adopt_stage_outputs, owned_as, stage_kind
     from r2m.utils.resume import Preempted, StageBusy, StageLock
 
     shard = getattr(args, "shard", None)
@@ -239,7 +236,12 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
     rec = None
     try:
         with threads, lock, owned_as(stage_kind(stage.name)), guard:  # one run per stage output (a second one is
-            # refused at once, naming the holder); the folders it writes are marked as this stage's
+            # refused at once, naming the holder, before it opens the log); the folders it writes are this stage's
+            if log_path is not None:
+                log_to_file(log, log_path)
+            if may_download:
+                log.info("a download stage: may fetch %s", may_download)
+            log.info("r2m %s %s", stage.name, " ".join(f"{k}={v}" for k, v in axes.items()))
             refused = ctx.output_problems()  # before any work: under Snakemake the Snakefile's onstart checks too
             if refused:
                 raise NotOwned(refused[0])
@@ -308,11 +310,11 @@ def _report_failure(log, stage: str, err: Exception, log_path: Path | None) -> N
     tb = "".join(traceback.format_exception(err))
     if log_path is None or os.environ.get("R2M_DEBUG") == "1":
         sys.stderr.write(tb)
-    for h in log.handlers:
-        if isinstance(h, logging.FileHandler):
-            h.stream.write(tb)
-            h.flush()
-    where = f" (traceback in {log_path})" if log_path is not None else ""
+    files = [h for h in log.handlers if isinstance(h, logging.FileHandler)]
+    for h in files:
+        h.stream.write(tb)
+        h.flush()
+    where = f" (traceback in {log_path})" if files else ""
     msg = " ".join(str(err).split()) if "\n" in str(err).strip() else str(err)  # one line
     log.error("r2m %s failed: %s: %s%s", stage, type(err).__name__, msg, where)
 

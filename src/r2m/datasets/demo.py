@@ -3,7 +3,9 @@
 Nothing is downloaded and no photo is committed. ``data/demo/photos.yaml`` names each photo by
 package and resource path plus its sha256; the recipe copies the bytes into
 ``<prepared>/images/<id>.<ext>`` after checking the checksum and copies the committed
-caption-style corpus (``data/demo/corpus.txt``, made by ``scripts/make_demo_corpus.py``). The
+caption-style corpus (``data/demo/corpus.txt``, made by ``scripts/make_demo_corpus.py``). A package is
+found by its installed folder and never imported: several photo packages are installed without their
+dependencies (the Makefile's ``--no-deps`` pins) and would not import. The
 ``references`` stage (:func:`demo_references`) writes the hand-written references
 (``data/demo/references.json``, five per photo) of the ``test`` split; ``prepare`` never reads them.
 
@@ -21,9 +23,7 @@ corpus.txt; default ``data/demo`` of the repository), ``train_copies`` (bool, de
 from __future__ import annotations
 
 import hashlib
-import importlib
 import importlib.metadata
-import importlib.resources
 import logging
 from pathlib import Path
 from typing import Any
@@ -89,27 +89,50 @@ def load_references(path: Path, ids: list[str]) -> dict[str, list[str]]:
     return {i: list(refs[i]) for i in ids}
 
 
+# distribution names of packages whose import name differs (for the error messages' versions)
+DISTRIBUTIONS = {"skimage": "scikit-image", "sklearn": "scikit-learn", "orangecontrib": "Orange3-ImageAnalytics"}
+
+
 def _package_version(package: str) -> str:
-    dist = {"skimage": "scikit-image", "sklearn": "scikit-learn"}.get(package.split(".")[0], package.split(".")[0])
+    top = package.split(".")[0]
+    dist = DISTRIBUTIONS.get(top, top)
     try:
         return f"{dist} {importlib.metadata.version(dist)}"
     except importlib.metadata.PackageNotFoundError:
         return f"{dist} (version unknown)"
 
 
+def package_folder(package: str) -> Path | None:
+    """The installed folder of ``package`` (dotted names: sub-folders of the top-level package), found
+    without importing it: some photo packages are installed without their dependencies and would fail
+    to import. None when the top-level package is not installed or is a plain module."""
+    import importlib.util
+
+    top, *sub = package.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for loc in locations:  # a namespace package may span several folders
+        folder = Path(loc).joinpath(*sub)
+        if folder.is_dir():
+            return folder
+    return None
+
+
 def read_photo(photo: dict[str, Any]) -> bytes:
     """The photo's bytes out of its installed package, checked against its sha256."""
     pid, pkg, res = photo["id"], photo["package"], photo["resource"]
-    try:
-        root = importlib.resources.files(pkg)
-    except (TypeError, ValueError) as err:  # e.g. a module that is not a package
-        raise FileNotFoundError(f"demo photo {pid!r}: package {pkg!r} cannot hold resources ({err})") from None
-    except ModuleNotFoundError:
+    folder = package_folder(pkg) if isinstance(pkg, str) and pkg else None
+    if folder is None:
         raise FileNotFoundError(
-            f"demo photo {pid!r}: package {pkg!r} is not installed (install the project's 'demo' extra: "
-            f"scikit-image, scikit-learn, matplotlib)"
-        ) from None
-    f = root / res
+            f"demo photo {pid!r}: package {pkg!r} is not installed (`make setup` installs the demo's photo "
+            f"packages: scikit-image, scikit-learn, matplotlib and the pinned ones named in the Makefile)"
+        )
+    f = folder / str(res)
+    if Path(str(res)).is_absolute() or not f.resolve().is_relative_to(folder.resolve()):
+        raise ValueError(f"demo photo {pid!r}: resource {res!r} must be a path inside package {pkg!r}")
     if not f.is_file():
         raise FileNotFoundError(f"demo photo {pid!r}: {res!r} not found in package {pkg!r} ({_package_version(pkg)})")
     data = f.read_bytes()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+KIND = "bench:scale"  # the ownership kind of --out and of the scratch workspaces (r2m.utils.owner)
 # the R2M chain (variant r2m, seed 0, captions of the final checkpoint) and SAT, the baseline with the grid
 DEFAULT_STAGES = ("prepare", "references", "detect_concepts", "extract_features", "corpus_concepts", "build_vocab",
                   "train_xe", "train_s", "train_m", "train_i", "caption", "evaluate",
@@ -236,6 +237,25 @@ def entry_name(size: float) -> str:
     return "rehearsal_" + f"{size:g}".replace(".", "p").replace("-", "m")
 
 
+def workspace_params(ws: Path, size: float) -> Path:
+    """``ws/params.yaml`` of a workspace this benchmark made (``--keep``), unchanged since, whose one catalog
+    entry is the rehearsal dataset at ``size``; :class:`r2m.utils.guard.BadInput` (one line) otherwise."""
+    import yaml
+
+    from r2m.utils.guard import BadInput
+    from r2m.utils.owner import workspace_problem
+
+    problem = workspace_problem(ws, KIND)
+    if problem:
+        raise BadInput(f"--workspace {ws}: {problem}")
+    params = ws / "params.yaml"
+    entry = ((yaml.safe_load(params.read_text()) or {}).get("catalog") or {}).get(entry_name(size)) or {}
+    if entry.get("kind") != "rehearsal" or entry.get("scale") != size:
+        raise BadInput(f"--workspace {ws}: its params.yaml holds no rehearsal entry {entry_name(size)} at size "
+                       f"{size:g}; give the --sizes value of the run that kept it")
+    return params
+
+
 def write_params(base: Path, ws: Path, name: str, entry: dict[str, Any]) -> Path:
     """``ws/params.yaml``: the project's params with ``datasets: [name]`` and ``catalog: {name: entry}``."""
     import yaml
@@ -349,14 +369,20 @@ def bench(sizes: list[float], stages: list[str], base_params: Path, workdir: Pat
           entry: dict[str, Any], keep: bool = False, threads: int = 0, echo=print,
           workspace: Path | None = None) -> list[Row]:
     """Every stage at every size (smallest first); see the module docstring. ``workspace``: run the
-    (one) size in this earlier workspace (``--keep``), whose outputs the stages read, and keep it."""
+    (one) size in this earlier workspace (``--keep``), whose outputs the stages read, and keep it: a workspace
+    this benchmark made, its ``params.yaml`` unchanged and never rewritten (:func:`workspace_params`)."""
+    from r2m.utils.owner import mark_workspace
+
     rows: list[Row] = []
     blocked: dict[str, str] = {}  # stage -> why it is not run at the larger sizes
     for size in sorted(sizes):
         name = entry_name(size)
-        ws = workspace or Path(tempfile.mkdtemp(prefix=f"scale-{name}-", dir=workdir))
-        keep = keep or workspace is not None
-        params = write_params(base_params, ws, name, {**entry, "scale": size})
+        if workspace is not None:
+            ws, params, keep = workspace, workspace_params(workspace, size), True
+        else:
+            ws = Path(tempfile.mkdtemp(prefix=f"scale-{name}-", dir=workdir))
+            params = write_params(base_params, ws, name, {**entry, "scale": size})
+            mark_workspace(ws, KIND)  # `--workspace` takes it up later, and only it
         missing: dict[str, str] = {}  # outputs not made at this size
         for stage in stages:
             why = blocked.get(stage)
@@ -446,9 +472,18 @@ def predictions(rows: list[Row], f: dict[str, Fit], plan: Plan) -> dict[str, dic
 
 def write_outputs(rows: list[Row], out: Path, meta: dict[str, str],
                   plan: Plan | None = None) -> tuple[dict[str, Fit], dict[str, dict[str, Any]]]:
-    """``scale.csv``, ``scale.md`` and ``scale.png`` in ``out``; returns the fits and (with ``plan``) the
+    """``scale.csv``, ``scale.md`` and ``scale.png`` in the folder ``out``, written whole (a folder of this
+    benchmark's kind, :data:`KIND`: :func:`r2m.utils.io.atomic_path`); returns the fits and (with ``plan``) the
     predictions (:func:`predictions`)."""
-    out.mkdir(parents=True, exist_ok=True)
+    from r2m.utils.io import atomic_path
+
+    with atomic_path(out, kind=KIND) as tmp:
+        tmp.mkdir()
+        return _write_outputs(rows, tmp, meta, plan)
+
+
+def _write_outputs(rows: list[Row], out: Path, meta: dict[str, str],
+                   plan: Plan | None) -> tuple[dict[str, Fit], dict[str, dict[str, Any]]]:
     f = fits(rows)
     pred = predictions(rows, f, plan) if plan is not None else {}
     with open(out / "scale.csv", "w", newline="") as fh:
@@ -524,18 +559,25 @@ def plot(rows: list[Row], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="r2m bench scale", description=__doc__.splitlines()[0])
+    from r2m.stage.registry import STAGES
+    from r2m.utils.cliargs import OneLineParser, float_in, int_in, list_of, names_in
+
+    per_dataset = [s.name for s in STAGES if set(s.axes) <= {"dataset", *AXES}]
+    p = OneLineParser(prog="r2m bench scale", description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="rehearsal",
                    help="a catalog entry of kind rehearsal in --params, or 'rehearsal' (the built-in entry)")
     p.add_argument("--shape", choices=("coco", "flickr30k"), default=None, help="image splits (built-in entry)")
     p.add_argument("--corpus", choices=("shutterstock", "gcc", "coco"), default=None, help="corpus (built-in entry)")
-    p.add_argument("--sizes", default="0.01,0.1", help="fractions of the benchmark, comma-separated")
-    p.add_argument("--stages", default=",".join(DEFAULT_STAGES), help="stages to run, in order, comma-separated")
+    p.add_argument("--sizes", type=list_of(float_in(0, 1, open_lo=True)), default=[0.01, 0.1],
+                   help="fractions of the benchmark, each in (0, 1], comma-separated")
+    p.add_argument("--stages", type=names_in(per_dataset), default=list(DEFAULT_STAGES),
+                   help="stages to run, in order, comma-separated")
     p.add_argument("--params", default="params.yaml", help="the params file the workspaces start from")
     p.add_argument("--workdir", default=None, help="where the scratch workspaces go (default: a temp folder)")
     p.add_argument("--out", default="reports/bench/scale", help="folder of scale.csv, scale.md, scale.png")
-    p.add_argument("--budget", type=float, default=600.0, help="seconds one stage may take at one size")
-    p.add_argument("--threads", type=int, default=0, help="torch threads of each stage (0: its default)")
+    p.add_argument("--budget", type=float_in(0, 7 * 86400, open_lo=True), default=600.0,
+                   help="seconds one stage may take at one size")
+    p.add_argument("--threads", type=int_in(0, 1024), default=0, help="torch threads of each stage (0: its default)")
     p.add_argument("--keep", action="store_true", help="keep the workspaces")
     p.add_argument("--workspace", default=None, metavar="DIR",
                    help="run the stages (one size) in this workspace of an earlier --keep run, on its outputs")
@@ -545,28 +587,25 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     from r2m.utils.guard import BadInput
+    from r2m.utils.owner import claim, write_problem
 
-    try:
-        sizes = [float(s) for s in a.sizes.split(",") if s.strip()]
-    except ValueError:
-        raise BadInput(f"--sizes {a.sizes!r}: expected fractions such as 0.01,0.1,1.0") from None
-    if not sizes or any(not 0 < s <= 1 for s in sizes):
-        raise BadInput(f"--sizes {a.sizes!r}: every size must be in (0, 1]")
-    stages = [s.strip() for s in a.stages.split(",") if s.strip()]
-    from r2m.stage.registry import STAGES
-
-    known = {s.name for s in STAGES}
-    bad = [s for s in stages if s not in known or not set(_axes(s)) <= {"dataset", *AXES}]
-    if bad:
-        raise BadInput(f"--stages: {bad[0]!r} is not a per-dataset stage (known: {sorted(known)})")
+    sizes, stages = a.sizes, a.stages
     base = Path(a.params)
     if not base.is_file():
         raise BadInput(f"--params {base}: no such file")
     entry = _entry(base, a)
+    # every check before the first stage runs: the table's folder, the rows to merge, the workspace
+    claim(a.out, KIND, "--out", folder=True)
+    merged = read_rows(Path(a.merge)) if a.merge else []
     workspace = Path(a.workspace).resolve() if a.workspace else None
-    if workspace is not None and (len(sizes) != 1 or not (workspace / "params.yaml").is_file()):
-        raise BadInput(f"--workspace {a.workspace}: needs one --sizes value and a workspace of an earlier "
-                       "--keep run (with its params.yaml)")
+    if workspace is not None:
+        if len(sizes) != 1:
+            raise BadInput(f"--workspace {a.workspace}: needs one --sizes value (the size of the run that kept it)")
+        workspace_params(workspace, sizes[0])
+    if a.workdir:
+        problem = write_problem(Path(a.workdir) / "scale-workspace", KIND, folder=True)
+        if problem:
+            raise BadInput(f"--workdir {a.workdir}: {problem}")
     workdir = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="r2m-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"bench scale: {entry['shape']} images, {entry['corpus']} corpus, sizes {sizes}, budget {a.budget:.0f} s "
@@ -576,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
             "corpus": entry["corpus"], "budget_s": f"{a.budget:.0f}"}
     if a.merge:
         new = {(r.stage, r.size) for r in rows}
-        rows = [r for r in read_rows(Path(a.merge)) if (r.stage, r.size) not in new] + rows
+        rows = [r for r in merged if (r.stage, r.size) not in new] + rows
         rows.sort(key=lambda r: r.size)
     plan = paper_plan(yaml.safe_load(base.read_text()) or {}, entry["shape"])
     f, pred = write_outputs(rows, Path(a.out), meta, plan)
@@ -594,11 +633,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _entry(base: Path, a: argparse.Namespace) -> dict[str, Any]:
-    import yaml
-
+    from r2m import params as P
     from r2m.utils.guard import BadInput
 
-    catalog = (yaml.safe_load(base.read_text()) or {}).get("catalog") or {}
+    try:  # the params the workspaces start from, checked as every stage will check them
+        P.load(base)
+    except P.ParamsError as err:
+        raise BadInput(f"--params {base}: {err}") from None
+    catalog = (P.yaml_load(P.read_text(base)) or {}).get("catalog") or {}
     builtin = False
     if a.dataset in catalog:
         entry = dict(catalog[a.dataset])

@@ -10,7 +10,6 @@ times and prints medians with their spread.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -26,6 +25,22 @@ WORDS = (
     "red blue green white black small large young old two three sitting standing walking riding eating "
     "holding playing looking next to on in with of near under top front behind at while and"
 ).split()
+
+MAX_IMAGES = 10**6  # synthetic images a benchmark scores at most (the paper's test split: 5,000)
+
+
+def scoring_options(p, what: str) -> None:
+    """The options of the benchmarks that score synthetic captions first (``r2m bench bootstrap``,
+    ``randomization``): ``--images``, ``--refs``, ``--scorers`` (whose statistics ``what``), ``--scored``, ``--seed``."""
+    from r2m.utils.cliargs import int_in, names_in
+
+    p.add_argument("--images", type=int_in(1, MAX_IMAGES), default=5000)
+    p.add_argument("--refs", type=int_in(1, 100), default=5)
+    p.add_argument("--scorers", type=names_in(coco.SCORERS.names()), default=["bleu", "meteor", "rouge", "cider"],
+                   help=f"scorers whose statistics to {what}")
+    p.add_argument("--scored", type=int_in(0, MAX_IMAGES), default=0,
+                   help="score this many images and repeat their statistics up to --images (0: score all)")
+    p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0)
 
 
 def synthetic(n_images: int, n_refs: int, seed: int = 0) -> tuple[dict[str, str], dict[str, list[str]]]:
@@ -160,19 +175,23 @@ def run(n_images: int, n_refs: int, scorers: list[str], parallel: str, workers: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="r2m bench evaluate", description=__doc__.splitlines()[0])
-    p.add_argument("--images", type=int, default=5000)
-    p.add_argument("--refs", type=int, default=5)
-    p.add_argument("--scorers", default="bleu,meteor,rouge,cider", help="comma-separated (default: all but spice)")
+    from r2m.utils.cliargs import OneLineParser, int_in, names_in
+
+    p = OneLineParser(prog="r2m bench evaluate", description=__doc__.splitlines()[0])
+    p.add_argument("--images", type=int_in(1, MAX_IMAGES), default=5000)
+    p.add_argument("--refs", type=int_in(1, 100), default=5)
+    p.add_argument("--scorers", type=names_in(coco.SCORERS.names()), default=["bleu", "meteor", "rouge", "cider"],
+                   help="comma-separated (default: all but spice)")
     p.add_argument("--parallel", choices=coco.PARALLEL_MODES, default="hybrid")
-    p.add_argument("--workers", type=int, default=None, help="cores to use (default: min(4, cpus), at least 2)")
+    p.add_argument("--workers", type=int_in(1, 1024), default=None,
+                   help="cores to use (default: min(4, cpus), at least 2)")
     p.add_argument("--no-baseline", action="store_true", help="skip the pycocoevalcap sequence")
-    p.add_argument("--repeat", type=int, default=1, help="rounds of (baseline, r2m); medians and spreads printed")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int_in(1, 1000), default=1, help="rounds of (baseline, r2m); medians and spreads printed")
+    p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
-    out = run(args.images, args.refs, [s for s in args.scorers.split(",") if s], args.parallel,
-              args.workers, args.seed, baseline=not args.no_baseline, repeat=max(1, args.repeat))
+    out = run(args.images, args.refs, args.scorers, args.parallel,
+              args.workers, args.seed, baseline=not args.no_baseline, repeat=args.repeat)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

@@ -10,7 +10,6 @@ prints the figures with the identity check (largest |corpus metric − reported 
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
@@ -34,18 +33,16 @@ def system(results: dict[str, str], references: dict[str, list[str]], scorers: l
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="r2m bench bootstrap", description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", type=int, default=5000)
-    p.add_argument("--refs", type=int, default=5)
-    p.add_argument("--resamples", type=int, default=B.DEFAULT_RESAMPLES)
-    p.add_argument("--scorers", default="bleu,meteor,rouge,cider", help="scorers whose statistics to resample")
+    from r2m.evaluation.bench import scoring_options
+    from r2m.utils.cliargs import OneLineParser, int_in
+
+    p = OneLineParser(prog="r2m bench bootstrap", description=__doc__.split("\n\n")[0])
+    scoring_options(p, "resample")
+    p.add_argument("--resamples", type=int_in(1, 10**6), default=B.DEFAULT_RESAMPLES)
     p.add_argument("--ptb", action="store_true", help="PTB-tokenise first, as r2m evaluate does (Java)")
-    p.add_argument("--scored", type=int, default=0,
-                   help="score this many images and repeat their statistics up to --images (0: score all)")
-    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     scored = args.scored if 0 < args.scored < args.images else args.images
-    scorers = [s for s in args.scorers.split(",") if s]
+    scorers = args.scorers
     tokenizer = "ptb" if args.ptb else "none"
     results, references = synthetic(scored, args.refs, seed=args.seed)
     t0 = time.perf_counter()

@@ -219,31 +219,27 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from r2m.utils.cliargs import OneLineParser
+    from r2m.utils.cliargs import OneLineParser, float_in, int_in
 
     p = OneLineParser(prog="r2m compare", description=__doc__.split("\n\n")[0])
     p.add_argument("systems", nargs="+", metavar="RESULTS", help="COCO results files or result folders (A B [C …])")
     p.add_argument("--references", required=True, help="COCO caption annotations JSON the systems are scored against")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    p.add_argument("--resamples", type=int, default=B.DEFAULT_RESAMPLES,
+    p.add_argument("--resamples", type=int_in(1, RZ.MAX_RESAMPLES), default=B.DEFAULT_RESAMPLES,
                    help=f"bootstrap resamples of the intervals (default 1000; none printed below "
                         f"{RZ.min_resamples()}, at most {RZ.MAX_RESAMPLES:,})")
-    p.add_argument("--trials", type=int, default=RZ.DEFAULT_TRIALS,
+    p.add_argument("--trials", type=int_in(1, RZ.MAX_TRIALS), default=RZ.DEFAULT_TRIALS,
                    help=f"randomization trials of the marks (default {RZ.DEFAULT_TRIALS:,}; no mark below "
                         f"{RZ.MIN_TRIALS}, at most {RZ.MAX_TRIALS:,})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the image draws (default 0)")
-    p.add_argument("--level", type=float, default=B.DEFAULT_LEVEL, help="interval level (default 0.95)")
+    p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0, help="seed of the image draws (default 0)")
+    p.add_argument("--level", type=float_in(0, 1, open_lo=True, open_hi=True), default=B.DEFAULT_LEVEL,
+                   help="interval level (default 0.95)")
     p.add_argument("--scorers", default=",".join(coco.DEFAULT_SCORERS),
                    help=f"comma-separated subset of {','.join(coco.DEFAULT_SCORERS)} (default: all available)")
     p.add_argument("-v", "--verbose", action="store_true", help="log what is scored")
     args = p.parse_args(argv)
     if len(args.systems) < 2:
         p.error("give at least two systems to compare (A B [C …])")
-    if args.resamples < 1 or args.trials < 1 or not 0 < args.level < 1:
-        p.error("--resamples and --trials must be >= 1 and --level in (0, 1)")
-    if args.resamples > RZ.MAX_RESAMPLES or args.trials > RZ.MAX_TRIALS:
-        p.error(f"--resamples is at most {RZ.MAX_RESAMPLES:,} and --trials at most {RZ.MAX_TRIALS:,} "
-                f"(got {args.resamples:,} and {args.trials:,}): the time grows with them")
     logger = logging.getLogger("r2m.compare")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)

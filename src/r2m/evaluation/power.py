@@ -264,26 +264,20 @@ def render(s: dict, metric: str, root: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    from r2m.utils.cliargs import OneLineParser, float_in, list_of
 
-    ap = argparse.ArgumentParser(
+    ap = OneLineParser(
         prog="r2m power",
         description="How many test images (paired bootstrap) or seeds per system (t over seeds) resolve a "
                     "metric difference, from the spreads measured in a results folder "
                     "(results/<dataset>: every row's eval.json + per_image.parquet, seeds as s<k> segments).")
     ap.add_argument("results", type=Path, help="a results folder, e.g. results/demo")
     ap.add_argument("--metric", default="CIDEr", help="a per-image metric of per_image.parquet (default CIDEr)")
-    ap.add_argument("--deltas", default="1,5,10", help="differences to resolve, ×100 (default 1,5,10)")
+    ap.add_argument("--deltas", type=list_of(float_in(0, 10_000, open_lo=True)), default=[1.0, 5.0, 10.0],
+                    help="differences to resolve, ×100 (default 1,5,10)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     a = ap.parse_args(argv)
-    try:
-        deltas = [float(x) for x in a.deltas.split(",") if x.strip()]
-        if not deltas or min(deltas) <= 0:
-            raise ValueError
-    except ValueError:
-        print(f"r2m power: --deltas must be positive numbers separated by commas, got {a.deltas!r}",
-              file=sys.stderr)
-        return 2
+    deltas = a.deltas
     if not a.results.is_dir():
         print(f"r2m power: {a.results} is not a folder", file=sys.stderr)
         return 2

@@ -24,7 +24,6 @@ tables mark has real per-image statistics.
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import time
@@ -32,8 +31,18 @@ import time
 import numpy as np
 
 from r2m.evaluation import bootstrap as B
+from r2m.evaluation import coco
 from r2m.evaluation import randomization as RZ
-from r2m.evaluation.bench import WORDS, peak_rss_mib, reset_peak_rss, synthetic, tiled
+from r2m.evaluation.bench import (
+    MAX_IMAGES,
+    WORDS,
+    peak_rss_mib,
+    reset_peak_rss,
+    scoring_options,
+    synthetic,
+    tiled,
+)
+from r2m.utils.cliargs import OneLineParser, float_in, int_in, list_of, names_in
 
 
 def _runs(images: int, refs: int, scorers: list[str], runs: int, seed: int,
@@ -109,18 +118,13 @@ def seed_null(pool: list[B.PerImage], n: int, k: int, pairs: int, trials: int, s
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="r2m bench randomization", description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", type=int, default=5000)
-    p.add_argument("--refs", type=int, default=5)
-    p.add_argument("--trials", type=int, default=RZ.DEFAULT_TRIALS)
-    p.add_argument("--scorers", default="bleu,meteor,rouge,cider", help="scorers whose statistics to test")
-    p.add_argument("--scored", type=int, default=0,
-                   help="score this many images and repeat their statistics up to --images (0: score all)")
-    p.add_argument("--seed", type=int, default=0)
+    p = OneLineParser(prog="r2m bench randomization", description=__doc__.split("\n\n")[0])
+    scoring_options(p, "test")
+    p.add_argument("--trials", type=int_in(1, 10**7), default=RZ.DEFAULT_TRIALS)
     args = p.parse_args(argv)
     scored = args.scored if 0 < args.scored < args.images else args.images
     t0 = time.perf_counter()
-    a, b = _runs(scored, args.refs, [s for s in args.scorers.split(",") if s], 2, args.seed)
+    a, b = _runs(scored, args.refs, args.scorers, 2, args.seed)
     a, b = tiled(a, args.images), tiled(b, args.images)
     t_score = time.perf_counter() - t0
     RZ.randomization_test(a.take(range(10)), b.take(range(10)), 50)  # warm-up (BLAS threads)
@@ -141,32 +145,37 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def significance(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="r2m bench significance", description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", default="16,50,100,300", help="test-set sizes n (default 16,50,100,300)")
-    p.add_argument("--pairs", type=int, default=1000, help="planted nulls per size (default 1000)")
-    p.add_argument("--trials", type=int, default=999, help="randomization trials per test (default 999)")
-    p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per test (0: no bootstrap)")
-    p.add_argument("--images", type=int, default=600, help="images scored, drawn from for each pair (default 600)")
-    p.add_argument("--scorers", default="bleu,meteor,rouge,cider")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--seed-sizes", default="16,50,100", help="test-set sizes of the seed-level nulls ('' skips them)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per system in a seed-level null (default 3)")
-    p.add_argument("--pool", type=int, default=16, help="runs in the seed-level pool (default 16)")
-    p.add_argument("--seed-spreads", default="0,0.05,0.15",
+    sc = names_in(coco.SCORERS.names())
+    p = OneLineParser(prog="r2m bench significance", description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=list_of(int_in(1, MAX_IMAGES)), default=[16, 50, 100, 300],
+                   help="test-set sizes n (default 16,50,100,300)")
+    p.add_argument("--pairs", type=int_in(1, 10**6), default=1000, help="planted nulls per size (default 1000)")
+    p.add_argument("--trials", type=int_in(1, 10**6), default=999, help="randomization trials per test (default 999)")
+    p.add_argument("--resamples", type=int_in(0, 10**6), default=1000,
+                   help="bootstrap resamples per test (0: no bootstrap)")
+    p.add_argument("--images", type=int_in(1, MAX_IMAGES), default=600,
+                   help="images scored, drawn from for each pair (default 600)")
+    p.add_argument("--scorers", type=sc, default=["bleu", "meteor", "rouge", "cider"])
+    p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0)
+    p.add_argument("--seed-sizes", type=list_of(int_in(1, MAX_IMAGES), empty=True), default=[16, 50, 100],
+                   help="test-set sizes of the seed-level nulls ('' skips them)")
+    p.add_argument("--seeds", type=int_in(2, 1000), default=3, help="seeds per system in a seed-level null (default 3)")
+    p.add_argument("--pool", type=int_in(4, 10**4), default=16, help="runs in the seed-level pool (default 16)")
+    p.add_argument("--seed-spreads", type=list_of(float_in(0, 1)), default=[0, 0.05, 0.15],
                    help="spreads of the runs' quality (probability of keeping a reference word; default 0,0.05,0.15)")
-    p.add_argument("--seed-scorers", default="bleu,rouge,cider",
+    p.add_argument("--seed-scorers", type=sc, default=["bleu", "rouge", "cider"],
                    help="scorers of the pool (default without METEOR: about 15 s a run of 300 images)")
     args = p.parse_args(argv)
-    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
-    if not sizes or min(sizes) < 1 or max(sizes) > args.images:
+    sizes = args.sizes
+    if max(sizes) > args.images:
         p.error(f"--sizes must be between 1 and --images ({args.images})")
-    seed_sizes = [int(x) for x in args.seed_sizes.split(",") if x.strip()]
-    spreads = [float(x) for x in args.seed_spreads.split(",") if x.strip()]
+    seed_sizes = args.seed_sizes
+    spreads = args.seed_spreads
     pool_images = max(200, *seed_sizes) if seed_sizes else 0
     if seed_sizes and (min(seed_sizes) < 1 or args.seeds < 2 or args.pool < 2 * args.seeds):
         p.error(f"--seed-sizes must be ≥ 1, --seeds ≥ 2 and --pool ≥ 2 × --seeds, got {args.seed_sizes!r}, "
                 f"{args.seeds}, {args.pool}")
-    r1, r2 = _runs(args.images, 5, [s for s in args.scorers.split(",") if s], 2, args.seed)
+    r1, r2 = _runs(args.images, 5, args.scorers, 2, args.seed)
     se = math.sqrt(0.05 * 0.95 / args.pairs)
     print(f"planted nulls: {args.pairs} pairs per size, {args.trials} randomization trials, "
           f"{args.resamples} bootstrap resamples; nominal 5 %, Monte-Carlo SE {100 * se:.2f} % "
@@ -183,7 +192,7 @@ def significance(argv: list[str] | None = None) -> int:
     z = np.random.default_rng(args.seed + 99).standard_normal(args.pool)
     for spread in spreads:
         keep = [float(x) for x in np.clip(0.5 + spread * z, 0.05, 0.95)]
-        pool = _runs(pool_images, 5, [s for s in args.seed_scorers.split(",") if s], args.pool, args.seed + 1, keep)
+        pool = _runs(pool_images, 5, args.seed_scorers, args.pool, args.seed + 1, keep)
         cider = [100 * float(B.corpus_metrics(r, metrics=["CIDEr"])["CIDEr"]) for r in pool] if "CIDEr" in pool[0].metrics() else []
         sd = f", seed-to-seed sd of CIDEr on the {pool_images} images {np.std(cider, ddof=1):.1f}" if cider else ""
         print(f"spread {spread:g}{sd}")

@@ -221,21 +221,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="how independent scorers run side by side (default: hybrid = Java scorers in threads, Python scorers in a worker process from 50,000 images on, in a thread below)")
 
 
+KIND = "evaluate"  # the ownership kind of the file ``r2m evaluate --out`` writes (r2m.utils.owner)
+
+
 def _refused_out(out: str | None, *inputs: str) -> str | None:
-    """Why ``--out`` may not be written (empty, below a file, a folder, or one of the input files), or None."""
-    from r2m.utils.io import output_path_problem
+    """Why ``--out`` may not be written, or None: the writer check (:func:`r2m.utils.owner.write_problem`:
+    empty, below a file, a folder, inside another r2m output, a workspace's own file, an existing file this
+    command did not write), or one of the input files."""
+    from r2m.utils.owner import write_problem
 
     if out is None:
         return None
-    problem = output_path_problem(out)
-    if problem:
-        return problem
     path = Path(out)
-    if path.is_dir():
-        return "is a folder; name a file (a folder is never replaced)"
-    if path.exists() and any(Path(i).exists() and path.samefile(i) for i in inputs):
+    if str(out).strip() and path.is_file() and any(Path(i).exists() and path.samefile(i) for i in inputs):
         return "is one of the input files; name another file"
-    return None
+    return write_problem(out, KIND, folder=False)
 
 
 def standalone(args: argparse.Namespace) -> int:
@@ -259,7 +259,10 @@ def standalone(args: argparse.Namespace) -> int:
         return 2
     out.pop("stats")
     if args.out:
+        from r2m.utils.owner import mark_file
+
         write_json(args.out, out)
+        mark_file(args.out, KIND)  # the next run may replace it while it is unchanged
         logger.info("wrote %s", args.out)
     print(json.dumps(out["metrics"], indent=2))
     return 0

@@ -11,7 +11,6 @@ fast the machine is.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -23,6 +22,8 @@ import time
 from pathlib import Path
 from statistics import median
 from typing import Any
+
+KIND = "bench:plan"  # the ownership kind of the --out file (r2m.utils.owner)
 
 
 def _tool(name: str) -> str:
@@ -99,14 +100,22 @@ def measure(cmd: list[str], cwd: Path, runs: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="r2m bench plan", description=__doc__.split("\n")[0])
+    from r2m.utils.cliargs import OneLineParser, int_in
+    from r2m.utils.owner import claim, mark_file
+
+    p = OneLineParser(prog="r2m bench plan", description=__doc__.split("\n")[0])
     p.add_argument("--root", default=".", help="the workspace (default: here)")
     p.add_argument("--params", default="params.yaml")
-    p.add_argument("--runs", type=int, default=3, help="runs of each command (the median is shown)")
-    p.add_argument("--jobs", type=int, default=0, help="jobs in the floor workflows (default: this DAG's instances)")
-    p.add_argument("--out", default="", help="also write the figures as JSON here")
+    p.add_argument("--runs", type=int_in(1, 1000), default=3, help="runs of each command (the median is shown)")
+    p.add_argument("--jobs", type=int_in(0, 10**6), default=0,
+                   help="jobs in the floor workflows (default: this DAG's instances)")
+    p.add_argument("--out", default=None, help="also write the figures as JSON here (a new file, or one it wrote)")
     a = p.parse_args(argv)
     root = Path(a.root).resolve()
+    if not (root / a.params).is_file():
+        p.error(f"--root {a.root}: no params file {a.params} there; give a workspace")
+    if a.out is not None:  # the writer check, before anything is timed
+        claim(a.out, KIND, "--out", folder=False)
     jobs = a.jobs
     if not jobs:
         from r2m import params as P
@@ -135,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {where} | `{cmd}` | {r['cpu']:.2f} ({r['cpu_min']:.2f}–{r['cpu_max']:.2f}) | {r['wall']:.2f} | {last} |")
     print(f"\na pure-Python loop of 10⁷ additions: {figures['loop_1e7_s']:.2f} CPU s")
     figures["rows"] = [{"workflow": w, "command": c, **{k: v for k, v in r.items() if k != "tail"}} for w, c, r in rows]
-    if a.out:
-        Path(a.out).write_text(json.dumps(figures, indent=1) + "\n")
+    if a.out is not None:
+        from r2m.utils.io import write_text
+
+        write_text(a.out, json.dumps(figures, indent=1) + "\n")
+        mark_file(a.out, KIND)
     return 0

@@ -173,7 +173,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.write:
         from r2m.utils.io import write_text
+        from r2m.utils.owner import NotOwned, claim
 
+        try:  # a workspace's dvc.yaml is this command's; any other file only when new or one it generated
+            claim(path, "dag", "--file", folder=False, declared=path.name == "dvc.yaml",
+                  ours=lambda f: f.read_bytes().startswith(HEADER.split("\n")[0].encode()))
+        except NotOwned as err:
+            print(f"r2m dag: {err}", file=sys.stderr)
+            return 2
         write_text(path, text)
         print(f"wrote {path} ({len(STAGES)} stages, {sum(len(lists[uses[s.name]]) for s in STAGES if s.axes)} "
               f"instances of stages with axes)")

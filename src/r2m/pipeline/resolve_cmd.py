@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--root", default=".", help="the workspace (its records, its .params/ and its dvc.yaml)")
     args = p.parse_args(argv)
+    root = Path(args.root)
+    if not any((root / f).is_file() for f in ("params.yaml", "dvc.yaml")):  # never stamps into any folder
+        raise SystemExit(f"r2m resolve-params: --root {args.root}: not a workspace (no params.yaml or dvc.yaml there)")
     try:
         params = P.load(Path(args.params))
     except P.ParamsError as err:

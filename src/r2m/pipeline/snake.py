@@ -71,11 +71,33 @@ def stage_command(r2m: str, stage: Stage, wildcards: Any, params_file: str | Non
 RUNTIME_KEYS = ("r2m_command", "shards")
 
 
-def split_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(params part validated by r2m.params, runtime part for Snakemake only)."""
+def split_config(config: dict[str, Any], cli: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(params part validated by r2m.params, runtime part for Snakemake only). ``cli``: the command line's
+    ``--config`` (Snakemake's ``workflow.config_settings.config``): a runtime key comes from there only, so a
+    config file (``params.yaml``, which DVC reads too and refuses them in) can never set one (ValueError)."""
     params = {k: v for k, v in config.items() if k not in RUNTIME_KEYS}
     runtime = {k: config[k] for k in RUNTIME_KEYS if k in config}
+    if cli is not None:
+        filed = [k for k in runtime if k not in cli]
+        if filed:
+            raise ValueError(f"config {filed[0]}: a runtime setting, taken from the command line only "
+                             f"(--config {filed[0]}=...), never from params.yaml or a --configfile")
     return params, runtime
+
+
+def r2m_command(runtime: dict[str, Any], default: str) -> str:
+    """The r2m program every job runs, shell-quoted: ``default``, or the command line's ``r2m_command`` when it
+    names an executable file (a path, quoted: never a shell command line); ValueError otherwise."""
+    import os
+    import shlex
+
+    value = runtime.get("r2m_command")
+    if value is None:
+        return default
+    if not isinstance(value, str) or not os.path.isfile(value) or not os.access(value, os.X_OK):
+        raise ValueError(f"config r2m_command: {value!r} is not an executable file; give the path of an r2m "
+                         "program (each job runs it quoted, never through a shell's reading of it)")
+    return shlex.quote(os.path.abspath(value))
 
 
 def shard_counts(runtime: dict[str, Any]) -> dict[str, int]:
@@ -279,8 +301,8 @@ def output_refusals(planned: Any) -> list[str]:
     fails), so the stage's own check (:meth:`r2m.stage.context.StageContext.output_problems`) would come
     too late: the Snakefile's ``onstart`` runs this over every job it is about to run, before the first one
     starts. The rules of the registry's stages (and their ``_shard`` jobs) are checked by the stage's ownership
-    kind (:func:`r2m.utils.io.stage_output_problem`)."""
-    from r2m.utils.io import output_path_problem, stage_output_problem
+    kind (the writer check, :func:`r2m.utils.owner.write_problem`)."""
+    from r2m.utils.owner import stage_kind, write_problem
 
     out = []
     for rule, outputs in planned:
@@ -289,10 +311,7 @@ def output_refusals(planned: Any) -> list[str]:
             continue
         signature = {f for o in BY_NAME[stage].outs.values() if o.directory for f in o.adopt}
         for path, is_dir in outputs:
-            problem = output_path_problem(path)
-            if problem is None and is_dir:
-                problem = stage_output_problem(path, stage, signature)
-                problem = problem and problem.removeprefix(str(path)).strip(" :")
+            problem = write_problem(path, stage_kind(stage), folder=is_dir, declared=True, adopt=signature)
             if problem:
                 out.append(f"{rule}: output {path}: {problem}")
     return out

@@ -7,10 +7,10 @@ Exit 0: current; 1: not current; 2: bad input.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from r2m.stage.record import stale
+from r2m.utils.cliargs import OneLineParser
 
 
 def main(argv: list[str]) -> int:
@@ -18,7 +18,7 @@ def main(argv: list[str]) -> int:
     from r2m import params as P
     from r2m.stage import registry as S
 
-    ap = argparse.ArgumentParser(prog="r2m why", description="is a stage instance current? one line per "
+    ap = OneLineParser(prog="r2m why", description="is a stage instance current? one line per "
                                  "change since its last successful run (exit 0: current, 1: stale)")
     ap.add_argument("stage", help="a stage name (r2m --help lists them)")
     for axis in ("dataset", "variant", "ckpt", "model"):
@@ -37,6 +37,13 @@ def main(argv: list[str]) -> int:
     axes = {a: str(getattr(args, a)) for a in stage.axes}
     try:
         params = P.load(args.params)
+        known = {"dataset": list(params.catalog), "variant": P.VARIANT_NAMES, "ckpt": P.TRAIN_STAGES,
+                 "model": P.SUP_MODEL_NAMES}
+        for axis, value in axes.items():  # an axis value no run can have is a typo, not "never ran"
+            if axis == "seed" and not (value.isascii() and value.isdigit() and int(value) <= P.MAX_SEED):
+                raise P.ParamsError(f"--seed {value!r}: a run's seed is a non-negative integer, at most {P.MAX_SEED}")
+            if axis in known and value not in known[axis]:
+                raise P.ParamsError(f"--{axis} {value!r}: choose from {', '.join(known[axis])}")
         lines = stale(stage, axes, params)
     except P.ParamsError as err:
         print(f"r2m why: {err}", file=sys.stderr)

@@ -24,7 +24,7 @@ from r2m.reports import intervals as I
 from r2m.reports import published as P
 from r2m.reports.tables import PUBLISHED, PUBLISHED_SCOPE, THIS_RUN, apply_holm, fmt, scope_cells
 from r2m.stage.context import StageContext
-from r2m.utils.io import mark_owned, read_json, replace_folder, write_text
+from r2m.utils.io import atomic_path, read_json, write_text
 
 SKIPPED = "skipped"
 REFERENCE = "reference point"
@@ -249,23 +249,23 @@ def attention_notes(inspections: dict[tuple[str, str], dict[str, Any]]) -> list[
 
 def copy_attention_figures(inspections: dict[tuple[str, str], dict[str, Any]], gathered, out_dir: Path) -> None:
     """The SAT attention maps into ``reports/figures/baselines/`` (the report page shows them), the folder
-    emptied first and marked as the stage's when complete (:func:`r2m.utils.io.replace_folder`)."""
+    written whole (:func:`r2m.utils.io.atomic_path`: nothing of an older run outlives this one)."""
     import shutil
 
-    replace_folder(out_dir)
     index = []
-    for keys, path in gathered:
-        ins = inspections.get((keys["dataset"], keys["model"]), {})
-        for fig in ins.get("figures", []):
-            src = Path(path) / fig["file"]
-            if src.exists():
-                name = f"{keys['dataset']}_{keys['model']}_{fig['file']}"
-                shutil.copy2(src, out_dir / name)
-                index.append({"dataset": keys["dataset"], "model": keys["model"], "file": name,
-                              "caption": fig.get("caption", ""), "image_id": fig.get("image_id", "")})
-    (out_dir / "index.json").write_text(json.dumps({"figures": index, "notes": attention_notes(inspections)},
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        for keys, path in gathered:
+            ins = inspections.get((keys["dataset"], keys["model"]), {})
+            for fig in ins.get("figures", []):
+                src = Path(path) / fig["file"]
+                if src.exists():
+                    name = f"{keys['dataset']}_{keys['model']}_{fig['file']}"
+                    shutil.copy2(src, tmp / name)
+                    index.append({"dataset": keys["dataset"], "model": keys["model"], "file": name,
+                                  "caption": fig.get("caption", ""), "image_id": fig.get("image_id", "")})
+        (tmp / "index.json").write_text(json.dumps({"figures": index, "notes": attention_notes(inspections)},
                                                    indent=2))
-    mark_owned(out_dir)
 
 
 def _seed_rows(ctx: StageContext, evals: str, stats: str, key_of) -> dict[Any, I.RowEval]:

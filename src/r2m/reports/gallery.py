@@ -1,11 +1,11 @@
 """The static HTML gallery of ``r2m caption IMAGES --html OUT``: each image with its concepts and
 scores, its caption and the FM/RM attention plot (:func:`r2m.reports.plots.attention_figure`).
 
-The page comes from a Jinja2 template with auto-escaping (file names, captions and concepts are
-data, never markup). The gallery is built in a temporary folder beside ``OUT`` and renamed into
-place only when complete, so a failure (a full disk) leaves the previous gallery as it was. An
+The page comes from the template file ``templates/gallery.html`` (:mod:`r2m.reports.pages`, shared
+with the report; auto-escaping: file names, captions and concepts are data, never markup). The
+gallery is built in a temporary folder beside ``OUT`` and renamed into place only when complete, so a failure (a full disk) leaves the previous gallery as it was. An
 ``OUT`` that exists is replaced only when it is a gallery r2m made (the ownership marker of
-:mod:`r2m.utils.io` names the kind ``gallery``: a folder that merely holds ``index.html`` or
+:mod:`r2m.utils.owner` names the kind ``gallery``: a folder that merely holds ``index.html`` or
 ``images/`` is not one, nor is any other r2m output such as a model folder) and it holds nothing else
 and nothing changed, and never when it holds (or is) one of the images to caption; all of it, an
 empty OUT and an OUT below a file included, is refused before anything is captioned
@@ -21,45 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from r2m.utils.guard import is_disk_full
-from r2m.utils.io import atomic_path, output_path_problem, ownership_problem
+from r2m.utils.io import atomic_path
+from r2m.utils.owner import write_problem
 
 KIND = "gallery"  # the ownership kind of a gallery folder
 
 NOTES = {"top1": " (best concept below the threshold)", "image": " (from the image feature)",
          "empty": " (from no concept)"}
-
-TEMPLATE = """<!doctype html>
-<html lang=en><head><meta charset=utf-8><title>r2m captions</title>
-<style>
-body { font-family: system-ui, sans-serif; margin: 1.5em; background: #fafafa; color: #222; }
-.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(320px, 1fr)); gap: 1em; }
-.card { margin: 0; background: white; border: 1px solid #ddd; border-radius: 6px; padding: .6em; }
-.card > img { width: 100%; max-height: 260px; object-fit: contain; background: #eee; }
-.cap { font-size: 1.1em; font-weight: 600; margin: .4em 0; }
-.path { color: #777; font-size: .8em; word-break: break-all; margin: 0; }
-.concepts { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: .3em; }
-.concepts li { background: #e8f0fe; border-radius: 3px; padding: .1em .4em; font-size: .85em; }
-.concepts li.none { background: #fde8e8; }
-.s { color: #557; }
-.att { width: 100%; }
-</style></head><body>
-<h1>r2m captions</h1>
-<p>{{ cards|length }} image(s) captioned with <code>{{ model_dir }}</code>.</p>
-<div class=grid>
-{% for c in cards -%}
-<figure class=card><img src="{{ c.img }}" alt="{{ c.name }}"><figcaption>\
-<p class=cap>{% if c.caption %}{{ c.caption }}{% else %}<em>(empty)</em>{% endif %}</p>\
-<p class=path>{{ c.path }}{{ c.note }}</p><ul class=concepts>\
-{% for k in c.concepts %}<li>{{ k.concept }} <span class=s>{{ k.score }}</span></li>{% else %}\
-<li class=none>no concept ({{ c.source }})</li>{% endfor %}</ul>\
-{% if c.attention %}<details><summary>FM/RM attention</summary>\
-<img class=att src="{{ c.attention }}" alt="attention"></details>{% endif %}</figcaption></figure>
-{% endfor -%}
-</div>
-{% if bad %}<h2>Skipped images</h2><ul>{% for b in bad %}<li>{{ b.path }}: {{ b.reason }}</li>{% endfor %}</ul>{% endif %}
-</body></html>
-"""
-
 
 def attention_png(rec: dict[str, Any], cfg: Any, path: Path) -> bool:
     from r2m.reports.plots import attention_figure, save_figure
@@ -74,19 +42,18 @@ def attention_png(rec: dict[str, Any], cfg: Any, path: Path) -> bool:
 
 
 def render_page(cards: list[dict[str, Any]], bad: list[dict[str, str]], model_dir: Path) -> str:
-    """The gallery's ``index.html`` (every value auto-escaped)."""
-    import jinja2
+    """The gallery's ``index.html`` (``templates/gallery.html``; every value auto-escaped)."""
+    from r2m.reports.pages import render
 
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    return env.from_string(TEMPLATE).render(cards=cards, bad=bad, model_dir=str(model_dir))
+    return render("gallery.html", cards=cards, bad=bad, model_dir=str(model_dir))
 
 
 def gallery_target_problem(out: str | Path, inputs: Sequence[Path] = ()) -> str | None:
     """Why ``--html OUT`` cannot be (re)written, or None: OUT must be a non-empty path below folders, new,
-    an empty folder or a gallery r2m wrote (unchanged, nothing added), and hold none of the ``inputs``."""
-    problem = output_path_problem(out)
-    if problem:
-        return problem
+    an empty folder or a gallery r2m wrote (unchanged, nothing added), not inside another r2m output or a
+    workspace's own files (:func:`r2m.utils.owner.write_problem`), and hold none of the ``inputs``."""
+    if not str(out).strip():
+        return write_problem(out, KIND, folder=True)
     out = Path(out)
     if out.exists() or out.is_symlink():
         target = out.resolve()
@@ -94,8 +61,7 @@ def gallery_target_problem(out: str | Path, inputs: Sequence[Path] = ()) -> str 
         if inside:
             return (f"holds the image {inside[0]} to caption; r2m never replaces a folder holding its inputs: "
                     "give a new folder for the gallery")
-    problem = ownership_problem(out, KIND)
-    return None if problem is None else problem.removeprefix(str(out)).strip(" :")
+    return write_problem(out, KIND, folder=True)
 
 
 def _card(n: int, r: dict[str, Any], cfg: Any, folder: Path) -> dict[str, Any]:

@@ -1,244 +1,42 @@
-"""``reports/index.html``: one static, self-contained page (inline CSS, no scripts) with Tables 1–3
-and each dataset's figures and qualitative examples, and a red "random weights" line for every
-dataset whose features or detector ran with random weights (:func:`random_weight_rows`). Images are referenced by relative paths
-(``figures/<dataset>/*.png``) so the page works when the ``reports/`` folder is opened or copied.
+"""``reports/index.html``: one static, self-contained page (inline CSS, no scripts) with Tables 1–3,
+the verdict on each of the paper's claims, each dataset's figures and qualitative examples, and a red
+"random weights" line for every dataset whose features or detector ran with random weights
+(:func:`random_weight_rows`). Images are referenced by relative paths (``figures/<dataset>/*.png``) so
+the page works when the ``reports/`` folder is opened or copied. It reads at a desktop's and a phone's
+width (``tests/test_report_browser.py`` opens it in Chromium), and the same files give the same bytes
+(no date on the page).
 
-The page comes from a Jinja2 template with auto-escaping, like the caption gallery
-(:mod:`r2m.reports.gallery`): the functions here turn the tables' CSV files and the figures'
-``index.json`` into plain data (dataset names, captions, notes, file names, paths: all text, never
-markup), and :data:`PAGE` (with its parts from :data:`MACROS`) lays them out. The only markup marked safe is written in this module:
-the titles and captions of :data:`EXTRA_TABLES` (constants with entities and ``<i>``), and the
-template's own macros (whose values are escaped inside them).
+The page comes from the template files ``templates/report.html`` and ``templates/report_parts.html``
+(:mod:`r2m.reports.pages`, auto-escaping, shared with the caption gallery): the functions here turn the
+tables' CSV files, ``claims.csv`` and the figures' ``index.json`` into plain data (dataset names,
+captions, notes, file names, paths: all text, never markup), and the templates lay them out. The only
+markup marked safe is written in this module: the titles and captions of :data:`EXTRA_TABLES`
+(constants with entities and ``<i>``).
 """
 
 from __future__ import annotations
 
 import csv
-import datetime as _dt
 import json
 import os
 from collections.abc import Mapping, Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
 
 from r2m.reports import intervals as I
-from r2m.reports.published import COLUMNS
+from r2m.reports.pages import environment, render
+from r2m.reports.published import COLUMNS, METRIC_OF
 from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, SCOPE_COLUMNS, TABLES
 from r2m.stage.context import StageContext
 from r2m.utils.io import read_json, write_text
 from r2m.vision.weights import RANDOM_BY_DEFINITION, uses_random_weights
 
-# A trailing backslash joins a line to the next (one HTML line, short template lines).
-MACROS = """\
-{% macro metrics_table(t) %}
-<table class="metrics"><thead><tr>{% for h in t.header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>\
-{% for r in t.rows %}<tr class="{{ r.cls }}">\
-{% for c in r.cells %}<td{% if c.num %} class="num"{% endif %}>{{ c.value }}\
-{% if c.ci %}<br><small class="ci">{{ c.ci }}</small>{% endif %}</td>{% endfor %}</tr>{% endfor %}\
-</tbody></table>
-{%- endmacro %}
-{% macro interval_parts(t) %}
-{% if t.diffs %}
-<p class="caption"><b>Paired differences</b> (row &minus; reference, &times; 100; paired bootstrap over the test \
-images, pooled over the seeds both rows ran, named in &ldquo;vs&rdquo; when one row has seeds the other lacks; * = the 95&nbsp;% interval excludes 0, n.s. = it does not):</p>
-{{ metrics_table(t.diffs) }}
-{% endif %}
-{% if t.sentence %}<p class="caption">{{ t.sentence }}</p>{% endif %}
-{%- endmacro %}
-{% macro missing(path, command) %}
-<p class="note">{{ path }} is missing: run <code>r2m {{ command }}</code>.</p>
-{%- endmacro %}
-{% macro tables_section(tables, concept_note) %}
-<section id="tables"><h2>Tables</h2>
-<p class="caption">Scores &times; 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE). \
-<i>Italic grey</i> rows are the paper's published numbers, <b>bold</b> rows this run. \
-Empty cells: not reported in the paper, or not computed here \
-(SPICE needs Stanford CoreNLP jars that are not available offline). Below each value of this run: its \
-95&nbsp;% interval [low, high] &mdash; Student t over seeds when a row has several, else the percentile bootstrap \
-over the test images (1,000 resamples, fixed seed). {{ concept_note }}</p>
-{% for t in tables %}
-<h3 id="{{ t.name }}">Table {{ t.number }}: {{ t.title }}</h3>
-{% if t.table is none %}
-{{ missing(t.path, t.name) }}
-{% else %}
-{{ metrics_table(t.table) }}
-{{ interval_parts(t.table) }}
-<p class="caption">{{ t.note }} Source: <code>{{ t.source }}</code>.</p>
-{% endif %}
-{% endfor %}
-</section>
-{%- endmacro %}
-{% macro claims_section(c) %}
-<section id="claims"><h2>The paper&rsquo;s claims</h2>
-{% if c.rows is none %}
-{{ missing(c.path, "claims") }}</section>
-{%- else %}
-<p class="caption">Each claim the paper makes with Tables 1&ndash;3, tested on this run&rsquo;s datasets: \
-<b>supported</b> = the difference (higher &minus; lower, &times; 100) has its {{ c.level }} interval wholly \
-above 0 and its adjusted p &lt; {{ c.alpha }}; <b>contradicted</b> = wholly below 0 with adjusted p \
-&lt; {{ c.alpha }}; <b>unresolved</b> = neither (the note says how many test images or seeds would resolve a difference \
-of that size, by <code>r2m power</code>&rsquo;s rule); <b>not testable here</b> = this run has no pair of rows \
-to compare. A verdict is about this run&rsquo;s data, not a reproduction of the paper&rsquo;s benchmark numbers. \
-{{ c.counts }}.</p>
-<table class="metrics"><thead><tr>{% for h in c.header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>\
-{% for r in c.rows %}<tr class="run"><td>{{ r.statement }}<br><small class="ci">{{ r.claim }}; published: \
-{{ r.published }}</small></td><td>{{ r.dataset }}</td><td>{{ r.comparison }} ({{ r.metric }})</td>\
-<td class="num">{{ r.difference }}{% if r.interval %}<br><small class="ci">{{ r.interval }}</small>{% endif %}</td>\
-<td class="num">{{ r.p }}</td><td class="num">{{ r.p_adjusted }}</td><td class="num">{{ r.seeds }}</td>\
-<td class="num">{{ r.images }}</td><td><span class="verdict {{ r.cls }}">{{ r.verdict }}</span></td>\
-<td>{{ r.note }}</td></tr>{% endfor %}</tbody></table>
-<p class="caption">{% for t in c.tests %}Test: {{ t }}. {% endfor %}{% for t in c.corrections %}Correction: {{ t }}. \
-{% endfor %}Source: <code>{{ c.source }}</code>.</p></section>
-{%- endif %}
-{%- endmacro %}
-{% macro extra_section(t) %}
-<section id="{{ t.name }}"><h2>{{ t.title }}</h2>
-{% if t.table is none %}
-{{ missing(t.path, t.name) }}</section>
-{%- else %}
-{{ metrics_table(t.table) }}
-{{ interval_parts(t.table) }}
-<p class="caption">{{ t.caption }} Source: <code>{{ t.source }}</code>.</p></section>
-{%- endif %}
-{% endmacro %}
-{% macro example(e) %}
-<div class="example">\
-{% if e.thumb %}<img src="{{ e.thumb }}" alt="image {{ e.image_id }}">\
-{% else %}<div class="noimg">image unavailable</div>{% endif %}\
-<div><b>image {{ e.image_id }}</b><br>Concepts: \
-{% for c in e.concepts %}<span class="tag">{{ c.concept }} {{ c.score }}</span>{% else %}<i>none</i>{% endfor %}\
-<dl>{% for c in e.captions %}<dt>{{ c.label }}</dt>\
-<dd>{% if c.caption is none %}<i>missing</i>{% else %}{{ c.caption }}{% endif %}</dd>{% endfor %}</dl>\
-References:<ul>{% for r in e.references %}<li>{{ r }}</li>{% else %}<li><i>none</i></li>{% endfor %}</ul>\
-</div></div>
-{%- endmacro %}
-{% macro weights_section(rows) %}
-<section id="weights"><h2>Random weights</h2>
-{% for r in rows %}
-<p class="random"><span class="badge">random weights</span> <b>{{ r.dataset }}</b>: {{ r.what }} (<code>{{ r.section }}</code>, backend <code>{{ r.backend }}</code>: {{ r.why }}) &mdash; its numbers do not measure pretrained weights.</p>
-{% endfor %}
-</section>
-{%- endmacro %}
-{% macro dataset_section(d) %}
-{% if d.index_missing %}
-<section id="ds-{{ d.dataset }}"><h2>{{ d.dataset }}</h2><p class="note">{{ d.index_missing }} is missing: \
-run <code>r2m figures --dataset {{ d.dataset }}</code>.</p></section>
-{%- else %}
-<section id="ds-{{ d.dataset }}"><h2>{{ d.label }} <small>({{ d.dataset }})</small></h2>
-{% for r in d.random_weights %}
-<p class="random"><span class="badge">random weights</span> {{ r.what }} (<code>{{ r.section }}</code>, backend <code>{{ r.backend }}</code>: {{ r.why }})</p>
-{% endfor %}
-{% for n in d.notes %}
-<p class="note">{{ n }}</p>
-{% endfor %}
-{% for f in d.figures %}
-{% if f.missing %}
-<p class="note">figure file missing: {{ f.missing }}</p>
-{% else %}
-<h3>{{ f.title }}</h3><figure><img src="{{ f.src }}" alt="{{ f.alt }}"></figure>\
-<p class="caption">{{ f.caption }}</p>
-{% endif %}
-{% endfor %}
-{% if d.examples %}
-<h3>Qualitative examples</h3><p class="caption">Detected concepts with scores, the caption after each training \
-stage (R2M), and the references\
-{% if d.examples_link %} (also as one figure: <a href="{{ d.examples_link.href }}">{{ d.examples_link.file }}</a>)\
-{% endif %}.</p>
-<div class="examples">{% for e in d.examples %}{{ example(e) }}{% endfor %}</div>
-{% endif %}
-</section>
-{%- endif %}
-{% endmacro %}
-{% macro attention_section(a) %}
-<section id="sat-attention"><h2>Show, Attend and Tell: where it looks</h2>
-{% for n in a.notes %}
-<p>{{ n }}</p>
-{% endfor %}
-{% for f in a.figures %}
-<figure><img src="{{ f.src }}" alt="attention maps" style="max-width:100%"><figcaption>{{ f.dataset }}, \
-{% if f.model %}{{ f.model }}, {% endif %}image {{ f.image_id }}: &ldquo;{{ f.caption }}&rdquo; (&alpha; per word, upsampled and smoothed)</figcaption></figure>
-{% endfor %}
-</section>
-{%- endmacro %}
-"""
 
-PAGE = """\
-{% from "macros" import tables_section, claims_section, extra_section, dataset_section, attention_section, \
-weights_section %}
-<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>R2M reproduction report</title><style>
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
-header{background:#22313f;color:#fff;padding:18px 32px}
-header h1{margin:0;font-size:22px} header p{margin:4px 0 0;color:#c9d3dc;font-size:13px}
-nav{padding:8px 32px;background:#eef1f4;font-size:14px} nav a{margin-right:16px;color:#22313f}
-main{padding:8px 32px 40px;max-width:1200px}
-h2{border-bottom:2px solid #22313f;padding-bottom:4px;margin-top:32px}
-h3{margin-top:24px}
-table.metrics{border-collapse:collapse;font-size:13px;margin:8px 0;background:#fff}
-table.metrics th,table.metrics td{border:1px solid #d5dbe1;padding:3px 8px}
-table.metrics th{background:#eef1f4}
-table.metrics td.num{text-align:right;font-variant-numeric:tabular-nums}
-table.metrics tr.published td{color:#5f6b76;font-style:italic}
-table.metrics tr.run td{font-weight:600}
-table.metrics tr.first td{border-top:2px solid #8a98a6}
-table.metrics small.ci{color:#6b7680;font-weight:400;white-space:nowrap}
-.note{color:#8a5a00;background:#fff6e0;border-left:3px solid #e0a800;padding:4px 10px;font-size:13px;margin:4px 0}
-.caption{font-size:13px;color:#444;margin:2px 0 14px}
-figure{margin:12px 0} figure img{max-width:100%;border:1px solid #d5dbe1;background:#fff}
-.examples{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:14px}
-.example{display:flex;gap:12px;background:#fff;border:1px solid #d5dbe1;padding:10px;font-size:13px}
-.example img{width:180px;height:auto;object-fit:contain;align-self:flex-start}
-.example .noimg{width:180px;height:120px;display:flex;align-items:center;justify-content:center;background:#eee;\
-color:#888}
-.example ul{margin:2px 0 6px;padding-left:18px} .example dt{font-weight:600;margin-top:4px}
-.example dd{margin:0 0 0 10px} .tag{display:inline-block;background:#e6eef6;border-radius:3px;padding:0 5px;margin:1px}
-footer{font-size:12px;color:#777;padding:0 32px 24px}
-.random{color:#7a1010;background:#fde8e8;border-left:3px solid #c62828;padding:4px 10px;font-size:13px;margin:4px 0}
-.verdict{display:inline-block;border-radius:3px;padding:0 6px;font-weight:600}
-.verdict.supported{background:#dff3e3;color:#1b5e20} .verdict.contradicted{background:#fde8e8;color:#7a1010}
-.verdict.unresolved{background:#fff6e0;color:#8a5a00} .verdict.untestable{background:#eef1f4;color:#5f6b76}
-.badge{display:inline-block;background:#c62828;color:#fff;border-radius:3px;padding:0 6px;font-weight:600}
-</style></head>
-<body><header><h1>R&sup2;M: Recurrent Relational Memory for unsupervised image captioning &mdash; reproduction</h1>
-<p>Guo et al., IJCAI 2020. Tables 1&ndash;3 beside the published numbers; losses, attention and examples per \
-dataset.</p></header>
-<nav>{% for link in nav %}{% if not loop.first %} {% endif %}<a href="#{{ link.id }}">{{ link.text }}</a>\
-{% endfor %}</nav>
-<main>
-{% if random_weights %}
-{{ weights_section(random_weights) }}
-{% endif %}
-{{ tables_section(tables, concept_note) }}
-{% if claims %}
-{{ claims_section(claims) }}
-{% endif %}
-{% for t in extra %}
-{{ extra_section(t) }}
-{% endfor %}
-{% for d in datasets %}
-{{ dataset_section(d) }}
-{% endfor %}
-{% if attention %}
-{{ attention_section(attention) }}
-{% endif %}
-</main>
-<footer>Generated by <code>r2m report</code> on {{ stamp }}.</footer>
-</body></html>
-"""
-
-
-@cache
-def _env() -> Any:
-    """The templates (``page`` imports its parts from ``macros``), auto-escaping every value."""
-    import jinja2
-
-    return jinja2.Environment(loader=jinja2.DictLoader({"macros": MACROS, "page": PAGE}), autoescape=True,
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
-                              lstrip_blocks=True)
+def _macros() -> Any:
+    """The report's parts (``templates/report_parts.html``), for the functions that render one of them."""
+    return environment().get_template("report_parts.html").module
 
 
 # --------------------------------------------------------------------------- tables
@@ -305,7 +103,7 @@ def table_view(rows: Sequence[Mapping[str, str]]) -> dict[str, Any]:
 
 def table_html(rows: Sequence[Mapping[str, str]]) -> str:
     """One of Tables 1–3 as an HTML ``<table>`` (every cell escaped)."""
-    return str(_env().get_template("macros").module.metrics_table(table_view(rows)))
+    return str(_macros().metrics_table(table_view(rows)))
 
 
 def csv_table_view(rows: Sequence[Mapping[str, str]], header: Sequence[str]) -> dict[str, Any]:
@@ -368,31 +166,69 @@ def extra_tables_view(paths: Mapping[str, Path]) -> list[dict[str, Any]]:
     return out
 
 
+# claims.csv's columns a claim's card shows in its head (verdict, where, statement), its effect line and its
+# note; every other column goes to the card's folded details, labelled here or else by its own name (so a
+# column added to claims.csv shows up without a change here), in this order; an empty or absent one is left out
+CLAIM_SHOWN = ("verdict", "dataset", "table", "statement", "comparison", "metric", "difference", "low", "high",
+               "p_adjusted", "seeds", "images", "published", "note")
+CLAIM_DETAILS = {"claim": "Claim", "p": "p (unadjusted)",
+                 "test": "Test", "correction": "Correction", "level": "Interval level",
+                 "images_to_resolve": "Test images to resolve", "seeds_to_resolve": "Seed pairs to resolve"}
+
+
+def _signed(value: str) -> str:
+    return value if not value or value.startswith(("-", "+", "\u2212")) else f"+{value}"
+
+
+def claim_card(row: Mapping[str, str], classes: Mapping[str, str]) -> dict[str, Any]:
+    """One row of ``claims.csv`` as a claim's card: its verdict (and CSS class from ``classes``), dataset,
+    table, statement, effect line (``label``, ``value``: the difference with its interval, the adjusted p,
+    the seeds and images behind it), the published numbers, note and details (``label``, ``value``: every
+    other non-empty column)."""
+    get = {k: (v or "").strip() for k, v in row.items() if k}.get
+    difference = _signed(get("difference", ""))
+    if difference and get("low", "") and get("high", ""):
+        difference += f" [{get('low', '')}, {get('high', '')}]"
+    what = ", ".join(v for v in (get("comparison", ""), METRIC_OF.get(get("metric", ""), get("metric", ""))) if v)
+    effect = [(f"{what or 'difference'} \u00d7 100", difference),
+              ("adjusted p", get("p_adjusted", "")), ("seeds", get("seeds", "")), ("test images", get("images", ""))]
+    others = [k for k in row if k and k not in CLAIM_SHOWN and k not in CLAIM_DETAILS]
+    details = [(CLAIM_DETAILS.get(k, k.replace("_", " ")), get(k, "")) for k in (*CLAIM_DETAILS, *others)]
+    verdict = get("verdict", "")
+    return {"verdict": verdict, "cls": classes.get(verdict, "untestable"), "dataset": get("dataset", ""),
+            "table": get("table", ""), "statement": get("statement", ""), "claim": get("claim", ""),
+            "published": get("published", ""), "note": get("note", ""),
+            "effect": [{"label": label, "value": value} for label, value in effect if value],
+            "details": [{"label": label, "value": value} for label, value in details if value]}
+
+
 def claims_view(path: Path | None) -> dict[str, Any] | None:
-    """``reports/claims.csv`` as data for the "Claims" section (``rows`` None: the file is missing; None:
-    no claims file is part of this page)."""
+    """``reports/claims.csv`` as data for the "Claims" section, one card per row (:func:`claim_card`; ``rows``
+    None: the file is missing; None: no claims file is part of this page)."""
     if path is None:
         return None
     from r2m.reports import claims as CL
 
     path = Path(path)
     view: dict[str, Any] = {"path": str(path), "source": path.name, "rows": None, "alpha": f"{CL.ALPHA:g}",
-                            "level": "95 %", "header": ["Claim", "Dataset", "Comparison", "Difference", "p",
-                                                       "adjusted p", "Seeds", "Images", "Verdict", "Note"]}
+                            "level": "95 %"}
     if not path.exists():
         return view
     rows = read_table_csv(path)
-    cls = {CL.SUPPORTED: "supported", CL.CONTRADICTED: "contradicted", CL.UNRESOLVED: "unresolved"}
-    view.update(
-        counts=CL.counts_sentence(rows).capitalize(),
-        tests=sorted({r["test"] for r in rows if r.get("test")}),
-        corrections=sorted({r["correction"] for r in rows if r.get("correction")}),
-        rows=[{**{k: r.get(k, "") for k in ("claim", "statement", "published", "dataset", "comparison", "metric",
-                                            "p", "p_adjusted", "seeds", "images", "verdict", "note")},
-               "difference": (("+" if not r["difference"].startswith("-") else "") + r["difference"])
-               if r.get("difference") else "",
-               "interval": f"[{r['low']}, {r['high']}]" if r.get("low") and r.get("high") else "",
-               "cls": cls.get(r.get("verdict", ""), "untestable")} for r in rows])
+    classes = {CL.SUPPORTED: "supported", CL.CONTRADICTED: "contradicted", CL.UNRESOLVED: "unresolved"}
+    cards, ids = [], set()
+    for r in rows:
+        card = claim_card(r, classes)
+        base = "claim-" + "-".join(v for v in (card["claim"], card["dataset"]) if v) if card["claim"] else "claim"
+        card["id"], n = base, 1
+        while card["id"] in ids:  # one id each, so a link to a card lands on it
+            n += 1
+            card["id"] = f"{base}-{n}"
+        ids.add(card["id"])
+        cards.append(card)
+    view.update(counts=CL.counts_sentence(rows).capitalize(),
+                tests=sorted({r["test"] for r in rows if r.get("test")}),
+                corrections=sorted({r["correction"] for r in rows if r.get("correction")}), rows=cards)
     return view
 
 
@@ -499,12 +335,11 @@ def render_page(tables: Mapping[str, Path], figure_dirs: Sequence[tuple[str, Pat
         [{"id": "tables", "text": "Tables"}] + ([{"id": "claims", "text": "Claims"}] if claims is not None else [])
         + [{"id": n, "text": n.capitalize()} for n in extra]
         + [{"id": f"ds-{d}", "text": d} for d, _ in figure_dirs])
-    return _env().get_template("page").render(
-        nav=nav, tables=tables_view(tables), concept_note=CONCEPT_NOTE, extra=extra_tables_view(extra),
-        datasets=[dataset_view(d, Path(p), page_dir, random_weights) for d, p in figure_dirs],
-        random_weights=[dict(r) for r in random_weights], claims=claims_view(claims),
-        attention=attention_view(Path(attention_dir), page_dir) if attention_dir is not None else None,
-        stamp=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
+    return render("report.html",
+                  nav=nav, tables=tables_view(tables), concept_note=CONCEPT_NOTE, extra=extra_tables_view(extra),
+                  datasets=[dataset_view(d, Path(p), page_dir, random_weights) for d, p in figure_dirs],
+                  random_weights=[dict(r) for r in random_weights], claims=claims_view(claims),
+                  attention=attention_view(Path(attention_dir), page_dir) if attention_dir is not None else None)
 
 
 def run(ctx: StageContext) -> None:

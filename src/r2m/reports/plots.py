@@ -35,8 +35,18 @@ def plain(text: str) -> str:
     return str(text).replace("$", r"\$")
 
 
+# what matplotlib would write into a file besides the picture: its version, and (SVG, PDF) the date
+NO_METADATA = {".png": {"Software": None}, ".svg": {"Creator": None, "Date": None},
+               ".pdf": {"Creator": None, "Producer": None, "CreationDate": None}}
+
+
 def save_figure(fig: Figure, path: Path) -> None:
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", facecolor="white")
+    """``fig`` as ``path`` (its suffix names the format), the same bytes for the same figure: no date and no
+    matplotlib version in the file, and SVG element ids from a fixed salt rather than a random one."""
+    path = Path(path)
+    with matplotlib.rc_context({"svg.hashsalt": "r2m"}):
+        fig.savefig(path, dpi=DPI, bbox_inches="tight", facecolor="white",
+                    metadata=NO_METADATA.get(path.suffix.lower()))
 
 
 # --------------------------------------------------------------------------- losses

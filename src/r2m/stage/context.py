@@ -19,8 +19,9 @@ from r2m import params as P
 from r2m.runtime import Runtime
 from r2m.stage.axes import gathered
 from r2m.stage.registry import Gather, Stage, folder_members
-from r2m.utils.guard import inside
-from r2m.utils.io import marker_mismatch, output_path_problem, stage_output_problem, write_text
+from r2m.utils.guard import BadInput, inside
+from r2m.utils.io import write_text
+from r2m.utils.owner import marker_mismatch, stage_kind, write_problem
 from r2m.utils.reads import unrecorded
 
 
@@ -70,7 +71,7 @@ class StageContext:
     def incomplete_inputs(self) -> list[str]:
         """One line per input folder that exists but is incomplete: a key file its producer always writes
         (:attr:`r2m.stage.spec.Out.members`) is missing, or a file its ownership marker lists
-        (:func:`r2m.utils.io.mark_owned`) is missing or changed size. A damaged output is refused, not used."""
+        (:func:`r2m.utils.owner.mark_owned`) is missing or changed size. A damaged output is refused, not used."""
         out = []
         for template in (v for v in self.stage.deps.values() if isinstance(v, str)):
             found = folder_members(template, self.axes)
@@ -85,19 +86,15 @@ class StageContext:
         return out
 
     def output_problems(self) -> list[str]:
-        """One line per declared output this run may not write, found before any work: a path below a file,
-        a file output where a folder is, a folder output r2m may not replace as this stage's
-        (:func:`r2m.utils.io.stage_output_problem`: a user's file in it, another command's output, a marker
-        naming no kind or listing no files)."""
+        """One line per declared output this run may not write, found before any work (the writer check,
+        :func:`r2m.utils.owner.write_problem`, by the stage's kind): a path below a file or inside another
+        command's folder, a file output where a folder is, a folder output r2m may not replace as this stage's
+        (a user's file in it, another command's output, a marker naming no kind or listing no files)."""
         out = []
         for key, o in self.stage.outs.items():
             path = self.outs[key]
-            problem = output_path_problem(path)
-            if problem is None and o.directory:
-                problem = stage_output_problem(path, self.stage.name, o.adopt)
-                problem = problem and problem.removeprefix(str(path)).strip(" :")
-            elif problem is None and path.is_dir() and not path.is_symlink():
-                problem = "is a folder, where this stage writes a file; r2m does not replace it: move it away"
+            problem = write_problem(path, stage_kind(self.stage.name), folder=o.directory, declared=True,
+                                    adopt=o.adopt)
             if problem:
                 out.append(f"output {path}: {problem}")
         return out
@@ -128,18 +125,30 @@ class StageContext:
         return write_text(Path(folder) / filename, P.dump(self.resolved()))
 
 
+FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
+
+
 def setup_logging(log_path: Path | None, level: int = logging.INFO) -> logging.Logger:
+    """The ``r2m`` logger: to stderr, and to ``log_path`` when given (:func:`log_to_file`; the stage runner
+    opens its job's log only once it holds the instance's lock, so a refused second run never touches it)."""
     logger = logging.getLogger("r2m")
     logger.setLevel(level)
     logger.handlers.clear()
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
     h = logging.StreamHandler(sys.stderr)
-    h.setFormatter(fmt)
+    h.setFormatter(FORMAT)
     logger.addHandler(h)
-    if log_path is not None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        fh = logging.FileHandler(log_path, mode="w")
-        fh.setFormatter(fmt)
-        logger.addHandler(fh)
     logger.propagate = False
+    if log_path is not None:
+        log_to_file(logger, log_path)
     return logger
+
+
+def log_to_file(logger: logging.Logger, log_path: Path) -> None:
+    """Also log to ``log_path``, started afresh (a folder there, or a link, is refused in one line)."""
+    if log_path.is_symlink() or log_path.is_dir():
+        raise BadInput(f"log {log_path}: is a {'link' if log_path.is_symlink() else 'folder'}, not a log file; "
+                       "move it away")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    fh = logging.FileHandler(log_path, mode="w")
+    fh.setFormatter(FORMAT)
+    logger.addHandler(fh)

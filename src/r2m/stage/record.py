@@ -51,7 +51,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from r2m.utils.reads import FORMAT, Digests, ParamValues, Recorder, changes
+from r2m.utils.reads import FORMAT, KINDS, SYSTEM, Digests, ParamValues, Recorder, changes, too_broad
 from r2m.utils.resume import STATE_ROOT
 
 if TYPE_CHECKING:
@@ -214,9 +214,60 @@ def _record(stage: Any, axes: Mapping[str, str], root: Path,
         return None, [f"no record ({path.relative_to(root)}): never ran, or its last run failed"]
     except (OSError, ValueError) as err:
         return None, [f"{path}: unreadable record ({err}); rerun the instance"]
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        return None, [f"{path}: a record of another format; rerun the instance"]
+    problem = shape_problem(record, root)
+    if problem:
+        return None, [f"{path}: {problem}; rerun the instance"]
     return record, []
+
+
+def _name_problem(name: str, kind: str, root: Path) -> str | None:
+    """Why a record may not name ``name`` as a read of ``kind`` (None: it may), checked before anything is hashed: a
+    path inside the workspace (relative, no ``..``), inside the installation (``site:``/``prefix:`` and a relative
+    path), a distribution or the interpreter by name, or a file or folder elsewhere — never the system's own files
+    or a folder that holds the workspace or sits at the top of the tree (a digest would walk all of it)."""
+    if "\x00" in name:
+        return "holds a NUL"
+    if kind in ("dist", "python"):
+        return None if name.startswith(f"{kind}:") else f"is not a {kind} name"
+    rel = name.split(":", 1)[1] if name.startswith(("site:", "prefix:")) else name
+    if not os.path.isabs(rel):
+        return None if os.path.normpath(rel) == rel and not rel.startswith("..") else "leaves its folder (..)"
+    real = os.path.realpath(name)
+    if real.startswith(SYSTEM) or too_broad(real, [str(Path(root).resolve()), str(CODE)]):
+        return "is the system's or a folder above the workspace"
+    return None
+
+
+def shape_problem(record: Any, root: Path = Path(".")) -> str | None:
+    """Why ``record`` (parsed JSON) is not a record the runner writes, or None: ``reads`` a list of ``{path,
+    kind, sha256}`` each naming what a record may name (:func:`_name_problem`), ``params`` a list of ``{key,
+    path: [str], sha256}``, ``runtime`` a list of ``{key, value}``, ``outputs`` a list of ``{path, sha256}`` inside
+    the workspace. Checked where a record is read, before any path in it is hashed."""
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        return "a record of another format"
+    reads, params = record.get("reads"), record.get("params")
+    runtime, outputs = record.get("runtime", []), record.get("outputs", [])
+    if not all(isinstance(x, list) for x in (reads, params, runtime, outputs)):
+        return "not a record ('reads', 'params', 'runtime' and 'outputs' are not lists)"
+    for i, r in enumerate(reads):
+        if not (isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("path", "kind", "sha256"))
+                and r["kind"] in KINDS):
+            return f"reads[{i}] is not {{path, kind, sha256}}"
+        problem = _name_problem(r["path"], r["kind"], root)
+        if problem:
+            return f"reads[{i}] names {r['path']!r}, which {problem}"
+    for i, q in enumerate(params):
+        if not (isinstance(q, dict) and isinstance(q.get("key"), str) and isinstance(q.get("sha256"), str)
+                and isinstance(q.get("path"), list) and all(isinstance(x, str) for x in q["path"])):
+            return f"params[{i}] is not {{key, path, sha256}}"
+    for i, q in enumerate(runtime):
+        if not (isinstance(q, dict) and isinstance(q.get("key"), str) and "value" in q):
+            return f"runtime[{i}] is not {{key, value}}"
+    for i, o in enumerate(outputs):
+        if not (isinstance(o, dict) and isinstance(o.get("path"), str) and isinstance(o.get("sha256"), str)
+                and not os.path.isabs(o["path"]) and _name_problem(o["path"], "file", root) is None):
+            return f"outputs[{i}] is not {{path, sha256}} inside the workspace"
+    return None
 
 
 def stale(stage: Any, axes: Mapping[str, str], params: Any, root: Path = Path(".")) -> list[str]:
@@ -247,7 +298,8 @@ class Planner:
         for path in sorted((self.root / RECORDS).glob("*/*.json")):
             try:
                 record = self._records[str(path)] = json.loads(path.read_text())
-                names += [r["path"] for r in [*(record.get("reads") or []), *(record.get("outputs") or [])]]
+                if shape_problem(record, self.root) is None:  # a malformed one's own check says what is wrong
+                    names += [r["path"] for r in [*record["reads"], *(record.get("outputs") or [])]]
             except (OSError, ValueError, TypeError, KeyError, AttributeError):
                 continue  # that instance's own check says what is wrong
         self.digests(names)

@@ -35,6 +35,7 @@ from r2m.stage.spec import (  # noqa: F401  (re-exported: the registry's types)
     Stage,
 )
 from r2m.stage.sup_registry import sup_stages
+from r2m.utils.owner import reserve
 
 # the ``fidelity`` items each stage reads (so switching one re-runs only the stages it changes)
 FIDELITY_CORPUS = ("fidelity.tokenizer", "fidelity.count_specials", "fidelity.plurals", "fidelity.long_sentences")
@@ -320,6 +321,8 @@ STAGES: tuple[Stage, ...] = (
 
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 CKPTS = TRAIN_STAGES
+# every path a stage writes (its outputs, its shard folders): no other command writes onto, below or above one
+reserve([o.path for s in STAGES for o in s.outs.values()] + [s.fanout.folder for s in STAGES if s.fanout])
 
 
 def folder_members(template: str, bound: dict[str, str]) -> tuple[str, tuple[str, ...]] | None:

@@ -13,6 +13,7 @@ import time
 import torch
 
 from r2m.utils.cliargs import bench_parser as parser
+from r2m.utils.cliargs import int_in, step_options
 
 
 def bench_sup(model_name: str, device: str, steps: int, warmup: int, batch: int, length: int, vocab: int,
@@ -56,14 +57,12 @@ def bench_sup(model_name: str, device: str, steps: int, warmup: int, batch: int,
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("sup", __doc__.splitlines()[0])
-    p.add_argument("--model", default="mrnn")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--length", type=int, default=16)
-    p.add_argument("--vocab", type=int, default=10000)
-    p.add_argument("--feat-dim", type=int, default=4096)
-    p.add_argument("--grid", type=int, default=14)
+    from r2m.params import SUP_MODEL_NAMES
+
+    p.add_argument("--model", choices=SUP_MODEL_NAMES, default="mrnn")
+    step_options(p, steps=10, warmup=2, batch=64, length=16, vocab=10000)
+    p.add_argument("--feat-dim", type=int_in(1, 65536), default=4096)
+    p.add_argument("--grid", type=int_in(1, 256), default=14)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -13,30 +13,28 @@ Each model's inspector is a function ``inspect(ctx, out_dir) -> dict`` in a modu
 model's catalogue entry (``inspector`` in :data:`r2m.baselines.BASELINES`) and imported only for that model
 (the model, its features and vocabulary are opened by :func:`r2m.supervised.inspection.opened`).
 
-Output folder ``results/<D>/<model>/s<seed>/train_sup/inspect/``: ``inspect.json`` (+ the figures), emptied first
-and then marked as the stage's (:func:`r2m.utils.io.replace_folder`, :func:`r2m.utils.io.mark_owned`).
+Output folder ``results/<D>/<model>/s<seed>/train_sup/inspect/``: ``inspect.json`` (+ the figures), written whole
+(:func:`r2m.utils.io.atomic_path`: built beside it, renamed over it when complete, so nothing of an older run
+outlives this one).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from r2m.baselines import BASELINES
 from r2m.stage.context import StageContext
-from r2m.utils.io import mark_owned, replace_folder, write_json
+from r2m.utils.io import atomic_path, write_json
 from r2m.utils.registry import load_target
 
 
 def run(ctx: StageContext) -> None:
     from r2m.supervised.skip import skip_reason
 
-    out_dir = Path(ctx.outs["inspect"])
-    replace_folder(out_dir)  # nothing of an older run outlives this one; only a folder of this stage is emptied
     reason = skip_reason(ctx.deps["sup_vocab"])
     inspector = BASELINES[ctx.model].inspector
-    if reason or inspector is None:
-        result = {"model": ctx.model, "skipped": reason or f"nothing to inspect for {ctx.model}"}
-    else:
-        result = load_target(inspector)(ctx, out_dir)
-    write_json(out_dir / "inspect.json", result)
-    mark_owned(out_dir)
+    with atomic_path(ctx.outs["inspect"]) as out_dir:  # nothing of an older run outlives this one
+        out_dir.mkdir()
+        if reason or inspector is None:
+            result = {"model": ctx.model, "skipped": reason or f"nothing to inspect for {ctx.model}"}
+        else:
+            result = load_target(inspector)(ctx, out_dir)
+        write_json(out_dir / "inspect.json", result)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from r2m.stage.context import StageContext
-from r2m.utils.io import mark_owned, read_json, replace_folder, write_json, write_text
+from r2m.utils.io import atomic_path, read_json, write_json, write_text
 
 
 def skip_reason(sup_vocab_dir: str | Path) -> str | None:
@@ -16,22 +16,13 @@ def skip_reason(sup_vocab_dir: str | Path) -> str | None:
     return None if stats.get("paired") else str(stats.get("reason") or "no paired training captions")
 
 
-def reset_folder(out_dir: Path) -> None:
-    """Empty a stage's model folder: nothing of an older run (``model.pt``, ``cnn.pt``,
-    ``features/``, ``skipped.json``) may outlive the run that writes it now. Only a folder r2m
-    owns is emptied (:func:`r2m.utils.io.replace_folder`); :func:`mark_owned` records the files
-    once the stage has written them."""
-    replace_folder(out_dir)
-
-
 def write_skipped(ctx: StageContext, reason: str) -> None:
-    """A skipped training step's outputs: ``skipped.json`` (and its params) in the model folder, an empty
-    ``loss.tsv``, metrics ``{"skipped": reason}``."""
-    out_dir = Path(ctx.outs["model"])
-    reset_folder(out_dir)
-    write_json(out_dir / "skipped.json", {"skipped": reason})
-    ctx.save_params(out_dir)
-    mark_owned(out_dir)
+    """A skipped training step's outputs: ``skipped.json`` (and its params) in the model folder, written whole
+    (nothing of an older run outlives it), an empty ``loss.tsv``, metrics ``{"skipped": reason}``."""
+    with atomic_path(Path(ctx.outs["model"])) as out_dir:
+        out_dir.mkdir()
+        write_json(out_dir / "skipped.json", {"skipped": reason})
+        ctx.save_params(out_dir)
     write_text(ctx.outs["loss"], "step\tsplit\tloss\txe\n")
     write_json(ctx.outs["metrics"], {"model": ctx.model, "skipped": reason})
     ctx.log.info("train_sup: %s", reason)

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from r2m.baselines import BASELINES
 from r2m.stage.context import StageContext
-from r2m.supervised.skip import reset_folder, skip_reason, write_skipped
-from r2m.utils.io import mark_owned, write_json
+from r2m.supervised.skip import skip_reason, write_skipped
+from r2m.utils.io import atomic_path, write_json
 from r2m.utils.lazy import no_grad
 
 # torch, the models and the training loop are imported by the functions that train: a skipped
@@ -129,8 +129,6 @@ def train_phase(ctx: StageContext, phase: str) -> None:
         tp = tp.model_copy(update={"steps": tp.pretrain_steps, "select_by": "last"})
     device = ctx.runtime.torch_device()
     args = ctx.args
-    out_dir = Path(ctx.outs["model"])
-    reset_folder(out_dir)
     torch.manual_seed(tp.seed)
     itos = load_itos(ctx.deps["sup_vocab"])
 
@@ -206,15 +204,19 @@ def train_phase(ctx: StageContext, phase: str) -> None:
     selected = res.keep_best(model)  # the checkpoint with the best val metric (or the last)
     if res.best is not None:
         ctx.log.info("train_sup: keeping step %d (val %s %.4f)", selected, tp.select_by, res.best.score)
-    save_torch(out_dir / "model.pt", model.checkpoint(stage=ctx.stage.name, step=selected, dataset=ctx.dataset or ""))
-    if e2e:
-        finetune.save_cnn(model, out_dir, sf.backend, sf.options)
-        if phase == "train":  # what captioning, retrieval and inspection read
-            n = finetune.write_features(model, source, out_dir, max(tp.batch_size, 64), device, sf.backend)
-            ctx.log.info("train_sup: the fine-tuned CNN's features of %d images -> %s", n,
-                         out_dir / finetune.OWN_FEATURES)
-    ctx.save_params(out_dir)
-    mark_owned(out_dir)
+    # the model folder written whole (built beside it, renamed over it): nothing of an older run (model.pt,
+    # cnn.pt, features/, skipped.json) outlives this one
+    with atomic_path(Path(ctx.outs["model"])) as out_dir:
+        out_dir.mkdir()
+        save_torch(out_dir / "model.pt", model.checkpoint(stage=ctx.stage.name, step=selected,
+                                                          dataset=ctx.dataset or ""))
+        if e2e:
+            finetune.save_cnn(model, out_dir, sf.backend, sf.options)
+            if phase == "train":  # what captioning, retrieval and inspection read
+                n = finetune.write_features(model, source, out_dir, max(tp.batch_size, 64), device, sf.backend)
+                ctx.log.info("train_sup: the fine-tuned CNN's features of %d images -> %s", n,
+                             Path(ctx.outs["model"]) / finetune.OWN_FEATURES)
+        ctx.save_params(out_dir)
     L.write_loss(Path(ctx.outs["loss"]), columns, res.rows)
     bs = max(tp.batch_size, 64)
     selections = [{"step": k, tp.select_by: score} for k, score in res.selections]

@@ -24,7 +24,8 @@ from r2m.text.dictionary import Dictionary, load_dictionary
 from r2m.text.tokenize import TOKENIZERS
 from r2m.text.vocab import GLOVE, GLOVE_WORDS, Vocab, read_word_list, unk_ratio, vocab_filter_file
 from r2m.text.vocab import build_vocab as make_vocab
-from r2m.utils.io import atomic_path, write_json
+from r2m.utils.guard import BadInput
+from r2m.utils.io import atomic_path, read_json, write_json
 from r2m.utils.progress import progress
 
 CHUNK = 50_000
@@ -179,6 +180,15 @@ def encode_batch(batch: pa.RecordBatch, vocab: Vocab, max_unk: float, stats: Cou
     return pa.table({"ids": ids_col, "concept_ids": cids_col, "split": split_col}, schema=ENCODED_SCHEMA)
 
 
+def _dropped(corpus: Path) -> str:
+    """What corpus_concepts dropped and why, from its ``stats.json`` beside ``corpus``."""
+    try:
+        stats = read_json(corpus.parent / "stats.json")
+        return f"corpus_concepts read {stats['sentences_in']} sentence(s) and dropped {stats['dropped']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "corpus_concepts left none"
+
+
 def build_vocab(ctx: StageContext) -> None:
     corpus = ctx.deps["corpus"] / "corpus.parquet"
     if not corpus.exists():
@@ -210,6 +220,9 @@ def build_vocab(ctx: StageContext) -> None:
                 bar.update(batch.num_rows)
         seconds = time.perf_counter() - t0
         n_in = int(pf.metadata.num_rows)
+        if not stats["in_train"]:  # no sentence to train on: one line now, not a vocabulary of no sentence
+            raise BadInput(f"build_vocab: no training sentence in {corpus} ({n_in} rows; {_dropped(corpus)}); "
+                           "check the dataset's corpus and the corpus_concepts filters")
         summary = {
             "vocab_size": len(vocab), "min_count": p.min_count, "max_unk_ratio": p.max_unk_ratio,
             "vocab_filter": fid.vocab_filter, "vocab_filter_file": str(word_list) if word_list else None,

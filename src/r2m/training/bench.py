@@ -20,6 +20,7 @@ from r2m.text.vocab import START
 from r2m.training.objectives import token_xe
 from r2m.training.stages import make_adam
 from r2m.utils.cliargs import bench_parser as parser
+from r2m.utils.cliargs import int_in, step_options
 
 
 def _devices(arg: str) -> list[str]:
@@ -81,15 +82,13 @@ def bench_train(device: str, variant: str, steps: int, warmup: int, batch: int, 
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("train", __doc__.splitlines()[0])
-    p.add_argument("--variant", default="r2m")
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--length", type=int, default=20)
-    p.add_argument("--vocab", type=int, default=18679)
-    p.add_argument("--d", type=int, default=512)
-    p.add_argument("--heads", type=int, default=2)
-    p.add_argument("--d-k", type=int, default=256)
+    from r2m.params import VARIANT_NAMES
+
+    p.add_argument("--variant", choices=VARIANT_NAMES, default="r2m")
+    step_options(p, steps=3, warmup=1, batch=256, length=20, vocab=18679)
+    p.add_argument("--d", type=int_in(1, 16384), default=512)
+    p.add_argument("--heads", type=int_in(1, 256), default=2)
+    p.add_argument("--d-k", type=int_in(1, 16384), default=256)
     p.add_argument("--mode", choices=["s", "xe", "image"], default="s", help="L_S (default), L_XE or L_I step")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast on CUDA")
     p.add_argument("--no-fused-xe", action="store_true", help="plain logits + cross-entropy (for comparison)")

@@ -46,6 +46,7 @@ from r2m.training.objectives import image_objective, text_objective
 from r2m.training.opcount import bench_counts
 from r2m.training.stages import make_adam
 from r2m.utils.cliargs import bench_parser as parser
+from r2m.utils.cliargs import float_in, int_in, names_in
 
 log = logging.getLogger("r2m.bench.schedule")
 
@@ -199,18 +200,19 @@ def run_schedule(device: str = "cpu", scale: float = 0.001, batch: int = 256, vo
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("schedule", __doc__.splitlines()[0])
-    p.add_argument("--scale", type=float, default=None,
+    p.add_argument("--scale", type=float_in(0, 100, open_lo=True), default=None,
                    help="fraction of every stage's steps (default 1 on CUDA, 0.001 on CPU)")
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--vocab", type=int, default=PAPER_VOCAB)
-    p.add_argument("--d", type=int, default=512)
-    p.add_argument("--heads", type=int, default=2)
-    p.add_argument("--d-k", type=int, default=256)
+    p.add_argument("--batch", type=int_in(1, 65536), default=256)
+    p.add_argument("--vocab", type=int_in(8, 10**7), default=PAPER_VOCAB)
+    p.add_argument("--d", type=int_in(1, 16384), default=512)
+    p.add_argument("--heads", type=int_in(1, 256), default=2)
+    p.add_argument("--d-k", type=int_in(1, 16384), default=256)
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (CUDA only)")
     p.add_argument("--compile", default="auto", choices=["auto", "none", "default", "reduce-overhead", "max-autotune"],
                    help="torch.compile of the recurrent step (auto: CUDA only)")
-    p.add_argument("--check-every", type=int, default=0, help="NaN check every k steps (0: once per stage)")
-    p.add_argument("--stages", default="", help="comma-separated subset (default: all four)")
+    p.add_argument("--check-every", type=int_in(0, 10**6), default=0, help="NaN check every k steps (0: once per stage)")
+    p.add_argument("--stages", type=names_in([s.name for s in SCHEDULE], empty=True), default=[],
+                   help="comma-separated subset (default: all four)")
     p.add_argument("--no-graph", action="store_true", help="eager steps instead of one CUDA graph per step (CUDA)")
     a = p.parse_args(argv)
     if a.threads:
@@ -219,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     for dev in devices:
         scale = a.scale if a.scale is not None else (1.0 if dev.startswith("cuda") else 0.001)
         r = run_schedule(dev, scale, a.batch, a.vocab, a.d, a.heads, a.d_k, a.bf16, a.compile,
-                         check_every=a.check_every, stages=tuple(s for s in a.stages.split(",") if s) or None,
+                         check_every=a.check_every, stages=tuple(a.stages) or None,
                          graph=not a.no_graph)
         print(f"schedule on {r['device']} ({r['dtype']}, tf32={'on' if r['tf32'] else 'off'}, "
               f"cuda graph={'on' if r['graph'] else 'off (' + r['graph_off'] + ')'}, "

@@ -252,6 +252,9 @@ def relaunch(stage: str, argv: list[str]) -> int | None:
     return launch(nproc, [stage, *rest])
 
 
+MAX_NPROC = 1024  # processes one `--nproc` starts at most (one per GPU)
+
+
 def _nproc(text: str) -> int:
     try:
         return int(text)
@@ -274,6 +277,6 @@ def strip_nproc(argv: list[str]) -> tuple[int, list[str]]:
             nproc = _nproc(a.split("=", 1)[1])
         else:
             out.append(a)
-    if nproc < 1:
-        raise ValueError(f"--nproc must be >= 1, got {nproc}")
+    if not 1 <= nproc <= MAX_NPROC:
+        raise ValueError(f"--nproc must be from 1 to {MAX_NPROC}, got {nproc}")
     return nproc, out

@@ -64,16 +64,6 @@ def os_error_line(err: OSError) -> str:
     return f"{err.strerror or err}: {where}" if where else str(err)
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (``--beam``, ``--batch-size``, ``--max-len``)."""
-    import argparse
-
-    try:
-        return int(parse_number(text, "value", int, 1))
-    except BadInput:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-
-
 def not_a_file(path: Path) -> str | None:
     """Why ``path`` cannot be read as a regular file (missing, a link loop, a FIFO/device), or None."""
     import stat

@@ -18,8 +18,11 @@ and write pipes) and a local port may forward anywhere.
 The refusal is :class:`NetworkRefused`, a ``BaseException`` like ``KeyboardInterrupt``, so a library's
 ``except Exception`` fallback cannot swallow it; the guard also keeps every refusal
 (:attr:`NetworkGuard.refused`), so a refusal in a thread still fails the stage (:meth:`check`), and a
-forked child (a data-loader worker) prints its line to stderr itself. Out of the guard's sight: sockets
-opened by compiled code without Python's socket module, and the programs a stage starts.
+forked child (a data-loader worker) prints its line to stderr itself. A child started by ``multiprocessing``
+with "spawn" or "forkserver" (the scorers' worker process) is a new interpreter: the guard sets
+:data:`ENV` while it is active, and a child that imports r2m (unpickling its task does) installs a guard of its
+own at once (:func:`inherit`, from ``r2m/__init__.py``), for its whole life. Out of the guard's sight: sockets
+opened by compiled code without Python's socket module, and the programs a stage starts that are not r2m.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ CLIENTS = ("urllib.Request", "http.client.connect", "ftplib.connect", "smtplib.c
            "poplib.connect", "nntplib.connect", "telnetlib.Telnet.open")
 EVENTS = LOOKUPS + SOCKETS + CLIENTS
 LOCAL_URL_SCHEMES = ("file", "data")
+ENV = "R2M_NETWORK_GUARD"  # "1" in the environment of a guarded process: its r2m children guard themselves
+_INHERITED: list[NetworkGuard] = []  # the guard this process installed from its parent's ENV (one at most)
 # the modules that carry a request (their frames are skipped when naming who tried)
 _CARRIERS = ("socket", "ssl", "urllib", "http", "ftplib", "smtplib", "imaplib", "poplib", "nntplib", "telnetlib",
              "asyncio", "selectors", "urllib3", "requests", "httpx", "httpcore", "r2m.utils.netguard",
@@ -137,6 +142,9 @@ class NetworkGuard:
         self._handle = audit.listen(EVENTS, self._on_event)
         self._excepthook = threading.excepthook
         threading.excepthook = self._thread_died
+        self._env = os.environ.get(ENV)
+        if self.refuse:  # children started as new interpreters guard themselves (:func:`inherit`)
+            os.environ[ENV] = "1"
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -144,6 +152,11 @@ class NetworkGuard:
             audit.unlisten(self._handle)
             self._handle = None
             threading.excepthook = self._excepthook
+            if self.refuse:
+                if self._env is None:
+                    os.environ.pop(ENV, None)
+                else:
+                    os.environ[ENV] = self._env
 
     def _thread_died(self, args: Any) -> None:
         """A thread ended by a refusal: no traceback (:meth:`check` reports its line once)."""
@@ -155,6 +168,18 @@ class NetworkGuard:
         """Raise the first refusal when one was caught and swallowed (e.g. in a thread, or by a library)."""
         if self.refused:
             raise NetworkRefused(self.refused[0])
+
+
+def inherit() -> NetworkGuard | None:
+    """In a process whose parent ran under the guard (:data:`ENV` is "1": a ``multiprocessing`` child started
+    with "spawn", an r2m command a guarded stage started), install a guard for the rest of the process's life
+    (once); None when there is nothing to inherit. Called when the ``r2m`` package is first imported."""
+    if os.environ.get(ENV) != "1" or _INHERITED:
+        return None
+    guard = NetworkGuard()
+    guard.__enter__()
+    _INHERITED.append(guard)
+    return guard
 
 
 class NoGuard:

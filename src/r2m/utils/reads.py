@@ -215,6 +215,18 @@ def mapped_files(under: tuple[str, ...]) -> list[str]:
     return sorted(p for p in paths if p.startswith(under))
 
 
+def too_broad(real: str, bases: Iterable[str]) -> bool:
+    """A folder that holds one of ``bases`` (the workspace, the code's checkout), or a top folder (``/``, ``/tmp``,
+    ``/home/me``): handed to a program as a working place, never as what it computes from (its digest would walk
+    everything below)."""
+    if real.count(os.sep) > 2 and not any(b == real or b.startswith(real + os.sep) for b in bases):
+        return False
+    return os.path.isdir(real)
+
+
+KINDS = ("module", "file", "exec", "dep", "dist", "python")  # the kinds of a record's reads
+
+
 def normalise(name: str) -> str:
     """A distribution's name as packaging compares names (PEP 503)."""
     import re
@@ -398,11 +410,7 @@ class Recorder:
         return real
 
     def _too_broad(self, real: str) -> bool:
-        """A folder that holds the workspace, or a top folder (``/``, ``/tmp``, ``/home/me``): handed to a program
-        as a working place, never as what it computes from (its digest would walk everything below)."""
-        if real.count(os.sep) > 2 and not any(b == real or b.startswith(real + os.sep) for b, _ in self._bases_s):
-            return False
-        return os.path.isdir(real)
+        return too_broad(real, [b for b, _ in self._bases_s])
 
     # -------------------------------------------------------------- events
     def _on_event(self, event: str, args: tuple[Any, ...]) -> None:

@@ -99,14 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from r2m.utils.cliargs import bench_parser as make_parser
+    from r2m.utils.cliargs import int_in, names_in
 
     p = make_parser("features", __doc__.splitlines()[0])
-    p.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated (default: {','.join(BACKENDS)})")
-    p.add_argument("--images", type=int, default=64, help="images per measurement (default 64)")
-    p.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
-    p.add_argument("--size", type=int, default=299, help="synthetic image side for --files (default 299)")
+    p.add_argument("--backends", type=names_in(BACKENDS), default=list(BACKENDS),
+                   help=f"comma-separated (default: {','.join(BACKENDS)})")
+    p.add_argument("--images", type=int_in(1, 10**6), default=64, help="images per measurement (default 64)")
+    p.add_argument("--batch", type=int_in(1, 65536), default=16, help="batch size (default 16)")
+    p.add_argument("--size", type=int_in(16, 4096), default=299, help="synthetic image side for --files (default 299)")
     p.add_argument("--files", action="store_true", help="time decode + resize + model from JPEG files")
-    p.add_argument("--workers", type=int, default=0, help="loader workers with --files")
+    p.add_argument("--workers", type=int_in(0, 256), default=0, help="loader workers with --files")
     args = p.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as d:
         files = write_jpegs(d, args.images, args.size) if args.files else None
         for device in _devices(args.device):
-            for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+            for backend in args.backends:
                 if args.files:
                     decodes = (False, True) if torch.device(device).type == "cuda" else (False,)
                     got = [bench_files(backend, device, args.images, args.batch, args.size, args.workers, g, files)

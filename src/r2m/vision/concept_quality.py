@@ -2,7 +2,7 @@
 consumers' rule: score ≥ threshold, de-duplicated, at most ``max_per_image``) against hand-written
 concept lists — the demo's ``data/demo/photos.yaml`` ``concepts``.
 
-``r2m bench concepts`` runs detector settings over the 16 demo photos (read out of their installed
+``r2m bench concepts`` runs detector settings over the demo photos (read out of their installed
 packages, nothing downloaded) and prints images with ≥ 1 concept, micro precision/recall and time.
 Matching is exact on dictionary words ("person" does not match "woman").
 """
@@ -17,6 +17,9 @@ from typing import Any
 import pandas as pd
 
 from r2m.text.dictionary import image_concepts
+from r2m.utils.io import write_text
+
+KIND = "bench:concepts"  # the ownership kind of the --json file (r2m.utils.owner)
 
 # named detector settings compared by the benchmark: (backend, options)
 SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -86,17 +89,22 @@ def main(argv: list[str]) -> int:
 
     from r2m.text.dictionary import load_dictionary
     from r2m.utils.cliargs import bench_parser as parser
+    from r2m.utils.cliargs import float_in, int_in
+    from r2m.utils.owner import claim, mark_file
     from r2m.vision.detectors.factory import detect_images
 
-    p = parser("concepts", "concept precision/recall of detector settings on the 16 demo photos")
-    p.add_argument("--settings", nargs="*", default=list(SETTINGS), help=f"of {', '.join(SETTINGS)}")
-    p.add_argument("--threshold", type=float, default=0.3)
-    p.add_argument("--max-per-image", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=8)
+    p = parser("concepts", "concept precision/recall of detector settings on the demo photos")
+    p.add_argument("--settings", nargs="*", choices=list(SETTINGS), default=list(SETTINGS),
+                   help=f"of {', '.join(SETTINGS)}")
+    p.add_argument("--threshold", type=float_in(0, 1), default=0.3)
+    p.add_argument("--max-per-image", type=int_in(1, 1000), default=5)
+    p.add_argument("--batch-size", type=int_in(1, 4096), default=8)
     p.add_argument("--json", default=None, help="also write the figures (and per-image concepts) here")
-    p.add_argument("--dictionary", default="openimages")
+    p.add_argument("--dictionary", choices=("openimages", "coco80"), default="openimages")
     p.add_argument("--verbose", action="store_true", help="print each photo's concepts")
     a = p.parse_args(argv)
+    if a.json is not None:  # the writer check, before any photo is read
+        claim(a.json, KIND, "--json", folder=False)
     if a.threads:
         torch.set_num_threads(a.threads)
     device = "cuda" if a.device == "auto" and torch.cuda.is_available() else ("cpu" if a.device == "auto" else a.device)
@@ -120,6 +128,7 @@ def main(argv: list[str]) -> int:
             if a.verbose:
                 for i, r in q["per_image"].items():
                     print(f"    {i:<13} {', '.join(r['predicted']) or '-':<50} ok: {', '.join(r['correct'])}")
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1))
+    if a.json is not None:
+        write_text(a.json, json.dumps(out, indent=1))
+        mark_file(a.json, KIND)
     return 0

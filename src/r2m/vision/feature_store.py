@@ -27,14 +27,42 @@ FORMAT_VERSION = 1
 log = logging.getLogger("r2m")
 
 
-def fingerprint(backend: str, options: dict[str, Any], shard_size: int, ids: Sequence[str], files: Sequence[str]) -> str:
-    """What the parts and the finished folder were made from: format, backend, options, shard size, images."""
+def fingerprint(backend: str, options: dict[str, Any], shard_size: int, ids: Sequence[str], files: Sequence[str],
+                contents: Sequence[str]) -> str:
+    """What the parts and the finished folder were made from: format, backend, options, shard size, and each
+    image's id, path and content (``contents``: :func:`image_digests`), so a photo replaced under the same
+    name is computed again."""
     h = hashlib.sha256()
     h.update(json.dumps({"v": FORMAT_VERSION, "backend": backend, "options": options, "shard_size": shard_size},
                         sort_keys=True, default=str).encode())
-    for i, f in zip(ids, files, strict=True):
-        h.update(f"{i}\t{f}\n".encode())
+    for i, f, c in zip(ids, files, contents, strict=True):
+        h.update(f"{i}\t{f}\t{c}\n".encode())
     return h.hexdigest()
+
+
+def image_digests(files: Sequence[str], cache: Path | None = None) -> list[str]:
+    """The SHA-256 of each image file (``missing``, or ``special`` for a FIFO or device, which the loader
+    reports as a bad image), through the stat cache ``cache`` (:class:`r2m.utils.digest.StatCache`: an
+    unchanged file is not read again)."""
+    from r2m.utils.digest import StatCache
+    from r2m.utils.guard import BadInput
+
+    stats = StatCache(cache)
+    out = []
+    for f in files:
+        try:
+            rec = stats.record(Path(f))
+        except BadInput:
+            rec = {"special": True}
+        out.append(rec.get("sha256") or ("missing" if rec.get("missing") else "special"))
+    stats.save()
+    return out
+
+
+def default_parts(out: Path) -> Path:
+    """Where a features folder's parts go when no resume folder is named: ``.<name>.parts`` beside it (the
+    output folder itself is only ever replaced whole)."""
+    return out.with_name(f".{out.name}.parts")
 
 
 def shard_ranges(n: int, shard_size: int) -> list[tuple[int, int]]:
@@ -138,10 +166,10 @@ def publish_parts(parts: Path, dest: Path, shards: Sequence[int]) -> None:
 
 def assemble(out: Path, ids: Sequence[str], files: Sequence[str], n_shards: int, meta: dict[str, Any],
              parts: Path | None = None, finalize: Callable[[Path], Any] | None = None) -> dict[str, Any]:
-    """Merge ``parts/shard-*.h5`` (default ``out/parts``) into ``features.h5`` + ``index.parquet`` +
+    """Merge ``parts/shard-*.h5`` (default :func:`default_parts`) into ``features.h5`` + ``index.parquet`` +
     ``meta.json``, written to a temporary folder that replaces ``out`` as a whole (``finalize(folder)``
     may add files first); drop the parts."""
-    parts = out / "parts" if parts is None else parts
+    parts = default_parts(out) if parts is None else parts
     with atomic_path(out) as tmp:
         tmp.mkdir()
         meta = _assemble_into(tmp, ids, files, n_shards, meta, parts)

@@ -33,7 +33,7 @@ from typing import Any
 
 from r2m.stage.context import StageContext
 from r2m.utils import resume as RS
-from r2m.utils.io import replace_folder
+from r2m.utils.cliargs import int_in
 from r2m.vision import feature_store as FS
 from r2m.vision.extractors.base import Extractor
 from r2m.vision.extractors.compute import extract_arrays
@@ -68,21 +68,24 @@ def extract_dataset(
     work: str | Path | None = None,
     finalize: Callable[[Path], Any] | None = None,
     fault_point: str = "extract_features",
+    digest_cache: str | Path | None = None,
 ) -> dict[str, Any] | None:
     """Compute (resumably) and assemble the features folder ``out``; returns ``meta`` once assembled.
 
-    Finished shards go to ``work`` (the resume folder; default ``out/parts``). ``shard=(I, K)``
+    Finished shards go to ``work`` (the resume folder; default ``.<out name>.parts`` beside ``out``: the
+    output folder is never filled in place). ``shard=(I, K)``
     computes only shards ``j % K == I``, publishes them in ``parts_dir`` and returns ``None`` (merge
     later with ``merge_only=True``); ``parts_from`` makes the merge collect the parts of every shard
     folder below it first. ``finalize(folder)`` adds files (params) to the assembled folder before it
     replaces ``out``. Nothing existing is deleted before the backend is built. ``fault_point``: the
-    fault suite's name for this stage (``R2M_FAULT=<fault_point>@<shard>:<signal>``).
+    fault suite's name for this stage (``R2M_FAULT=<fault_point>@<shard>:<signal>``). ``digest_cache``: the
+    stat cache of the images' digests (:func:`r2m.vision.feature_store.image_digests`).
     """
     out = Path(out)
     options = dict(options or {})
     ranges = FS.shard_ranges(len(ids), shard_size)
-    parts = Path(work) if work is not None else out / "parts"
-    fingerprint = FS.fingerprint(backend, options, shard_size, ids, files)
+    parts = Path(work) if work is not None else FS.default_parts(out)
+    fingerprint = FS.fingerprint(backend, options, shard_size, ids, files, FS.image_digests(files, digest_cache))
     done = FS.finished_meta(out)
     if done is not None and done.get("fingerprint") == fingerprint and parts_dir is None:
         log.info("features: %s is up to date", out)
@@ -93,8 +96,6 @@ def extract_dataset(
         todo = [j for j in todo if j % k == i]
     # build the backend first: a bad name or option fails before anything is touched
     ex = build_extractor(backend, options) if (not merge_only and todo) else None
-    if work is None:  # the parts inside the output folder: only in a folder r2m owns (it replaces it later)
-        replace_folder(out, empty=False)
     FS.prepare_parts(parts, fingerprint)
     if parts_from is not None:
         FS.collect_parts(Path(parts_from), parts, fingerprint)
@@ -120,8 +121,8 @@ def extract_dataset(
 # ============================================================================ stage
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("sharding (parallel jobs)")
-    g.add_argument("--shard", type=int, default=None, help="compute only shards j %% K == I (this is I)")
-    g.add_argument("--num-shards", type=int, default=None, help="K, the number of parallel shard jobs")
+    g.add_argument("--shard", type=int_in(0, 10**6), default=None, help="compute only shards j %% K == I (this is I)")
+    g.add_argument("--num-shards", type=int_in(1, 10**6), default=None, help="K, the number of parallel shard jobs")
     g.add_argument("--merge", action="store_true", help="only assemble the finished shards")
     g.add_argument("--parts-dir", default=None, help="where a shard job writes its parts (default: <out>/parts)")
     g.add_argument("--parts-from", default=None, help="merge: collect parts from every folder below this one")
@@ -161,6 +162,7 @@ def extract_stage(ctx: StageContext, p: Any, out: Path) -> None:
         ctx.runtime.torch_device(), ctx.runtime.workers, shard, merge,
         getattr(args, "parts_dir", None), getattr(args, "parts_from", None),
         work=work / "parts", finalize=ctx.save_params, fault_point=ctx.stage.name,
+        digest_cache=ctx.root / ".r2m" / "digests" / ctx.stage.name / f"{ctx.stage.key(ctx.axes)}.json",
     )
     if meta is not None or shard is not None:
         RS.clear(work)  # outputs complete (or published): the resumable state is no longer needed
