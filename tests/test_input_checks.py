@@ -156,8 +156,8 @@ def test_a_huge_beam_in_a_model_folder_is_one_line_before_detection(checkpoint, 
     assert _caption(photo_folder / "chelsea.png", "--model", folder) == 1
     _one_line(capsys.readouterr().err, "inference.json", "caption.beam", "100000")
     assert built == []
-    assert _caption(photo_folder / "chelsea.png", "--model", checkpoint, "--beam", 100_000) == 1
-    _one_line(capsys.readouterr().err, "beam", "100000", "from 1 to 100")
+    assert _caption(photo_folder / "chelsea.png", "--model", checkpoint, "--beam", 100_000) == 2  # a usage error
+    _one_line(capsys.readouterr().err, "beam", "100000", "at most 100")
     assert built == []
 
 

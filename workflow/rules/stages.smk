@@ -49,7 +49,8 @@ for _stage in S.STAGES:
             "exec {R2M} {params.cmd} --params {R2M_PARAMS_ARG} --no-log-file > {log:q} 2>&1"
 
     # the instance's files a user may name as targets (snakemake results/…/eval.json): each a rule of its own,
-    # its input the done file (ancient: it runs only when the file is missing, after the instance rebuilt it)
+    # its input the done file (ancient: it runs only when the file is missing, after the instance rebuilt it);
+    # `update` keeps Snakemake from deleting the file the instance just wrote before this job checks it
     for _i, _path in enumerate(target_files(_stage)):
 
         rule:
@@ -58,7 +59,7 @@ for _stage in S.STAGES:
             input:
                 ancient(done_file(_stage)),
             output:
-                _path,
+                update(_path),
             log:
                 f"logs/{_stage.name}/{_stage.key()}.file{_i}.log",
             localrule: True
