@@ -138,6 +138,7 @@ TINY_RAW = {
     "train_s": {**SCHED, "steps": 2, "lr": 0.001},
     "train_m": {**SCHED, "steps": 2, "lr": 0.0001},
     "train_i": {**SCHED, "steps": 2, "lr": 0.0001},
+    "train_e2e": {**SCHED, "steps": 2, "lr": 0.0001},
     "caption": {"beam": 2, "max_len": 8, "batch_size": 4},
     "evaluate": {"scorers": ["bleu"]},
     "baselines": {"datasets": ["tiny"], "models": ["mrnn", "sat", "sat_hard", "scnn"]},
@@ -157,7 +158,7 @@ R2M_STAGES = ("inputs", "prepare", "references", "detect_concepts", "extract_fea
 LATER_STAGES = (
     *((st, {"ckpt": c}) for c in ("train_xe", "train_s", "train_m") for st in ("caption", "evaluate")),
     ("table1", {}), ("table2", {}), ("table3", {}), ("figures", {}), ("extract_features_sup", {}), ("sup_vocab", {}),
-    ("mostfreq", {}),
+    ("mostfreq", {}), ("train_e2e", {}),
     *((st, {"model": m}) for m in ("mrnn", "sat", "sat_hard", "scnn")
       for st in ("pretrain_sup", "train_sup", "caption_sup", "evaluate_sup", "inspect_sup", "retrieval_sup")),
     ("retrieval_r2m", {}), ("baselines", {}), ("retrieval", {}), ("claims", {}), ("report", {}),
