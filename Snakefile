@@ -19,8 +19,8 @@ rule all:
         "reports/baselines.csv",
         "reports/retrieval.csv",
         "reports/index.html",
-        # the key files of every folder those need: a finished folder missing one is rebuilt (common.smk)
-        member_targets(PARAMS, ALL_TARGETS),
+        # the done file of every instance those need: one whose record is stale (an output removed too) reruns
+        done_targets(PARAMS, ALL_TARGETS),
     default_target: True
 
 
@@ -34,14 +34,16 @@ onerror:
 
 
 onstart:
-    # Snakemake deletes a job's declared outputs before running it: a folder output holding a file r2m did not
-    # write (or another command's output) is refused here, one line each, before the first job starts
-    # (r2m.pipeline.snake.output_refusals); `--no-hooks` skips this check
+    # every planned job's outputs are checked against the ownership rules before the first job starts (a folder
+    # holding a file r2m did not write, another command's output: one line each, r2m.pipeline.snake.output_refusals;
+    # each job checks again itself); a job Snakemake was told to run (--forcerun, -F) forgets its record, so it
+    # recomputes instead of finding itself current
     import sys
-    from r2m.pipeline.snake import output_refusals, snakemake_planned
+    from r2m.pipeline.snake import forget_forced, output_refusals, snakemake_planned
 
     _refused = output_refusals(snakemake_planned(workflow.dag))
     if _refused:
         for _line in _refused:
             print(f"r2m: {_line}", file=sys.stderr)
         sys.exit(1)  # Snakemake releases its lock; no job was started
+    forget_forced(workflow.dag)

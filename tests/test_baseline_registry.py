@@ -81,7 +81,7 @@ def test_sections_are_strict_and_validated(repo_root):
 
 
 def test_every_entry_names_what_it_loads():
-    from r2m.models import MODELS, sup_model
+    from r2m.models.catalog import MODELS, sup_model
     from r2m.models.supervised import SupervisedCaptioner
     from r2m.utils.registry import load_target
 
@@ -108,7 +108,7 @@ def test_an_entry_that_names_nothing_fails_clearly():
 
 
 def test_a_class_without_its_catalogue_name_is_refused(monkeypatch):
-    from r2m import models
+    from r2m.models import catalog as models
     from r2m.models.mrnn import MRNN
 
     monkeypatch.setattr(MRNN, "name", "")
@@ -143,7 +143,7 @@ p = P.load("params.yaml")
 out = {"names": list(P.SUP_MODEL_NAMES), "section": p.toy.model_dump(), "models": p.baselines.models,
        "steps": p.train_sup.for_model("toy").steps, "label": MODEL_LABELS["toy"],
        "wildcard": snake.wildcard_constraints_for(p)["model"]}
-from r2m.models import MODELS, sup_model
+from r2m.models.catalog import MODELS, sup_model
 out["registered"] = [sup_model("toy").__name__, "toy" in MODELS]
 print(json.dumps(out))
 """

@@ -90,7 +90,7 @@ def checkpoint(tmp_path_factory):
     info = json.loads((folder / "inference.json").read_text())
     assert info["itos"][:4] == ["<pad>", "<#start>", "<#end>", "<UNK>"] and info["stage"] == "train_xe"
     info["detect_concepts"] = {"backend": "classifier", "options": {"topk": 3}, "batch_size": 2, "min_side": 8}
-    info["concepts"]["dictionary"] = "openimages"
+    info.setdefault("concepts", {})["dictionary"] = "openimages"  # a text stage records no concept settings
     (folder / "inference.json").write_text(json.dumps(info))
     return folder
 

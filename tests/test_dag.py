@@ -129,22 +129,22 @@ def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):
     elapsed = time.perf_counter() - t0
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
-    assert "train_i" in out and "data/demo/prepared" in out
+    assert "train_i" in out and ".r2m/done/prepare/demo" in out  # Snakemake knows an instance by its done file
     print(f"snakemake -n: {elapsed:.2f} s")
     r = run([*sm, "-n", "--cores", "1", "all", "--config", 'datasets=["tiny"]', 'baselines={"datasets": ["tiny"]}'],
             cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
     for variant in ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm"):
-        assert f"models/tiny/{variant}/s0/train_i" in out
-    assert "models/tiny/mrnn/s0/train_sup" in out and "results/tiny/r2m/s0/train_i/retrieval.json" in out
+        assert f".r2m/done/train_i/tiny-{variant}-0" in out
+    assert ".r2m/done/train_sup/tiny-mrnn-0" in out and ".r2m/done/retrieval_r2m/tiny-0" in out
     assert "data/demo" not in out
 
 
 def test_snakemake_fans_feature_extraction_out_into_shard_jobs(repo_root, tmp_path):
     shutil.copy(repo_root / "params.yaml", tmp_path / "params.yaml")
     sm = [str(BIN / "snakemake"), "-s", str(repo_root / "Snakefile"), "-d", str(tmp_path)]
-    r = run([*sm, "-n", "-p", "--cores", "1", "data/tiny/features", "--config", 'datasets=["tiny"]',
+    r = run([*sm, "-n", "-p", "--cores", "1", "data/tiny/features/features.h5", "--config", 'datasets=["tiny"]',
              'shards={"extract_features": 3}'], cwd=tmp_path)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
@@ -168,7 +168,7 @@ def test_gpu_stages_declare_snakemake_resources(repo_root, tmp_path, monkeypatch
                           storage_settings=StorageSettings(), snakefile=repo_root / "Snakefile", workdir=tmp_path)
         rules = {r.name: {k: v.value for k, v in r.resources.items() if k in ("gpu", "mem_mb")}
                  for r in wf._workflow.rules}
-        priority = {r.name: r.priority for r in wf._workflow.rules if r.name != "all"}
+        priority = {r.name: r.priority for r in wf._workflow.rules if r.name in S.BY_NAME}  # not the file rules
     gpu_stages = {"detect_concepts", "extract_features", "extract_features_sup", "train_xe", "train_s", "train_m",
                   "train_i", "train_e2e", "caption", "train_sup", "caption_sup"}
     for name in gpu_stages:

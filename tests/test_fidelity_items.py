@@ -14,7 +14,9 @@ import yaml
 
 from r2m import params as P
 from r2m.decoding.captioner import BANNED, searcher
-from r2m.losses import rank_loss_official, ranking, reconstruction, reduce_xe, triplet_hardest, xe_loss
+from r2m.losses.ranking import rank_loss_official, ranking, triplet_hardest
+from r2m.losses.reconstruction import reconstruction
+from r2m.losses.xe import reduce_xe, xe_loss
 from r2m.models.r2m import R2M, R2MConfig, RelationalMemory
 from r2m.pipeline import validate as V
 from r2m.text.vocab import PAD, START, UNK

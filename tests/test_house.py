@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from import_graph import Edge, import_graph, module_files
+from import_graph import Edge, import_graph, imports_of, module_files
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "r2m"
@@ -292,6 +292,40 @@ def test_no_forbidden_imports():
     files, edges = import_graph()
     bad = forbidden_imports(edges, files)
     assert not bad, "imports the design rules out:\n  " + "\n  ".join(bad)
+
+
+# Arrows a package's __init__ may have, each with why it does not make readers of one member readers of others.
+INIT_IMPORTS_ALLOWED = {
+    ("r2m", "r2m.utils.netguard"): "only in a child of a guarded process (R2M_NETWORK_GUARD=1), and netguard is "
+                                   "the runner's own module, which no run record names",
+}
+
+
+def package_imports(edges: Iterable[Edge], files: dict[str, Path]) -> list[str]:
+    """Arrows from a package's ``__init__`` into its own package: importing one member of a package runs its
+    ``__init__``, so such an arrow makes every reader of one member a reader of the others (a run's record
+    names them all, and an edit of one reruns the readers of any)."""
+    return sorted(f"{files[e.src].relative_to(PKG.parent.parent)}:{e.line}: {e.src} imports {e.dst}"
+                  for e in edges if files[e.src].name == "__init__.py" and e.dst.startswith(e.src + ".")
+                  and (e.src, e.dst) not in INIT_IMPORTS_ALLOWED)
+
+
+def test_packages_import_none_of_their_members():
+    files, edges = import_graph()
+    bad = package_imports(edges, files)
+    assert not bad, "a package's __init__ importing its own members (import them where they are used):\n  " + \
+        "\n  ".join(bad)
+
+
+def test_checker_finds_a_package_importing_its_member(tmp_path):
+    pkg = tmp_path / "r2m"
+    (pkg / "losses").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "losses" / "__init__.py").write_text("from r2m.losses.xe import f\n")
+    (pkg / "losses" / "xe.py").write_text("def f():\n    return 1\n")
+    files = module_files(pkg)
+    edges = [e for m, f in files.items() for e in imports_of(m, f, set(files))]
+    assert [e.dst for e in edges if files[e.src].name == "__init__.py"] == ["r2m.losses.xe"]
 
 
 # ---------------------------------------------------------------------------------------------

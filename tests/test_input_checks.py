@@ -139,7 +139,7 @@ def _model_copy(source: Path, tmp_path: Path, edit) -> Path:
 
 def _no_detection(monkeypatch) -> list:
     """Record every detector built (none may be: the checks come first)."""
-    import r2m.vision.detectors as D
+    import r2m.vision.detectors.factory as D
 
     built: list = []
     real = D.build_detector
@@ -151,13 +151,13 @@ def _no_detection(monkeypatch) -> list:
 def test_a_huge_beam_in_a_model_folder_is_one_line_before_detection(checkpoint, photo_folder, tmp_path,  # noqa: F811
                                                                     capsys, monkeypatch):
     """Before: a model folder's `caption.beam: 100000` was decoded (an allocator error on a real vocabulary)."""
-    folder = _model_copy(checkpoint, tmp_path, lambda info: info["caption"].update(beam=100_000))
+    folder = _model_copy(checkpoint, tmp_path, lambda info: info.setdefault("caption", {}).update(beam=100_000))
     built = _no_detection(monkeypatch)
     assert _caption(photo_folder / "chelsea.png", "--model", folder) == 1
     _one_line(capsys.readouterr().err, "inference.json", "caption.beam", "100000")
     assert built == []
-    assert _caption(photo_folder / "chelsea.png", "--model", checkpoint, "--beam", 100_000) == 1
-    _one_line(capsys.readouterr().err, "beam", "100000", "from 1 to 100")
+    assert _caption(photo_folder / "chelsea.png", "--model", checkpoint, "--beam", 100_000) == 2  # a usage error
+    _one_line(capsys.readouterr().err, "beam", "100000", "at most 100")
     assert built == []
 
 
@@ -167,7 +167,7 @@ def test_a_dictionary_path_in_a_model_folder_is_refused_before_detection(checkpo
     """Before: `concepts.dictionary: ../../../etc/passwd` gave a KeyError (after the model was loaded,
     as the detector was built)."""
     folder = _model_copy(checkpoint, tmp_path,
-                         lambda info: info["concepts"].update(dictionary="../../../etc/passwd"))
+                         lambda info: info.setdefault("concepts", {}).update(dictionary="../../../etc/passwd"))
     built = _no_detection(monkeypatch)
     assert _caption(photo_folder / "chelsea.png", "--model", folder) == 1
     _one_line(capsys.readouterr().err, "inference.json", "concepts.dictionary", "../../../etc/passwd",

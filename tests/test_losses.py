@@ -4,7 +4,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from r2m.losses import loss_i, loss_s, rec_loss, triplet_hardest, xe_loss
+from r2m.losses.objectives import loss_i, loss_s
+from r2m.losses.ranking import triplet_hardest
+from r2m.losses.reconstruction import rec_loss
+from r2m.losses.xe import xe_loss
 
 
 def brute_force_triplet(img, cap, margin):
@@ -60,7 +63,7 @@ def test_rec_loss_and_objectives() -> None:
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_xe_matches_plain_value_and_gradients(bias: bool) -> None:
-    from r2m.losses import linear_xe_loss
+    from r2m.losses.xe import linear_xe_loss
 
     g = torch.Generator().manual_seed(0)
     h = torch.randn(37, 8, generator=g, requires_grad=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from r2m.models import MODELS, build_model, load_model
+from r2m.models.catalog import MODELS, build_model, load_model
 from r2m.models.r2m import R2M, VARIANTS, FusionMemory, R2MConfig, RelationalMemory
 from r2m.params import VARIANT_NAMES
 from r2m.text.vocab import END, START
@@ -112,7 +112,7 @@ def test_relational_gate_matches_hand_computation() -> None:
 
 
 def test_padding_does_not_change_loss_or_v_tilde() -> None:
-    from r2m.losses import xe_loss
+    from r2m.losses.xe import xe_loss
 
     m = tiny()
     c, cl, x, ln = batch()
@@ -170,7 +170,7 @@ def test_greedy_lengths_and_gradients() -> None:
 
 
 def test_memorises_tiny_corpus() -> None:
-    from r2m.losses import xe_loss
+    from r2m.losses.xe import xe_loss
 
     torch.manual_seed(0)
     m = R2M(R2MConfig(vocab_size=20, d=32, heads=2, d_k=16, dropout=0.0))

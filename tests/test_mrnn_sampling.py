@@ -11,7 +11,7 @@ import torch
 from r2m import params as P
 from r2m.decoding.beam import beam_search, sample_search
 from r2m.decoding.captioner import BANNED
-from r2m.models import build_sup_model
+from r2m.models.catalog import build_sup_model
 from r2m.supervised.caption import SUP_DECODERS, decode_images
 from r2m.text.vocab import PAD, START, UNK
 

@@ -35,7 +35,7 @@ from r2m.text.stages import filter_config, process_chunk
 from r2m.text.tokenize import tokenize_keep_punct
 from r2m.text.vocab import END, GLOVE, GLOVE_WORDS, PAD, START, vocab_filter_file
 from r2m.training.data import teacher_forcing
-from r2m.vision.detectors import with_floor
+from r2m.vision.detectors.factory import with_floor
 from test_fidelity import _Fixed, _im2txt_reference
 
 

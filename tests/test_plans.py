@@ -25,6 +25,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -90,8 +91,15 @@ class Workspace:
         self.path = path
         self.env = tiny_dag_env(path)
 
+    def environ(self) -> dict[str, str]:
+        """The engines' environment: the shared run's, with an edit's variables (:data:`ENV`)."""
+        env = {**self.env, **{k: v for k, v in ENV.items() if k != "R2M_TEST_PREPEND"}}
+        if "R2M_TEST_PREPEND" in ENV:
+            env["PYTHONPATH"] = os.pathsep.join([ENV["R2M_TEST_PREPEND"], env.get("PYTHONPATH", "")])
+        return env
+
     def run(self, *cmd: str, timeout: int = 600) -> str:
-        r = subprocess.run([str(c) for c in cmd], cwd=self.path, env=self.env, capture_output=True, text=True,
+        r = subprocess.run([str(c) for c in cmd], cwd=self.path, env=self.environ(), capture_output=True, text=True,
                            timeout=timeout)
         assert r.returncode == 0, f"{' '.join(map(str, cmd))}: {(r.stdout + r.stderr)[-6000:]}"
         return r.stdout + r.stderr
@@ -241,6 +249,54 @@ def set_param(*path: str, value: Any) -> Callable[[Path], Undo]:
     return edit_file("params.yaml", change)
 
 
+def drop_param(*path: str) -> Callable[[Path], Undo]:
+    """Remove one params.yaml key; the undo writes the text back."""
+
+    def change(b: bytes) -> bytes:
+        raw = yaml.safe_load(b.decode())
+        node = raw
+        for k in path[:-1]:
+            node = node[k]
+        del node[path[-1]]
+        return yaml.safe_dump(raw, sort_keys=False).encode()
+
+    return edit_file("params.yaml", change)
+
+
+# the engines' environment, which an edit may change (the golden tests run both engines with it)
+ENV: dict[str, str] = {}
+
+
+def set_env(**values: str) -> Callable[[Path], Undo]:
+    """Both engines plan with these variables set (what their jobs would run with)."""
+
+    def apply(root: Path) -> Undo:
+        ENV.update(values)
+        return lambda: [ENV.pop(k, None) for k in values] and None
+
+    return apply
+
+
+def fake_version(dist: str, version: str) -> Callable[[Path], Undo]:
+    """An installed distribution's metadata seen at another version: a ``.dist-info`` folder first on the engines'
+    ``PYTHONPATH`` (``importlib.metadata`` takes the first it finds); the real installation is not touched."""
+
+    def apply(root: Path) -> Undo:
+        folder = root.parent / f"fake-site-{dist}"
+        info = folder / f"{dist}-{version}.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        ENV["R2M_TEST_PREPEND"] = str(folder)
+
+        def undo() -> None:
+            ENV.pop("R2M_TEST_PREPEND", None)
+            shutil.rmtree(folder)
+
+        return undo
+
+    return apply
+
+
 def comment_params(b: bytes) -> bytes:
     text = b.decode()
     return ("# a comment\n" + text.replace("\ncaption:", "\n# the decoding\ncaption:", 1)).encode()
@@ -268,10 +324,23 @@ EDITS: dict[str, Callable[[Path], Undo]] = {
                            value="cider"),
     "unread_key": set_param("catalog", "coco_gcc", "gamma", value=0.25),
     "comment_only": edit_file("params.yaml", comment_params),
+    "selection_beam": set_param("selection", "beam", value=2),
+    "caption_no_concepts": set_param("caption", "no_concepts", value="top1"),
+    "features_batch_size": set_param("extract_features", "batch_size", value=16),
+    "restated_default": drop_param("catalog", "tiny", "image_size"),
+    "ranking_loss": append("src/r2m/losses/ranking.py", "\n# an edit\n"),
+    "xe_loss": append("src/r2m/losses/xe.py", "\n# an edit\n"),
+    "runner_cli": append("src/r2m/cli.py", "\n# an edit\n"),
+    "record_module": append("src/r2m/stage/record.py", "\n# an edit\n"),
+    "netguard_module": append("src/r2m/utils/netguard.py", "\n# an edit\n"),
+    "output_removed": remove("models/tiny/r2m/s0/train_xe/inference.json"),
+    "threads": set_env(R2M_THREADS="2"),
+    "dist_matplotlib": fake_version("matplotlib", "99.0"),
 }
 
 
 def test_every_edit_has_a_golden_plan():
+    assert len(EDITS) >= 30
     assert sorted(EDITS) == sorted(p.stem for p in PLANS.glob("*.txt"))
 
 
@@ -315,7 +384,7 @@ def test_a_rerun_that_reads_a_new_file_is_not_planned_again(tiny_dag, tmp_path):
     ``select_by: cider`` its train_sup reruns and reads that module (a file its last record did not name). The next
     dry run does not plan it again; an edit of that module then does."""
     w = copy_of(tiny_dag, tmp_path / "ws")
-    job, target = ("train_sup", "tiny-mrnn-0"), "models/tiny/mrnn/s0/train_sup/params.yaml"
+    job, target = ("train_sup", "tiny-mrnn-0"), ".r2m/done/train_sup/tiny-mrnn-0"  # the instance, as Snakemake names it
     select = "src/r2m/supervised/select.py"
     assert select not in record_paths(w, job)
     raw = yaml.safe_load((w.path / "params.yaml").read_text())
@@ -336,18 +405,69 @@ def test_a_rerun_that_reads_a_new_file_is_not_planned_again(tiny_dag, tmp_path):
 
 
 def test_an_instance_dvc_ran_is_current_for_snakemake(ws, tmp_path):
-    """The other way round: an instance run by ``dvc repro`` leaves a record and a current stamp, which Snakemake
-    reads as such. The evaluation is deterministic (the same captions, references and scorers): its result has the
-    same bytes, newer, and neither engine has anything to run (Snakemake compares a small input's checksum before
-    its modification time)."""
+    """The other way round: an instance run by ``dvc repro`` (recomputed: ``R2M_FORCE=1``) leaves a record and a
+    current stamp, which Snakemake reads as such. The evaluation is deterministic (the same captions, references and
+    scorers): its result has the same bytes, newer; its record is the same, so its done file is left as it was, and
+    neither engine has anything to run."""
     w = copy_of(ws.path, tmp_path / "ws")
     result = w.path / EVAL_OUT
     before, mtime = result.read_bytes(), result.stat().st_mtime_ns
+    w.env["R2M_FORCE"] = "1"
     w.run(BIN / "dvc", "repro", "-f", "-s", "-q", f"{EVAL[0]}@{EVAL[1]}")
+    del w.env["R2M_FORCE"]
     assert result.stat().st_mtime_ns > mtime and result.read_bytes() == before
-    assert w.plan(EVAL_OUT) == set()
+    assert w.plan(f".r2m/done/{EVAL[0]}/{EVAL[1]}") == set()
     assert w.plan() == set()
     assert w.dvc_stale() == set()
+
+
+def sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_an_instance_gives_the_same_bytes_under_either_engine(ws, tmp_path):
+    """The thread count changes a training run's float sums: it comes from one place (r2m.runtime), one thread
+    unless R2M_THREADS says, whichever engine runs the job. ``train_xe`` retrained by ``dvc repro`` without
+    R2M_THREADS in its environment (the shared run set it for Snakemake) gives Snakemake's model byte for byte,
+    and afterwards neither engine has anything to run."""
+    w = copy_of(ws.path, tmp_path / "ws")
+    model = w.path / "models/tiny/r2m/s0/train_xe/model.pt"
+    before = sha256(model)
+    w.env.pop("R2M_THREADS", None)
+    w.env["R2M_FORCE"] = "1"
+    w.run(BIN / "dvc", "repro", "-f", "-s", "-q", "train_xe@tiny-r2m-0")
+    del w.env["R2M_FORCE"]
+    assert sha256(model) == before
+    assert w.both() == (set(), set())
+
+
+def test_a_moved_workspace_plans_nothing(ws, tmp_path):
+    """Nothing either engine compares names where the workspace lies: a copy elsewhere (its code, records, stamps,
+    Snakemake's metadata and DVC's lock with it; modification times kept) has nothing to run."""
+    (tmp_path / "elsewhere").mkdir()
+    w = copy_of(ws.path, tmp_path / "elsewhere" / "moved")
+    assert w.both() == (set(), set())
+
+
+def test_a_comment_in_an_upstream_module_costs_the_upstream_stage_only(ws, tmp_path):
+    """Early cutoff under Snakemake: a comment in the random-CNN feature backend stales extract_features alone; the
+    real run recomputes it (byte-identical features) and every instance after it starts, finds its record current
+    and exits without work (its log says so), its outputs untouched."""
+    w = copy_of(ws.path, tmp_path / "ws")
+    append("src/r2m/vision/extractors/random_cnn.py", "\n# a comment\n")(w.path)
+    planned = w.plan()
+    assert ("extract_features", "tiny") in planned and ("train_m", "tiny-r2m-0") in planned
+    model = w.path / "models/tiny/r2m/s0/train_m/model.pt"
+    mtime = model.stat().st_mtime_ns
+    w.snakemake("all")
+    assert model.stat().st_mtime_ns == mtime
+    cut = [s for s, k in planned - {("extract_features", "tiny"), ("all", "all")}
+           if "early cutoff" not in (w.path / "logs" / s / f"{k}.log").read_text()]
+    summaries = {"table1", "table2", "table3", "claims", "baselines", "retrieval", "report"}  # no cutoff: declared files
+    assert set(cut) <= summaries, f"recomputed instead of cut off: {sorted(set(cut) - summaries)}"
+    assert w.both() == (set(), set())
 
 
 def test_nothing_is_left_to_run_after_the_edits(ws):

@@ -61,9 +61,10 @@ def test_inputs_records_its_entry_and_the_files_its_recipe_reads(demo_ws):
     rec = load(demo_ws, "inputs", "demo")
     assert rec["stage"] == "inputs" and rec["axes"] == {"dataset": "demo"}
     mods = {e["module"]: e for e in rec["reads"] if e["kind"] == "module"}
-    # the entry (r2m.datasets.inputs:run), the demo's recipe loaded by name, the runner
-    for name in ("r2m.datasets.inputs", "r2m.datasets.demo", "r2m.cli", "r2m.params"):
+    # the entry (r2m.datasets.inputs:run), the demo's recipe loaded by name, the params; not the runner's own modules
+    for name in ("r2m.datasets.inputs", "r2m.datasets.demo", "r2m.params"):
         assert name in mods, name
+    assert not {"r2m.cli", "r2m.stage.record", "r2m.utils.reads", "r2m.warm.client"} & set(mods)
     assert mods["r2m.datasets.inputs"]["sha256"] == sha(ROOT / "src/r2m/datasets/inputs.py")
     # the demo entry names its photos list and its corpus: both opened, nothing else of data/
     assert paths(rec, "file") == {"data/demo/photos.yaml", "data/demo/corpus.txt"}
@@ -79,7 +80,9 @@ def test_inputs_records_its_entry_and_the_files_its_recipe_reads(demo_ws):
     assert by_path["data/demo/corpus.txt"]["sha256"] == sha(demo_ws / "data/demo/corpus.txt")  # any other: bytes
     # its own output and the params file are not inputs; the params it read are keys, not the file
     assert not any(p.startswith("data/demo/inputs.json") or p == "params.yaml" for p in paths(rec))
-    assert [p["key"] for p in rec["params"]] == ["catalog.demo.kind"]
+    # the kind, and the recipe's one option it looked up and the entry does not set (with the default it took)
+    assert [p["key"] for p in rec["params"]] == ["catalog.demo.kind", "catalog.demo.source_dir"]
+    assert rec["params"][1]["default"] == rec["params"][1]["value"] == "data/demo"
 
 
 def test_corpus_concepts_records_the_dictionary_a_file_inside_its_input_folder_and_keys_read(demo_ws):
@@ -239,7 +242,7 @@ def test_the_meteor_helper_source_is_recorded_when_meteor_runs(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------- the listener
-def test_written_hidden_and_outside_files_are_not_inputs_program_arguments_are(tmp_path):
+def test_written_and_hidden_files_are_not_inputs_outside_files_and_program_arguments_are(tmp_path):
     ws = tmp_path / "ws"
     (ws / "lib").mkdir(parents=True)
     for name in ("read.txt", "written.txt", ".hidden", "arg.txt", "lib/x.class"):
@@ -260,8 +263,8 @@ def test_written_hidden_and_outside_files_are_not_inputs_program_arguments_are(t
                        check=True)
     finally:
         body = rec.finish()
-    kinds = {e["path"]: e["kind"] for e in body["reads"] if e["kind"] != "module"}
-    assert kinds == {"read.txt": "file", "arg.txt": "exec", "lib": "exec"}
+    kinds = {e["path"]: e["kind"] for e in body["reads"] if e["kind"] not in ("module", "dist", "python")}
+    assert kinds == {"read.txt": "file", "arg.txt": "exec", "lib": "exec", os.path.realpath(outside): "file"}
     digests = {e["path"]: e["sha256"] for e in body["reads"]}
     assert digests["read.txt"] == hashlib.sha256(b"read.txt").hexdigest()
     assert digests["lib"].startswith("tree:")

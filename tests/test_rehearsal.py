@@ -183,7 +183,7 @@ def test_full_size_counts():
 def test_random_cnn_gives_the_benchmarks_widths():
     import torch
 
-    from r2m.vision.extractors import build_extractor
+    from r2m.vision.extractors.factory import build_extractor
 
     pooled = build_extractor("random_cnn", {"size": 32, "dim": 1536})
     grid = build_extractor("random_cnn", {"size": 32, "dim": 512, "grid_side": 14, "kinds": ["pooled", "grid"]})

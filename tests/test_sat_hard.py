@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from r2m.baselines import BASELINES
-from r2m.models import MODELS, load_model, sup_model
+from r2m.models.catalog import MODELS, load_model, sup_model
 from r2m.models.sat import SAT, SATConfig
 from r2m.models.sat_hard import SATHard, SATHardConfig, hard_attention_terms
 from r2m.text.vocab import END, START

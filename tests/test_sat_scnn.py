@@ -10,7 +10,7 @@ import torch
 
 from r2m.decoding.beam import beam_search
 from r2m.evaluation.multilabel import topk_multilabel
-from r2m.models import MODELS, load_model
+from r2m.models.catalog import MODELS, load_model
 from r2m.models.sat import SAT, SATConfig, doubly_stochastic
 from r2m.models.scnn import SCNN, SCNNConfig, concept_bce, concept_labels, concept_vocab
 from r2m.text.vocab import END, PAD, START

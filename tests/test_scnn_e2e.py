@@ -112,7 +112,7 @@ def test_rnn_pretraining_leaves_the_cnn_and_joint_fine_tuning_changes_it() -> No
 
 
 def test_end_to_end_checkpoint_is_a_plain_scnn_checkpoint(tmp_path) -> None:
-    from r2m.models import load_model
+    from r2m.models.catalog import load_model
     from r2m.supervised.finetune import load_cnn, save_cnn
     from r2m.utils.checkpoint import save_torch
 
@@ -183,7 +183,7 @@ def _cnn_state(folder):
 
 def test_end_to_end_stages_on_a_tiny_fixture(tiny) -> None:
     from r2m.utils.io import read_json
-    from r2m.vision.extractors import build_extractor
+    from r2m.vision.extractors.factory import build_extractor
 
     make, root = tiny
     run = make(pretrain_steps=3)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from r2m.models import build_sup_model, load_model, sup_model
+from r2m.models.catalog import build_sup_model, load_model, sup_model
 from r2m.models.mrnn import MRNN, MRNNConfig, scaled_tanh
 from r2m.supervised.data import teacher_forcing
 from r2m.supervised.skip import skip_reason

@@ -12,14 +12,10 @@ import torch
 from PIL import Image
 
 from r2m.vision import weights as W
-from r2m.vision.detectors import (
-    COLUMNS,
-    build_detector,
-    class_concepts,
-    detect_images,
-    read_mapping,
-    read_precomputed,
-)
+from r2m.vision.detectors.base import COLUMNS
+from r2m.vision.detectors.classifier import class_concepts, read_mapping
+from r2m.vision.detectors.factory import build_detector, detect_images
+from r2m.vision.detectors.precomputed import read_precomputed
 
 torch.set_num_threads(1)
 
@@ -68,7 +64,7 @@ def test_mapping_file_is_consistent():
     import torchvision
 
     from r2m.text.dictionary import load_dictionary
-    from r2m.vision.detectors import MAPPING_FILE
+    from r2m.vision.detectors.classifier import MAPPING_FILE
 
     cats = torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1.meta["categories"]
     mapping = read_mapping(MAPPING_FILE, cats)

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from r2m.utils.options import MissingExtraError
-from r2m.vision.detect import build_detector, detect_images
+from r2m.vision.detectors.factory import build_detector, detect_images
 from r2m.vision.detectors.owl import boxes_to_pixels
 
 LABELS = ["Cat", "Dog", "Bicycle wheel", "Coffee cup"]

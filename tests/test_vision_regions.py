@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from r2m.vision.detectors import detect_images
+from r2m.vision.detectors.factory import detect_images
 from r2m.vision.detectors.regions import grid_boxes, iou, merge_regions
 
 torch.set_num_threads(1)

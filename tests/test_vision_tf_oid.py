@@ -15,7 +15,7 @@ from PIL import Image
 
 from r2m.utils.options import MissingExtraError
 from r2m.vision import weights as W
-from r2m.vision.detect import build_detector, detect_images
+from r2m.vision.detectors.factory import build_detector, detect_images
 
 CAT = 17  # any id: the zoo-style model below emits ids into the OpenImages-v4 names file
 

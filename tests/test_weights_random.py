@@ -43,7 +43,7 @@ def _run(stage: str, params: P.Params, root: Path):
 
 # --------------------------------------------------------------------------- the backends
 def test_vgg16_without_weights_names_the_file_it_looked_for(tmp_path, monkeypatch) -> None:
-    from r2m.vision.extractors import build_extractor
+    from r2m.vision.extractors.factory import build_extractor
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(W.MissingWeights) as err:

@@ -90,6 +90,8 @@ def _stage_parser(stage: S.Stage, add_help: bool = True) -> argparse.ArgumentPar
     p.add_argument("--threads", type=int, default=None, help="runtime: torch threads (env R2M_THREADS)")
     p.add_argument("--workers", type=int, default=None, help="runtime: data-loader workers (env R2M_WORKERS)")
     p.add_argument("--no-log-file", action="store_true", help="log to stderr only")
+    p.add_argument("--force", action="store_true",
+                   help="recompute even when nothing the last run read or wrote has changed (env R2M_FORCE=1)")
     return p
 
 
@@ -136,7 +138,7 @@ class AfterImport:
 def run_stage(stage: S.Stage, argv: list[str]) -> int:
     from r2m import params as P
     from r2m.pipeline import validate as V
-    from r2m.runtime import Runtime
+    from r2m.runtime import STAGE_THREADS, Runtime, switch
     from r2m.stage.context import StageContext, log_to_file, setup_logging
     from r2m.utils.guard import BadInput, env_number, inside
 
@@ -190,7 +192,8 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
 
     axes = {a: getattr(args, a) for a in stage.axes}
     try:  # runtime settings and names: one line each, before any work
-        runtime = Runtime.from_env(args.device, args.threads, args.workers)
+        runtime = Runtime.from_env(args.device, args.threads, args.workers, default_threads=STAGE_THREADS)
+        force = args.force or switch("R2M_FORCE", "0")
         env_number("R2M_PROGRESS_SECONDS", 30.0, float, 0)
         log_path = None if args.no_log_file else inside(".", stage.log.format(**axes), "log")
     except BadInput as err:
@@ -246,7 +249,16 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
                                                if stage.outs[k].directory]):
                 log.info("%s: an output of an older r2m (its marker names no kind, or it has none): adopted",
                          folder)
+            if recording and not force:  # early cutoff: nothing it read or wrote changed since its last run
+                last, why = record.up_to_date(ctx)
+                if last is not None and not why:
+                    record.mark_current(ctx, last)
+                    log.info("up to date: nothing it read or wrote changed since its last run (early cutoff; "
+                             "--force or R2M_FORCE=1 recomputes)")
+                    return 0
             rec = record.start(ctx, args.params) if recording else None
+            if rec is not None and "torch" in sys.modules:
+                ctx.runtime.apply()  # torch came before the recording (a warm server's): its threads are read now
             getattr(module, func)(ctx)
             guard.check()  # a refusal a thread or a library swallowed still fails the stage
             if rec is not None:

@@ -472,6 +472,16 @@ class CaptionParams(_Section):
                              "concept below the threshold)")
 
 
+class SelectionParams(_Section):
+    """How a training stage decodes the ``val`` images when it selects its checkpoint by a caption metric (R²M's
+    image stages, the baselines' ``select_by``): keys of their own, so that a test-time ``caption`` setting (a beam
+    sweep) re-captions and re-scores without retraining. The defaults are the test-time decoding's."""
+
+    beam: int = Field(3, ge=1, le=MAX_BEAM, description=f"beam width (at most {MAX_BEAM})")
+    max_len: int = Field(20, ge=2)
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH)
+
+
 SCORER_NAMES = ("bleu", "meteor", "rouge", "cider", "spice")
 
 
@@ -524,6 +534,7 @@ class _ParamsBase(_Section):
         default_factory=lambda: TrainParams(steps=10000, lr=1e-4, max_len=20, eval_every=1000, checkpoint_every=1000),
         description="one-stage training (stage train_e2e, the released end2end.py; not in the tables' DAG)")
     caption: CaptionParams = Field(default_factory=CaptionParams)
+    selection: SelectionParams = Field(default_factory=SelectionParams)
     baselines: BaselinesParams = Field(default_factory=BaselinesParams)
     sup_vocab: SupVocabParams = Field(default_factory=SupVocabParams)
     train_sup: TrainSupParams = Field(default_factory=TrainSupParams)

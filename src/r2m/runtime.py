@@ -1,7 +1,12 @@
 """Runtime settings that never live in tracked params: device, threads, data-loader workers.
 
 Set them with the environment (``R2M_DEVICE``, ``R2M_THREADS``, ``R2M_WORKERS``) or the
-matching ``--device/--threads/--workers`` flags of any stage command. ``R2M_BF16=1`` turns on bf16
+matching ``--device/--threads/--workers`` flags of any stage command. One place for both engines: a stage
+run takes them from here alone (Snakemake's and DVC's commands set none), with one torch thread unless
+``R2M_THREADS`` says otherwise (``0``: torch's own choice, the machine's cores), so an instance gives the
+same bytes whichever engine ran it. Each setting a run reads is part of its record
+(:func:`r2m.utils.reads.note_runtime`): the thread count changes float sums, so an instance run with
+another count is not current. ``R2M_BF16=1`` turns on bf16
 autocast in the training stages on CUDA (as their ``--bf16`` flag; ignored on CPU).
 
 The training step on CUDA (:mod:`r2m.training.step`; each is ignored on CPU unless said otherwise):
@@ -17,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from r2m.utils.guard import BadInput, env_number, parse_number
+from r2m.utils.reads import note_runtime
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 STATIC_CHOICES = ("auto", "0", "1")  # R2M_STATIC_STEP (r2m.training.step.step_mode)
@@ -36,7 +42,7 @@ def check_choice(value: str, what: str, choices: tuple[str, ...]) -> str:
     return value.strip()
 
 
-def _switch(name: str, default: str = "1") -> bool:
+def switch(name: str, default: str = "1") -> bool:
     """A switch: ``0`` off, ``1`` on, unset ``default``; anything else (``true``, ``off``…) is
     refused rather than silently read as the opposite of what was meant."""
     return check_choice(os.environ.get(name) or default, name, ("0", "1")) == "1"
@@ -46,10 +52,13 @@ def _switch(name: str, default: str = "1") -> bool:
 MAX_THREADS, MAX_WORKERS = 4096, 512
 
 
-def _count(flag_value: int | None, flag: str, env: str, maximum: int) -> int:
-    """``--threads``/``--workers`` (else its ``R2M_*`` variable, else 0) in ``[0, maximum]``."""
+STAGE_THREADS = 1  # a stage's torch threads when neither --threads nor R2M_THREADS says
+
+
+def _count(flag_value: int | None, flag: str, env: str, maximum: int, default: int = 0) -> int:
+    """``--threads``/``--workers`` (else its ``R2M_*`` variable, else ``default``) in ``[0, maximum]``."""
     value, what = ((parse_number(str(flag_value), flag, int, 0), flag) if flag_value is not None
-                   else (env_number(env, 0, int, 0), env))
+                   else (env_number(env, default, int, 0), env))
     if value > maximum:
         raise BadInput(f"{what}={value!r}: expected an integer in [0, {maximum}]")
     return int(value)
@@ -80,20 +89,28 @@ class Runtime:
     cuda_graph: bool = True
     static_step: str = "auto"
 
+    def __getattribute__(self, name: str):
+        value = object.__getattribute__(self, name)
+        if name in _FIELDS:
+            note_runtime(name, value)  # a setting the recording run used
+        return value
+
     @classmethod
-    def from_env(cls, device: str | None = None, threads: int | None = None, workers: int | None = None) -> Runtime:
-        """Flags first, then ``R2M_*``; :class:`r2m.utils.guard.BadInput` (one line) for a bad value."""
+    def from_env(cls, device: str | None = None, threads: int | None = None, workers: int | None = None,
+                 default_threads: int = 0) -> Runtime:
+        """Flags first, then ``R2M_*``; :class:`r2m.utils.guard.BadInput` (one line) for a bad value.
+        ``default_threads``: the thread count when neither says (a stage's: :data:`STAGE_THREADS`)."""
         dev = check_device(device, "--device") if device else check_device(os.environ.get("R2M_DEVICE") or "auto",
                                                                            "R2M_DEVICE")
         for name, default in OTHER_SWITCHES.items():
-            _switch(name, default)
+            switch(name, default)
         return cls(
             device=dev,
-            threads=_count(threads, "--threads", "R2M_THREADS", MAX_THREADS),
+            threads=_count(threads, "--threads", "R2M_THREADS", MAX_THREADS, default_threads),
             workers=_count(workers, "--workers", "R2M_WORKERS", MAX_WORKERS),
-            bf16=_switch("R2M_BF16", "0"),
-            tf32=_switch("R2M_TF32"),
-            cuda_graph=_switch("R2M_CUDA_GRAPH"),
+            bf16=switch("R2M_BF16", "0"),
+            tf32=switch("R2M_TF32"),
+            cuda_graph=switch("R2M_CUDA_GRAPH"),
             static_step=check_choice(os.environ.get("R2M_STATIC_STEP") or "auto", "R2M_STATIC_STEP",
                                      STATIC_CHOICES),
         )
@@ -110,12 +127,19 @@ class Runtime:
             return torch.device("cuda")
         return torch.device(self.device)
 
+    def settings(self) -> dict[str, object]:
+        """Every setting by name, as a record compares them (not recorded as read)."""
+        return {f: object.__getattribute__(self, f) for f in _FIELDS}
+
     def apply(self) -> None:
-        """Apply thread settings to torch (only when asked, the default is torch's own)."""
+        """Apply thread settings to torch (``0``: torch's own)."""
         if self.threads > 0:
             import torch
 
             torch.set_num_threads(self.threads)
+
+
+_FIELDS = frozenset(f for f in Runtime.__dataclass_fields__)
 
 
 # --------------------------------------------------------------------------- GPU sharing

@@ -18,8 +18,10 @@ from r2m.stage import registry as S  # noqa: E402
 from r2m.stage.record import Planner  # noqa: E402
 from r2m.pipeline.resolved import ALL_TARGETS  # noqa: E402
 from r2m.pipeline.snake import (  # noqa: E402
+    Producers,
+    done_file,
+    done_targets,
     external_param,
-    member_targets,
     merge_command,
     r2m_command,
     rule_inputs,
@@ -32,6 +34,7 @@ from r2m.pipeline.snake import (  # noqa: E402
     shard_output,
     snake_template,
     split_config,
+    target_files,
     wildcard_constraints_for,
     write_merged_params,
 )
@@ -53,6 +56,7 @@ except (P.ParamsError, ValueError, yaml.YAMLError) as err:
 
 # checks each job's record and writes its stamp (r2m.stage.record), once per job, while the DAG is built
 PLANNER = Planner(PARAMS, Path("."))
+PRODUCERS = Producers(PARAMS)  # which instance writes a path: a job's inputs are their done files
 
 # this invocation's params, named by their content and never rewritten: a job reads the file of the
 # invocation that started it, whatever a later `snakemake -n --config …` writes (its own file)

@@ -4,16 +4,20 @@
 # `shell:` lazily, after the loop has moved on.
 # A stage with a `fanout` and `--config shards='{<stage>: N}'` (N > 1) also gets a `<stage>_shard`
 # rule: N parallel jobs (e.g. cluster jobs) whose results the stage's own job merges.
-# A folder output with key files (Out.members) declares them as outputs too, and its consumers ask for
-# them (not the folder): a finished folder missing one is rebuilt (snake.rule_inputs / rule_outputs).
+# What Snakemake sees of an instance is its done file `.r2m/done/<stage>/<instance>` (its output) and the done
+# files of the instances that wrote what it reads (its inputs); a summary stage over the whole run also declares
+# its report files (the targets people name). The outputs themselves are r2m's: Snakemake never deletes them, so
+# a job whose inputs came back byte-identical finds its record current and exits at once (early cutoff).
 # Every rule declares the registry's resources (gpu, mem_mb): `--resources gpu=N` caps concurrent
 # GPU jobs on one box; the SLURM executor requests `--gpus`/`--mem` from them. Its `priority` (Stage.priority)
 # starts the long chains first among the ready jobs.
 # What a job read at its last run (modules, files, params keys: its record, r2m.stage.record) reaches
 # Snakemake through its stamp input `.params/<stage>/<instance>.json`, written while the DAG is built: mtime 0
 # when nothing it read changed, the time now when something did (Snakemake's mtime check reruns it).
-# The job's shell `exec`s r2m (killing the shell kills r2m) and every path is quoted ({log:q}). Its
-# `--params` file is this invocation's, content-addressed (common.smk): outside the compared `cmd`.
+# The job's shell `exec`s r2m (killing the shell kills r2m) and every path is quoted ({log:q}). The r2m
+# program and the `--params` file (this invocation's, content-addressed: common.smk) are in the shell template,
+# outside the compared `cmd`: a moved checkout or a rebuilt .venv reruns nothing. Threads and device come from
+# r2m.runtime under both engines (one torch thread unless R2M_THREADS says).
 
 
 for _stage in S.STAGES:
@@ -23,15 +27,15 @@ for _stage in S.STAGES:
         name:
             _stage.name
         input:
-            **rule_inputs(_stage, PARAMS),
+            **rule_inputs(_stage, PARAMS, PRODUCERS),
             **({"shards": shard_inputs(_stage, _n)} if _n > 1 else {}),
             stamp=plan_input(_stage, PLANNER),
         output:
-            **rule_outputs(_stage, directory),
+            **rule_outputs(_stage),
         log:
             snake_template(_stage.log),
         params:
-            cmd=lambda wc, _s=_stage, _k=_n: merge_command(R2M, _s, wc, None, _k),
+            cmd=lambda wc, _s=_stage, _k=_n: merge_command("", _s, wc, None, _k),
             **({"external": external_param(_stage, PARAMS)} if _stage.external else {}),  # files outside the DAG
         threads: 1
         priority: _stage.priority
@@ -42,7 +46,25 @@ for _stage in S.STAGES:
         conda:
             "../envs/r2m.yaml"
         shell:
-            "R2M_THREADS=${{R2M_THREADS:-{threads}}} exec {params.cmd} --params {R2M_PARAMS_ARG} --no-log-file > {log:q} 2>&1"
+            "exec {R2M} {params.cmd} --params {R2M_PARAMS_ARG} --no-log-file > {log:q} 2>&1"
+
+    # the instance's files a user may name as targets (snakemake results/…/eval.json): each a rule of its own,
+    # its input the done file (ancient: it runs only when the file is missing, after the instance rebuilt it);
+    # `update` keeps Snakemake from deleting the file the instance just wrote before this job checks it
+    for _i, _path in enumerate(target_files(_stage)):
+
+        rule:
+            name:
+                f"{_stage.name}_file{_i}"
+            input:
+                ancient(done_file(_stage)),
+            output:
+                update(_path),
+            log:
+                f"logs/{_stage.name}/{_stage.key()}.file{_i}.log",
+            localrule: True
+            shell:
+                "test -e {output:q} > {log:q} 2>&1"
 
     if _n > 1:
 
@@ -50,14 +72,14 @@ for _stage in S.STAGES:
             name:
                 f"{_stage.name}_shard"
             input:
-                **{k: v for k, v in rule_inputs(_stage, PARAMS).items() if isinstance(_stage.deps[k], str)},
+                **{k: v for k, v in rule_inputs(_stage, PARAMS, PRODUCERS).items() if isinstance(_stage.deps[k], str)},
                 stamp=plan_input(_stage, PLANNER),
             output:
                 shard=directory(shard_output(_stage)),
             log:
                 shard_log(_stage),
             params:
-                cmd=lambda wc, _s=_stage, _k=_n: shard_command(R2M, _s, wc, None, _k),
+                cmd=lambda wc, _s=_stage, _k=_n: shard_command("", _s, wc, None, _k),
             threads: 1
             priority: _stage.priority
             resources:
@@ -67,4 +89,4 @@ for _stage in S.STAGES:
             conda:
                 "../envs/r2m.yaml"
             shell:
-                "R2M_THREADS=${{R2M_THREADS:-{threads}}} exec {params.cmd} --params {R2M_PARAMS_ARG} --no-log-file > {log:q} 2>&1"
+                "exec {R2M} {params.cmd} --params {R2M_PARAMS_ARG} --no-log-file > {log:q} 2>&1"

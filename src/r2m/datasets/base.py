@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.params import DatasetEntry
+from r2m.utils.reads import note_item, unrecorded
 
 RecipeFn = Callable[[DatasetEntry, Path, logging.Logger], dict[str, Any]]
 References = dict[str, Any]  # COCO caption-annotation JSON (references_json)
@@ -47,12 +48,20 @@ class Recipe:
 
 
 def option(entry: DatasetEntry, key: str, default: Any = None, required: bool = False) -> Any:
-    """A recipe option from the catalog entry, with an error naming the key when required."""
-    extra = entry.model_extra or {}
+    """A recipe option from the catalog entry, with an error naming the key when required. The run's record names
+    this key alone, with the default it took when the entry does not set it (so setting it later, to anything but
+    the default, reruns the readers)."""
+    with unrecorded():  # the entry's other options are not read here
+        extra = entry.model_extra or {}
     if key not in extra:
         if required:
             raise ValueError(f"catalog entry of kind {entry.kind!r} needs the key {key!r}")
+        note_item(entry, (key,), default, default=default)
         return default
+    if required:
+        note_item(entry, (key,), extra[key])
+    else:  # removing the key gives the default: the same value if the entry restated it
+        note_item(entry, (key,), extra[key], default=default)
     return extra[key]
 
 

@@ -57,7 +57,7 @@ def load_checkpoint_model(model_dir: str | Path, device: Any, vocab: str | Path 
     """``(model, checkpoint dict, itos)``: the model of ``model_dir`` (R²M or a baseline) on
     ``device`` in eval mode, with its vocabulary (a vocabulary folder, or the word list itself;
     ``None``: no vocabulary) checked to fit; errors name ``where`` (default: the vocabulary folder)."""
-    from r2m.models import load_model
+    from r2m.models.catalog import load_model
 
     model, ckpt = load_model(model_dir)
     model.to(device).eval()

@@ -70,7 +70,8 @@ class Captioner:
                attention: bool) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
         import pandas as pd
 
-        from r2m.vision.detectors import Env, build_detector
+        from r2m.vision.detectors.base import Env
+        from r2m.vision.detectors.factory import build_detector
 
         s = self.settings
         det_p, cap, conc = s["detect_concepts"], s["caption"], s["concepts"]
@@ -106,7 +107,8 @@ class Captioner:
         return out, [{"path": i, "reason": bad[i]} for i in ids if i in bad]
 
     def _features(self, files: list[str], batch_size: int) -> dict[str, Any]:
-        from r2m.vision.extractors import build_extractor, extract_arrays
+        from r2m.vision.extractors.compute import extract_arrays
+        from r2m.vision.extractors.factory import build_extractor
 
         if self._extractor is None:
             fp = self.settings["extract_features"]

@@ -1,10 +1,14 @@
-"""What captioning a new image with a checkpoint needs besides the weights: the vocabulary and the
-concept/detector/feature/caption settings the checkpoint was trained with.
+"""What captioning a new image with a checkpoint needs besides the weights: the vocabulary, the
+concept/detector/feature settings the checkpoint was trained with, and the test-time decoding settings.
 
-Every training stage writes ``inference.json`` beside ``model.pt`` (:func:`record`). For older
-checkpoints without it, :func:`load` rebuilds the same from the dataset's files
-(``data/<dataset>/vocab/vocab.json``, ``concepts/params.yaml``, ``features/meta.json``) and
-``params.yaml``.
+Every training stage writes ``inference.json`` beside ``model.pt`` (:func:`record`) with what the model *is*: its
+vocabulary and, for the image stages (those that read detections and features), the concept settings and the
+detector and feature backends its training inputs were made with (from those folders' own ``params.yaml`` and
+``meta.json``). Test-time settings — the ``caption`` section (beam, length, images without concepts) and the
+``fidelity`` decoding items — are captioning's, not training's: a training stage never reads them (a beam sweep
+retrains nothing). :func:`load` fills every section the file lacks from the workspace's ``params.yaml`` for the
+checkpoint's dataset and that dataset's files (``data/<dataset>/concepts/params.yaml``, ``features/meta.json``),
+else from the defaults; a file of format 1 (older checkpoints, with every section) is read as it is.
 
 A model folder may come from anyone, so its ``inference.json`` is data checked against a closed
 schema (:func:`vet`): the keys :func:`build` writes and no other, each section's keys and values those
@@ -32,6 +36,7 @@ from r2m.utils.io import read_json, write_json
 from r2m.vision.downloads import download_of, local_copy
 
 FILE = "inference.json"
+FORMAT = 2  # 2: what the model is (vocabulary, its training inputs' settings); 1: every section
 SECTIONS = ("concepts", "detect_concepts", "extract_features", "caption", "fidelity")
 # options that make a backend load a program (a TF SavedModel, TorchScript, a transformers folder)
 CODE_OPTIONS = {"tf_oid": ("model",), "inception_v3_fid": ("weights",), "owl": ("model", "revision")}
@@ -61,8 +66,10 @@ def _features_from(folder: Path | None) -> dict[str, Any] | None:
 
 def build(params: Any, itos: list[str], dataset: str | None, variant: str | None, stage: str | None,
           concepts_dir: Path | None = None, features_dir: Path | None = None) -> dict[str, Any]:
+    """Every section, from ``params`` (the workspace's view of a dataset) and the dataset's concepts and features
+    folders: what :func:`load` falls back on."""
     out: dict[str, Any] = {"format": 1, "dataset": dataset, "variant": variant, "stage": stage}
-    for name in SECTIONS:  # these sections only (a run's record then names their keys, not every param)
+    for name in SECTIONS:
         if name in type(params).model_fields:
             out[name] = getattr(params, name).model_dump(mode="json")
     det = _section_from(concepts_dir, "detect_concepts")  # what the detections were really made with
@@ -75,20 +82,34 @@ def build(params: Any, itos: list[str], dataset: str | None, variant: str | None
     return out
 
 
-def record(ctx: StageContext, out_dir: Path, itos: list[str]) -> Path:
-    """Write ``inference.json`` into a training stage's output folder."""
+def trained(ctx: StageContext, itos: list[str]) -> dict[str, Any]:
+    """What a training stage records of its model: the vocabulary and, for an image stage, the concept settings
+    it trained with and the detector and feature settings its inputs were made with (read from the input
+    folders, so no params key of a stage it does not run is read)."""
+    out: dict[str, Any] = {"format": FORMAT, "dataset": ctx.dataset, "variant": ctx.variant, "stage": ctx.stage.name}
     deps = ctx.deps
-    data = build(ctx.params, itos, ctx.dataset, ctx.variant, ctx.stage.name,
-                 Path(deps["concepts"]) if "concepts" in deps else None,
-                 Path(deps["features"]) if "features" in deps else None)
-    return write_json(Path(out_dir) / FILE, data, indent=None)
+    if "concepts" in deps:
+        out["concepts"] = ctx.params.concepts.model_dump(mode="json")  # an image stage builds its concepts so
+        det = _section_from(Path(deps["concepts"]), "detect_concepts")
+        if det is not None:
+            out["detect_concepts"] = det
+    feats = _features_from(Path(deps["features"])) if "features" in deps else None
+    if feats is not None:
+        out["extract_features"] = feats
+    out["itos"] = list(itos)
+    return out
+
+
+def record(ctx: StageContext, out_dir: Path, itos: list[str]) -> Path:
+    """Write ``inference.json`` into a training stage's output folder (:func:`trained`)."""
+    return write_json(Path(out_dir) / FILE, trained(ctx, itos), indent=None)
 
 
 def _checked(data: Any, path: Path) -> dict[str, Any]:
     """A recorded ``inference.json`` with the keys captioning reads; ValueError (one line) otherwise."""
-    need = ("itos", "concepts", "detect_concepts", "caption")
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not an inference settings file (a JSON object expected); retrain the model")
+    need = ("itos", "concepts", "detect_concepts", "caption") if data.get("format", 1) == 1 else ("itos",)
     missing = [k for k in need if not isinstance(data.get(k), list if k == "itos" else dict)]
     if missing:
         raise ValueError(f"{path}: missing or malformed {', '.join(missing)}; retrain the model")
@@ -166,8 +187,8 @@ def _closed(data: dict[str, Any]) -> None:
     unknown = [k for k in data if k not in TOP_KEYS]
     if unknown:
         raise ValueError(f"{unknown[0]}: not a key of a model folder's settings (known: {', '.join(TOP_KEYS)})")
-    if not isinstance(data.get("format", 1), int) or data.get("format", 1) != 1:
-        raise ValueError(f"format: {data.get('format')!r} is not a settings format this version reads (1)")
+    if data.get("format", 1) not in (1, FORMAT) or isinstance(data.get("format", 1), bool):
+        raise ValueError(f"format: {data.get('format')!r} is not a settings format this version reads (1, {FORMAT})")
     if not all(isinstance(w, str) for w in data["itos"]):
         raise ValueError("itos: expected a list of words (strings)")
     for name, model in SECTION_MODELS.items():
@@ -187,10 +208,11 @@ def vet(data: dict[str, Any], path: Path) -> dict[str, Any]:
     """``data`` when its backends are this project's and none of their options names code or a
     download; else a one-line ValueError naming ``path`` and the key."""
     try:
-        beam_problem(data["caption"].get("beam"), "caption.beam")
+        beam_problem((data.get("caption") or {}).get("beam"), "caption.beam")
         _closed(data)
-        det = data["detect_concepts"]
-        _vet_options("detector", det.get("backend"), det.get("options") or {}, "detect_concepts")
+        det = data.get("detect_concepts")
+        if det is not None:
+            _vet_options("detector", det.get("backend"), det.get("options") or {}, "detect_concepts")
         feats = data.get("extract_features")
         if feats is not None:
             if not isinstance(feats, dict):
@@ -201,20 +223,49 @@ def vet(data: dict[str, Any], path: Path) -> dict[str, Any]:
     return data
 
 
-def load(model_dir: Path, ckpt: dict[str, Any], root: Path = Path(".")) -> dict[str, Any]:
-    """The settings beside a checkpoint, or rebuilt from its dataset's files (older checkpoints)."""
-    f = Path(model_dir) / FILE
-    if f.exists():
-        return vet(_checked(read_json(f), f), f)
+def _defaults(root: Path, dataset: Any) -> tuple[Any, Path | None]:
+    """The params a checkpoint of ``dataset`` is captioned with where its folder does not say: the workspace's
+    view of that dataset (and its data folder) when the workspace's ``params.yaml`` declares it, else the defaults
+    of the ``paper`` profile."""
     from r2m import params as P
+
+    path = Path(root) / "params.yaml"
+    if isinstance(dataset, str) and path.exists():
+        try:
+            params = P.load(path)
+            if dataset in params.catalog:
+                return P.for_dataset(params, dataset), Path(root) / "data" / dataset
+        except P.ParamsError:
+            pass  # another project's params: the defaults serve
+    raw = {"catalog": {"demo": {"kind": "demo"}}, "baselines": {"datasets": ["demo"]}}  # every section's defaults
+    return P.Params.model_validate(P.resolve_fidelity(P.Params.model_validate(raw).model_dump(mode="json"), "paper")), None
+
+
+def load(model_dir: Path, ckpt: dict[str, Any], root: Path = Path(".")) -> dict[str, Any]:
+    """The settings of a checkpoint: its folder's ``inference.json``, every section it lacks (test-time decoding;
+    a text stage's detector and features) from :func:`_defaults`. Without the file (a checkpoint older than it),
+    all of them, with the vocabulary of the checkpoint's dataset in the workspace."""
+    f = Path(model_dir) / FILE
+    dataset = ckpt.get("dataset")
+    if f.exists():
+        data = vet(_checked(read_json(f), f), f)
+        if all(name in data for name in SECTIONS):
+            return data
+        params, data_dir = _defaults(root, data.get("dataset") or dataset)
+        base = build(params, data["itos"], data.get("dataset"), data.get("variant"), data.get("stage"),
+                     data_dir / "concepts" if data_dir else None, data_dir / "features" if data_dir else None)
+        merged = {**base, **data, "format": data.get("format", 1)}
+        for name in SECTIONS:  # a section the file gives in part: the rest from the defaults
+            if isinstance(base.get(name), dict) and isinstance(data.get(name), dict):
+                merged[name] = {**base[name], **data[name]}
+        return vet(merged, f)
     from r2m.text.vocab import load_itos
 
-    dataset = ckpt.get("dataset")
     data_dir = root / "data" / str(dataset)
     if not dataset or not (data_dir / "vocab" / "vocab.json").exists():
         raise FileNotFoundError(f"{model_dir}: no {FILE} and no vocabulary of its dataset {dataset!r} "
                                 f"({data_dir / 'vocab' / 'vocab.json'}); retrain or pass a checkpoint folder "
                                 "made by this version")
-    params = P.for_dataset(P.load(root / "params.yaml"), dataset)
+    params, _ = _defaults(root, dataset)
     return build(params, load_itos(data_dir / "vocab"), dataset, ckpt.get("variant"), ckpt.get("stage"),
                  data_dir / "concepts", data_dir / "features")

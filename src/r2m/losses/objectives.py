@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from r2m.losses.ranking import ranking
 from r2m.losses.reconstruction import reconstruction
 
 
@@ -24,5 +23,7 @@ def loss_i(img: Tensor, v: Tensor, v_tilde: Tensor, gamma: float, margin: float 
            rec: str = "sum_normalized", rank: str = "vsepp",
            similarity: str = "cosine") -> tuple[Tensor, dict[str, Tensor]]:
     """L_I = L_M^I(v̂^I, ṽ^I) + γ · L_rec(v^I, ṽ^I) (γ = 0 gives the stage-3 objective L_M^I)."""
+    from r2m.losses.ranking import ranking  # here: the text stages (L_S) never load the ranking loss
+
     m, r = ranking(rank, img, v_tilde, margin, similarity), reconstruction(rec, v, v_tilde, similarity)
     return m + gamma * r, {"rank": m, "rec": r}

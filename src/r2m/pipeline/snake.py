@@ -1,5 +1,14 @@
 """Helpers the Snakefile uses to turn registry stages into rules (kept out of the .smk files so
-they are plain, testable Python)."""
+they are plain, testable Python).
+
+What Snakemake sees of an instance is its *done file* (:func:`r2m.stage.record.done_path`), not its outputs:
+a rule's output is the instance's done file (and, for the summaries over the whole run, its files under
+``reports/``, the targets people name), its inputs the done files of the instances that wrote its
+dependencies, plus its stamp. Snakemake deletes a job's declared outputs before running it; declaring the done
+file alone leaves the outputs to r2m, so a job whose upstream reran with byte-identical results finds its
+record current and exits at once with its outputs as they were (early cutoff, :func:`r2m.stage.record.up_to_date`),
+and Snakemake's own deleting flags can take no file of the user's. Whether an instance must rerun is its record's
+answer (its stamp), a removed or changed output included."""
 
 from __future__ import annotations
 
@@ -11,21 +20,12 @@ import yaml
 from r2m import params as P
 from r2m.pipeline.resolved import needed_instances
 from r2m.stage.axes import gathered
-from r2m.stage.registry import BY_NAME, STAGES, Gather, Stage, folder_members
+from r2m.stage.registry import BY_NAME, STAGES, Gather, Stage
 
 
 def snake_template(path: str) -> str:
     """Registry templates already use Snakemake's ``{wildcard}`` syntax."""
     return path
-
-
-def expand_gather(g: Gather, params: P.Params):
-    """A Snakemake input function expanding ``g`` with the rule's own wildcards bound."""
-
-    def _inputs(wildcards: Any) -> list[str]:
-        return [path for _, path in gathered(params, g, dict(wildcards.items()))]
-
-    return _inputs
 
 
 def external_param(stage: Stage, params: P.Params):
@@ -189,46 +189,109 @@ def write_merged_params(config: dict[str, Any], folder: str) -> str:
     return str(p)
 
 
-# --------------------------------------------------------------------------- folders' key files
-def member_paths(path: str, members: tuple[str, ...]) -> list[str]:
-    return [f"{path}/{m}" for m in members]
+# --------------------------------------------------------------------------- done files
+def _out_patterns(params: P.Params) -> list[tuple[Stage, Any]]:
+    """Each stage output's path template as a regular expression (each axis matching its values only; a folder
+    output also matches the paths inside it)."""
+    import re
+
+    values = wildcard_constraints_for(params)
+    out = []
+    for stage in STAGES:
+        for o in stage.outs.values():
+            parts = re.split(r"\{(\w+)\}", o.path)
+            rx = "".join(re.escape(x) if i % 2 == 0 else f"(?P<{x}>{values.get(x, '[^/]+')})"
+                         for i, x in enumerate(parts))
+            out.append((stage, re.compile(rx + ("(?:/.*)?" if o.directory else ""))))
+    return out
 
 
-def dep_inputs(template: str):
-    """A Snakemake input function for a dependency: a folder another stage writes with key files
-    (:func:`r2m.stage.registry.folder_members`) is asked for by those files only (Snakemake then re-runs
-    the producer when one is missing; asked for as a folder as well, it would not), any other as it is."""
+class Producers:
+    """Which instance writes a path: ``(stage, axes)`` of the first output template it matches, or None (a file
+    outside the DAG)."""
+
+    def __init__(self, params: P.Params) -> None:
+        self.patterns = _out_patterns(params)
+        self.known: dict[str, tuple[Stage, dict[str, str]] | None] = {}
+
+    def __call__(self, path: str) -> tuple[Stage, dict[str, str]] | None:
+        if path not in self.known:
+            hit = None
+            for stage, rx in self.patterns:
+                m = rx.fullmatch(path)
+                if m is not None and all(a in m.groupdict() for a in stage.axes):
+                    hit = (stage, {a: m.group(a) for a in stage.axes})
+                    break
+            self.known[path] = hit
+        return self.known[path]
+
+
+def done_file(stage: Stage, axes: dict[str, str] | None = None) -> str:
+    """The instance's done file, relative to the workspace (with ``axes`` None: the rule's template)."""
+    from r2m.stage.record import done_path
+
+    return str(done_path(Path("."), stage, axes))
+
+
+def input_files(paths: list[str], producers: Producers) -> list[str]:
+    """What a job asks Snakemake for in place of ``paths``: the done file of the instance that writes each, the
+    path itself for a file outside the DAG."""
+    out = []
+    for path in paths:
+        hit = producers(path)
+        out.append(done_file(*hit) if hit is not None else path)
+    return list(dict.fromkeys(out))
+
+
+def dep_inputs(template: str | Gather, params: P.Params, producers: Producers):
+    """A Snakemake input function for one dependency (a :class:`Gather` expanded over the configured values)."""
 
     def _inputs(wildcards: Any) -> list[str]:
         bound = dict(wildcards.items())
-        found = folder_members(template, bound)
-        path = template.format(**bound)
-        return member_paths(path, found[1]) if found and found[1] else [path]
+        paths = ([path for _, path in gathered(params, template, bound)] if isinstance(template, Gather)
+                 else [template.format(**bound)])
+        return input_files(paths, producers)
 
     return _inputs
 
 
-def rule_inputs(stage: Stage, params: P.Params) -> dict[str, Any]:
-    """The rule's ``input:``: each dependency through :func:`dep_inputs`, a :class:`Gather` expanded over
-    the configured values."""
-    return {k: expand_gather(v, params) if isinstance(v, Gather) else dep_inputs(v) for k, v in stage.deps.items()}
+def rule_inputs(stage: Stage, params: P.Params, producers: Producers | None = None) -> dict[str, Any]:
+    """The rule's ``input:``: each dependency through :func:`dep_inputs`."""
+    producers = producers or Producers(params)
+    return {k: dep_inputs(v, params, producers) for k, v in stage.deps.items()}
 
 
-def rule_outputs(stage: Stage, directory: Any) -> dict[str, Any]:
-    """The rule's ``output:`` (``directory``: Snakemake's flag) and each folder's key files."""
-    out: dict[str, Any] = {}
-    for k, o in stage.outs.items():
-        out[k] = directory(snake_template(o.path)) if o.directory else snake_template(o.path)
-        for i, path in enumerate(member_paths(o.path, o.members)):
-            out[f"{k}_member{i}"] = path
+def summary_stage(stage: Stage) -> bool:
+    """A stage over the whole run (no axes): its files under ``reports/`` are declared, the targets people name
+    (``snakemake reports/table1.csv``); such a job has no early cutoff (Snakemake deletes what it declares)."""
+    return not stage.axes
+
+
+def rule_outputs(stage: Stage) -> dict[str, Any]:
+    """The rule's ``output:``: the instance's done file, and a summary stage's report files."""
+    out: dict[str, Any] = {"done": done_file(stage)}
+    if summary_stage(stage):
+        out.update({k: o.path for k, o in stage.outs.items() if not o.directory})
     return out
 
 
-def member_targets(params: P.Params, targets: tuple[str, ...]) -> list[str]:
-    """Every key file of the folders the ``targets`` need: ``rule all`` asks for them too, so a finished
-    folder missing one is rebuilt (Snakemake leaves a missing file alone when nothing it feeds must re-run)."""
-    return [p for stage, bound in needed_instances(params, targets) for o in stage.outs.values()
-            for p in member_paths(o.path.format(**bound), o.members)]
+def target_files(stage: Stage) -> list[str]:
+    """The files of an instance a user may name as a Snakemake target (``snakemake results/…/eval.json``,
+    ``…/train_xe/model.pt``): its file outputs and its folders' key files (a summary stage declares its own).
+    Each is the output of a rule of its own whose input is the instance's done file, marked ``ancient``: it runs
+    only when the file is missing (after the instance, which rebuilds it), and deletes nothing."""
+    if summary_stage(stage):
+        return []
+    out = []
+    for o in stage.outs.values():
+        out += [f"{o.path}/{m}" for m in o.members] if o.directory else [o.path]
+    return out
+
+
+def done_targets(params: P.Params, targets: tuple[str, ...]) -> list[str]:
+    """The done file of every instance the ``targets`` need (``rule all`` asks for them: an instance whose record
+    says it is stale, an output removed included, reruns)."""
+    return [done_file(stage, bound) for stage, bound in needed_instances(params, targets)]
 
 
 # --------------------------------------------------------------------------- folders the jobs will replace
@@ -255,5 +318,30 @@ def output_refusals(planned: Any) -> list[str]:
 
 
 def snakemake_planned(dag: Any) -> list[tuple[str, list[tuple[str, bool]]]]:
-    """The jobs Snakemake's ``dag`` is about to run, as :func:`output_refusals` takes them."""
-    return [(job.rule.name, [(str(f), bool(f.is_directory)) for f in job.output]) for job in dag.needrun_jobs()]
+    """The jobs Snakemake's ``dag`` is about to run, as :func:`output_refusals` takes them: a stage's outputs as the
+    registry names them (Snakemake knows only its done file), a shard job's folder as declared."""
+    out = []
+    for job in dag.needrun_jobs():
+        stage = BY_NAME.get(job.rule.name)
+        if stage is None:
+            out.append((job.rule.name, [(str(f), bool(f.is_directory)) for f in job.output]))
+            continue
+        axes = {a: str(job.wildcards_dict[a]) for a in stage.axes}
+        out.append((job.rule.name, [(o.path.format(**axes), o.directory) for o in stage.outs.values()]))
+    return out
+
+
+def forget_forced(dag: Any, root: Path = Path(".")) -> list[str]:
+    """Delete the record of every job Snakemake runs because it was told to (``--forcerun``, ``-F``): such a job
+    recomputes instead of finding itself current. Returns the records removed."""
+    from r2m.stage.record import record_path
+
+    gone = []
+    for job in dag.needrun_jobs():
+        stage = BY_NAME.get(job.rule.name)
+        if stage is not None and dag.reason(job).forced:
+            path = record_path(root, stage, {a: str(job.wildcards_dict[a]) for a in stage.axes})
+            if path.exists():
+                path.unlink()
+                gone.append(str(path))
+    return gone

@@ -251,6 +251,9 @@ class Page:
         self.browser.call("Target.closeTarget", {"targetId": self.target})
 
 
+SCREENSHOT = "screenshot"  # the writer kind of `python -m r2m.reports.browser PAGE OUT`
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -265,10 +268,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.page.is_file():
         print(f"screenshot: {args.page}: no such file (run: r2m report)", file=sys.stderr)
         return 2
+    from r2m.utils.guard import BadInput
+    from r2m.utils.owner import claim, mark_file
+
     try:
+        claim(args.out, SCREENSHOT, "out", folder=False)  # a new file, or a screenshot this command wrote
         with Browser() as browser:
-            browser.open(args.page, args.width).screenshot(args.out, selector=args.element)
-    except BrowserError as err:
+            mark_file(browser.open(args.page, args.width).screenshot(args.out, selector=args.element), SCREENSHOT)
+    except (BrowserError, BadInput) as err:
         print(f"screenshot: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.out} ({args.width} px wide{', ' + args.element if args.element else ''})")

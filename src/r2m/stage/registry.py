@@ -67,10 +67,10 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
     if prev:
         deps["init"] = f"{M}/{prev}"
     params: tuple[str, ...] = ("model", name, *CATALOG_ITEMS.get(name, ()), *FIDELITY_TRAIN[name])
-    if uses_images:  # image stages also caption the val images to select the checkpoint by CIDEr
+    if uses_images:  # image stages also caption the val images (`selection`) to select the checkpoint by CIDEr
         deps.update(concepts=f"{D}/concepts", features=f"{D}/features", prepared=f"{D}/prepared",
                     references=f"{D}/references")
-        params += ("caption", "concepts", *FIDELITY_IMAGES, "fidelity.select_on_test")
+        params += ("selection", "concepts", *FIDELITY_IMAGES, "fidelity.select_on_test")
     else:
         deps["corpus"] = f"{D}/corpus"
     return Stage(

@@ -80,7 +80,7 @@ def sup_stages() -> tuple[Stage, ...]:
                             plot=(("x", "step"), ("y", "loss"), ("title", "train_sup loss"))),
                 "metrics": Out(f"{SR}/train_metrics.json", kind="metrics", cache=False),
             },
-            params=("train_sup", "{model}", "caption", "sup_features"),  # caption: select_by cider|bleu4
+            params=("train_sup", "{model}", "selection", "sup_features"),  # selection: the val captions of select_by
             sources=SUP,
             resources=GPU_JOB,
             priority=55,

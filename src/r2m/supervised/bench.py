@@ -18,7 +18,7 @@ from r2m.utils.cliargs import int_in, step_options
 
 def bench_sup(model_name: str, device: str, steps: int, warmup: int, batch: int, length: int, vocab: int,
               feat_dim: int, grid: int, seed: int = 0) -> dict:
-    from r2m.models import build_sup_model, sup_model
+    from r2m.models.catalog import build_sup_model, sup_model
     from r2m.params import Params
 
     torch.manual_seed(seed)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from r2m.models import sup_model
+from r2m.models.catalog import sup_model
 from r2m.supervised.data import OWN_FEATURES
 from r2m.utils.checkpoint import save_torch
 from r2m.utils.io import atomic_path, write_json, write_parquet
@@ -128,7 +128,7 @@ def end_to_end_class(model: str) -> type:
 
 def build_cnn(backend: str, options: dict[str, Any]):
     """The ``sup_features`` backbone (its weights from the backend's own source), pooled kind only."""
-    from r2m.vision.extractors import build_extractor
+    from r2m.vision.extractors.factory import build_extractor
 
     return build_extractor(backend, {**dict(options or {}), "kinds": ["pooled"]})
 

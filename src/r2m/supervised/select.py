@@ -2,7 +2,7 @@
 
 Show, Attend and Tell selects (early-stops) on validation BLEU; ``train_sup.select_by`` picks the
 metric for every model: ``last`` (keep the final weights), ``cider`` (CIDEr-D) or ``bleu4``. The
-``val`` images with references are captioned with the ``caption`` params' beam search and scored
+``val`` images with references are captioned with the ``selection`` params' beam search and scored
 exactly as ``r2m evaluate`` scores (:class:`r2m.evaluation.val_score.ValScorer`: PTB tokenisation,
 the evaluation's CIDEr-D / BLEU-4), at every ``eval_every`` step; the best weights are kept. Without val references the last checkpoint is kept.
 """
@@ -27,7 +27,7 @@ def val_selector(ctx: StageContext, feats, itos: list[str], metric: str, device)
     if not ids:
         ctx.log.info("%s: no val images with references: keeping the last checkpoint", ctx.stage.name)
         return None
-    cp = ctx.params.caption
+    cp = ctx.params.selection
     scorer = ValScorer(refs, log=ctx.log)
     ctx.log.info("%s: selecting the checkpoint by %s on %d val images", ctx.stage.name, metric, len(ids))
 

@@ -7,7 +7,7 @@ schedule is ``train_sup`` (with ``train_sup.per_model.<model>`` merged), the mod
 params section. Resumable like the R²M stages: ``last.pt`` (model, optimizer, step, RNG, loss
 rows) is used when its fingerprint (the resolved params) matches; ``--fresh`` ignores it.
 
-Outputs: ``model.pt`` (the final weights; ``r2m.models.load_model``), ``params.yaml``,
+Outputs: ``model.pt`` (the final weights; ``r2m.models.catalog.load_model``), ``params.yaml``,
 ``loss.tsv`` (``step split loss xe …aux``; a ``val`` row every ``eval_every`` steps = the val pairs'
 per-word NLL) and ``train_metrics.json`` (``sentences_per_s``, ``val_perplexity``,
 ``test_perplexity``: exp of the per-word NLL over all held-out pairs, <#end> included; null with
@@ -116,7 +116,7 @@ def train_phase(ctx: StageContext, phase: str) -> None:
         return
     import torch
 
-    from r2m.models import build_sup_model
+    from r2m.models.catalog import build_sup_model
     from r2m.supervised.data import Features, PairedSet
     from r2m.text.vocab import load_itos
     from r2m.training import loop as L
@@ -134,7 +134,7 @@ def train_phase(ctx: StageContext, phase: str) -> None:
 
     import pyarrow.parquet as pq
 
-    from r2m.models import sup_model
+    from r2m.models.catalog import sup_model
 
     cls = sup_model(name)
     captions = pq.read_table(Path(ctx.deps["sup_vocab"]) / "captions.parquet",
@@ -172,7 +172,7 @@ def train_phase(ctx: StageContext, phase: str) -> None:
         ctx.log.info("train_sup: %s", ", ".join(f"{k} {v}" for k, v in info.items()))
     pre_dir = Path(ctx.deps["pretrain"]) if "pretrain" in ctx.deps else None
     if phase == "train" and pretrained(pre_dir):
-        from r2m.models import load_model
+        from r2m.models.catalog import load_model
 
         pre, _ = load_model(pre_dir)
         if e2e:

@@ -13,7 +13,8 @@ import time
 
 import torch
 
-from r2m.losses import loss_i, loss_s, xe_loss
+from r2m.losses.objectives import loss_i, loss_s
+from r2m.losses.xe import xe_loss
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import START
 from r2m.training.objectives import token_xe

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from r2m.losses import linear_xe_loss, loss_i, loss_s, reduce_xe, xe_loss
+from r2m.losses.objectives import loss_i, loss_s
+from r2m.losses.xe import linear_xe_loss, reduce_xe, xe_loss
 from r2m.models.r2m import R2M
 from r2m.stage.context import StageContext
 from r2m.training import distributed

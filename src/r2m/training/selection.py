@@ -1,7 +1,7 @@
 """Checkpoint selection by validation CIDEr (the paper selects its checkpoints this way).
 
 ``cider_selector(ctx, model_device)`` returns a :data:`r2m.training.loop.Selector` that captions
-the dataset's ``val`` images (beam search with the ``caption`` params, concepts as at test time)
+the dataset's ``val`` images (beam search with the ``selection`` params, concepts as at test time)
 and scores them exactly as ``r2m evaluate`` does (:class:`r2m.evaluation.val_score.ValScorer`:
 coco-caption's PTB tokenisation of captions and references, the evaluation's CIDEr-D), so the
 selected score is the CIDEr the evaluation would report for those captions; references are
@@ -37,7 +37,7 @@ def validation_set(prepared: Path, references: Path, detections: Path, stoi: dic
 
 def cider_selector(ctx: StageContext, device, itos: list[str]):
     stoi = {w: i for i, w in enumerate(itos)}
-    conc, cp, fid = ctx.params.concepts, ctx.params.caption, ctx.params.fidelity
+    conc, cp, fid = ctx.params.concepts, ctx.params.selection, ctx.params.fidelity
     prepared, references = Path(ctx.deps["prepared"]), Path(ctx.deps["references"])
     # select_on_test: the released code's eval_obj2sen.py scores every checkpoint on the test images (leakage)
     split = "test" if fid.select_on_test else "val"

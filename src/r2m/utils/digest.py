@@ -4,7 +4,8 @@ Used where a result must be tied to the bytes it was made from: the ``inputs`` s
 dataset entry names outside the DAG, :mod:`r2m.datasets.inputs`) and the resume fingerprint of the
 training stages (:func:`r2m.training.loop.fingerprint`: the corpus, vocabulary, features… a
 resumed run must have been trained on). A cache file maps each file's resolved path to its size,
-mtime and SHA-256; a file whose size and mtime match is not read again.
+modification and change times and SHA-256; a file whose size and both times match is not read again (a
+``touch -r`` can put an mtime back, never a ctime).
 """
 
 from __future__ import annotations
@@ -103,14 +104,15 @@ class StatCache:
         how = (view[0] if view else "parsed") if self.parsed and f.suffix.lower() in PARSED else "bytes"
         key = os.path.realpath(f)
         hit = self.fresh.get(key) or self.cache.get(key)
-        if isinstance(hit, list) and len(hit) in (3, 4) and hit[:2] == [st.st_size, st.st_mtime_ns] \
-                and (hit[3] if len(hit) == 4 else "bytes") == how:
+        # size, modification and change time: `touch -r` restores an mtime, never a ctime
+        if isinstance(hit, list) and len(hit) == 5 and hit[:2] == [st.st_size, st.st_mtime_ns] \
+                and hit[3] == how and hit[4] == st.st_ctime_ns:
             digest = hit[2]
         else:
             digest = parsed_digest(f, view[1] if view else None) if how != "bytes" else None
             if digest is None:  # bytes asked for, or a file that does not parse: its bytes count
                 how, digest = "bytes", file_digest(f)
-        entry = [st.st_size, st.st_mtime_ns, digest, how]
+        entry = [st.st_size, st.st_mtime_ns, digest, how, st.st_ctime_ns]
         if self.cache.get(key) != entry:
             self.fresh[key] = entry
         return ({"path": str(f), f"{how}_sha256": digest} if how != "bytes"

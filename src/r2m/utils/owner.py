@@ -95,6 +95,8 @@ def describe_kind(kind: str) -> str:
         return "the dvc.yaml r2m dag --write generates"
     if kind == "evaluate":
         return "the metrics of r2m evaluate --out"
+    if kind == "screenshot":
+        return "a screenshot of python -m r2m.reports.browser"
     if kind == ANY_KIND:
         return "a folder r2m code wrote outside any command"
     return f"an r2m output of kind {kind!r}"

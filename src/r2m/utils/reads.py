@@ -1,29 +1,43 @@
-"""What a run read, recorded while it runs: project modules, project files, resources handed to a
-subprocess, and params per key.
+"""What a run read, recorded while it runs: project modules, files inside and outside the project,
+resources handed to a subprocess, the installed distributions it imported, params per key and the runtime
+settings it used.
 
 A :class:`Recorder` is one listener on the process's audit hook (:mod:`r2m.utils.audit`) for the events
-``open``, ``subprocess.Popen``, ``os.exec`` and ``os.posix_spawn``:
+``open``, ``subprocess.Popen``, ``os.exec`` and ``os.posix_spawn``. Each path is named once (cached):
 
-* a file opened for reading inside the project (a ``project`` root: the workspace and the code's
-  checkout) is a ``file`` entry; one opened for writing is never an input, even when read back; the
-  run's own outputs (``exclude``), ``.r2m/``, ``.git``/``.snakemake``/``.dvc``, ``logs/``, ``__pycache__``
-  and anything under the interpreter's prefix (a virtual environment inside the checkout) are ignored;
-* an argument of a program started (a path, or a ``:``-separated class path) that names a project file
-  or folder is an ``exec`` entry (the METEOR helper's ``.java`` source, a paraphrase table);
-* every module in ``sys.modules`` at the end whose file lies in the project is a ``module`` entry,
-  however it was imported (``import``, ``importlib``, a registry's load by name). In a warm server's
-  fork this includes what the server preloaded (an over-reach, never a miss).
+* inside the project (a ``project`` root: the workspace and the code's checkout): relative to the
+  workspace (``src/r2m/text/vocab.py``, ``data/demo/corpus.txt``); the run's own outputs (``exclude``),
+  ``.r2m/``, ``.git``/``.snakemake``/``.dvc``, ``logs/``, hidden files and ``__pycache__`` are ignored;
+* inside the Python installation: a data file (a spaCy table, a scorer's jar, weights shipped in a wheel)
+  as ``site:<path inside site-packages>`` or ``prefix:<path inside sys.prefix>`` — relocatable, a rebuilt
+  virtual environment names it alike; code and package metadata there are covered by the distributions'
+  versions instead (below), the interpreter's own library by its version;
+* anywhere else (a folder dataset's images, an external word list or weights file, code imported from
+  outside): its absolute path; the system's own files (:data:`SYSTEM`: ``/proc``, ``/etc``, programs and
+  libraries under ``/usr`` …) are ignored.
+
+A file opened for reading is a ``file`` entry, one opened for writing is never an input (even when read
+back); an argument of a program started (a path, or a ``:``-separated class path) that names a file or folder
+is an ``exec`` entry (the METEOR jar, its ``.java`` helper, a paraphrase table). Every module in
+``sys.modules`` at the end whose file lies in the project (or outside the installation) is a ``module`` entry,
+however it was imported (``import``, ``importlib``, a registry's load by name); every other one names its
+installed distribution, a ``dist`` entry (``dist:torch``, its version), and the interpreter is one
+``python`` entry. In a warm server's fork this includes what the server preloaded (an over-reach, never a
+miss).
 
 Params: :meth:`Recorder.watch_params` maps a pydantic model tree to dotted prefixes, and while recording
 each read of a leaf field (``params.caption.beam``, an extra item of a catalog entry, a whole
 ``options`` dict) is a ``params`` entry with its value; a ``model_dump`` of a watched model reads every
-leaf below it. :func:`unrecorded` pauses the params watch (the resolved params saved beside the
-outputs are bookkeeping, not a read).
+leaf below it. A key looked up and not found (an option a catalog entry does not set) is recorded as
+``absent`` (or with the default the reader took, :func:`note_item`), so adding it stales exactly its
+readers. :func:`unrecorded` pauses the params watch (the resolved params saved beside the outputs are
+bookkeeping, not a read). :func:`note_runtime` records a runtime setting the run used (threads, device,
+numeric switches: :class:`r2m.runtime.Runtime`).
 
 Each event costs one dict lookup in the hook for events nobody listens to; the listener decides
-"inside the project?" once per path string (cached). Digests are taken at the end
-(:meth:`Recorder.finish`), through the stat cache (:class:`r2m.utils.digest.StatCache`), a folder a
-file at a time.
+"which name?" once per path string (cached). Digests are taken at the end
+(:meth:`Recorder.finish`), through the stat cache (:class:`r2m.utils.digest.StatCache`, keyed on size,
+modification and change times), a folder a file at a time.
 """
 
 from __future__ import annotations
@@ -42,10 +56,211 @@ from typing import Any
 from r2m.utils import audit
 
 EVENTS = ("open", "subprocess.Popen", "os.exec", "os.posix_spawn")
+# the system's own files outside the Python installation: kernel views, configuration, programs and libraries,
+# time zones and fonts (what they hold changes with the machine, as the CPU does; docs/ARCHITECTURE.md)
+SYSTEM = ("/proc/", "/dev/", "/sys/", "/run/", "/etc/", "/bin/", "/sbin/", "/lib/", "/lib32/", "/lib64/",
+          "/usr/bin/", "/usr/sbin/", "/usr/lib/", "/usr/lib32/", "/usr/lib64/", "/usr/libexec/", "/usr/share/zoneinfo/",
+          "/usr/share/locale/", "/usr/share/fonts/", "/var/cache/", "/var/lib/")
+# code and package metadata inside the installation: covered by the distributions' versions
+_CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyi", ".so", ".pyd", ".pth", ".dylib")
+_CODE_PARTS = (".dist-info/", ".egg-info/", "/__pycache__/")
 # folders whose files are never a run's input: state, caches, engines' own, logs
 IGNORED_TOP = frozenset({".r2m", ".git", ".snakemake", ".dvc", "logs", ".venv", ".params", ".pytest_cache"})
-FORMAT = 1  # the record's format version
+FORMAT = 2  # the record's format version (2: distributions, interpreter, outside files, runtime, outputs)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+ABSENT = "absent"  # the value field of a params key looked up and not found
+
+
+def _is_code(p: str) -> bool:
+    """A module, compiled extension or package metadata file (``libfoo.so.1`` too)."""
+    return p.endswith(_CODE_SUFFIXES) or ".so." in p.rsplit("/", 1)[-1] or any(part in p for part in _CODE_PARTS)
+
+
+def site_dirs() -> tuple[str, ...]:
+    """The installation's package folders (``site-packages``/``dist-packages`` on ``sys.path``), longest first."""
+    import site
+
+    found = [*getattr(site, "getsitepackages", list)(), getattr(site, "getusersitepackages", lambda: "")()]
+    found += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
+    return tuple(sorted({os.path.realpath(p) for p in found if p and os.path.isdir(p)}, key=len, reverse=True))
+
+
+def interpreter() -> str:
+    """The interpreter a run used: implementation and version (its standard library goes with it)."""
+    import platform
+
+    return f"{platform.python_implementation()} {platform.python_version()}"
+
+
+_VOLATILE: tuple[str, ...] | None = None
+
+
+def _volatile() -> tuple[str, ...]:
+    """Caches of compiled kernels that libraries write and read back across runs (what they hold follows from
+    the code and the versions recorded): string prefixes. Computed when a recorder is made, never inside the hook
+    (``tempfile.gettempdir`` holds a lock while it opens files: asked from the hook, it would wait on itself)."""
+    global _VOLATILE
+    if _VOLATILE is None:
+        tmp = next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "/tmp")
+        home = os.path.expanduser("~")
+        _VOLATILE = (os.path.join(os.path.realpath(tmp), "torchinductor_"),
+                     os.path.join(home, ".triton") + os.sep, os.path.join(home, ".cache", "torch", "kernels") + os.sep)
+    return _VOLATILE
+
+
+def resolve_name(root: Path | str, name: str) -> str | None:
+    """The file a recorded name stands for now (``site:``/``prefix:`` in this installation, an absolute path as
+    it is, anything else inside the workspace ``root``); None for a name that is no path (``dist:``, ``python:``)."""
+    if name.startswith("site:"):
+        rel = name[5:]
+        dirs = site_dirs()
+        for d in dirs:
+            if os.path.exists(os.path.join(d, rel)):
+                return os.path.join(d, rel)
+        return os.path.join(dirs[0], rel) if dirs else None
+    if name.startswith("prefix:"):
+        return os.path.join(sys.prefix, name[7:])
+    if name.startswith(("dist:", "python:")):
+        return None
+    return name if os.path.isabs(name) else os.path.join(os.fspath(root), name)
+
+
+class _Installed:
+    """The distributions on ``sys.path``, read from their metadata folders' names (``<name>-<version>.dist-info``;
+    the first on the path wins, as for ``importlib.metadata``) and their ``top_level.txt`` files: a directory
+    listing per path entry, no package's file list unless a module's distribution is found no other way
+    (``importlib.metadata.packages_distributions`` reads every file list: seconds per job)."""
+
+    def __init__(self) -> None:
+        self.versions: dict[str, str] = {}  # normalised name -> version
+        self.tops: dict[str, str] = {}  # top-level module -> normalised name (the first that names it)
+        self.claims: dict[str, list[tuple[str, str]]] = {}  # top-level module -> every (name, folder) naming it
+        self.no_top: list[tuple[str, str]] = []  # (name, metadata folder) without a top_level.txt
+        for entry in sys.path:
+            try:
+                names = sorted(os.listdir(entry or "."))
+            except OSError:
+                continue
+            for folder in names:
+                if not folder.endswith((".dist-info", ".egg-info")):
+                    continue
+                stem = folder.rsplit(".", 1)[0]
+                name, _, version = stem.partition("-")
+                name = normalise(name)
+                if name in self.versions:
+                    continue
+                self.versions[name] = version.split("-")[0] or "?"
+                path = os.path.join(entry, folder)
+                try:
+                    with open(os.path.join(path, "top_level.txt"), encoding="utf-8") as fh:
+                        for line in fh:
+                            if line.strip():
+                                self.tops.setdefault(line.strip(), name)
+                                self.claims.setdefault(line.strip(), []).append((name, path))
+                except OSError:
+                    self.no_top.append((name, path))
+        self.found: dict[str, str | None] = {}
+        self.listed: dict[str, frozenset[str]] = {}
+
+    def owner_of(self, rel: str) -> str | None:
+        """The distribution that installed the file ``rel`` (relative to its package folder): the one distribution
+        naming its top folder, else the one whose file list names it (a namespace such as ``nvidia/``)."""
+        top = rel.split("/", 1)[0]
+        claims = self.claims.get(top, [])
+        if len(claims) == 1:
+            return claims[0][0]
+        if rel not in self.found:
+            hit = next((name for name, path in [*claims, *self.no_top] if rel in self._files(path)), None)
+            self.found[rel] = hit or self.owner(top)
+        return self.found[rel]
+
+    def _files(self, folder: str) -> frozenset[str]:
+        """The files a distribution's ``RECORD`` lists (read once)."""
+        if folder not in self.listed:
+            try:
+                with open(os.path.join(folder, "RECORD"), encoding="utf-8") as fh:
+                    self.listed[folder] = frozenset(line.split(",", 1)[0] for line in fh)
+            except OSError:
+                self.listed[folder] = frozenset()
+        return self.listed[folder]
+
+    def owner(self, top: str) -> str | None:
+        """The distribution of the top-level module ``top``: its ``top_level.txt``, a distribution of its name, else
+        the file list of a distribution that has no ``top_level.txt``."""
+        if top in self.tops:
+            return self.tops[top]
+        if top not in self.found:
+            hit = normalise(top) if normalise(top) in self.versions else None
+            for name, path in self.no_top if hit is None else ():
+                try:
+                    with open(os.path.join(path, "RECORD"), encoding="utf-8") as fh:
+                        if any(line.startswith((f"{top}/", f"{top}.")) for line in fh):
+                            hit = name
+                            break
+                except OSError:
+                    continue
+            self.found[top] = hit
+        return self.found[top]
+
+
+def mapped_files(under: tuple[str, ...]) -> list[str]:
+    """The files this process has mapped (its shared libraries) below the folders ``under``; none where
+    ``/proc/self/maps`` does not exist."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:  # noqa: PTH123 - not recorded: stopped
+            paths = {line.split(None, 5)[5].strip() for line in fh if line.count(" ") >= 5 and "/" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if p.startswith(under))
+
+
+def too_broad(real: str, bases: Iterable[str]) -> bool:
+    """A folder that holds one of ``bases`` (the workspace, the code's checkout), or a top folder (``/``, ``/tmp``,
+    ``/home/me``): handed to a program as a working place, never as what it computes from (its digest would walk
+    everything below)."""
+    if real.count(os.sep) > 2 and not any(b == real or b.startswith(real + os.sep) for b in bases):
+        return False
+    return os.path.isdir(real)
+
+
+KINDS = ("module", "file", "exec", "dep", "dist", "python")  # the kinds of a record's reads
+
+
+def normalise(name: str) -> str:
+    """A distribution's name as packaging compares names (PEP 503)."""
+    import re
+
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+_INSTALLED: _Installed | None = None
+
+
+def installed(fresh: bool = False) -> _Installed:
+    """The distributions on ``sys.path`` (read once per process; ``fresh``: again)."""
+    global _INSTALLED
+    if _INSTALLED is None or fresh:
+        _INSTALLED = _Installed()
+    return _INSTALLED
+
+
+def distribution_of(module: str) -> str | None:
+    """The installed distribution a module belongs to (``PIL`` -> ``pillow``), or None."""
+    return installed().owner(module.split(".", 1)[0])
+
+
+def dist_version(name: str) -> str:
+    """``version:<version>`` of an installed distribution, ``missing`` when it is not installed."""
+    version = installed().versions.get(normalise(name))
+    return f"version:{version}" if version else "missing"
+
+
+def note_runtime(name: str, value: Any) -> None:
+    """Record that the running instance used the runtime setting ``name`` (its value as asked for)."""
+    rec = _active
+    if rec is not None and os.getpid() == rec._pid:
+        rec.runtime.setdefault(name, value)
 
 
 def value_digest(value: Any) -> str:
@@ -78,6 +293,7 @@ def _is_branch(value: Any) -> bool:
 _active: Recorder | None = None  # the recording Recorder of this process (one at a time)
 _paused = threading.local()
 _NONE = object()
+_ABSENT = object()  # a params key looked up and not found
 
 
 def note_item(model: Any, suffix: tuple[str, ...], value: Any, default: Any = _NONE) -> None:
@@ -114,13 +330,22 @@ class Recorder:
     ``src`` holds the package (often the same); ``exclude``: the run's own outputs and files not to
     count as inputs (the params file: its keys are recorded one by one)."""
 
-    def __init__(self, root: Path, code: Path | None = None, exclude: Iterable[Path] = ()) -> None:
+    def __init__(self, root: Path, code: Path | None = None, exclude: Iterable[Path] = (),
+                 skip_modules: Iterable[str] = ()) -> None:
         self.root = Path(root).resolve()
         self.code = (code or self.root).resolve()
         self.exclude = tuple(Path(p).resolve() for p in exclude)
-        self.prefixes = tuple(Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+        # modules that run an instance without deciding what it computes (the stage runner's own): not inputs
+        self.skip_modules = tuple(m.removesuffix(".*") for m in skip_modules)  # "pkg.*": a package and below
+        self._skip_below = tuple(m.removesuffix("*") for m in skip_modules if m.endswith(".*"))
         self._exclude_s = tuple(str(e) for e in self.exclude)
-        self._prefixes_s = tuple(str(e) for e in self.prefixes)
+        # (folder, token) of the installation, most specific first: site-packages, the environment, the interpreter
+        install = [(s, "site:") for s in site_dirs()]
+        install += [(os.path.realpath(sys.prefix), "prefix:")]
+        install += [(os.path.realpath(p), None) for p in {sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}]
+        self._install = tuple(sorted(dict.fromkeys(install), key=lambda x: len(x[0]), reverse=True))
+        self._volatile = _volatile()  # here, not in the hook (see _volatile)
+        self.runtime: dict[str, Any] = {}  # runtime settings used (note_runtime)
         # (folder, paths below it recorded relative?): resolved and as given (a checkout reached through a link)
         given = [(str(self.root), True), (os.path.abspath(root), True), (str(self.code), False),
                  (os.path.abspath(code or root), False)]
@@ -162,8 +387,6 @@ class Recorder:
         sep = os.sep
         if any(p == e or p.startswith(e + sep) for e in self._exclude_s) or f"{sep}__pycache__{sep}" in p:
             return None
-        if any(p.startswith(pre + sep) for pre in self._prefixes_s) or f"{sep}site-packages{sep}" in p:
-            return None
         for base, relative in self._bases_s:
             if p.startswith(base + sep):
                 rel = p[len(base) + 1:]
@@ -171,7 +394,23 @@ class Recorder:
                 if parts[0] in IGNORED_TOP or any(part[:1] == "." for part in parts):
                     return None  # state and caches; hidden files (an output folder being written: .name.x.tmp)
                 return rel.replace(sep, "/") if relative else p
-        return None
+        return self._outside(p)
+
+    def _outside(self, p: str) -> str | None:
+        """The name of a path outside the project: inside the installation a relocatable token (a data file) or
+        None (code: its distribution's version covers it); the system's files None; anything else itself."""
+        real = os.path.realpath(p)
+        for base, token in self._install:
+            if real.startswith(base + os.sep):
+                if token is None or _is_code(real) or (token == "prefix:" and real[len(base):].startswith("/bin/")):
+                    return None  # code (its distribution's version covers it), a program of the environment
+                return token + real[len(base) + 1:]
+        if real.startswith(SYSTEM) or real.startswith(self._volatile) or self._too_broad(real):
+            return None
+        return real
+
+    def _too_broad(self, real: str) -> bool:
+        return too_broad(real, [b for b, _ in self._bases_s])
 
     # -------------------------------------------------------------- events
     def _on_event(self, event: str, args: tuple[Any, ...]) -> None:
@@ -185,8 +424,8 @@ class Recorder:
     def _seen(self, event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
             path, mode, flags = args
-            if isinstance(path, int):
-                return
+            if isinstance(path, int) or (flags or 0) & _DIRECTORY or (mode is None and os.path.isdir(path)):
+                return  # a folder opened to be listed or removed (shutil.rmtree): not a read of its content
             writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITE_FLAGS)
             name = self.project_path(path)
             if name is None:
@@ -209,7 +448,8 @@ class Recorder:
                     self.files[name] = "exec"
 
     def _exists(self, name: str) -> bool:
-        return (self.root / name).exists()
+        full = resolve_name(self.root, name)
+        return full is not None and os.path.exists(full)
 
     # -------------------------------------------------------------- params
     def watch_params(self, model: Any, prefix: tuple[str, ...] = ()) -> None:
@@ -266,6 +506,8 @@ class Recorder:
                     extra = get0(obj, "__pydantic_extra__") if hit is not None and hit[0] is obj else None
                     if extra and name in extra:
                         rec._note((*hit[1], name), extra[name])  # type: ignore[index]
+                    elif hit is not None and hit[0] is obj and not name.startswith("model_"):
+                        rec._note((*hit[1], name), _ABSENT)  # looked up, not set: adding it is a change
                 raise
             if name[:1] != "_":
                 hit = rec._models.get(id(obj))
@@ -334,16 +576,49 @@ class Recorder:
             _active = None
 
     def modules(self) -> dict[str, str]:
-        """``{name: module}`` of the project's modules now imported."""
+        """``{name: module}`` of the modules now imported whose file the run names (the project's; outside the
+        installation)."""
         out: dict[str, str] = {}
         for mod_name, mod in list(sys.modules.items()):
             f = getattr(mod, "__file__", None)
             if not isinstance(f, str) or not os.path.isabs(f):  # torch's _ops/_classes namespaces: "_ops.py"
                 continue
+            if mod_name in self.skip_modules or mod_name.startswith(self._skip_below):
+                continue
             name = self.project_path(f)
-            if name is not None and name not in out:
+            if name is not None and name not in out and not name.startswith(("site:", "prefix:")):
                 out[name] = mod_name
         return out
+
+    def _skipped_files(self) -> set[str]:
+        """The recorded names of the skipped modules' source files (opened by ``linecache`` for a warning or a
+        stack walk as often as imported)."""
+        out = set()
+        for name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None)
+            if isinstance(f, str) and (name in self.skip_modules or name.startswith(self._skip_below)):
+                recorded = self.project_path(f)
+                if recorded is not None:
+                    out.add(recorded)
+        return out
+
+    def distributions(self) -> list[str]:
+        """The installed distributions of the modules now imported from the installation's package folders, and of
+        the shared libraries the process mapped from them (a wheel's native libraries, loaded by compiled code:
+        ``/proc/self/maps``)."""
+        sites = tuple(d + os.sep for d, token in self._install if token == "site:")
+        tops: set[str] = set()
+        for mod_name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None)
+            if isinstance(f, str) and f.startswith(sites):
+                tops.add(mod_name.split(".", 1)[0])
+        found = {d for d in (distribution_of(m) for m in tops) if d is not None}
+        for lib in mapped_files(sites):
+            site = next(s for s in sites if lib.startswith(s))
+            d = installed().owner_of(lib[len(site):])
+            if d is not None:
+                found.add(d)
+        return sorted(found)
 
     def finish(self, cache: Path | None = None) -> dict[str, Any]:
         """Stop and return the record's ``reads`` and ``params`` (digests taken now)."""
@@ -354,16 +629,30 @@ class Recorder:
             entries[name] = {"kind": "module", "module": mod}
         for name in self.deps:
             entries.setdefault(name, {"kind": "dep"})
+        skipped = self._skipped_files()
         for name, kind in self.files.items():
-            if name in self.written or name in entries:
-                continue
+            if name in self.written or name in entries or name in skipped:
+                continue  # written by the run; named already; a skipped module's source (a traceback, inspect.stack)
             entries[name] = {"kind": kind}
+        for dist in self.distributions():
+            entries[f"dist:{dist}"] = {"kind": "dist"}
+        entries["python:"] = {"kind": "python"}
         digests = path_digests(self.root, list(entries), cache)
         reads = [{"path": n, **e, "sha256": digests[n]} for n, e in sorted(entries.items())]
-        params = [{"key": ".".join(k), "path": list(k), "sha256": value_digest(v), "value": jsonable(v),
-                   **({"default": jsonable(self.defaults[k])} if k in self.defaults else {})}
+        params = [{"key": ".".join(k), "path": list(k), **_param_value(v, self.defaults.get(k, _NONE))}
                   for k, v in sorted(self.params.items())]
-        return {"reads": reads, "params": params, **({"incomplete": self.errors[:5]} if self.errors else {})}
+        runtime = [{"key": k, "value": jsonable(v)} for k, v in sorted(self.runtime.items())]
+        return {"reads": reads, "params": params, "runtime": runtime,
+                **({"incomplete": self.errors[:5]} if self.errors else {})}
+
+
+def _param_value(value: Any, default: Any) -> dict[str, Any]:
+    """A params entry's value fields: its digest and value (a key not found: ``absent``; read with a default:
+    that default too)."""
+    if value is _ABSENT:
+        return {"sha256": data_digest(None), "value": None, "absent": True}
+    return {"sha256": value_digest(value), "value": jsonable(value),
+            **({"default": jsonable(default)} if default is not _NONE else {})}
 
 
 def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dict[str, str]:
@@ -375,9 +664,18 @@ def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dic
 
     out: dict[str, str] = {}
     stats = StatCache(cache, parsed=True)  # a JSON/YAML file by what it says (r2m.utils.digest.parsed_digest)
-    base = os.fspath(root)
     for n in names:
-        full = os.path.normpath(os.path.join(base, n))
+        if n.startswith("dist:"):
+            out[n] = dist_version(n[5:])
+            continue
+        if n == "python:":
+            out[n] = f"version:{interpreter()}"
+            continue
+        where = resolve_name(root, n)
+        if where is None:
+            out[n] = "missing"
+            continue
+        full = os.path.normpath(where)
         try:
             mode = os.stat(full).st_mode
         except OSError:
@@ -451,10 +749,13 @@ class ParamValues:
         return hit
 
 
-def changes(record: dict[str, Any], params: Any, digests: Digests) -> list[str]:
+def changes(record: dict[str, Any], params: Any, digests: Digests,
+            runtime: dict[str, Any] | None = None) -> list[str]:
     """What changed since ``record`` was written, one line each (empty: current): a read file changed or
-    removed, a params key whose value changed or that is gone (``params``: the instance's params now, or
-    their :class:`ParamValues`)."""
+    removed, an installed distribution's version or the interpreter changed, a params key whose value changed,
+    that is gone or that was absent and is set now, a runtime setting used with another value now (``runtime``:
+    the settings now, by name; None: not compared). ``params``: the instance's params now, or their
+    :class:`ParamValues`."""
     values = params if isinstance(params, ParamValues) else ParamValues(params)
     out: list[str] = [f"the record is incomplete ({why})" for why in record.get("incomplete") or ()][:1]
     reads = record.get("reads") or []
@@ -462,16 +763,26 @@ def changes(record: dict[str, Any], params: Any, digests: Digests) -> list[str]:
     for r in reads:
         if now[r["path"]] == r["sha256"]:
             continue
-        if r["sha256"] == "missing":
+        if r["kind"] in ("dist", "python"):
+            old, new = r["sha256"].removeprefix("version:"), now[r["path"]].removeprefix("version:")
+            out.append(f"{r['path']}: {old} -> {new} ({r['kind']})")
+        elif r["sha256"] == "missing":
             out.append(f"{r['path']}: appeared ({r['kind']})")
         elif now[r["path"]] == "missing":
             out.append(f"{r['path']}: removed ({r['kind']})")
         else:
             out.append(f"{r['path']}: changed ({r['kind']})")
     for p in record.get("params") or []:
+        if p.get("absent"):
+            if values.get(p["path"])[0]:
+                out.append(f"params {p['key']}: set (absent when it ran)")
+            continue
         found, _, digest = values.get(p["path"], p.get("default", _NONE))
         if not found:
             out.append(f"params {p['key']}: removed")
         elif digest != p["sha256"]:
             out.append(f"params {p['key']}: changed")
+    for r in record.get("runtime") or [] if runtime is not None else []:
+        if r["key"] in runtime and jsonable(runtime[r["key"]]) != r["value"]:
+            out.append(f"runtime {r['key']}: {r['value']!r} -> {jsonable(runtime[r['key']])!r}")
     return out

@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
     from r2m.utils.cliargs import bench_parser as parser
     from r2m.utils.cliargs import float_in, int_in
     from r2m.utils.owner import claim, mark_file
-    from r2m.vision.detectors import detect_images
+    from r2m.vision.detectors.factory import detect_images
 
     p = parser("concepts", "concept precision/recall of detector settings on the demo photos")
     p.add_argument("--settings", nargs="*", choices=list(SETTINGS), default=list(SETTINGS),

@@ -1,7 +1,7 @@
 """Stage ``detect_concepts``: visual concepts per image (dictionary words with scores and boxes).
 
 The backends live in the package ``r2m.vision.detectors`` (one file each, named in ``r2m.catalogs.DETECTORS``);
-this module is the stage and re-exports the package's API (``build_detector``, ``detect_images``, ...).
+this module is the stage (building and running a backend: ``r2m.vision.detectors.factory``).
 
 Output ``D/concepts/detections.parquet``: ``image_id, label, concept, score, x1, y1, x2, y2``;
 every detection with a dictionary concept and ``score >= floor`` (the backend's, default 0.05;
@@ -20,7 +20,8 @@ import pandas as pd
 from r2m.stage.context import StageContext
 from r2m.text.dictionary import load_dictionary
 from r2m.utils.io import atomic_path, write_json
-from r2m.vision.detectors import Env, build_detector, detect_images  # noqa: F401  (re-exported)
+from r2m.vision.detectors.base import Env
+from r2m.vision.detectors.factory import build_detector
 from r2m.vision.images import read_image_index, write_bad_images
 
 

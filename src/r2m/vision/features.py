@@ -35,7 +35,9 @@ from r2m.stage.context import StageContext
 from r2m.utils import resume as RS
 from r2m.utils.cliargs import int_in
 from r2m.vision import feature_store as FS
-from r2m.vision.extractors import Extractor, build_extractor, extract_arrays
+from r2m.vision.extractors.base import Extractor
+from r2m.vision.extractors.compute import extract_arrays
+from r2m.vision.extractors.factory import build_extractor
 from r2m.vision.images import read_image_index
 from r2m.vision.weights import uses_random_weights
 

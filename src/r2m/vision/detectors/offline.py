@@ -39,7 +39,7 @@ class Union(ImageDetector):
 
 
 def build(options, dictionary, device) -> Detector:
-    names = list(options.get("parts", ["regions", "faces"]))  # detectors.OFFLINE_PARTS
+    names = list(options.get("parts", ["regions", "faces"]))  # detectors.factory.OFFLINE_PARTS
     parts = []
     for name in names:
         part = DETECTORS.load(name)(dict(options.get(name, {})), dictionary, device)

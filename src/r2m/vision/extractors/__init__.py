@@ -22,30 +22,7 @@ kinds from another network, into the same folder: ``combined.py``).
 
 Add a backend: a new module here with its factory (build the network, pick the kinds with
 ``base.select_kinds``, wrap it in ``base.Scaled`` with the input mean/std and return an ``Extractor``), named
-in :data:`r2m.catalogs.FEATURES`: :func:`build_extractor` imports the chosen backends' modules only. Running
+in :data:`r2m.catalogs.FEATURES`: ``factory.build_extractor`` imports the chosen backends' modules only; this package imports none of
+its modules. Running
 an extractor over files is ``compute.py``; the stage that writes the features folder is ``r2m.vision.features``.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-from r2m.catalogs import FEATURES
-from r2m.vision.extractors.base import Extractor
-from r2m.vision.extractors.combined import build_combined
-from r2m.vision.extractors.compute import extract_arrays, features_of_batch, to_device
-from r2m.vision.extractors.tf1 import OfficialResizeCrop, tf1_resize_bilinear
-
-__all__ = [
-    "FEATURES", "Extractor", "OfficialResizeCrop", "build_extractor", "extract_arrays", "features_of_batch",
-    "tf1_resize_bilinear", "to_device",
-]
-
-
-def build_extractor(backend: str, options: dict[str, Any] | None = None) -> Extractor:
-    """The backend ``backend`` built with ``options`` (unknown name: ``KeyError`` naming the known
-    ones); ``options.kinds_from`` takes some kinds from other backends (``combined.py``)."""
-    options = dict(options or {})
-    if options.get("kinds_from"):
-        return build_combined(lambda b, o: FEATURES.load(b)(o), backend, options)
-    return FEATURES.load(backend)(options)
