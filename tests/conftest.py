@@ -183,3 +183,8 @@ def _slurm_dag_started(request, tmp_path_factory):
     yield run
     if run is not None:
         run.stop()
+
+
+# the runs tests/test_stop_signals.py and tests/test_slurm.py stop with a signal: one upstream workspace and one
+# uninterrupted reference per session, shared by both (imported last: stop_runs imports from this module)
+from stop_runs import stop_reference, stop_upstream  # noqa: E402, F401

@@ -46,7 +46,7 @@ from typing import Any
 
 STATE_ROOT = Path(".r2m")
 REPEAT_S = 1.0  # a second stop signal this soon after the first is the same request, delivered twice
-HOLD_S = 120.0  # the longest a HOLD fault waits for a stop signal
+HOLD_S = 300.0  # the longest a HOLD fault waits for a stop signal
 
 
 def stage_key(axes: Mapping[str, Any], extra: str | None = None) -> str:

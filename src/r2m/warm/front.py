@@ -102,7 +102,8 @@ def status(code: int) -> int:
 
 
 def run(argv: list[str], env: dict[str, str], signals: Signals, control: Control | None = None) -> int:
-    """Run COMMAND to its end and return its exit status, or 128 + N when signal N stopped the run."""
+    """Run COMMAND to its end and return its exit status, or 128 + N when signal N stopped the run (0 when
+    COMMAND succeeded all the same: the signal came as it finished)."""
     if signals.received:  # stopped before anything started
         signum = signals.take()[0][0]
         say(f"stopped by {signal.Signals(signum).name} before {argv[0]} started")
@@ -152,12 +153,15 @@ def run(argv: list[str], env: dict[str, str], signals: Signals, control: Control
                 interrupted = True
     if first is None:
         return status(code)
+    name = signal.Signals(first[0]).name
+    if code == 0:  # it had done everything when the signal came
+        say(f"{name} came as {argv[0]} finished: nothing left to stop")
+        return 0
     args = E.snakemake_args(argv)
     if killed and args is not None:
         line = E.release_stale_lock(E.workdir(args, os.getcwd()))
         if line:
             say(line)
-    name = signal.Signals(first[0]).name
     say(f"stopped by {name} in {time.monotonic() - first[1]:.1f} s; run the same command again to resume")
     return 128 + first[0]
 
