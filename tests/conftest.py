@@ -185,6 +185,18 @@ def _slurm_dag_started(request, tmp_path_factory):
         run.stop()
 
 
-# the runs tests/test_stop_signals.py and tests/test_slurm.py stop with a signal: one upstream workspace and one
-# uninterrupted reference per session, shared by both (imported last: stop_runs imports from this module)
-from stop_runs import stop_reference, stop_upstream  # noqa: E402, F401
+@pytest.fixture(scope="session")
+def stop_upstream(tmp_path_factory) -> Path:
+    """The workspace of the runs tests/test_stop_signals.py and tests/test_slurm.py stop with a signal, with their
+    inputs built (tests/stop_runs.py); one per session, shared."""
+    from stop_runs import build_upstream
+
+    return build_upstream(tmp_path_factory.mktemp("stop_up"))
+
+
+@pytest.fixture(scope="session")
+def stop_reference(stop_upstream, tmp_path_factory) -> Path:
+    """Those runs without interruption: the bytes each stopped and resumed run must end with."""
+    from stop_runs import build_reference
+
+    return build_reference(stop_upstream, tmp_path_factory.mktemp("stop_ref") / "wd")

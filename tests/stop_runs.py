@@ -1,8 +1,8 @@
 """The runs tests/test_stop_signals.py and tests/test_slurm.py stop with a signal: two chains ``train_xe`` ->
 ``train_s`` (R2M and its ablation ``no_fm``) of a small ``tiny`` under ``r2m warm -- snakemake --cores 2``, the
-two ``train_xe`` jobs side by side; the session's workspace with their inputs built (:func:`stop_upstream`) and
-the chains run without interruption (:func:`stop_reference`, the bytes every resumed run must end with); how a
-cell's moment is reached (:func:`start_at`) and what a stopped run leaves (:func:`last_step`, :func:`same_results`).
+two ``train_xe`` jobs side by side; the session's workspace with their inputs built (:func:`build_upstream`) and
+the chains run without interruption (:func:`build_reference`, the bytes every resumed run must end with); how a
+cell's moment is reached (:func:`faults`, :func:`reach`, :func:`stop_run`) and what a stopped run leaves (:func:`last_step`, :func:`same_results`).
 The moments:
 
 - ``start``: as the first job starts (the warm server has just forked it; it is still importing);
@@ -64,10 +64,9 @@ def wrapped(*engine: str) -> list[str]:
 SNAKEMAKE = (str(BIN / "snakemake"), "--cores", "2", *TARGETS)
 
 
-@pytest.fixture(scope="session")
-def stop_upstream(tmp_path_factory) -> Path:
-    """The workspace with the chains' inputs built (corpus, vocabulary) and their instances planned once."""
-    wd = tmp_path_factory.mktemp("stop_up")
+def build_upstream(wd: Path) -> Path:
+    """``wd`` (empty) as the workspace with the chains' inputs built (corpus, vocabulary) and their instances
+    planned once (conftest's ``stop_upstream``)."""
     copy_workflow(ROOT, wd)
     write_params(wd, params())
     r = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "data/tiny/vocab"], cwd=wd, env=env(),
@@ -84,10 +83,10 @@ def copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-@pytest.fixture(scope="session")
-def stop_reference(stop_upstream, tmp_path_factory) -> Path:
-    """The chains run without interruption (wrapped, as the runs they are compared with)."""
-    wd = copy(stop_upstream, tmp_path_factory.mktemp("stop_ref") / "wd")
+def build_reference(upstream: Path, wd: Path) -> Path:
+    """The chains run without interruption in a copy of ``upstream`` (wrapped, as the runs compared with it):
+    conftest's ``stop_reference``."""
+    copy(upstream, wd)
     r = subprocess.run(wrapped(*SNAKEMAKE), cwd=wd, env=env(), capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return wd

@@ -13,8 +13,10 @@ line saying why, when the cluster cannot be started (not root, no packages) or t
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -350,3 +352,41 @@ def test_a_real_time_limit_stops_a_wrapped_run_and_it_resumes(slurm_dag, stop_up
     for v in SR.VARIANTS:
         assert f"at step {SR.HELD}" in (wd / f"logs/train_xe/tiny-{v}-0.log").read_text(), v
     SR.same_results(wd, stop_reference)
+
+
+def test_a_stop_signal_to_a_wrapped_snakemake_cancels_its_slurm_jobs_which_save_their_state(slurm_dag, tmp_path):
+    """``r2m warm -- snakemake`` with the Slurm executor: its jobs are Slurm jobs (run cold in their allocations,
+    not in the wrapper's server on this same node), so the wrapper's stop reaches them through Snakemake — one
+    SIGINT once the server has no job left to stop — whose executor cancels them (scancel: SIGTERM): the
+    training job saves its state where it was held, and the next run resumes it bit-identically."""
+    done, _ = slurm_dag
+    wd = copy_run(done, tmp_path / "stop")
+    log = wd / "logs/train_xe/tiny-r2m-0.log"
+    log.unlink()
+    env = {**tiny_dag_env(), "R2M_FAULT": "train_xe@30:HOLD"}
+    cmd = [str(BIN / "r2m"), "warm", "--log", "warm.log", "--",
+           *snakemake_cmd("models/tiny/r2m/s0/train_xe", "--forcerun", "train_xe")]
+    proc = subprocess.Popen(cmd, cwd=wd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    _wait_for("the job held", lambda: "holding at" in SR.text(log), proc, 300)
+    assert "start " not in SR.text(wd / "warm.log")  # the job did not run in the server
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out = proc.communicate(timeout=60)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the wrapped Snakemake did not end within 60 s of SIGTERM")
+    print(f"\nSIGTERM to r2m warm (Slurm executor), run: ended in {time.monotonic() - t0:.1f} s")
+    assert proc.returncode == 143, out[-3000:]
+    deadline = time.monotonic() + 60  # the cancelled job saves its state within Slurm's kill wait
+    while "stopped by SIGTERM at step 30" not in SR.text(log) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert "stopped by SIGTERM at step 30" in SR.text(log), SR.text(log)[-2000:]
+    assert torch.load(wd / RESUME, weights_only=True)["step"] == 30
+    r = snakemake(wd, "models/tiny/r2m/s0/train_xe")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert f"resuming from {RESUME} at step 30" in log.read_text()
+    a = torch.load(done / "models/tiny/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
+    b = torch.load(wd / "models/tiny/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

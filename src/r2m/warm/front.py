@@ -21,9 +21,11 @@ executor threads waiting in ``error_callback`` on the same lock; and "graceful" 
 to *finish*: the local executor never signals its jobs (its ``cancel`` is ``ThreadPoolExecutor.shutdown``,
 which waits for them). A SIGINT instead raises ``KeyboardInterrupt`` wherever the main thread is, which
 releases the lock (the ``with`` block unwinds) — it even ends the deadlock above — but can cut short the
-bookkeeping of a job that just finished. Hence: an engine still running :data:`ENGINE_GRACE_S` after its
-last job ended (``--keep-going`` starting job after job, a cluster executor whose jobs are not ours, a
-Snakemake that got a SIGTERM from elsewhere and deadlocked) gets one SIGINT; never a SIGTERM.
+bookkeeping of a job that just finished. Hence: an engine still running after its last job ended gets one
+SIGINT, never a SIGTERM — once it has had no child process (job shells still starting or ending) and used no
+CPU time for :data:`ENGINE_STUCK_S` (a Snakemake that got a SIGTERM from elsewhere, as every process does at a
+Slurm time limit, and deadlocked; a cluster executor waiting on jobs that are not the server's), at the latest
+:data:`ENGINE_GRACE_S` after that end (``--keep-going`` starting job after job).
 
 **A second signal** (at least :data:`REPEAT_S` after the first) kills at once: SIGKILL to the engine's session
 and to every job (each job resumes from its last checkpoint, written atomically every ``checkpoint_every``
@@ -52,7 +54,8 @@ from r2m.warm import engine as E
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 REPEAT_S = 1.0  # a stop signal this soon after the first is the same request, delivered twice
-ENGINE_GRACE_S = 3.0  # an engine still running this long after its last job ended gets one SIGINT
+ENGINE_STUCK_S = 1.0  # an engine with no job left, no child process and no CPU time used this long: one SIGINT
+ENGINE_GRACE_S = 10.0  # ... and one still running this long after its last job ended, whatever it does
 POLL_S = 0.05
 
 
@@ -121,6 +124,7 @@ def run(argv: list[str], env: dict[str, str], signals: Signals, control: Control
     first: tuple[int, float] | None = None
     killed = interrupted = False
     idle_since: float | None = None
+    still = (0.0, -2)  # since when the engine has had no child and this CPU time (clock ticks)
     while True:
         try:
             code = proc.wait(timeout=POLL_S)
@@ -148,9 +152,14 @@ def run(argv: list[str], env: dict[str, str], signals: Signals, control: Control
         if first is not None and not (killed or interrupted) and control is not None:
             if idle_since is None and control.idle():
                 idle_since = now
-            if idle_since is not None and now - idle_since >= ENGINE_GRACE_S:
-                _signal(proc.pid, signal.SIGINT)
-                interrupted = True
+                still = (now, -2)
+            if idle_since is not None:
+                state = -1 if has_children(proc.pid) else cpu_ticks(proc.pid)
+                if state == -1 or state != still[1]:
+                    still = (now, state)  # a child, or CPU time used: not stuck
+                if now - still[0] >= ENGINE_STUCK_S or now - idle_since >= ENGINE_GRACE_S:
+                    _signal(proc.pid, signal.SIGINT)
+                    interrupted = True
     if first is None:
         return status(code)
     name = signal.Signals(first[0]).name
@@ -164,6 +173,28 @@ def run(argv: list[str], env: dict[str, str], signals: Signals, control: Control
             say(line)
     say(f"stopped by {name} in {time.monotonic() - first[1]:.1f} s; run the same command again to resume")
     return 128 + first[0]
+
+
+def cpu_ticks(pid: int) -> int:
+    """The CPU time process ``pid`` has used (all its threads; clock ticks), or -1 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def has_children(pid: int) -> bool:
+    """Whether process ``pid`` has a child process (true too where the kernel does not say)."""
+    try:
+        for task in os.scandir(f"/proc/{pid}/task"):
+            with open(f"{task.path}/children", "rb") as f:
+                if f.read().strip():
+                    return True
+    except OSError:
+        return os.path.exists(f"/proc/{pid}")
+    return False
 
 
 def _signal(pid: int, signum: int) -> None:
