@@ -185,7 +185,8 @@ CONTROLLED = SERVER.replace("serve(listener, target=job)",
 
 def test_a_stop_signals_every_job_refuses_new_ones_and_reports_idle(tmp_path):
     """``stop 15`` on the control channel: the running job gets SIGTERM (its own status comes back), a job that
-    arrives afterwards is not run (status 143, one line on its stderr), and the server says ``idle``."""
+    arrives afterwards is not run (status 143, one line on its stderr), and the server, which said ``started``
+    at its first job, says ``idle``."""
     ours, theirs = socket.socketpair()
     sock = tmp_path / "s"
     server = subprocess.Popen([sys.executable, "-c", CONTROLLED, str(sock), str(theirs.fileno())],
@@ -203,7 +204,10 @@ def test_a_stop_signals_every_job_refuses_new_ones_and_reports_idle(tmp_path):
         assert late.returncode == 143 and not (tmp_path / "late").exists()
         assert late.stderr.count("\n") == 1 and "not started: the run is stopping (SIGTERM)" in late.stderr
         ours.settimeout(30)
-        assert ours.recv(64) == b"idle\n"
+        heard = b""
+        while not heard.endswith(b"idle\n"):
+            heard += ours.recv(64)
+        assert heard == b"started\nidle\n"  # it had run a job; none runs now
         ours.sendall(b"quit\n")
         assert server.wait(timeout=30) == 0
     finally:
@@ -224,3 +228,29 @@ def test_a_job_of_another_slurm_job_runs_cold(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_next_wrapped_snakemake_reruns_incomplete_jobs_itself(tmp_path):
+    """Outputs a killed Snakemake left marked incomplete: ``r2m warm`` adds ``--rerun-incomplete`` right after the
+    program (one line says so) — only for Snakemake, only when there are markers, not twice."""
+    from r2m.warm.engine import prepare
+
+    argv = ["/v/bin/snakemake", "--cores", "2", "all", "--config", "a=1"]
+    assert prepare(argv, tmp_path) == (argv, [])  # no .snakemake at all
+    markers = tmp_path / ".snakemake/incomplete"
+    markers.mkdir(parents=True)
+    (markers / "migration_underway").touch()  # Snakemake's own file there, not a marker
+    assert prepare(argv, tmp_path) == (argv, [])
+    (markers / "bW9kZWxzL3g=").touch()
+    got, lines = prepare(argv, tmp_path)
+    assert got == ["/v/bin/snakemake", "--rerun-incomplete", "--cores", "2", "all", "--config", "a=1"]
+    assert len(lines) == 1 and "1 output(s)" in lines[0] and "--rerun-incomplete" in lines[0]
+    module = ["/v/bin/python3", "-m", "snakemake", "--cores", "1"]
+    assert prepare(module, tmp_path)[0] == ["/v/bin/python3", "-m", "snakemake", "--rerun-incomplete", "--cores", "1"]
+    given = ["snakemake", "--ri", "--cores", "1"]
+    assert prepare(given, tmp_path) == (given, [])
+    other = ["dvc", "repro"]
+    assert prepare(other, tmp_path) == (other, [])
+    elsewhere = tmp_path / "elsewhere"  # -d: Snakemake's folder is that one, with no markers
+    assert prepare(["snakemake", "-d", str(elsewhere), "all"], tmp_path)[0] == ["snakemake", "-d", str(elsewhere),
+                                                                               "all"]

@@ -22,10 +22,11 @@ to *finish*: the local executor never signals its jobs (its ``cancel`` is ``Thre
 which waits for them). A SIGINT instead raises ``KeyboardInterrupt`` wherever the main thread is, which
 releases the lock (the ``with`` block unwinds) — it even ends the deadlock above — but can cut short the
 bookkeeping of a job that just finished. Hence: an engine still running after its last job ended gets one
-SIGINT, never a SIGTERM — once it has had no child process (job shells still starting or ending) and used no
-CPU time for :data:`ENGINE_STUCK_S` (a Snakemake that got a SIGTERM from elsewhere, as every process does at a
-Slurm time limit, and deadlocked; a cluster executor waiting on jobs that are not the server's), at the latest
-:data:`ENGINE_GRACE_S` after that end (``--keep-going`` starting job after job).
+SIGINT, never a SIGTERM — at once when the server has run none of its jobs (it is still planning, or a cluster
+executor runs them: Snakemake then cancels them, and each gets its scheduler's SIGTERM); once it has had no
+child process (job shells still starting or ending) and used no CPU time for :data:`ENGINE_STUCK_S` (a
+Snakemake that got a SIGTERM from elsewhere, as every process does at a Slurm time limit, and deadlocked); at
+the latest :data:`ENGINE_GRACE_S` after that end (``--keep-going`` starting job after job).
 
 **A second signal** (at least :data:`REPEAT_S` after the first) kills at once: SIGKILL to the engine's session
 and to every job (each job resumes from its last checkpoint, written atomically every ``checkpoint_every``
@@ -66,6 +67,8 @@ class Control(Protocol):
     def stop(self, signum: int) -> None: ...  # signal every job; refuse new ones
     def kill(self) -> None: ...  # SIGKILL every job
     def idle(self) -> bool: ...  # since the stop, no job runs
+    @property
+    def started(self) -> bool: ...  # the server has run a job
 
 
 def say(line: str) -> None:
@@ -157,7 +160,7 @@ def run(argv: list[str], env: dict[str, str], signals: Signals, control: Control
                 state = -1 if has_children(proc.pid) else cpu_ticks(proc.pid)
                 if state == -1 or state != still[1]:
                     still = (now, state)  # a child, or CPU time used: not stuck
-                if now - still[0] >= ENGINE_STUCK_S or now - idle_since >= ENGINE_GRACE_S:
+                if not control.started or now - still[0] >= ENGINE_STUCK_S or now - idle_since >= ENGINE_GRACE_S:
                     _signal(proc.pid, signal.SIGINT)
                     interrupted = True
     if first is None:

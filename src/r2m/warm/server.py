@@ -144,8 +144,8 @@ class Control:
     ``engine PID`` (the command's session, killed if the front end dies), ``stop N`` (signal N to every job,
     refuse new ones), ``kill`` (SIGKILL every job), ``quit`` (wait for the running jobs, then end; the channel
     closing without ``quit`` means the front end died). From the server: ``ready`` once it has imported
-    :data:`PRELOAD` and takes jobs (until then none runs: a job that connects waits), ``idle`` once no job runs
-    after a stop."""
+    :data:`PRELOAD` and takes jobs (until then none runs: a job that connects waits), ``started`` when it starts
+    its first job, ``idle`` once no job runs after a stop."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -187,6 +187,12 @@ class Control:
         """Since the stop, no job runs (the server said so, or it has not taken any job yet)."""
         return self._stopped and (not self.ready or "idle" in self._heard)
 
+    @property
+    def started(self) -> bool:
+        """The server has run a job (the engine's jobs are its jobs: not a cluster executor's)."""
+        self._read()
+        return "started" in self._heard
+
     def quit(self, server: int) -> None:
         """Tell the server (process ``server``) to end and wait for it: it ends once its running jobs have; one
         still importing :data:`PRELOAD` has none and is killed instead of waited for."""
@@ -216,7 +222,7 @@ def serve(listener: socket.socket, target: Target, stop: threading.Event | None 
     done = stop or threading.Event()
     stopping: int | None = None  # the stop signal, once asked
     engine: int | None = None
-    quitting = told_idle = False
+    quitting = told_idle = ran = False
     if control is None:
         signal.signal(signal.SIGTERM, lambda *_: done.set())
     else:
@@ -286,6 +292,9 @@ def serve(listener: socket.socket, target: Target, stop: threading.Event | None 
                 os.close(fd)
             running[pid] = conn
             note(f"start {pid} r2m {' '.join(job['argv'])}")
+            if not ran and control is not None:
+                ran = True
+                _tell(control, b"started\n")
         while running:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -304,13 +313,17 @@ def serve(listener: socket.socket, target: Target, stop: threading.Event | None 
                     pass
                 conn.close()
         if stopping is not None and not running and not told_idle and control is not None:
-            try:
-                control.sendall(b"idle\n")
-            except OSError:
-                pass
+            _tell(control, b"idle\n")
             told_idle = True
     if listener.fileno() >= 0:
         listener.close()
+
+
+def _tell(control: socket.socket, line: bytes) -> None:
+    try:
+        control.sendall(line)
+    except OSError:
+        pass
 
 
 def _kill(pid: int, signum: int) -> None:
