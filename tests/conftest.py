@@ -183,3 +183,20 @@ def _slurm_dag_started(request, tmp_path_factory):
     yield run
     if run is not None:
         run.stop()
+
+
+@pytest.fixture(scope="session")
+def stop_upstream(tmp_path_factory) -> Path:
+    """The workspace of the runs tests/test_stop_signals.py and tests/test_slurm.py stop with a signal, with their
+    inputs built (tests/stop_runs.py); one per session, shared."""
+    from stop_runs import build_upstream
+
+    return build_upstream(tmp_path_factory.mktemp("stop_up"))
+
+
+@pytest.fixture(scope="session")
+def stop_reference(stop_upstream, tmp_path_factory) -> Path:
+    """Those runs without interruption: the bytes each stopped and resumed run must end with."""
+    from stop_runs import build_reference
+
+    return build_reference(stop_upstream, tmp_path_factory.mktemp("stop_ref") / "wd")

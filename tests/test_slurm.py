@@ -4,14 +4,19 @@ slurm_down.sh. The tiny DAG up to Table 1 runs through Snakemake's SLURM executo
 (workflow/profiles/slurm, the pinned plugin of requirements-cluster.lock): every job a Slurm job with the
 registry's resources, the tables those of the local run; a training job cancelled with ``scancel`` is reported
 and resumes bit-identically; a job over its memory limit fails with Slurm's one-line reason; DDP as one job of
-two ``srun`` tasks follows the single-process loss curve. Skipped, with one line saying why, when the
-cluster cannot be started (not root, no packages) or the plugin is not installed (``make setup-cluster``)."""
+two ``srun`` tasks follows the single-process loss curve; ``r2m warm -- snakemake`` as one Slurm job stops
+within Slurm's kill wait when its time limit comes (SIGTERM to every process of the job, at each moment of
+tests/stop_runs.py, and once at a real time limit) and its next run resumes bit-identically. Skipped, with one
+line saying why, when the cluster cannot be started (not root, no packages) or the plugin is not installed
+(``make setup-cluster``)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +26,7 @@ import pytest
 import torch
 import yaml
 
+import stop_runs as SR
 from conftest import tiny_dag_env
 from r2m.stage.registry import BY_NAME
 from slurm_background import CLUSTER, PROFILE, TABLE1, SlurmDagRun, plugin_missing, snakemake_cmd
@@ -256,3 +262,131 @@ def test_the_poll_wrapper_caps_the_plugins_status_interval_and_nothing_else(monk
     for asked, got in ((41, 1.5), (11, 1.5), (1, 1)):
         executor.next_seconds_between_status_checks = asked
         assert executor.next_seconds_between_status_checks == got, asked
+
+
+def kill_wait() -> int:
+    """Slurm's KillWait: seconds between the SIGTERM of a time limit (or scancel) and its SIGKILL."""
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"^KillWait\s*=\s*(\d+)", config, re.M)[1])
+
+
+def job_state(jid: str) -> str:
+    return subprocess.run(["squeue", "-h", "-t", "all", "-j", jid, "-o", "%T"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def sbatch_wrapped(wd: Path, minutes: int, env: dict[str, str]) -> tuple[str, Path]:
+    """``r2m warm -- snakemake`` (tests/stop_runs.py's chains) as the batch step of one Slurm job in ``wd``: its id
+    and output file."""
+    script = f"exec {BIN / 'r2m'} warm --log warm.log -- {' '.join(SR.SNAKEMAKE)}"
+    r = subprocess.run(["sbatch", "--parsable", "-c", "2", "--mem=4000", "-t", str(minutes), "-o", "slurm-%j.out",
+                        "--wrap", script], cwd=wd, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    jid = r.stdout.strip().split(";")[0]
+    return jid, wd / f"slurm-{jid}.out"
+
+
+def ended(jid: str, seconds: float) -> float | None:
+    """Seconds until job ``jid`` left RUNNING/COMPLETING (squeue every 0.1 s), None if not within ``seconds``."""
+    t0 = time.monotonic()
+    while job_state(jid) in ("", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+        if time.monotonic() - t0 > seconds:
+            return None
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def stopped_then_resumed(wd: Path, jid: str, out: Path, ref: Path) -> None:
+    """The stopped job's end as ``r2m warm`` reports it, then the same job again: it resumes and ends with the
+    uninterrupted run's bytes."""
+    text = out.read_text()
+    assert "r2m warm: stopped by SIGTERM in" in text and job_state(jid) == "FAILED", text[-3000:]  # (exit 143)
+    assert not (wd / ".snakemake/locks").exists()
+    again, again_out = sbatch_wrapped(wd, 10, tiny_dag_env())
+    assert ended(again, 900) is not None and job_state(again) == "COMPLETED", again_out.read_text()[-3000:]
+    SR.same_results(wd, ref)
+
+
+@pytest.mark.parametrize("moment", SR.MOMENTS)
+def test_a_time_limits_sigterm_to_every_process_stops_a_wrapped_run_before_its_sigkill(slurm_dag, stop_upstream,
+                                                                                       stop_reference, tmp_path,
+                                                                                       moment):
+    """What a time limit does first — SIGTERM to every process of the job (``scancel --signal=TERM --full``): the
+    engine, its job shells and clients, the warm server and its jobs all get it; Snakemake's own SIGTERM
+    handling may deadlock, the wrapper's SIGINT ends that. The run must end before Slurm's SIGKILL (KillWait
+    later; sent here if it has not), each held job having saved its state; the next run resumes."""
+    wd = SR.copy(stop_upstream, tmp_path / "wd")
+    jid, out = sbatch_wrapped(wd, 10, {**tiny_dag_env(), **SR.faults(wd, moment)})
+    SR.reach(wd, moment, lambda: job_state(jid) in ("PENDING", "CONFIGURING", "RUNNING"), lambda: SR.text(out))
+    subprocess.run(["scancel", "--signal=TERM", "--full", jid], check=True)
+    seconds = ended(jid, kill_wait())
+    if seconds is None:
+        subprocess.run(["scancel", "--signal=KILL", "--full", jid], check=True)
+        ended(jid, 60)
+        pytest.fail(f"{moment}: still running {kill_wait()} s after the SIGTERM (Slurm's KillWait): "
+                    f"{SR.text(out)[-3000:]}")
+    print(f"\nSlurm SIGTERM to every process, {moment}: ended in {seconds:.1f} s "
+          f"(r2m warm: {SR.own_count(out.read_text(), 'TERM'):.1f} s)")
+    if moment == "run":
+        assert [SR.last_step(wd, v) for v in SR.VARIANTS] == [SR.HELD, SR.HELD]
+    stopped_then_resumed(wd, jid, out, stop_reference)
+
+
+def test_a_real_time_limit_stops_a_wrapped_run_and_it_resumes(slurm_dag, stop_upstream, stop_reference, tmp_path):
+    """``sbatch -t 2``: both training jobs held at step 15 until the time limit comes (2 min after the start, or up
+    to Slurm's time-limit check later); the run ends before the SIGKILL (``r2m warm`` gets to say how it
+    stopped), each job saved at step 15, the job is recorded TIMEOUT, and the next run resumes."""
+    wd = SR.copy(stop_upstream, tmp_path / "wd")
+    jid, out = sbatch_wrapped(wd, 2, {**tiny_dag_env(), **SR.faults(wd, "run")})
+    SR.reach(wd, "run", lambda: job_state(jid) in ("PENDING", "CONFIGURING", "RUNNING"), lambda: SR.text(out))
+    assert ended(jid, 240) is not None, "the time limit did not end the job"
+    text = out.read_text()
+    assert "r2m warm: SIGTERM: stopping the run" in text and job_state(jid) == "TIMEOUT", text[-3000:]
+    seconds = SR.own_count(text, "TERM")
+    print(f"\nSlurm time limit, run: r2m warm stopped in {seconds:.1f} s")
+    assert seconds < kill_wait()
+    assert [SR.last_step(wd, v) for v in SR.VARIANTS] == [SR.HELD, SR.HELD]
+    assert not (wd / ".snakemake/locks").exists()
+    again, again_out = sbatch_wrapped(wd, 10, tiny_dag_env())
+    assert ended(again, 900) is not None and job_state(again) == "COMPLETED", again_out.read_text()[-3000:]
+    for v in SR.VARIANTS:
+        assert f"at step {SR.HELD}" in (wd / f"logs/train_xe/tiny-{v}-0.log").read_text(), v
+    SR.same_results(wd, stop_reference)
+
+
+def test_a_stop_signal_to_a_wrapped_snakemake_cancels_its_slurm_jobs_which_save_their_state(slurm_dag, tmp_path):
+    """``r2m warm -- snakemake`` with the Slurm executor: its jobs are Slurm jobs (run cold in their allocations,
+    not in the wrapper's server on this same node), so the wrapper's stop reaches them through Snakemake — one
+    SIGINT once the server has no job left to stop — whose executor cancels them (scancel: SIGTERM): the
+    training job saves its state where it was held, and the next run resumes it bit-identically."""
+    done, _ = slurm_dag
+    wd = copy_run(done, tmp_path / "stop")
+    log = wd / "logs/train_xe/tiny-r2m-0.log"
+    log.unlink()
+    env = {**tiny_dag_env(), "R2M_FAULT": "train_xe@30:HOLD"}
+    cmd = [str(BIN / "r2m"), "warm", "--log", "warm.log", "--",
+           *snakemake_cmd("models/tiny/r2m/s0/train_xe", "--forcerun", "train_xe")]
+    proc = subprocess.Popen(cmd, cwd=wd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    _wait_for("the job held", lambda: "holding at" in SR.text(log), proc, 300)
+    assert "start " not in SR.text(wd / "warm.log")  # the job did not run in the server
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out = proc.communicate(timeout=60)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the wrapped Snakemake did not end within 60 s of SIGTERM")
+    print(f"\nSIGTERM to r2m warm (Slurm executor), run: ended in {time.monotonic() - t0:.1f} s")
+    assert proc.returncode == 143, out[-3000:]
+    deadline = time.monotonic() + 60  # the cancelled job saves its state within Slurm's kill wait
+    while "stopped by SIGTERM at step 30" not in SR.text(log) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert "stopped by SIGTERM at step 30" in SR.text(log), SR.text(log)[-2000:]
+    assert torch.load(wd / RESUME, weights_only=True)["step"] == 30
+    r = snakemake(wd, "models/tiny/r2m/s0/train_xe")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert f"resuming from {RESUME} at step 30" in log.read_text()
+    a = torch.load(done / "models/tiny/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
+    b = torch.load(wd / "models/tiny/r2m/s0/train_xe/model.pt", weights_only=True)["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

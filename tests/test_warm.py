@@ -2,12 +2,15 @@
 
 What a user relies on: a warm job writes the same bytes as a cold one; it runs in the server, not in
 its client; a signal to the client reaches the job (Snakemake stops jobs that way); a client killed
-with SIGKILL takes its job with it; with no server there, the job runs cold, saying so in one line."""
+with SIGKILL takes its job with it; with no server there, the job runs cold, saying so in one line; asked to stop,
+the server signals its jobs and refuses new ones; a job of another Slurm job runs cold. (How a whole wrapped run
+stops: tests/test_stop_signals.py.)"""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -173,3 +176,81 @@ def test_a_long_tmpdir_still_gets_a_server_and_no_socket_runs_the_command_cold(t
     finally:
         server.open_socket = saved
     assert rc == 0  # the command ran, without a server named
+
+
+# the server as `r2m warm` runs it: with a control channel from its front end (its fd number: argv[2])
+CONTROLLED = SERVER.replace("serve(listener, target=job)",
+                            "serve(listener, target=job, control=socket.socket(fileno=int(sys.argv[2])))")
+
+
+def test_a_stop_signals_every_job_refuses_new_ones_and_reports_idle(tmp_path):
+    """``stop 15`` on the control channel: the running job gets SIGTERM (its own status comes back), a job that
+    arrives afterwards is not run (status 143, one line on its stderr), and the server, which said ``started``
+    at its first job, says ``idle``."""
+    ours, theirs = socket.socketpair()
+    sock = tmp_path / "s"
+    server = subprocess.Popen([sys.executable, "-c", CONTROLLED, str(sock), str(theirs.fileno())],
+                              stdout=subprocess.PIPE, text=True, pass_fds=[theirs.fileno()])
+    theirs.close()
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        env = {**ENV, "R2M_WARM": str(sock)}
+        client = subprocess.Popen([sys.executable, "-c", CLIENT, str(tmp_path / "job")], env=env)
+        _wait_for(tmp_path / "job")
+        ours.sendall(b"stop 15\n")
+        assert client.wait(timeout=30) == 42 and (tmp_path / "job.signal").read_text() == "SIGTERM"
+        late = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path / "late")], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert late.returncode == 143 and not (tmp_path / "late").exists()
+        assert late.stderr.count("\n") == 1 and "not started: the run is stopping (SIGTERM)" in late.stderr
+        ours.settimeout(30)
+        heard = b""
+        while not heard.endswith(b"idle\n"):
+            heard += ours.recv(64)
+        assert heard == b"started\nidle\n"  # it had run a job; none runs now
+        ours.sendall(b"quit\n")
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+        ours.close()
+
+
+def test_a_job_of_another_slurm_job_runs_cold(tmp_path):
+    """A cluster executor's job (another Slurm job than the wrapper's) must run in its own allocation, not in a
+    server it happens to reach on the same node: the client does not even connect."""
+    server, env = _server(tmp_path)
+    try:
+        env = {**env, "R2M_WARM_SLURM_JOB": "", "SLURM_JOB_ID": "77"}
+        r = subprocess.run([sys.executable, "-c", "from r2m.warm.client import run; print(run(['x']))"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.stdout.strip() == "None" and r.stderr == ""  # None: run it here (cold), silently
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_the_next_wrapped_snakemake_reruns_incomplete_jobs_itself(tmp_path):
+    """Outputs a killed Snakemake left marked incomplete: ``r2m warm`` adds ``--rerun-incomplete`` right after the
+    program (one line says so) — only for Snakemake, only when there are markers, not twice."""
+    from r2m.warm.engine import prepare
+
+    argv = ["/v/bin/snakemake", "--cores", "2", "all", "--config", "a=1"]
+    assert prepare(argv, tmp_path) == (argv, [])  # no .snakemake at all
+    markers = tmp_path / ".snakemake/incomplete"
+    markers.mkdir(parents=True)
+    (markers / "migration_underway").touch()  # Snakemake's own file there, not a marker
+    assert prepare(argv, tmp_path) == (argv, [])
+    (markers / "bW9kZWxzL3g=").touch()
+    got, lines = prepare(argv, tmp_path)
+    assert got == ["/v/bin/snakemake", "--rerun-incomplete", "--cores", "2", "all", "--config", "a=1"]
+    assert len(lines) == 1 and "1 output(s)" in lines[0] and "--rerun-incomplete" in lines[0]
+    module = ["/v/bin/python3", "-m", "snakemake", "--cores", "1"]
+    assert prepare(module, tmp_path)[0] == ["/v/bin/python3", "-m", "snakemake", "--rerun-incomplete", "--cores", "1"]
+    given = ["snakemake", "--ri", "--cores", "1"]
+    assert prepare(given, tmp_path) == (given, [])
+    other = ["dvc", "repro"]
+    assert prepare(other, tmp_path) == (other, [])
+    elsewhere = tmp_path / "elsewhere"  # -d: Snakemake's folder is that one, with no markers
+    assert prepare(["snakemake", "-d", str(elsewhere), "all"], tmp_path)[0] == ["snakemake", "-d", str(elsewhere),
+                                                                               "all"]

@@ -12,15 +12,21 @@ the whole run; a second run on the same outputs fails at once with :class:`Stage
 holder (pid, host, start time, command). The kernel drops the lock when the holder dies (also
 on ``kill -9``), so a stale lock file never blocks anything.
 
-**Preemption.** Inside :class:`Preemption` SIGTERM and SIGINT (how SLURM, Kubernetes and Ctrl-C stop
-a job) only set a flag; the loop calls :meth:`Preemption.check` at each step boundary, which (after
-the caller saved a checkpoint) raises :class:`Preempted`. ``r2m`` reports it as one line and exits
-with ``128 + signal``. A second signal while the first is pending stops at once.
+**Preemption.** Inside :class:`Preemption` SIGTERM, SIGINT and SIGHUP (how SLURM, Kubernetes, Ctrl-C and
+a closed terminal stop a job) only set a flag; the loop calls :meth:`Preemption.check` at each step
+boundary, which (after the caller saved a checkpoint) raises :class:`Preempted`. ``r2m`` reports it as
+one line and exits with ``128 + signal``. A second signal while the first is pending stops at once,
+unless it comes within :data:`REPEAT_S` of the first: one stop request often arrives by two routes at
+once (Slurm signals every process of a job, and a warm job's client passes the signal on too), and that
+must not cost the job its final save.
 
 **Fault injection (tests).** ``R2M_FAULT=<point>@<n>:<SIGNAL>`` (e.g. ``train_xe@7:KILL``; several
 separated by commas; ``KILLGROUP`` kills the whole process group) makes
 :func:`inject` send the signal to the running process when ``point`` reaches ``n``; the fault suite
-uses it to kill a stage at a chosen step under Snakemake and DVC.
+uses it to kill a stage at a chosen step under Snakemake and DVC. ``HOLD`` instead holds the process
+there — one line ``r2m: fault injection: holding at <point>@<n>`` on stderr, then waiting — until a
+stop signal arrives (inside :class:`Preemption`), the file ``$R2M_FAULT_RELEASE`` exists, or
+:data:`HOLD_S` pass: a job held at a known moment for the stop-signal tests.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from types import FrameType
 from typing import Any
 
 STATE_ROOT = Path(".r2m")
+REPEAT_S = 1.0  # a second stop signal this soon after the first is the same request, delivered twice
+HOLD_S = 300.0  # the longest a HOLD fault waits for a stop signal
 
 
 def stage_key(axes: Mapping[str, Any], extra: str | None = None) -> str:
@@ -130,18 +138,24 @@ class Preempted(Exception):  # noqa: N818  (a stop request, not an error of the 
 
 
 class Preemption:
-    """Turn SIGTERM/SIGINT into a flag checked at step boundaries (main thread only; elsewhere a no-op)."""
+    """Turn SIGTERM/SIGINT/SIGHUP into a flag checked at step boundaries (main thread only; elsewhere a
+    no-op)."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    active: Preemption | None = None  # the innermost one entered (what a HOLD fault waits on)
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self._at = 0.0
         self._old: dict[int, Any] = {}
+        self._outer: Preemption | None = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is not None:  # second signal: stop now
-            raise KeyboardInterrupt
-        self.signum = signum
+        if self.signum is not None:
+            if time.monotonic() - self._at < REPEAT_S:  # the same request by another route
+                return
+            raise KeyboardInterrupt  # a second signal: stop now
+        self.signum, self._at = signum, time.monotonic()
 
     @property
     def requested(self) -> bool:
@@ -161,11 +175,14 @@ class Preemption:
         if threading.current_thread() is threading.main_thread():
             for s in self.SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)
+            self._outer, Preemption.active = Preemption.active, self
         return self
 
     def __exit__(self, *exc: object) -> None:
         for s, h in self._old.items():
             signal.signal(s, h)
+        if self._old:
+            Preemption.active = self._outer
         self._old.clear()
 
 
@@ -185,6 +202,9 @@ def inject(point: str, n: int) -> None:
             if p != point or int(k) != n:
                 continue
             group = sig.upper() == "KILLGROUP"
+            if sig.upper() == "HOLD":
+                _hold(f"{p}@{k}")
+                continue
             signum = signal.SIGKILL if group else getattr(signal, f"SIG{sig.upper().removeprefix('SIG')}")
         except (ValueError, AttributeError):
             raise ValueError(f"R2M_FAULT={spec!r}: expected <point>@<n>:<SIGNAL>, e.g. train_xe@7:KILL") from None
@@ -194,6 +214,18 @@ def inject(point: str, n: int) -> None:
             os.kill(os.getpid(), signum)
         if signum not in Preemption.SIGNALS:  # SIGKILL never returns; give the signal time to land
             time.sleep(5)
+
+
+def _hold(where: str) -> None:
+    """The ``HOLD`` fault: say so on stderr, then wait until the active :class:`Preemption` has a stop request
+    or the file ``$R2M_FAULT_RELEASE`` exists (at most :data:`HOLD_S`)."""
+    print(f"r2m: fault injection: holding at {where}", file=sys.stderr, flush=True)
+    release = os.environ.get("R2M_FAULT_RELEASE")
+    end = time.monotonic() + HOLD_S
+    while time.monotonic() < end and not (Preemption.active is not None and Preemption.active.requested):
+        if release and os.path.exists(release):
+            break
+        time.sleep(0.02)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@ Protocol, over the server's Unix socket: the client sends one length-prefixed JS
 (``argv``, ``cwd``, ``env``) with its file descriptors 0, 1 and 2 attached (``SCM_RIGHTS``); then a
 byte ``S`` plus a signal number for each SIGTERM/SIGINT/SIGHUP it receives; the server answers one
 line ``exit <status>`` when the job ends (128 + N when a signal N ended it). When the client dies,
-its end of the socket closes and the job kills itself (a ``kill -9`` of the job stays one).
+its end of the socket closes and the job kills itself (a ``kill -9`` of the job stays one). A job that runs in
+another Slurm job than ``r2m warm`` (submitted by a cluster executor) runs cold, in its own allocation.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import struct
 import sys
 
 SOCKET_ENV = "R2M_WARM"  # the server's socket path; set by `r2m warm` for the command it runs
+# the Slurm job `r2m warm` runs in ("" outside one): a job of another Slurm job (a cluster executor's) runs
+# cold, inside its own allocation, whatever node it lands on
+SLURM_ENV = "R2M_WARM_SLURM_JOB"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -30,7 +34,7 @@ def run(argv: list[str]) -> int | None:
     """Run ``r2m <argv>`` in the warm server named by ``R2M_WARM``; its exit status, or ``None``
     when no server answers there (the caller then runs the job itself)."""
     path = os.environ.get(SOCKET_ENV)
-    if not path:
+    if not path or os.environ.get("SLURM_JOB_ID", "") != os.environ.get(SLURM_ENV, ""):
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

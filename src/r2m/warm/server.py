@@ -1,8 +1,11 @@
 """``r2m warm [--] COMMAND ...``: run COMMAND (e.g. ``snakemake --cores 2 all``) while a warm server
 forks its ``r2m <stage>`` jobs from a process that has already imported what they import
-(see :mod:`r2m.warm`). The server lives exactly as long as COMMAND; its socket sits in a private
-temporary folder; the server also ends, removing that folder, when ``r2m warm`` itself is killed (any signal,
-``kill -9`` too). ``make run`` uses it; nothing else needs it (without it every job runs cold).
+(see :mod:`r2m.warm`). The server lives exactly as long as COMMAND and its jobs; its socket sits in a private
+temporary folder. The front end (this process; :mod:`r2m.warm.front`) runs COMMAND in a session of its own and
+talks to the server over a socket pair (:class:`Control`): on a stop signal the server signals every job and
+refuses new ones; when the front end is killed (``kill -9`` too) the server kills COMMAND's session and the
+jobs, and ends, removing its folder. ``make run`` uses it; nothing else needs it (without it every job runs
+cold).
 """
 
 from __future__ import annotations
@@ -14,14 +17,15 @@ import selectors
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from r2m.warm.client import SOCKET_ENV
+from r2m.warm import front
+from r2m.warm.client import SLURM_ENV, SOCKET_ENV
+from r2m.warm.front import STOP_SIGNALS
 
 # what every job would import again: the libraries the stage modules import (not the stage modules: a job's
 # record of what it read names every project module in its process, r2m.utils.reads, so a job imports its
@@ -75,15 +79,20 @@ def _watch(conn: socket.socket) -> None:
             pending = pending[2:]
 
 
-def _run_job(listener: socket.socket, conn: socket.socket, job: dict, fds: list[int], target: Target) -> None:
+def _run_job(listener: socket.socket, conn: socket.socket, job: dict, fds: list[int], target: Target,
+             control: socket.socket | None = None) -> None:
     """In the forked child: become the client's process (stdio, folder, environment, arguments), run
     ``r2m <argv>`` and exit with its status. Never returns."""
     code = 1
     try:
         listener.close()
+        if control is not None:
+            control.close()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # a stop signal the server sent right after the fork waited, blocked, for these handlers
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         for std, fd in enumerate(fds):
             os.dup2(fd, std)
             os.close(fd)
@@ -100,6 +109,8 @@ def _run_job(listener: socket.socket, conn: socket.socket, job: dict, fds: list[
         code = target(list(job["argv"]))
     except SystemExit as err:
         code = err.code if isinstance(err.code, int) else 1
+    except KeyboardInterrupt:  # SIGINT before the job's own handling
+        code = 128 + signal.SIGINT
     except BaseException as err:  # noqa: BLE001 - the job's last line, then its status
         print(f"r2m: warm job failed: {type(err).__name__}: {err}", file=sys.stderr)
     finally:
@@ -111,12 +122,95 @@ def _run_job(listener: socket.socket, conn: socket.socket, job: dict, fds: list[
         os._exit(code if isinstance(code, int) else 1)
 
 
+def _refuse(conn: socket.socket, job: dict, fds: list[int], signum: int) -> None:
+    """Answer a job that arrives while the run stops: one line on its stderr, status 128 + signal, not run."""
+    try:
+        name = " ".join(job["argv"][:1])
+        os.write(fds[2], f"r2m {name}: not started: the run is stopping ({signal.Signals(signum).name})\n"
+                 .encode())
+    except (OSError, IndexError, KeyError, TypeError):
+        pass
+    for fd in fds:
+        os.close(fd)
+    try:
+        conn.sendall(f"exit {128 + signum}\n".encode())
+    except OSError:
+        pass
+    conn.close()
+
+
+class Control:
+    """The front end's end of its channel to the server (a socket pair; one line per message). To the server:
+    ``engine PID`` (the command's session, killed if the front end dies), ``stop N`` (signal N to every job,
+    refuse new ones), ``kill`` (SIGKILL every job), ``quit`` (wait for the running jobs, then end; the channel
+    closing without ``quit`` means the front end died). From the server: ``ready`` once it has imported
+    :data:`PRELOAD` and takes jobs (until then none runs: a job that connects waits), ``started`` when it starts
+    its first job, ``idle`` once no job runs after a stop."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.sock.setblocking(False)
+        self._heard: set[str] = set()
+        self._buf = b""
+        self._stopped = False
+
+    def _send(self, line: str) -> None:
+        try:
+            self.sock.sendall(line.encode() + b"\n")
+        except OSError:
+            pass
+
+    def _read(self) -> None:
+        try:
+            self._buf += self.sock.recv(256)
+        except (BlockingIOError, OSError):
+            return
+        *lines, self._buf = self._buf.split(b"\n")
+        self._heard.update(line.decode() for line in lines)
+
+    def engine(self, pid: int) -> None:
+        self._send(f"engine {pid}")
+
+    def stop(self, signum: int) -> None:
+        self._stopped = True
+        self._send(f"stop {signum}")
+
+    def kill(self) -> None:
+        self._send("kill")
+
+    @property
+    def ready(self) -> bool:
+        self._read()
+        return "ready" in self._heard
+
+    def idle(self) -> bool:
+        """Since the stop, no job runs (the server said so, or it has not taken any job yet)."""
+        return self._stopped and (not self.ready or "idle" in self._heard)
+
+    @property
+    def started(self) -> bool:
+        """The server has run a job (the engine's jobs are its jobs: not a cluster executor's)."""
+        self._read()
+        return "started" in self._heard
+
+    def quit(self, server: int) -> None:
+        """Tell the server (process ``server``) to end and wait for it: it ends once its running jobs have; one
+        still importing :data:`PRELOAD` has none and is killed instead of waited for."""
+        ready = self.ready
+        self._send("quit")
+        self.sock.close()
+        if not ready:
+            _kill(server, signal.SIGKILL)
+        os.waitpid(server, 0)
+
+
 def serve(listener: socket.socket, target: Target, stop: threading.Event | None = None, log: Path | None = None,
-          parent: int | None = None) -> None:
-    """Accept jobs until ``stop`` is set (or SIGTERM), or, given ``parent`` (the pid of ``r2m warm``), until
-    that process is gone (killed by any signal, ``kill -9`` included: this process is then another's child);
-    fork each job to run ``target(argv)`` (``r2m <argv>``); tell its client how it ended (and ``log``, when
-    given: one line per job start and end). Jobs already running go on to their end."""
+          control: socket.socket | None = None) -> None:
+    """Accept jobs, fork each to run ``target(argv)`` (``r2m <argv>``) and tell its client how it ended (and
+    ``log``, when given: one line per job start and end), until ``stop`` is set or SIGTERM comes — or, given
+    ``control`` (the server of ``r2m warm``, whose front end speaks :class:`Control`), until it says ``quit``
+    (then after the running jobs end) or is gone (the front end was killed: its command's session and every job
+    are killed with SIGKILL). Stop signals do not stop a server with a control channel: it acts on ``stop``."""
     def note(line: str) -> None:
         if log is not None:
             with open(log, "a", encoding="utf-8") as f:
@@ -126,11 +220,58 @@ def serve(listener: socket.socket, target: Target, stop: threading.Event | None 
     sel.register(listener, selectors.EVENT_READ)
     running: dict[int, socket.socket] = {}
     done = stop or threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    while not done.is_set():
-        if parent is not None and os.getppid() != parent:  # r2m warm died without stopping us
-            break
-        for _key, _ in sel.select(timeout=0.05):
+    stopping: int | None = None  # the stop signal, once asked
+    engine: int | None = None
+    quitting = told_idle = ran = False
+    if control is None:
+        signal.signal(signal.SIGTERM, lambda *_: done.set())
+    else:
+        sel.register(control, selectors.EVENT_READ)
+    pending = b""
+
+    def kill_jobs() -> None:
+        for pid in running:
+            _kill(pid, signal.SIGKILL)
+
+    while not done.is_set() and not (quitting and not running):
+        events = sel.select(timeout=0.05)
+        for key, _ in sorted(events, key=lambda e: e[0].fileobj is not control):  # a stop before new jobs
+            if key.fileobj is control:
+                try:
+                    data = control.recv(256)
+                except OSError:
+                    data = b""
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    word, _, arg = line.decode().partition(" ")
+                    if word == "engine":
+                        engine = int(arg)
+                    elif word == "stop" and stopping is None:
+                        stopping = int(arg)
+                        note(f"stop {signal.Signals(stopping).name}")
+                        for pid in running:
+                            _kill(pid, stopping)
+                            _kill(pid, signal.SIGCONT)  # a stopped job (Ctrl-Z, SIGSTOP) handles it too
+                    elif word == "kill":
+                        kill_jobs()
+                    elif word == "quit":
+                        quitting = True
+                if not data:  # the front end is gone
+                    sel.unregister(control)
+                    control.close()
+                    control = None
+                    if not quitting:  # killed: take its command and the jobs with it
+                        if engine is not None:
+                            _kill(-engine, signal.SIGKILL)
+                        kill_jobs()
+                        quitting = True
+                if quitting and listener.fileno() >= 0:
+                    sel.unregister(listener)
+                    listener.close()
+                continue
+            if listener.fileno() < 0:  # closed just now (quit)
+                continue
             conn, _ = listener.accept()
             try:
                 job, fds = _recv_job(conn)
@@ -138,15 +279,22 @@ def serve(listener: socket.socket, target: Target, stop: threading.Event | None 
                 print(f"r2m warm: a job could not be read: {err}", file=sys.stderr)
                 conn.close()
                 continue
+            if stopping is not None:
+                note(f"refused r2m {' '.join(job['argv'])}")
+                _refuse(conn, job, fds, stopping)
+                continue
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _run_job(listener, conn, job, fds, target)
+                _run_job(listener, conn, job, fds, target, control)
             for fd in fds:
                 os.close(fd)
             running[pid] = conn
             note(f"start {pid} r2m {' '.join(job['argv'])}")
+            if not ran and control is not None:
+                ran = True
+                _tell(control, b"started\n")
         while running:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -164,24 +312,26 @@ def serve(listener: socket.socket, target: Target, stop: threading.Event | None 
                 except OSError:
                     pass
                 conn.close()
-    listener.close()
+        if stopping is not None and not running and not told_idle and control is not None:
+            _tell(control, b"idle\n")
+            told_idle = True
+    if listener.fileno() >= 0:
+        listener.close()
 
 
-def run_command(argv: list[str], env: dict[str, str]) -> int:
-    """Run the wrapped command to its end; SIGTERM/SIGHUP to us reach it (it stops its jobs), Ctrl-C reaches it
-    by itself (we wait on)."""
+def _tell(control: socket.socket, line: bytes) -> None:
     try:
-        command = subprocess.Popen(argv, env=env)
-    except FileNotFoundError:
-        print(f"r2m warm: {argv[0]}: command not found", file=sys.stderr)
-        return 127
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda signum, _: command.send_signal(signum))
-    while True:
-        try:
-            return command.wait()
-        except KeyboardInterrupt:
-            continue
+        control.sendall(line)
+    except OSError:
+        pass
+
+
+def _kill(pid: int, signum: int) -> None:
+    """``os.kill`` of a job (or, ``pid`` < 0, a process group) that may have ended meanwhile."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def open_socket() -> tuple[socket.socket, Path]:
@@ -212,33 +362,51 @@ def main(argv: list[str], target: Target, modules: Iterable[str] = ()) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    signals = front.Signals()  # from now on a stop signal is kept, not lost
+    try:
+        return _main(argv, target, modules, log, signals)
+    finally:
+        signals.restore()
+
+
+def _main(argv: list[str], target: Target, modules: Iterable[str], log: Path | None, signals: front.Signals) -> int:
+    env = {k: v for k, v in os.environ.items() if k not in (SOCKET_ENV, SLURM_ENV)}
     try:
         listener, folder = open_socket()
     except OSError as err:
         print(f"r2m warm: no socket for the server ({err.strerror or err}); its jobs start cold", file=sys.stderr)
-        return run_command(argv, {k: v for k, v in os.environ.items() if k != SOCKET_ENV})
-    path = str(folder / "socket")
-    missing = preload(modules)  # before the fork: the jobs share these pages
-    if missing:
-        print(f"r2m warm: not preloaded (imported by their jobs): {', '.join(missing)}", file=sys.stderr)
+        return front.run(argv, env, signals)
     sys.stdout.flush()
     sys.stderr.flush()
-    front = os.getpid()
+    ours, theirs = socket.socketpair()
     server = os.fork()
     if server == 0:
         try:
-            os.setsid()  # the terminal's Ctrl-C reaches the command, and a job only through its client
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            serve(listener, target, log=log, parent=front)
+            ours.close()
+            os.setsid()  # no terminal's or process group's signal reaches the server; the front end asks it
+            # blocked, not ignored: a job forked from here gets a stop signal sent right after its fork once it
+            # has its own handlers (_run_job), instead of losing it to an inherited SIG_IGN
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            # here, not in the front end: the jobs (forks of the server) share these pages, and the front end
+            # stays a small process (it starts COMMAND meanwhile; a job that connects early waits in the backlog)
+            missing = preload(modules)
+            if missing:
+                print(f"r2m warm: not preloaded (imported by their jobs): {', '.join(missing)}", file=sys.stderr)
+            theirs.sendall(b"ready\n")
+            serve(listener, target, log=log, control=theirs)
         finally:
             remove_socket(folder)  # also when r2m warm was killed and cannot
             os._exit(0)
     listener.close()
+    theirs.close()
+    control = Control(ours)
     try:
-        return run_command(argv, {**os.environ, SOCKET_ENV: path})
+        env = {**env, SOCKET_ENV: str(folder / "socket"), SLURM_ENV: os.environ.get("SLURM_JOB_ID", "")}
+        return front.run(argv, env, signals, control)
     finally:
-        os.kill(server, signal.SIGTERM)
-        os.waitpid(server, 0)
+        control.quit(server)
         remove_socket(folder)
 
 
