@@ -42,8 +42,10 @@ MACROS = """\
 {%- endmacro %}
 {% macro interval_parts(t) %}
 {% if t.diffs %}
-<p class="caption"><b>Paired differences</b> (row &minus; reference, &times; 100; paired bootstrap over the test \
-images, pooled over the seeds both rows ran, named in &ldquo;vs&rdquo; when one row has seeds the other lacks; * = the 95&nbsp;% interval excludes 0, n.s. = it does not):</p>
+<p class="caption"><b>Differences</b> (row &minus; reference, &times; 100: the means over the seeds both rows ran, \
+named in &ldquo;vs&rdquo; when one row has seeds the other lacks, on the images both scored; * = Holm-adjusted p \
+&le; 0.05 within the family of the table&rsquo;s comparisons on that dataset and metric, n.s. = not, with the minimum \
+detectable effect (mde) beside it):</p>
 {{ metrics_table(t.diffs) }}
 {% endif %}
 {% if t.sentence %}<p class="caption">{{ t.sentence }}</p>{% endif %}
@@ -57,8 +59,8 @@ images, pooled over the seeds both rows ran, named in &ldquo;vs&rdquo; when one 
 <i>Italic grey</i> rows are the paper's published numbers, <b>bold</b> rows this run. \
 Empty cells: not reported in the paper, or not computed here \
 (SPICE needs Stanford CoreNLP jars that are not available offline). Below each value of this run: its \
-95&nbsp;% interval [low, high] &mdash; Student t over seeds when a row has several, else the percentile bootstrap \
-over the test images (1,000 resamples, fixed seed). {{ concept_note }}</p>
+95&nbsp;% interval [low, high] &mdash; t over the seeds and the test images (variance components: the seeds&rsquo; \
+spread and the image component from 1,000 bootstrap draws, fixed seed; one seed: over the images). {{ concept_note }}</p>
 {% for t in tables %}
 <h3 id="{{ t.name }}">Table {{ t.number }}: {{ t.title }}</h3>
 {% if t.table is none %}
@@ -79,8 +81,8 @@ over the test images (1,000 resamples, fixed seed). {{ concept_note }}</p>
 <p class="caption">Each claim the paper makes with Tables 1&ndash;3, tested on this run&rsquo;s datasets: \
 <b>supported</b> = the difference (higher &minus; lower, &times; 100) has its {{ c.level }} interval wholly \
 above 0 and its adjusted p &lt; {{ c.alpha }}; <b>contradicted</b> = wholly below 0 with adjusted p \
-&lt; {{ c.alpha }}; <b>unresolved</b> = neither (the note says how many test images or seeds would resolve a difference \
-of that size, by <code>r2m power</code>&rsquo;s rule); <b>not testable here</b> = this run has no pair of rows \
+&lt; {{ c.alpha }}; <b>unresolved</b> = neither (the note gives the relative difference beside the published one, and how \
+many test images or seeds would detect the published effect with 80&nbsp;% power after the correction); <b>not testable here</b> = this run has no pair of rows \
 to compare. A verdict is about this run&rsquo;s data, not a reproduction of the paper&rsquo;s benchmark numbers. \
 {{ c.counts }}.</p>
 <table class="metrics"><thead><tr>{% for h in c.header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>\
