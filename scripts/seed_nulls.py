@@ -8,7 +8,8 @@ writes a params.yaml that runs R2M alone on ``--dataset`` at seeds ``0 … N−1
 ``seeds`` override), has Snakemake evaluate every seed's final checkpoint and its L_XE checkpoint, and
 prints the wall and CPU seconds of that (children's user + sys). Then ``r2m bench significance --runs
 …/s*/train_i --plant …/s*/train_xe`` on the workspace's results: coverage and marks of the 95 % interval
-on disjoint seed sets and on image-swap nulls, and power on a planted difference. Extra arguments after
+on disjoint seed sets and on image-swap nulls, and power on a planted difference; the bench's text is also
+saved as ``<workspace>/significance.txt`` (``scripts/doc_numbers.py`` quotes it). Extra arguments after
 ``--`` go to the bench (e.g. ``-- --real-pairs 1000 --seeds 4``).
 """
 
@@ -55,6 +56,20 @@ def workspace(wd: Path, dataset: str, seeds: int) -> None:
     (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
+def stamp_targets(wd: Path, dataset: str, seeds: int, ckpts: tuple[str, ...]) -> None:
+    """Write the stamps of the requested evaluations before Snakemake plans: on a fresh workspace it reports
+    a requested job's own stamp missing instead of writing it (``snakemake all`` does not meet this)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from r2m import params as P
+    from r2m.stage import registry as S
+    from r2m.stage.record import Planner
+
+    planner = Planner(P.validate(yaml.safe_load((wd / "params.yaml").read_text())), wd)
+    for k in range(seeds):
+        for ckpt in ckpts:
+            planner.plan(S.get("evaluate"), {"dataset": dataset, "variant": "r2m", "seed": str(k), "ckpt": ckpt})
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -75,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
            "R2M_THREADS": "1", "R2M_DEVICE": os.environ.get("R2M_DEVICE", "cpu"), "PYTHONPATH": str(wd / "src")}
     targets = [f"results/{a.dataset}/r2m/s{k}/{ckpt}/per_image.parquet" for k in range(a.seeds)
                for ckpt in ("train_i", a.plant)]
+    stamp_targets(wd, a.dataset, a.seeds, ("train_i", a.plant))
     before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     r = subprocess.run([str(BIN / "snakemake"), "--cores", str(a.cores), *targets], cwd=wd,
                        env=env)
@@ -87,8 +103,19 @@ def main(argv: list[str] | None = None) -> int:
         return r.returncode
     runs = str(wd / f"results/{a.dataset}/r2m/s*/train_i")
     plant = str(wd / f"results/{a.dataset}/r2m/s*/{a.plant}")
-    return subprocess.run([str(BIN / "r2m"), "bench", "significance", "--sizes", "", "--seed-sizes", "",
-                           "--runs", runs, "--plant", plant, *extra], env={**env, "PYTHONPATH": str(ROOT / "src")}).returncode
+    t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run([str(BIN / "r2m"), "bench", "significance", "--sizes", "", "--seed-sizes", "",
+                        "--runs", runs, "--plant", plant, *extra], env={**env, "PYTHONPATH": str(ROOT / "src")},
+                       capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_bench = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    text = (r.stdout.replace(str(wd) + "/", "") + f"(training and scoring {a.seeds} seeds: {wall:.0f} s wall, {cpu:.0f} CPU s "
+            f"if run now; the bench: {time.perf_counter() - t0:.0f} s wall, {cpu_bench:.0f} CPU s)\n")
+    print(text, end="")
+    print(r.stderr, end="", file=sys.stderr)
+    if r.returncode == 0:
+        (wd / "significance.txt").write_text(text)  # what scripts/doc_numbers.py quotes
+    return r.returncode
 
 
 if __name__ == "__main__":
