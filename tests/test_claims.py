@@ -281,3 +281,22 @@ def test_snakemake_plans_the_claims_stage_in_all(tmp_path: Path) -> None:
     for v in ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm"):
         for s in (0, 1, 2):
             assert f"results/demo/{v}/s{s}/train_i/per_image.parquet" in out, (v, s)
+
+
+def test_doc_numbers_quotes_the_runs_claims(tmp_path: Path) -> None:
+    """scripts/doc_numbers.py's claims passage is made from the run's claims.csv: each demo row's numbers."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("doc_numbers", ROOT / "scripts" / "doc_numbers.py")
+    doc_numbers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(doc_numbers)
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "claims.csv").write_text(CL.to_csv(CL.build(["demo"], {2: {("demo", k[1]): v for k, v in
+                                                                                     table2_rows().items()}, 3: {}})))
+    text = doc_numbers.REGIONS["claims-demo"](tmp_path)
+    row = next(r for r in csv.DictReader(open(tmp_path / "reports" / "claims.csv")) if r["claim"] == "t2.no_fm")
+    line = next(x for x in text.splitlines() if x.startswith("| t2.no_fm"))
+    assert f"{row['difference']} [{row['low']}, {row['high']}]" in line and row["verdict"] in line
+    assert f"{row['relative']} % / {row['published_relative']} %" in line
+    with pytest.raises(doc_numbers.Missing):
+        doc_numbers.REGIONS["baselines-rows"](tmp_path)

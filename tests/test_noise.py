@@ -205,3 +205,21 @@ def test_power_with_known_variance_is_the_normal_test() -> None:
         expected = stats.norm.cdf(d / se - z) + stats.norm.cdf(-d / se - z)
         assert N.fit_power(fit, d, 0.0125) == pytest.approx(expected, abs=4 * math.sqrt(0.25 / 10_000))
     assert N.mde(fit, 0.0125) == pytest.approx((z + stats.norm.ppf(0.8)) * se, rel=0.02)
+
+
+# --------------------------------------------------------------------------- the bench's real-seed nulls
+def test_the_bench_counts_coverage_marks_and_power_on_a_pool_of_runs() -> None:
+    """``r2m bench significance --runs``'s loop on a pool of 12 runs of one configuration (no seed effect): the
+    null draws are covered and rarely marked; with B's rows on every image taken from a checkpoint 0.3 better
+    (``--plant``, share 1), every draw is marked in the truth's direction and the truth is covered."""
+    from r2m.evaluation import randomization_bench as RB
+
+    rng = np.random.default_rng(12)
+    base = rng.normal(0.5, 0.3, 30)
+    pool = runs(np.stack([base + rng.normal(0, 0.2, 30) for _ in range(12)]))
+    better = [B.PerImage(r.ids, {"CIDEr": r.columns["CIDEr"] + 0.3}) for r in pool]
+    seeds, single = RB.seed_null(pool, None, 3, 60, 200, seed=1)
+    assert seeds.draws == single.draws == 60
+    assert seeds.covered["CIDEr"] >= 54 and seeds.marked["CIDEr"] <= 6  # 95 % / 5 % with room for 60 draws
+    planted, _ = RB.seed_null(pool, None, 3, 30, 200, seed=2, plant=better, share=1.0, truth={"CIDEr": 0.3})
+    assert planted.marked["CIDEr"] == 30 and planted.covered["CIDEr"] >= 26
