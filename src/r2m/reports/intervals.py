@@ -161,6 +161,8 @@ def summarise(row: RowEval, metrics: Sequence[str], resamples: int = DEFAULT_RES
     images = sizes.pop() if len(sizes) == 1 else (row.first.get("n_images") if seeds == 1 else None)
     values: dict[str, tuple[float | None, float | None, float | None]] = {}
     runs = list(row.stats) if len(row.stats) == seeds and all(s.n >= 2 for s in row.stats) else []
+    if runs and len({frozenset(s.ids) for s in runs}) > 1:  # seeds scored on different images: no common draws
+        runs = []
     have = set.intersection(*(set(s.metrics()) for s in runs)) if runs else set()
     fits = N.fit(runs, (), [m for m in metrics if m in have], resamples, BOOT_SEED) if runs and have else {}
     flat = False
