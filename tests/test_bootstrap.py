@@ -123,11 +123,11 @@ def test_demo_identity_resample_equals_eval_json(tmp_path, repo_root, no_spice, 
         raise AssertionError("scored again")
 
     monkeypatch.setattr(stage, "evaluate_files", no_scoring)
-    got = compare.compare([str(R), str(R)], refs_path, resamples=50)
+    got = compare.compare([[str(R)], [str(R)]], refs_path, resamples=50)
     assert got["systems"][1]["metrics"]["CIDEr"]["value"] == pytest.approx(reported["CIDEr"], abs=1e-9)
     _write(R / "captions.json", caps[::-1])  # same captions, another file: its digest no longer matches
     with pytest.raises(AssertionError, match="scored again"):
-        compare.compare([str(R), str(R)], refs_path, resamples=50)
+        compare.compare([[str(R)], [str(R)]], refs_path, resamples=50)
 
 
 # --------------------------------------------------------------------------- intervals
@@ -199,7 +199,9 @@ def test_planted_null_is_not_marked_more_often_than_the_level(corpus):
 # --------------------------------------------------------------------------- t over seeds
 @pytest.mark.parametrize(("df", "table"), [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045)])
 def test_t_quantile_matches_the_t_table(df, table):
-    assert B.t_quantile(0.95, df) == pytest.approx(table, abs=5e-4)
+    from r2m.evaluation import tdist
+
+    assert tdist.t_two_sided(0.95, df) == pytest.approx(table, abs=5e-4)
 
 
 def test_t_interval_hand_worked():

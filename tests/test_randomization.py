@@ -1,11 +1,9 @@
-"""Approximate randomization, seed-aware differences, Holm, p text and limits (src/r2m/evaluation/randomization.py).
+"""Approximate randomization, Holm, p text and limits (src/r2m/evaluation/randomization.py); ``r2m compare``.
 
 Expectations from outside the code: mid-p values enumerated by hand over all 2^4 swaps of four images,
 the same counts from a plain loop over explicitly swapped systems (BLEU's corpus form), Holm's
-adjusted p-values of a hand-made vector, a t test p from the closed form for 2 degrees of freedom,
-planted nulls whose rate of marks must be 5 % ± 3 Monte-Carlo standard errors (CR≥1 at 16 images: the
-sign test's rate worked out with binomial arithmetic), and seed-level planted nulls whose rate must not
-exceed 5 % + 3 SE."""
+adjusted p-values of a hand-made vector, planted nulls whose rate of marks must be 5 % ± 3 Monte-Carlo
+standard errors (CR≥1 at 16 images: the sign test's rate worked out with binomial arithmetic)."""
 
 from __future__ import annotations
 
@@ -119,13 +117,6 @@ def test_p_text_never_claims_below_its_floor():
     assert RZ.p_text(1.0, 0.001) == "p=1"
 
 
-def test_t_test_p_closed_form_for_two_degrees_of_freedom():
-    """d = 1, 2, 3: t = 2 / (1 / √3) = 3.4641; for df = 2 the two-sided p is 1 − t / √(t² + 2) = 0.0742."""
-    t = 2 * math.sqrt(3)
-    assert RZ.t_test_p([1, 2, 3]) == pytest.approx(1 - t / math.sqrt(t * t + 2), abs=1e-9)
-    assert RZ.t_test_p([2, 2, 2]) == 0.0 and RZ.t_test_p([0, 0]) == 1.0
-
-
 def test_counts_outside_the_limits():
     assert RZ.min_resamples(0.95) == 200 and RZ.min_resamples(0.9) == 100
     assert "below the floor of 200" in RZ.check_count("resamples", 3, 200, RZ.MAX_RESAMPLES)
@@ -134,20 +125,6 @@ def test_counts_outside_the_limits():
         RZ.check_count("resamples", 10**8, 200, RZ.MAX_RESAMPLES)
     with pytest.raises(ValueError, match="above the limit"):
         B.bootstrap_ci(_mean_system("ab", CIDEr=[1, 2]), resamples=10**8)
-
-
-# --------------------------------------------------------------------------- seeds
-def test_three_identical_seed_pairs_keep_the_image_interval():
-    """Three seeds whose per-seed differences are equal: the seed half-width is 0 (not a zero-width
-    interval overall: the image spread remains), the t test rejects, so the randomization decides."""
-    rng = np.random.default_rng(0)
-    a = _mean_system([str(i) for i in range(30)], CIDEr=rng.random(30))
-    b = B.PerImage(a.ids, {"CIDEr": a.columns["CIDEr"] + rng.normal(0.05, 0.2, 30)})
-    got = RZ.seed_difference([(a, b)] * 3, trials=999)["CIDEr"]
-    assert got.seeds == 3 and got.p_seeds == 0.0 and got.p == got.p_images
-    assert got.low < got.delta < got.high and got.high - got.low > 0.01
-    one = RZ.seed_difference([(a, b)], trials=999)["CIDEr"]
-    assert one.seeds == 1 and one.p_seeds is None and one.method == RZ.IMAGES_ONLY
 
 
 # --------------------------------------------------------------------------- calibration
@@ -228,44 +205,6 @@ def test_planted_null_marks_at_the_nominal_rate(corpus, n):  # noqa: F811
         assert expected < 0.05 - 3 * math.sqrt(0.05 * 0.95 / 1000)  # below the band: the known shortfall
 
 
-def _seed_null_rates(seed_sd: float, pairs: int, n: int = 16, k: int = 3, image_sd: float = 0.2,
-                     seed: int = 0) -> tuple[dict[str, float], dict[str, float]]:
-    """Seed-level planted nulls: six training runs, three for A and three for B, every run drawn alike —
-    per image a score ``difficulty_i + u_run + e_run,i`` (``u`` ~ N(0, seed_sd²), the run's seed effect, the
-    same on every image; ``e`` ~ N(0, image_sd²)) — paired seed by seed on the same ``n`` images. The rates
-    of marks of the seed-aware test and of its randomization within seeds alone."""
-    rng = np.random.default_rng(seed)
-    ids = [str(i) for i in range(n)]
-    hits, within = {"CIDEr": 0, "ROUGE_L": 0}, {"CIDEr": 0, "ROUGE_L": 0}
-    for j in range(pairs):
-        difficulty = {m: rng.random(n) for m in hits}
-        runs = [_mean_system(ids, **{m: difficulty[m] + rng.normal(0, seed_sd) + rng.normal(0, image_sd, n)
-                                     for m in hits}) for _ in range(2 * k)]
-        got = RZ.seed_test([(runs[s], runs[k + s]) for s in range(k)], trials=999, seed=j)
-        for m in hits:
-            hits[m] += got[m].p <= 0.05
-            within[m] += got[m].p_images <= 0.05
-    return {m: h / pairs for m, h in hits.items()}, {m: h / pairs for m, h in within.items()}
-
-
-@pytest.mark.parametrize("seed_sd", [0.0, 1.0])
-def test_seed_level_planted_null_marks_at_most_at_the_nominal_rate(seed_sd):
-    """400 seed-level planted nulls of 3 seeds per system on 16 images: the seed-aware test marks at
-    most 5 % + 3 SE (8.3 %). Seed effects large against the image noise (sd 1 against 0.2 / √16 per
-    seed): the randomization within seeds rejects almost always, so the decision is Student's t over
-    three normal per-seed differences, exact at 5 % — the rate must be within 5 % ± 3 SE, while the
-    within-seed randomization alone (a test that ignores the seeds) marks most of the nulls. No seed
-    effect: both tests must reject, and the rate is below 5 % (printed: how conservative)."""
-    pairs = 400
-    rates, within = _seed_null_rates(seed_sd, pairs, seed=int(10 * seed_sd))
-    print(f"seed-level null, seed sd {seed_sd}: seed-aware {rates}, within seeds only {within}")
-    se = math.sqrt(0.05 * 0.95 / pairs)
-    for m, r in rates.items():
-        assert r <= 0.05 + 3 * se, (m, r)
-        if seed_sd > 0:
-            assert r >= 0.05 - 3 * se and within[m] > 0.5, (m, r, within[m])
-
-
 def test_better_on_every_image_is_marked_at_16_images(corpus):  # noqa: F811
     """B captions each image with one of its references: better on every image; 16 images, 999 trials."""
     refs, _, (a, _) = corpus
@@ -279,26 +218,40 @@ def test_better_on_every_image_is_marked_at_16_images(corpus):  # noqa: F811
 
 
 # --------------------------------------------------------------------------- r2m compare
-def test_compare_marks_by_randomization_and_refuses_counts_outside_the_limits(tmp_path, capsys, no_spice,  # noqa: F811
-                                                                             shared_meteor_pool):  # noqa: F811
+def test_compare_takes_several_seeds_per_system_and_refuses_counts_outside_the_limits(
+        tmp_path, capsys, no_spice, shared_meteor_pool):  # noqa: F811
+    """Three systems of one run each: every metric's family holds its two differences against A (Holm). Two
+    systems of two runs each (``--system``): the seed terms enter — A's two runs are one file twice, so A's
+    seed variance is 0 and B's (a run and a worse run) is the variance of its two corpus values."""
     from r2m.cli import main
 
     refs, a = _compare_files(tmp_path)
-    assert main(["compare", "--references", str(refs), str(a), str(a), str(a), "--json", "--trials", "500"]) == 0
+    assert main(["compare", "--references", str(refs), str(a), str(a), str(a), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["trials"] == 500 and out["family"] == 2 * 7 and "Holm" in out["correction"]
+    assert out["family"] == 2 and "Holm" in out["correction"]
     d = out["differences"][1]["metrics"]["CIDEr"]
-    assert (d["p"], d["p_holm"], d["mark"]) == (1.0, 1.0, "n.s.") and d["exact"]  # 2 images: 4 swaps, all tied
-    # one resample: no interval, no mark (an interval of one draw need not hold its estimate)
-    assert main(["compare", "--references", str(refs), str(a), str(a), "--resamples", "1", "--trials", "3"]) == 0
+    assert (d["delta"], d["p"], d["p_holm"], d["mark"], d["family"]) == (0.0, 1.0, 1.0, "n.s.", 2)
+    worse = tmp_path / "worse.json"
+    worse.write_text(json.dumps([{"image_id": i["image_id"], "caption": "a"} for i in json.loads(a.read_text())]))
+    assert main(["compare", "--references", str(refs), "--system", str(a), str(a), "--system", str(a), str(worse),
+                 "--json", "--scorers", "bleu,cider"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    d = out["differences"][0]["metrics"]["CIDEr"]
+    values = [s["metrics"]["CIDEr"]["value"] for s in out["systems"]]
+    assert d["runs"] == [2, 2] and d["components"]["seed_a"] == 0.0
+    assert d["delta"] == pytest.approx(values[1] - values[0], abs=1e-12)
+    assert out["systems"][1]["paths"] == [str(a), str(worse)]
+    # one resample: no interval, no mark
+    assert main(["compare", "--references", str(refs), str(a), str(a), "--resamples", "1"]) == 0
     text = capsys.readouterr().out
     assert "resamples 1 below the floor of 200: no interval printed" in text
-    assert "trials 3 below the floor of 199: no mark printed" in text
-    line = next(x for x in text.splitlines() if "B − A" in x and x.startswith("CIDEr") or "B − A" in x)
+    line = next(x for x in text.splitlines() if "B − A" in x)
     assert "[no interval]" in line and " * " not in line and "n.s." not in line
-    for flag in ("--resamples", "--trials"):
-        with pytest.raises(SystemExit) as stop:
-            main(["compare", "--references", str(refs), str(a), str(a), flag, "100000000"])
-        assert stop.value.code == 2
-        err = capsys.readouterr().err
-        assert "at most 1,000,000" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", "--references", str(refs), str(a), str(a), "--resamples", "100000000"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "at most 1,000,000" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit):
+        main(["compare", "--references", str(refs), str(a), "--system", str(a)])
+    assert "either as RESULTS" in capsys.readouterr().err

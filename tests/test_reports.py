@@ -96,7 +96,7 @@ def test_table1(tmp_path, repo_root):
     assert list(rows[0]) == ["dataset", "method", "source", *(x for c in metric_cols for x in (c, f"{c}_lo", f"{c}_hi")),
                              "seeds", "images", "interval", "split", "vs", "d_seeds",
                              *(x for c in metric_cols for x in (f"d_{c}", f"d_{c}_lo", f"d_{c}_hi", f"d_{c}_p",
-                                                                f"d_{c}_holm", f"d_{c}_mark")),
+                                                                f"d_{c}_holm", f"d_{c}_mark", f"d_{c}_mde")),
                              "note"]
     tiny = [r for r in rows if r["dataset"] == "tiny"]
     assert len(tiny) == 1 and tiny[0]["source"] == "this run"  # no published rows for tiny
@@ -110,7 +110,7 @@ def test_table1(tmp_path, repo_root):
     md = (tmp_path / "reports/table1.md").read_text()
     assert "# Table 1" in md and "| MSCOCO↔Shutterstock | UC-GAN | published | 41.0 |" in md
     assert re.search(r"\| tiny \| R2M \| this run \| 40\.3 \[[\d.]+, [\d.]+\] \|", md)
-    assert (ours["seeds"], ours["images"], ours["interval"]) == ("1", "8", "bootstrap over images")
+    assert (ours["seeds"], ours["images"], ours["interval"]) == ("1", "8", "t over images")
     assert "CR = concept recall" in md
 
 
@@ -145,7 +145,7 @@ def test_table2_and_table3(tmp_path, repo_root):
     assert cs[1]["source"] == "this run" and cs[1]["B-1"] == "41.3"  # no_fm (index 1), train_i (3): 0.4 + 0.01 + 0.003
     t3 = read_csv(tmp_path / "reports/table3.csv")
     assert [r["method"] for r in t3 if r["dataset"] == "tiny"] == ["L_XE", "+L_rec^S", "+L_M^I", "+L_rec^I"]
-    assert [r["vs"] for r in t3 if r["dataset"] == "tiny"] == ["R2M final (+L_rec^I)"] * 3 + [""]
+    assert [r["vs"] for r in t3 if r["dataset"] == "tiny"] == ["", "L_XE", "+L_rec^S", "+L_M^I"]  # the stage before
     assert all(r["d_C_mark"] in ("*", "n.s.") for r in t3 if r["vs"])
     pub = [r for r in t3 if r["source"] == "published"]
     assert [r["C"] for r in pub] == ["25.4", "27.0", "28.9", "29.0"]
@@ -276,8 +276,8 @@ def test_html_page(tmp_path, repo_root):
     assert "&lt;b&gt;" in page  # captions escaped
     # every number of this run with its interval, the paired differences, one sentence per table
     assert re.search(r'<td class="num">29\.0<br><small class="ci">\[[\d.]+, [\d.]+\]</small></td>', page)
-    assert page.count("Paired differences</b>") == 2  # Tables 2 and 3 (Table 1 compares nothing)
-    assert page.count("seed(s) and 8 test images each; 95 % intervals: bootstrap over images.") == 3
+    assert page.count("<b>Differences</b>") == 2  # Tables 2 and 3 (Table 1 compares nothing)
+    assert page.count("seed(s) and 8 test images each; 95 % intervals: t over images.") == 3
     assert "reports/figures/coco_shutterstock/index.json is missing" in page
 
 
@@ -395,12 +395,13 @@ def test_identical_images_give_a_zero_width_interval():
     for c in ("B-1", "B-4", "R", "C"):
         assert ours[c] == ours[f"{c}_lo"] == ours[f"{c}_hi"] != "", c
     assert ours["C"] == "50.0" and ours["R"] == "40.0"  # per-image means × 100
-    assert (ours["seeds"], ours["images"], ours["interval"]) == ("1", "12", "bootstrap over images")
+    assert (ours["seeds"], ours["images"], ours["interval"]) == ("1", "12", "t over images")
     assert ours["M_lo"] == "" and ours["S"] == ""  # no METEOR statistics, no SPICE: no interval
 
 
 def test_t_interval_over_two_seeds_by_hand():
-    """Two seeds with CIDEr 0.20 and 0.30: mean 0.25, s = 0.0707, t(0.975, df=1) = 12.706 (t table),
+    """Two seeds with CIDEr 0.20 and 0.30 on every image: no image component (each run is the same on every
+    image), so the interval is t over the seeds: mean 0.25, s = 0.0707, t(0.975, df=1) = 12.706 (t table),
     half-width 12.706 · 0.0707 / √2 = 0.6353 → 25.0 [-38.5, 88.5] × 100."""
     from r2m.reports import intervals as I
 
@@ -409,11 +410,10 @@ def test_t_interval_over_two_seeds_by_hand():
     rows = tables.build_rows(tables.TABLES["table1"], ["demo"], ["r2m"], {("demo", "r2m"): I.RowEval(evs, stats)})
     ours = dict(zip(tables.HEADER, rows[0], strict=True))
     assert (ours["C"], ours["C_lo"], ours["C_hi"]) == ("25.0", "-38.5", "88.5")
-    # equal seeds: not a zero-width t interval but the bootstrap over seed 0's images, which are all the
-    # same here (BLEU-1 = 6/10 · exp(1 − 11/10) = 0.5429 on every resample)
+    # equal seeds on identical images: nothing varies (BLEU-1 = 6/10 · exp(1 − 11/10) = 0.5429 on every draw)
     assert (ours["B-1"], ours["B-1_lo"], ours["B-1_hi"]) == ("50.0", "54.3", "54.3")
     assert (ours["seeds"], ours["images"]) == ("2", "5")
-    assert ours["interval"] == "t over seeds; bootstrap over images where the seeds agree"
+    assert ours["interval"] == "t over seeds and images"
 
 
 def _table2_files(root: Path, better: float) -> None:
@@ -445,23 +445,27 @@ def test_row_better_on_every_image_is_marked_and_an_equal_one_is_not(tmp_path, r
         assert (r["d_B-4"], r["d_B-4_lo"], r["d_B-4_hi"], r["d_B-4_mark"]) == ("0.0", "0.0", "0.0", "n.s.")
     assert by["R2M"]["vs"] == "" and by["R2M"]["d_C_mark"] == ""  # the reference is not compared with itself
     md = (tmp_path / "reports/table2.md").read_text()
-    assert "## Paired differences" in md and "+5.0 [" in md
+    assert "## Differences" in md and "+5.0 [" in md
     assert "D w/o FM (tiny) on C" in md and "20 test images" in md
-    # one family per table: 4 compared rows × 8 metrics with statistics (B-1..4, R, C, CR, CR≥1)
-    assert "Holm's step-down correction" in md and "(32 differences = compared rows × metrics)" in md
-    assert "Primary metric: C (CIDEr)" in md and "Rows paired over one seed: test images only" in md
+    # one family per dataset and metric: the table's 4 comparisons
+    assert "Holm's step-down correction" in md and "(this table's 4 comparisons)" in md
+    assert "Primary metric: C (CIDEr)" in md and "Rows with one seed each: test images only" in md
     r = by["D w/o FM"]
-    assert r["d_seeds"] == "1" and float(r["d_C_p"]) == pytest.approx(0.5 / 10001, rel=1e-3)  # the mid-p's floor (4 digits)
-    assert float(r["d_C_holm"]) == pytest.approx(32 * 0.5 / 10001, rel=1e-3)  # the smallest of 32 p's, times 32
+    # one seed each, +0.05 on every image: the paired variance over images is 0, so p = 0 (Holm: 0 · 4)
+    assert r["d_seeds"] == "1" and (r["d_C_p"], r["d_C_holm"]) == ("0", "0")
+    assert r["d_C_mde"] == "0.0"
 
 
-def test_paired_difference_over_two_seeds_adds_seed_and_image_spread():
-    """Two seeds per row: the difference is the mean of the per-seed CIDEr differences; its half-width
-    is t(0.975, df=1) = 12.706 (t table) · s_d / √2 and z = 1.95996 · sd of the seed-averaged paired
-    bootstrap draws added in quadrature, recomputed here with plain numpy from the same image draws."""
+def test_a_difference_over_two_seeds_counts_each_source_of_noise_once():
+    """Two seeds per row: the difference of the rows' means over seeds; its variance is each row's sample
+    variance over its seeds / 2 plus the image component — the covariance between two different runs over the
+    same 1,000 image draws (bootstrap covariances × n / (n − 1)): B's pair + A's pair − 2 · the mean across —
+    and its interval is t at the Welch–Satterthwaite df of the three terms (scipy's t), all recomputed here
+    with plain numpy from the same image draws."""
     import math
 
     import numpy as np
+    from scipy import stats
 
     from r2m.evaluation.bootstrap import resample_indices
     from r2m.reports import intervals as I
@@ -470,15 +474,17 @@ def test_paired_difference_over_two_seeds_adds_seed_and_image_spread():
     b = [random_stats(15, seed=s) for s in (3, 4)]
     got = I.paired(I.RowEval([{}, {}], b), I.RowEval([{}, {}], a), ["CIDEr"])["CIDEr"]
     draws = resample_indices(15, 1000, I.BOOT_SEED)
-    ca = np.stack([s.columns["CIDEr"] for s in a])  # [seeds, images]
-    cb = np.stack([s.columns["CIDEr"] for s in b])
-    per_seed = cb.mean(axis=1) - ca.mean(axis=1)
-    boot = cb[:, draws].mean(axis=(0, 2)) - ca[:, draws].mean(axis=(0, 2))
-    half = math.hypot(12.7062 * per_seed.std(ddof=1) / math.sqrt(2), 1.959964 * boot.std(ddof=1))
-    assert got.seeds == 2 and got.delta == pytest.approx(per_seed.mean(), abs=1e-12)
-    assert (got.low, got.high) == (pytest.approx(per_seed.mean() - half, abs=1e-4),
-                                   pytest.approx(per_seed.mean() + half, abs=1e-4))
-    assert got.p == max(got.p_images, got.p_seeds)
+    values = np.stack([s.columns["CIDEr"] for s in (*b, *a)])  # [runs, images]: B's two, then A's two
+    cov = np.cov(values[:, draws].mean(axis=2), ddof=1) * 15 / 14
+    image = cov[0, 1] + cov[2, 3] - (cov[0, 2] + cov[0, 3] + cov[1, 2] + cov[1, 3]) / 2
+    means = values.mean(axis=1)
+    terms = [np.var(means[:2], ddof=1) / 2, np.var(means[2:], ddof=1) / 2, max(image, 0.0)]
+    df = sum(terms) ** 2 / (terms[0] ** 2 + terms[1] ** 2 + terms[2] ** 2 / 14)
+    delta = means[:2].mean() - means[2:].mean()
+    half = stats.t.ppf(0.975, df) * math.sqrt(sum(terms))
+    assert got.runs == (2, 2) and got.value == pytest.approx(delta, abs=1e-12)
+    assert (got.low, got.high) == (pytest.approx(delta - half, abs=1e-9), pytest.approx(delta + half, abs=1e-9))
+    assert got.p == pytest.approx(2 * stats.t.sf(abs(delta) / math.sqrt(sum(terms)), df), rel=1e-6)
 
 
 def test_a_one_seed_row_is_paired_with_the_references_same_seed_only(tmp_path, repo_root):
@@ -508,19 +514,20 @@ def test_a_one_seed_row_is_paired_with_the_references_same_seed_only(tmp_path, r
         assert (r["d_C"], r["d_C_lo"], r["d_C_hi"], r["d_C_mark"]) == ("0.0", "0.0", "0.0", "n.s.")
 
 
-def test_three_seed_rows_are_paired_seed_by_seed_and_seed_spread_decides(tmp_path, repo_root):
-    """Every row at seeds 0-2. D w/o FM is 0.05 CIDEr above R2M on every image at every seed: per-seed
-    differences 5, 5, 5 (× 100), t test p = 0, the randomization p at its floor: marked. D w/o Memory in RM
-    is above R2M on every image at seed 0 (+0.3) but below at seeds 1 and 2 (−0.1, −0.15): within each
-    seed the images agree, yet the mean difference +1.7 has t = 0.017 / (0.2466 / √3) = 0.12 over the seeds
-    (df 2, p = 0.92): n.s., and its interval holds 0."""
+def test_three_seed_rows_and_the_seed_spread_decides(tmp_path, repo_root):
+    """Every row at seeds 0-2, each seed with an effect of its own (R2M 0, +0.4, −0.4 points; the others
+    ±0.2). D w/o FM is 5 points above R2M on every image: marked after Holm over the table's 4 CIDEr
+    comparisons. D w/o Memory in RM is above R2M on every image at seed 0 (+30) but below at seeds 1 and 2
+    (−10, −15): within each seed the images agree, yet over the seeds the mean +1.7 is n.s. and its interval
+    holds 0 (a test over the images alone would mark it)."""
     from r2m.evaluation.bootstrap import PerImage, corpus_metrics
 
     base = random_stats(20, seed=7)
     shift = {"no_fm": (0.05, 0.05, 0.05), "d_lstm": (0.3, -0.1, -0.15)}
+    own = {"r2m": (0.0, 0.004, -0.004)}
     for v in VARIANT_NAMES:
         for seed in range(3):
-            cider = base.columns["CIDEr"] + 0.02 * seed + (shift[v][seed] if v in shift else 0.0)
+            cider = base.columns["CIDEr"] + own.get(v, (0.002, -0.002, 0.0))[seed] + (shift[v][seed] if v in shift else 0.0)
             stats = PerImage(base.ids, {**base.columns, "CIDEr": cider})
             ev = {k: float(x) for k, x in corpus_metrics(stats).items()}
             folder = tmp_path / f"results/tiny/{v}/s{seed}/train_i"
@@ -534,9 +541,10 @@ def test_three_seed_rows_are_paired_seed_by_seed_and_seed_spread_decides(tmp_pat
     fm, d = by["D w/o FM"], by["D w/o Memory in RM"]
     assert fm["vs"] == "R2M" and fm["d_seeds"] == "3" and fm["d_C"] == "5.0" and fm["d_C_mark"] == "*"
     assert (d["d_seeds"], d["d_C"], d["d_C_mark"]) == ("3", "1.7", "n.s.")
-    assert float(d["d_C_lo"]) < 0 < float(d["d_C_hi"]) and float(d["d_C_p"]) > 0.9
+    assert float(d["d_C_lo"]) < 0 < float(d["d_C_hi"]) and float(d["d_C_p"]) > 0.5
+    assert float(d["d_C_mde"]) > 1.7  # n.s., with the difference it would detect beside it
     md = (tmp_path / "reports/table2.md").read_text()
-    assert "Rows paired over 3 seeds" in md and "t test over the seeds' differences" in md
+    assert "Welch-Satterthwaite" in md and "each system's spread over its seeds and the image component" in md
 
 
 def test_published_rows_leave_interval_and_mark_cells_empty(tmp_path, repo_root):
@@ -583,7 +591,7 @@ def test_baselines_rows_compare_each_model_with_the_most_frequent_caption():
     assert float(mrnn["d_C_lo"]) > 0 and mrnn["d_B-4_mark"] == "n.s." and mrnn["d_B-4"] == "0.0"
     assert all(sat[f"d_{c}_mark"] == "n.s." for c in ("B-1", "B-4", "R", "C"))
     assert mf["source"] == "reference point" and mf["vs"] == "" and mf["C_lo"] and mf["seeds"] == "1"
-    assert (mrnn["seeds"], mrnn["images"], mrnn["interval"]) == ("1", "16", "bootstrap over images")
+    assert (mrnn["seeds"], mrnn["images"], mrnn["interval"]) == ("1", "16", "t over images")
     demo = next(r for r in recs if r["dataset"] == "demo")
     assert demo["source"] == "skipped" and demo["note"] == skip["skipped"] and not demo["C_lo"] and not demo["vs"]
     pub = [r for r in recs if r["source"] == "published"]
@@ -641,7 +649,7 @@ def test_tables_are_reproducible_byte_for_byte(tmp_path, repo_root):
     for _ in range(2):
         tables.table2(ctx_for("table2", params, tmp_path))
         got.append(((tmp_path / "reports/table2.csv").read_bytes(), (tmp_path / "reports/table2.md").read_bytes()))
-    assert got[0] == got[1] and b"bootstrap over images" in got[0][0]
+    assert got[0] == got[1] and b"t over images" in got[0][0]
 
 
 def test_three_identical_retrieval_seeds_are_not_presented_as_certainty():

@@ -19,7 +19,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "randomization": ("r2m.evaluation.randomization_bench:main",
                       "approximate randomization: 10,000 trials of every metric on 5,000 images x 5 refs (s)"),
     "significance": ("r2m.evaluation.randomization_bench:significance",
-                     "rates of marks on planted nulls at n = 16, 50, 100, 300 (randomization vs bootstrap), and seed-level nulls"),
+                     "coverage and marks of the 95 % interval on image-swap and seed nulls (synthetic; real with --runs), power on a planted difference (--plant)"),
     "features": ("r2m.vision.bench:main", "feature extraction throughput per backend (images/s)"),
     "concepts": ("r2m.vision.concept_quality:main", "concept precision/recall of detector settings on the demo photos"),
     "scale": ("r2m.datasets.scale_bench:main",

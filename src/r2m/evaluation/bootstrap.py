@@ -25,7 +25,7 @@ exact; float means differ only in summation order, < 1e-12).
 Intervals are **percentile** bootstrap intervals (not BCa): images are drawn with replacement,
 ``resamples`` times (default 1,000) from a seeded generator; the interval is the central ``level``
 share of the resampled corpus metrics. It describes the variation over test images for one fixed
-trained model; training seeds are the other half (:func:`t_interval`). The paired bootstrap (Koehn,
+trained model; training seeds are the other half (:mod:`r2m.evaluation.noise` puts the two together). The paired bootstrap (Koehn,
 EMNLP 2004) draws the image ids once per resample and recomputes both systems' corpus metrics on
 the same draw; B − A is significant when its interval excludes 0 (``p``: twice the smaller share of
 resampled differences at or beyond 0 on either side, the sign count Koehn reads).
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from r2m.evaluation import tdist
 from r2m.evaluation.stats import BLEU_STATS, METEOR_STATS
 
 DEFAULT_RESAMPLES = 1000
@@ -394,47 +395,12 @@ def difference(a: float, b: float, draws: np.ndarray, level: float = DEFAULT_LEV
 
 
 # --------------------------------------------------------------------------- seeds: Student's t
-def _t_two_sided(t: float, df: int) -> float:
-    """P(|T| ≤ t) for Student's t with integer ``df`` (Abramowitz & Stegun 26.7.3-4, finite sums)."""
-    theta = math.atan(t / math.sqrt(df))
-    c2, s = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2·4/(3·5) cos^4 + …))
-        term, total = 1.0, 1.0 if df > 1 else 0.0
-        for k in range(1, (df - 1) // 2):
-            term *= c2 * (2 * k) / (2 * k + 1)
-            total += term
-        return 2 / math.pi * (theta + s * math.cos(theta) * total)
-    term, total = 1.0, 1.0  # even: sin (1 + 1/2 cos^2 + 1·3/(2·4) cos^4 + …)
-    for k in range(1, df // 2):
-        term *= c2 * (2 * k - 1) / (2 * k)
-        total += term
-    return s * total
-
-
-def t_quantile(level: float, df: int) -> float:
-    """The t with P(|T| ≤ t) = ``level`` for Student's t with ``df`` ≥ 1 degrees of freedom."""
-    if df < 1 or not 0 < level < 1:
-        raise ValueError(f"need df >= 1 and level in (0, 1), got {df}, {level}")
-    lo, hi = 0.0, 1.0
-    while _t_two_sided(hi, df) < level:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if _t_two_sided(mid, df) < level:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-13 * hi:
-            break
-    return (lo + hi) / 2
-
-
 def t_interval(values: Sequence[float] | np.ndarray, level: float = DEFAULT_LEVEL) -> Interval:
-    """Student-t interval of the mean of ``values`` (e.g. one metric over training seeds):
-    mean ± t_{df=n-1} · s / √n, ``s`` the sample standard deviation."""
+    """Student-t interval of the mean of ``values`` (e.g. one metric over training seeds when no per-image
+    statistics exist): mean ± t_{df=n-1} · s / √n, ``s`` the sample standard deviation."""
     x = np.asarray(values, dtype=np.float64)
     if x.ndim != 1 or len(x) < 2 or not np.isfinite(x).all():
         raise ValueError(f"a t interval needs at least two finite values, got {x.tolist()}")
     mean = float(x.mean())
-    half = t_quantile(level, len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    half = tdist.t_two_sided(level, len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
     return Interval(mean, mean - half, mean + half, level)

@@ -1,4 +1,4 @@
-"""Paired approximate randomization on each metric's corpus form, seed-aware differences, Holm's correction.
+"""Paired approximate randomization on each metric's corpus form, Holm's correction.
 
 **The test** (Noreen 1989; Yeh, COLING 2000). Under the null hypothesis that systems A and B are
 equally good, A's and B's outputs for one image are exchangeable. Each trial swaps the two systems'
@@ -25,24 +25,14 @@ images differ (CR≥1 on 16 images) the mid-p's rate stays below 5 % too (docs/g
 A trial is vectorised: the swapped sums are ``sum_A + S @ (B − A)`` and ``sum_B − S @ (B − A)`` for
 a ``[trials, images]`` 0/1 matrix ``S``, in chunks.
 
-**Seeds** (:func:`seed_difference`). Where both rows ran several training seeds, paired seed by seed,
-the difference is the mean over seeds of the per-seed corpus differences ``d_s``. Its test is an
-intersection–union test (Berger 1982) of two nulls, both of which must be rejected:
+**Where it is used.** The tables, the claims and ``r2m compare`` decide their marks with the model of
+seeds and images (:mod:`r2m.evaluation.noise`); this test is its independent cross-check on nulls
+exchangeable by construction (``r2m bench significance`` prints its rate of marks beside the model's),
+and ``r2m bench randomization`` times it. :func:`stratified_randomization` swaps within strata (e.g.
+one stratum per seed pair) when several pairs are tested at once.
 
-* *images*: randomization within seeds — each seed's pair is swapped per image independently (the
-  seeds are strata), the statistic is the mean over seeds of the per-seed differences;
-* *seeds*: Student's t test of ``mean(d_s) = 0`` over the ``k`` seeds (``k − 1`` degrees of freedom).
-
-``p = max(p_images, p_seeds)`` (:func:`seed_test`: the decision alone), which is a valid p-value
-for "no difference on these images, or no difference between the methods beyond seed-to-seed
-spread". Its interval adds two half-widths in
-quadrature: the t half-width over seeds (``t_{k−1} · s_d / √k``) and the image half-width
-(``z · sd`` of the paired bootstrap of the seed-averaged difference, the same image draws for every
-seed). With one seed pair it falls back to images only (the randomization test and the paired
-percentile bootstrap), and :attr:`SeedDifference.seeds` says 1.
-
-**Multiplicity** (:func:`holm`): one family per table (rows × metrics); Holm's step-down adjusted
-p-values, a difference marked when its adjusted p ≤ ``alpha``.
+**Multiplicity** (:func:`holm`): Holm's step-down adjusted p-values, a difference marked when its
+adjusted p ≤ ``alpha`` (the families: :mod:`r2m.reports.intervals`).
 
 **Limits**: fewer than :data:`MIN_TRIALS` trials or :func:`min_resamples` resamples give no mark or
 interval (:func:`check_count` says why); more than :data:`MAX_TRIALS` / :data:`MAX_RESAMPLES` are
@@ -61,7 +51,6 @@ from r2m.evaluation import bootstrap as B
 
 DEFAULT_TRIALS = 10_000  # sacreBLEU's default for approximate randomization
 DEFAULT_ALPHA = 0.05
-PRIMARY_METRIC = "CIDEr"  # the metric the paper's claims are read on; the others are secondary
 # below 199 trials the Monte-Carlo standard error of a p near alpha = 0.05, sqrt(alpha (1 - alpha) / trials),
 # exceeds a third of alpha (and the smallest p, 1 / (2 (trials + 1)), exceeds alpha / 20)
 MIN_TRIALS = 199
@@ -232,166 +221,6 @@ def randomization_test(a: B.PerImage, b: B.PerImage, trials: int = DEFAULT_TRIAL
     """Paired approximate randomization of ``corpus(B) − corpus(A)`` per metric (``b`` aligned to
     ``a``'s images; the two must cover the same images)."""
     return stratified_randomization([(a, b)], trials, seed, metrics)
-
-
-# --------------------------------------------------------------------------- seeds
-def t_test_p(values: Sequence[float] | np.ndarray) -> float:
-    """Two-sided p of Student's one-sample t test of mean 0 (``len ≥ 2``; zero spread: 0 when the
-    mean is not 0, else 1)."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim != 1 or len(x) < 2:
-        raise ValueError(f"a t test needs at least two values, got {x.tolist()}")
-    sd = float(x.std(ddof=1))
-    mean = float(x.mean())
-    if sd == 0 or not math.isfinite(sd):
-        return 1.0 if mean == 0 else 0.0
-    t = abs(mean) / (sd / math.sqrt(len(x)))
-    return max(0.0, 1.0 - B._t_two_sided(t, len(x) - 1))
-
-
-@dataclass(frozen=True)
-class SeedDifference:
-    """B − A of one metric, over ``seeds`` paired seeds and the images: the means of A and B over the
-    seeds, the mean difference, its interval, the test's p and what stands behind them."""
-
-    a: float
-    b: float
-    delta: float
-    low: float
-    high: float
-    p: float  # the decision's p (seeds ≥ 2: max of p_images and p_seeds)
-    p_images: float  # randomization within seeds
-    p_seeds: float | None  # t test over the per-seed differences (None: one seed)
-    per_seed: tuple[float, ...]  # the per-seed corpus differences
-    seeds: int
-    images: int
-    trials: int
-    resamples: int
-    level: float = B.DEFAULT_LEVEL
-    floor: float = 0.0  # the smallest p the randomization can give
-    method: str = ""  # a phrase naming the interval and the test
-
-    @property
-    def excludes_zero(self) -> bool:
-        return bool(self.low > 0 or self.high < 0)
-
-
-IMAGES_ONLY = "randomization over images; paired percentile bootstrap interval (one seed: images only)"
-SEEDS_AND_IMAGES = ("randomization within seeds and t over seeds (both must reject); interval: t over seeds "
-                    "and bootstrap over images in quadrature")
-
-
-@dataclass(frozen=True)
-class SeedTest:
-    """The seed-aware test of one metric alone (no interval): :func:`seed_test`."""
-
-    delta: float  # mean over seeds of the per-seed corpus differences
-    p: float  # seeds ≥ 2: max(p_images, p_seeds); one seed: p_images
-    p_images: float
-    p_seeds: float | None
-    per_seed: tuple[float, ...]
-    trials: int
-    floor: float
-
-
-def seed_test(pairs: Sequence[tuple[B.PerImage, B.PerImage]], metrics: Sequence[str] | None = None,
-              trials: int = DEFAULT_TRIALS, seed: int = 0) -> dict[str, SeedTest]:
-    """The decision of :func:`seed_difference` without its interval: per metric the randomization
-    within seeds (``p_images``), the t test over the per-seed differences (``p_seeds``, two or more
-    pairs) and ``p``, the larger of the two (one pair: ``p_images``). A per-seed difference that is
-    not finite gives p = 1."""
-    pairs = _check_pairs(pairs)
-    metrics = list(common_metrics(pairs) if metrics is None else metrics)
-    if not metrics:
-        return {}
-    tests = stratified_randomization(pairs, trials, seed, metrics)
-    points = [B._corpus_many([a, b], np.arange(a.n)[None, :], metrics) for a, b in pairs]
-    out = {}
-    for m in metrics:
-        d = np.asarray([float(pb[m][0]) - float(pa[m][0]) for pa, pb in points])
-        t = tests[m]
-        if len(pairs) == 1:
-            out[m] = SeedTest(float(d[0]), t.p, t.p, None, (float(d[0]),), t.trials, t.floor)
-        elif not np.isfinite(d).all():
-            out[m] = SeedTest(float(d.mean()), 1.0, 1.0, None, tuple(map(float, d)), t.trials, t.floor)
-        else:
-            p_seeds = t_test_p(d)
-            out[m] = SeedTest(float(d.mean()), max(t.p, p_seeds), t.p, p_seeds, tuple(map(float, d)), t.trials,
-                              t.floor)
-    return out
-
-
-def seed_difference(pairs: Sequence[tuple[B.PerImage, B.PerImage]], metrics: Sequence[str] | None = None,
-                    trials: int = DEFAULT_TRIALS, resamples: int = B.DEFAULT_RESAMPLES, seed: int = 0,
-                    level: float = B.DEFAULT_LEVEL) -> dict[str, SeedDifference]:
-    """B − A per metric from ``pairs`` = one ``(A_s, B_s)`` per shared seed (each pair on the same
-    images). One pair: randomization over images and the paired percentile bootstrap. Several: the
-    module's seed-aware test (:func:`seed_test`) and interval. ``resamples`` / ``trials`` must be
-    within their limits."""
-    pairs = _check_pairs(pairs)
-    metrics = list(common_metrics(pairs) if metrics is None else metrics)
-    if not metrics:
-        return {}
-    if resamples > MAX_RESAMPLES:
-        raise ValueError(f"{resamples:,} resamples is above the limit of {MAX_RESAMPLES:,}")
-    tests = seed_test(pairs, metrics, trials, seed)
-    k = len(pairs)
-    n = pairs[0][0].n
-    if k == 1:
-        a, b = pairs[0]
-        boot = B.paired_bootstrap(a, b, resamples, seed, level, metrics)
-        return {m: SeedDifference(boot[m].a, boot[m].b, boot[m].delta, boot[m].low, boot[m].high, tests[m].p,
-                                  tests[m].p, None, (boot[m].delta,), 1, n, tests[m].trials, resamples, level,
-                                  tests[m].floor, IMAGES_ONLY) for m in metrics}
-    points = [B._corpus_many([a, b], np.arange(a.n)[None, :], metrics) for a, b in pairs]
-    draws = _seed_averaged_draws(pairs, metrics, resamples, seed)
-    z = _z(level)
-    out = {}
-    for m in metrics:
-        va = [float(pa[m][0]) for pa, _ in points]
-        vb = [float(pb[m][0]) for _, pb in points]
-        d = np.asarray(vb) - np.asarray(va)
-        mean = float(d.mean())
-        t = tests[m]
-        if not np.isfinite(d).all():
-            out[m] = SeedDifference(float(np.mean(va)), float(np.mean(vb)), mean, math.nan, math.nan, 1.0, 1.0,
-                                    None, tuple(map(float, d)), k, n, t.trials, resamples, level, t.floor,
-                                    SEEDS_AND_IMAGES)
-            continue
-        seed_half = B.t_quantile(level, k - 1) * float(d.std(ddof=1)) / math.sqrt(k)
-        finite = draws[m][np.isfinite(draws[m])]
-        image_half = z * float(finite.std(ddof=1)) if finite.size > 1 else 0.0
-        half = math.hypot(seed_half, image_half)
-        out[m] = SeedDifference(float(np.mean(va)), float(np.mean(vb)), mean, mean - half, mean + half, t.p,
-                                t.p_images, t.p_seeds, tuple(map(float, d)), k, n, t.trials, resamples, level,
-                                t.floor, SEEDS_AND_IMAGES)
-    return out
-
-
-def _seed_averaged_draws(pairs: Sequence[tuple[B.PerImage, B.PerImage]], metrics: Sequence[str],
-                         resamples: int, seed: int) -> dict[str, np.ndarray]:
-    """Paired bootstrap of the seed-averaged difference: each resample draws image rows once and every
-    seed pair is scored on the same draw (images identified by id: each pair aligned to the first)."""
-    ids = pairs[0][0].ids
-    aligned = [(a.aligned_to(ids), b.aligned_to(ids)) for a, b in pairs]
-    n = len(ids)
-    acc = {m: np.zeros(resamples) for m in metrics}
-    at = 0
-    for chunk in B.resample_chunks(n, resamples, seed):
-        for a, b in aligned:
-            da, db = B._corpus_many([a, b], chunk, metrics)
-            for m in metrics:
-                acc[m][at:at + len(chunk)] += db[m] - da[m]
-        at += len(chunk)
-    return {m: v / len(pairs) for m, v in acc.items()}
-
-
-def _z(level: float) -> float:
-    lo, hi = 0.0, 40.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if math.erf(mid / math.sqrt(2)) < level else (lo, mid)
-    return (lo + hi) / 2
 
 
 # --------------------------------------------------------------------------- multiplicity

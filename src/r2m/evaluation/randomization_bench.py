@@ -1,37 +1,40 @@
-"""``r2m bench randomization`` (time of the randomization test) and ``r2m bench significance``
-(rates of marks on planted nulls).
-
-Both score seeded synthetic captions with the coco-caption scorers (:func:`r2m.evaluation.bench.synthetic`
-references; tokeniser ``none``; SPICE left out) and add synthetic concept counts, so every metric the
-tables mark has real per-image statistics.
+"""``r2m bench randomization`` (time of the randomization test) and ``r2m bench significance`` (does the
+noise model's 95 % interval cover, and how often does it mark, where the truth is known).
 
 * ``randomization``: 10,000 trials of :func:`r2m.evaluation.randomization.randomization_test` of two
-  systems on 5,000 images × every metric (default sizes), wall and CPU seconds.
-* ``significance``: two captioning runs of the same recipe on the same images; a planted null takes
-  ``n`` images at random and gives each image's two captions to A and B in a random order, so A and
-  B differ by chance alone. Over ``--pairs`` such pairs per ``n`` it prints, per metric, the share
-  marked at 5 % by the randomization test and by the paired percentile bootstrap, with the
-  Monte-Carlo standard error ``sqrt(0.05 · 0.95 / pairs)``; the randomization test's rate with its
-  mid-p (what decides a mark) and with the conventional p (ties counted whole).
-* ``significance``, seed level: a pool of ``--pool`` runs of one recipe whose quality differs from run
-  to run (each run keeps a reference word with probability ``0.5 + spread · z``, ``z`` standard normal,
-  fixed per run): a seed-level planted null draws ``2k`` distinct runs, gives ``k`` to A and ``k`` to B
-  at random and pairs them seed by seed on ``n`` images, so A and B differ by seed-to-seed spread and
-  image noise alone. Per ``spread`` and ``n`` it prints the share marked by the seed-aware test
-  (:func:`r2m.evaluation.randomization.seed_test`) and by its randomization within seeds alone (a test
-  that ignores the seed spread).
+  systems on 5,000 images × every metric (default sizes), wall and CPU seconds. Seeded synthetic
+  captions scored with the coco-caption scorers (:func:`r2m.evaluation.bench.synthetic` references;
+  tokeniser ``none``; SPICE left out) plus synthetic concept counts.
+* ``significance``, per metric, the share of draws whose interval (:func:`r2m.evaluation.noise.compare`)
+  covers the truth and the share marked at p ≤ 0.05, each with its Clopper–Pearson interval, on
+
+  - *image-swap nulls* of synthetic captions: two runs of one recipe, ``n`` images drawn, each image's
+    two rows given to A and B in random order (one run per system: images only), beside the
+    randomization test's rate of marks (its cross-check, exact on such nulls);
+  - *synthetic seed nulls*: a pool of runs of one recipe whose quality differs by run (a reference
+    word kept with probability ``0.5 + spread · z``, ``z`` standard normal per run); ``k`` distinct
+    runs for A and ``k`` for B, and one run each (what a comparison that ignores the seeds marks);
+  - *real seed nulls* (``--runs GLOB``): result folders of one configuration at many seeds (e.g. the
+    demo's R2M at 12 seeds, made with a catalog ``seeds`` override): disjoint seed sets of ``k`` runs,
+    one seed each, and image-swap nulls of two real runs; with ``--plant GLOB`` (the same seeds at
+    another checkpoint) a *planted difference* — B's rows of a random share of the images taken from
+    that checkpoint — whose coverage of the truth and power (marks in its direction) are printed.
 """
 
 from __future__ import annotations
 
+import glob
 import math
 import random
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from r2m.evaluation import bootstrap as B
-from r2m.evaluation import coco
+from r2m.evaluation import coco, tdist
+from r2m.evaluation import noise as N
 from r2m.evaluation import randomization as RZ
 from r2m.evaluation.bench import (
     MAX_IMAGES,
@@ -72,49 +75,82 @@ def _runs(images: int, refs: int, scorers: list[str], runs: int, seed: int,
     return out
 
 
-def planted_null(r1: B.PerImage, r2: B.PerImage, n: int, pairs: int, trials: int, resamples: int = 0,
-                 seed: int = 0, alpha: float = RZ.DEFAULT_ALPHA) -> dict[str, dict[str, float]]:
-    """Per test (``randomization``; ``bootstrap`` when ``resamples``) and metric, the share of
-    ``pairs`` planted nulls of ``n`` images marked at ``alpha``: each pair takes ``n`` of the images
-    without replacement and gives each image's two rows (``r1``, ``r2``) to A and B in random order."""
+def _swapped(r1: B.PerImage, r2: B.PerImage, rng: np.random.Generator) -> tuple[B.PerImage, B.PerImage]:
+    """Each image's two rows given to A and B in a random order (exchangeable by construction)."""
+    flip = rng.random(r1.n) < 0.5
+    a = B.PerImage(r1.ids, {c: np.where(flip, r2.columns[c], r1.columns[c]) for c in r1.columns})
+    b = B.PerImage(r1.ids, {c: np.where(flip, r1.columns[c], r2.columns[c]) for c in r1.columns})
+    return a, b
+
+
+@dataclass
+class Tally:
+    """Per metric: draws whose interval covered the truth, and whose mark (p ≤ alpha) was set."""
+
+    metrics: list[str]
+    draws: int = 0
+    covered: dict[str, int] = field(default_factory=dict)
+    marked: dict[str, int] = field(default_factory=dict)
+
+    def add(self, got: dict[str, N.Estimate], truth: dict[str, float] | None = None,
+            alpha: float = RZ.DEFAULT_ALPHA) -> None:
+        self.draws += 1
+        for m in self.metrics:
+            e = got.get(m)
+            t = 0.0 if truth is None else truth[m]
+            ok = e is not None and math.isfinite(e.low) and e.low <= t <= e.high
+            self.covered[m] = self.covered.get(m, 0) + int(ok or e is None or not math.isfinite(e.low))
+            self.marked[m] = self.marked.get(m, 0) + int(e is not None and e.p <= alpha
+                                                          and (truth is None or np.sign(e.value) == np.sign(t)))
+
+
+def planted_null(r1: B.PerImage, r2: B.PerImage, n: int, pairs: int, trials: int, resamples: int,
+                 seed: int = 0) -> tuple[Tally, dict[str, int]]:
+    """Image-swap nulls: each takes ``n`` images without replacement and gives each image's two rows (``r1``,
+    ``r2``) to A and B in random order. The noise model's coverage of 0 and marks (one run per system:
+    images only), and the randomization test's marks (mid-p) as its cross-check."""
     rng = np.random.default_rng(seed)
     metrics = [m for m in r1.metrics() if m in set(r2.metrics())]
-    tests = ["randomization", "conventional p", *(["bootstrap"] if resamples else [])]
-    hits = {test: dict.fromkeys(metrics, 0) for test in tests}
+    tally, randomization = Tally(metrics), dict.fromkeys(metrics, 0)
     for k in range(pairs):
         rows = rng.choice(r1.n, size=n, replace=False)
-        a1, a2 = r1.take(rows), r2.take(rows)
-        flip = rng.random(n) < 0.5
-        a = B.PerImage(a1.ids, {c: np.where(flip, a2.columns[c], a1.columns[c]) for c in a1.columns})
-        b = B.PerImage(a1.ids, {c: np.where(flip, a1.columns[c], a2.columns[c]) for c in a1.columns})
-        for m, t in RZ.randomization_test(a, b, trials, seed=k, metrics=metrics).items():
-            hits["randomization"][m] += t.p <= alpha
-            hits["conventional p"][m] += t.p_conventional <= alpha
-        if resamples:
-            for m, d in B.paired_bootstrap(a, b, resamples, seed=k, level=1 - alpha, metrics=metrics).items():
-                hits["bootstrap"][m] += d.significant
-    return {test: {m: h / pairs for m, h in hs.items()} for test, hs in hits.items()}
+        a, b = _swapped(r1.take(rows), r2.take(rows), rng)
+        tally.add(N.compare([b], [a], metrics, resamples, seed=k))
+        if trials:
+            for m, t in RZ.randomization_test(a, b, trials, seed=k, metrics=metrics).items():
+                randomization[m] += t.p <= RZ.DEFAULT_ALPHA
+    return tally, randomization
 
 
-def seed_null(pool: list[B.PerImage], n: int, k: int, pairs: int, trials: int, seed: int = 0,
-              alpha: float = RZ.DEFAULT_ALPHA) -> dict[str, dict[str, float]]:
-    """Per test (``seed-aware``: :func:`r2m.evaluation.randomization.seed_test`'s p; ``images only``: its
-    randomization within seeds) and metric, the share of ``pairs`` seed-level planted nulls marked at
-    ``alpha``: each takes ``n`` images and ``2k`` distinct runs of ``pool``, the first ``k`` for A and the
-    rest for B, paired in draw order."""
+def seed_null(pool: list[B.PerImage], n: int | None, k: int, pairs: int, resamples: int, seed: int = 0,
+              plant: list[B.PerImage] | None = None, share: float = 1.0,
+              truth: dict[str, float] | None = None) -> tuple[Tally, Tally]:
+    """Seed nulls: each draws ``2k`` distinct runs of ``pool`` (one configuration), ``k`` for A and ``k`` for
+    B, on ``n`` of the images (None: all). The model's coverage of 0 and marks with ``k`` seeds per system,
+    and those of one seed each (images only: what a comparison that ignores the seeds says). With ``plant``
+    (the same runs at another checkpoint, in pool order), B's rows of a random ``share`` of the images come
+    from ``plant``: a planted difference, whose ``truth`` the coverage is checked against and whose marks
+    (in the truth's direction) are the power."""
     if 2 * k > len(pool):
         raise ValueError(f"{k} seeds per system need a pool of at least {2 * k} runs, got {len(pool)}")
     rng = np.random.default_rng(seed)
     metrics = RZ.common_metrics([(pool[0], pool[1])])
-    hits = {test: dict.fromkeys(metrics, 0) for test in ("seed-aware", "images only")}
+    if plant is not None:
+        metrics = [m for m in metrics if m in set(plant[0].metrics())]
+    seeds, single = Tally(metrics), Tally(metrics)
+    size = pool[0].n if n is None else n
     for j in range(pairs):
-        rows = rng.choice(pool[0].n, size=n, replace=False)
+        rows = rng.choice(pool[0].n, size=size, replace=False)
         runs = rng.choice(len(pool), size=2 * k, replace=False)
-        seeds = [(pool[runs[i]].take(rows), pool[runs[k + i]].take(rows)) for i in range(k)]
-        for m, t in RZ.seed_test(seeds, metrics, trials, seed=j).items():
-            hits["seed-aware"][m] += t.p <= alpha
-            hits["images only"][m] += t.p_images <= alpha
-    return {test: {m: h / pairs for m, h in hs.items()} for test, hs in hits.items()}
+        a = [pool[r].take(rows) for r in runs[:k]]
+        b = [pool[r].take(rows) for r in runs[k:]]
+        if plant is not None:
+            mask = rng.random(size) < share
+            b = [B.PerImage(x.ids, {c: np.where(mask, plant[r].take(rows).columns[c], x.columns[c]) for c in x.columns})
+                 for x, r in zip(b, runs[k:], strict=True)]
+        seeds.add(N.compare(b, a, metrics, resamples, seed=j), truth)
+        single.add(N.compare(b[:1], a[:1], metrics, resamples, seed=j), truth)
+    return seeds, single
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,68 +180,144 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _pct(hits: int, draws: int) -> str:
+    lo, hi = tdist.binomial_interval(hits, draws)
+    return f"{100 * hits / draws:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def _print_tally(label: str, tally: Tally, header: bool, what: str = "covered") -> None:
+    """One line per tally: per metric the share of draws covered (or marked) with its Clopper–Pearson interval."""
+    if header:
+        print(f"{'':<34}" + "".join(f"{m:>22}" for m in tally.metrics))
+    counts = tally.covered if what == "covered" else tally.marked
+    print(f"{label:<34}" + "".join(f"{_pct(counts[m], tally.draws):>22}" for m in tally.metrics))
+
+
+def _real_pool(pattern: str, what: str) -> list[B.PerImage]:
+    """The per-image statistics of every result folder matching ``pattern`` (a glob), on the images all share."""
+    from r2m.evaluation import per_image
+
+    folders = sorted(Path(p) for p in glob.glob(pattern))
+    runs = [per_image.read(f / "per_image.parquet")[0] for f in folders if (f / "per_image.parquet").is_file()]
+    if len(runs) < 2:
+        raise SystemExit(f"r2m bench significance: {what} {pattern!r} matches {len(runs)} result folder(s) with "
+                         "per_image.parquet; give a glob of at least 4 seeds' folders, e.g. 'results/demo/r2m/s*/train_i'")
+    common = set.intersection(*(set(r.ids) for r in runs))
+    ids = [i for i in runs[0].ids if i in common]
+    where = [{i: k for k, i in enumerate(r.ids)} for r in runs]
+    return [r.take([w[i] for i in ids]) for r, w in zip(runs, where, strict=True)]
+
+
 def significance(argv: list[str] | None = None) -> int:
     sc = names_in(coco.SCORERS.names())
     p = OneLineParser(prog="r2m bench significance", description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", type=list_of(int_in(1, MAX_IMAGES)), default=[16, 50, 100, 300],
-                   help="test-set sizes n (default 16,50,100,300)")
-    p.add_argument("--pairs", type=int_in(1, 10**6), default=1000, help="planted nulls per size (default 1000)")
-    p.add_argument("--trials", type=int_in(1, 10**6), default=999, help="randomization trials per test (default 999)")
-    p.add_argument("--resamples", type=int_in(0, 10**6), default=1000,
-                   help="bootstrap resamples per test (0: no bootstrap)")
-    p.add_argument("--images", type=int_in(1, MAX_IMAGES), default=600,
-                   help="images scored, drawn from for each pair (default 600)")
+    p.add_argument("--sizes", type=list_of(int_in(2, MAX_IMAGES), empty=True), default=[16, 50, 100],
+                   help="image-swap nulls: test-set sizes n (default 16,50,100; '' skips them)")
+    p.add_argument("--pairs", type=int_in(1, 10**6), default=400, help="nulls per size (default 400)")
+    p.add_argument("--trials", type=int_in(0, 10**6), default=999, help="randomization trials of the cross-check (0: none)")
+    p.add_argument("--resamples", type=int_in(1, 10**6), default=1000, help="bootstrap draws per comparison (default 1000)")
+    p.add_argument("--images", type=int_in(2, MAX_IMAGES), default=300,
+                   help="images scored, drawn from for each null (default 300)")
     p.add_argument("--scorers", type=sc, default=["bleu", "meteor", "rouge", "cider"])
     p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0)
-    p.add_argument("--seed-sizes", type=list_of(int_in(1, MAX_IMAGES), empty=True), default=[16, 50, 100],
-                   help="test-set sizes of the seed-level nulls ('' skips them)")
-    p.add_argument("--seeds", type=int_in(2, 1000), default=3, help="seeds per system in a seed-level null (default 3)")
-    p.add_argument("--pool", type=int_in(4, 10**4), default=16, help="runs in the seed-level pool (default 16)")
-    p.add_argument("--seed-spreads", type=list_of(float_in(0, 1)), default=[0, 0.05, 0.15],
-                   help="spreads of the runs' quality (probability of keeping a reference word; default 0,0.05,0.15)")
-    p.add_argument("--seed-scorers", type=sc, default=["bleu", "rouge", "cider"],
-                   help="scorers of the pool (default without METEOR: about 15 s a run of 300 images)")
+    p.add_argument("--seed-sizes", type=list_of(int_in(2, MAX_IMAGES), empty=True), default=[16, 50],
+                   help="synthetic seed nulls: sizes ('' skips them)")
+    p.add_argument("--seeds", type=int_in(2, 1000), default=3, help="seeds per system (default 3)")
+    p.add_argument("--pool", type=int_in(4, 10**4), default=16, help="runs in the synthetic seed pool (default 16)")
+    p.add_argument("--seed-spreads", type=list_of(float_in(0, 1)), default=[0, 0.05],
+                   help="spreads of the synthetic runs' quality (default 0,0.05)")
+    p.add_argument("--seed-scorers", type=sc, default=["bleu", "rouge", "cider"], help="scorers of the synthetic pool")
+    p.add_argument("--runs", action="append", default=[], metavar="GLOB",
+                   help="real seed nulls: a glob of result folders of one configuration at many seeds, e.g. "
+                        "'results/demo/r2m/s*/train_i' (repeat for another dataset)")
+    p.add_argument("--real-pairs", type=int_in(1, 10**6), default=400, help="real seed nulls per glob (default 400)")
+    p.add_argument("--plant", action="append", default=[], metavar="GLOB",
+                   help="the same seeds at another checkpoint (e.g. 'results/demo/r2m/s*/train_xe'), one per --runs: "
+                        "power on a planted difference")
+    p.add_argument("--plant-share", type=float_in(0, 1, open_lo=True), default=0.5,
+                   help="share of images whose B rows come from --plant (default 0.5)")
     args = p.parse_args(argv)
     sizes = args.sizes
-    if max(sizes) > args.images:
-        p.error(f"--sizes must be between 1 and --images ({args.images})")
+    if sizes and max(sizes) > args.images:
+        p.error(f"--sizes must be between 2 and --images ({args.images})")
     seed_sizes = args.seed_sizes
     spreads = args.seed_spreads
-    pool_images = max(200, *seed_sizes) if seed_sizes else 0
-    if seed_sizes and (min(seed_sizes) < 1 or args.seeds < 2 or args.pool < 2 * args.seeds):
-        p.error(f"--seed-sizes must be ≥ 1, --seeds ≥ 2 and --pool ≥ 2 × --seeds, got {args.seed_sizes!r}, "
-                f"{args.seeds}, {args.pool}")
-    r1, r2 = _runs(args.images, 5, args.scorers, 2, args.seed)
-    se = math.sqrt(0.05 * 0.95 / args.pairs)
-    print(f"planted nulls: {args.pairs} pairs per size, {args.trials} randomization trials, "
-          f"{args.resamples} bootstrap resamples; nominal 5 %, Monte-Carlo SE {100 * se:.2f} % "
-          f"(5 % ± 3 SE: {100 * (0.05 - 3 * se):.1f}–{100 * (0.05 + 3 * se):.1f} %)")
-    t0 = time.perf_counter()
-    for n in sizes:
-        _print_rates(n, n == sizes[0], planted_null(r1, r2, n, args.pairs, args.trials, args.resamples, args.seed + n))
-    print(f"({time.perf_counter() - t0:.0f} s)")
-    if not seed_sizes:
-        return 0
-    print(f"\nseed-level planted nulls: {args.seeds} seeds per system drawn from a pool of {args.pool} runs on "
-          f"{pool_images} images ({args.seed_scorers}, concepts), {args.pairs} pairs per size, {args.trials} trials")
-    t0 = time.perf_counter()
-    z = np.random.default_rng(args.seed + 99).standard_normal(args.pool)
-    for spread in spreads:
-        keep = [float(x) for x in np.clip(0.5 + spread * z, 0.05, 0.95)]
-        pool = _runs(pool_images, 5, args.seed_scorers, args.pool, args.seed + 1, keep)
-        cider = [100 * float(B.corpus_metrics(r, metrics=["CIDEr"])["CIDEr"]) for r in pool] if "CIDEr" in pool[0].metrics() else []
-        sd = f", seed-to-seed sd of CIDEr on the {pool_images} images {np.std(cider, ddof=1):.1f}" if cider else ""
-        print(f"spread {spread:g}{sd}")
-        for n in seed_sizes:
-            _print_rates(n, n == seed_sizes[0], seed_null(pool, n, args.seeds, args.pairs, args.trials, args.seed + n))
-    print(f"({time.perf_counter() - t0:.0f} s)")
+    if seed_sizes and args.pool < 2 * args.seeds:
+        p.error(f"--pool must be ≥ 2 × --seeds, got {args.pool} and {args.seeds}")
+    if args.plant and len(args.plant) != len(args.runs):
+        p.error("give one --plant per --runs (the same seeds at another checkpoint)")
+    print(f"95 % intervals of the noise model (docs/guide/statistics.md): share of draws whose interval covers the "
+          f"truth and share marked at p ≤ 0.05 (before any correction), each with its Clopper–Pearson 95 % interval; "
+          f"{args.resamples} bootstrap draws per comparison")
+    if sizes:
+        r1, r2 = _runs(args.images, 5, args.scorers, 2, args.seed)
+        print(f"\nimage-swap nulls, synthetic captions (two runs of one recipe on {args.images} images, {args.pairs} "
+              f"nulls per size): coverage; then marks of the model and of the randomization test ({args.trials} "
+              "trials, mid-p)")
+        t0 = time.perf_counter()
+        for n in sizes:
+            tally, rz = planted_null(r1, r2, n, args.pairs, args.trials, args.resamples, args.seed + n)
+            _print_tally(f"n={n} covered", tally, n == sizes[0])
+            _print_tally(f"n={n} marked", tally, False, "marked")
+            if args.trials:
+                print(f"{f'n={n} marked, randomization':<34}" + "".join(f"{_pct(rz[m], args.pairs):>22}"
+                                                                      for m in tally.metrics))
+        print(f"({time.perf_counter() - t0:.0f} s)")
+    if seed_sizes:
+        pool_images = max(200, *seed_sizes)
+        print(f"\nseed nulls, synthetic: {args.seeds} seeds per system drawn from {args.pool} runs of one recipe on "
+              f"{pool_images} images whose quality differs by run (keeps a reference word with probability "
+              f"0.5 + spread · z), {args.pairs} nulls per size")
+        t0 = time.perf_counter()
+        z = np.random.default_rng(args.seed + 99).standard_normal(args.pool)
+        for spread in spreads:
+            keep = [float(x) for x in np.clip(0.5 + spread * z, 0.05, 0.95)]
+            pool = _runs(pool_images, 5, args.seed_scorers, args.pool, args.seed + 1, keep)
+            cider = [100 * float(B.corpus_metrics(r, metrics=["CIDEr"])["CIDEr"]) for r in pool]
+            print(f"spread {spread:g} (seed sd of CIDEr on the {pool_images} images {np.std(cider, ddof=1):.1f})")
+            for n in seed_sizes:
+                seeds, single = seed_null(pool, n, args.seeds, args.pairs, args.resamples, args.seed + n)
+                _print_tally(f"n={n} covered", seeds, n == seed_sizes[0])
+                _print_tally(f"n={n} marked", seeds, False, "marked")
+                _print_tally(f"n={n} marked, one seed each", single, False, "marked")
+        print(f"({time.perf_counter() - t0:.0f} s)")
+    for i, pattern in enumerate(args.runs):
+        pool = _real_pool(pattern, "--runs")
+        if len(pool) < 2 * args.seeds:
+            raise SystemExit(f"r2m bench significance: --runs {pattern!r}: {len(pool)} runs, need at least "
+                             f"{2 * args.seeds} for {args.seeds} seeds per system")
+        combos = math.comb(len(pool), args.seeds) * math.comb(len(pool) - args.seeds, args.seeds) // 2
+        print(f"\nreal seed nulls: {pattern} ({len(pool)} runs on {pool[0].n} images); {args.real_pairs} "
+              f"draws of {args.seeds} vs {args.seeds} distinct runs (of {combos:,} disjoint splits: the draws share "
+              "runs, so the intervals below, which treat them as independent, are too narrow)")
+        t0 = time.perf_counter()
+        seeds, single = seed_null(pool, None, args.seeds, args.real_pairs, args.resamples, args.seed + 7 * i)
+        _print_tally("covered", seeds, True)
+        _print_tally("marked", seeds, False, "marked")
+        _print_tally("marked, one seed each (images only)", single, False, "marked")
+        swap = Tally(seeds.metrics)
+        rng = np.random.default_rng(args.seed + 11 * i)
+        for j in range(args.real_pairs):
+            r1, r2 = rng.choice(len(pool), size=2, replace=False)
+            a, b = _swapped(pool[r1], pool[r2], rng)
+            swap.add(N.compare([b], [a], swap.metrics, args.resamples, seed=j))
+        _print_tally("image-swap nulls, covered", swap, False)
+        _print_tally("image-swap nulls, marked", swap, False, "marked")
+        if args.plant:
+            plant = _real_pool(args.plant[i], "--plant")
+            if len(plant) != len(pool) or plant[0].ids != pool[0].ids:
+                raise SystemExit(f"r2m bench significance: --plant {args.plant[i]!r} must hold the same seeds and "
+                                 f"images as --runs {pattern!r}")
+            truth = {m: args.plant_share * float(np.mean([
+                B.corpus_metrics(x, metrics=[m])[m] - B.corpus_metrics(r, metrics=[m])[m]
+                for x, r in zip(plant, pool, strict=True)])) for m in seeds.metrics}
+            print(f"planted difference: B's rows on {100 * args.plant_share:g} % of the images from {args.plant[i]} "
+                  "(truth: that share of the pool's mean difference, × 100: "
+                  + ", ".join(f"{m} {100 * v:+.1f}" for m, v in truth.items()) + ")")
+            pw, pw1 = seed_null(pool, None, args.seeds, args.real_pairs, args.resamples, args.seed + 13 * i, plant,
+                                args.plant_share, truth)
+            _print_tally("covered (the truth)", pw, True)
+            _print_tally("power (marked, right direction)", pw, False, "marked")
+            _print_tally("power, one seed each", pw1, False, "marked")
+        print(f"({time.perf_counter() - t0:.0f} s)")
     return 0
-
-
-def _print_rates(n: int, header: bool, rates: dict[str, dict[str, float]]) -> None:
-    """One row per test of the shares of nulls marked at ``n`` images (the metrics' header first)."""
-    metrics = list(next(iter(rates.values())))
-    if header:
-        print(f"{'n':>5}  {'test':<14}" + "".join(f"{m:>15}" for m in metrics))
-    for test, r in rates.items():
-        print(f"{n:>5}  {test:<14}" + "".join(f"{100 * r[m]:>14.1f}%" for m in metrics))

@@ -2,21 +2,28 @@
 ``reports/claims.csv`` and the report's "Claims" section.
 
 For every dataset of this run, each claim between two rows this pipeline trains (Table 2's variants,
-Table 3's checkpoints of R2M) is the comparison ``higher − lower`` on the claim's metric (× 100),
-paired image by image and seed by seed over the seeds both rows ran. The statistics come from one
-function, :func:`compare_family` (the only place this module calls the statistics code), over one
-family: the testable claims of one table on one dataset. The verdict (:func:`verdict`):
+Table 3's checkpoints of R2M) is one of the comparisons its table makes (Table 2: a variant against
+R2M; Table 3: a stage against the stage before, :meth:`r2m.reports.tables.TableSpec.comparisons`),
+computed by the same function (:func:`r2m.reports.intervals.paired`: the model of seeds and images of
+:mod:`r2m.evaluation.noise`) in the same family (the table's comparisons on that dataset and metric,
+Holm's correction), so the table and the claim give one difference one adjusted p
+(:func:`compare_family`). The verdict (:func:`verdict`):
 
-* **supported** — the difference's interval lies wholly above 0 and its family-adjusted p < α;
-* **contradicted** — the interval lies wholly below 0 and its adjusted p < α;
-* **unresolved** — anything else; the row then says how many test images or seed pairs would resolve
-  a difference of the size observed (:func:`resolve_with`: the seed-aware interval's spreads of the
-  pairs compared, :mod:`r2m.evaluation.power`'s paired rules);
+* **supported** — the difference ``higher − lower`` has its interval wholly above 0 and its adjusted
+  p < α;
+* **contradicted** — the interval lies wholly below 0 and the adjusted p < α;
+* **unresolved** — anything else;
 * **not testable here** — the run has no pair of rows for it (Table 1's baselines UC-GAN and
   SME-GAN are not run by this pipeline; a variant not configured; no per-image statistics), with
   the reason.
 
-A verdict is about this run's dataset: on the demo (16 test images, a short schedule) it says whether
+Beside the verdict: the relative difference of this run next to the published one (the paper's base:
+R2M in Table 2, the stage before in Table 3), the minimum detectable effect at this run's size (80 %
+power at α / family), and how many test images (at the run's seeds) or seeds per system (on the run's
+images) would detect the published relative effect with 80 % power after the correction — from the
+fitted components, and again at their 80 % upper confidence bounds (:func:`plan`).
+
+A verdict is about this run's dataset: on the demo (a few dozen photos, a short schedule) it says whether
 the ordering holds there, not whether the paper's benchmark numbers are reproduced.
 """
 
@@ -28,32 +35,33 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from r2m.evaluation import power
-from r2m.evaluation import randomization as RZ
-from r2m.evaluation.bootstrap import DEFAULT_LEVEL, PerImage, t_quantile
+from r2m.evaluation import noise as N
+from r2m.evaluation.bootstrap import DEFAULT_LEVEL
 from r2m.reports import intervals as I
 from r2m.reports import paper_claims as C
 from r2m.reports import published as P
+from r2m.reports import tables as T
 from r2m.stage.context import StageContext
 from r2m.utils.io import write_text
 
-ALPHA = 0.05
+ALPHA = I.ALPHA
 SUPPORTED, CONTRADICTED, UNRESOLVED, NOT_TESTABLE = "supported", "contradicted", "unresolved", "not testable here"
 VERDICTS = (SUPPORTED, CONTRADICTED, UNRESOLVED, NOT_TESTABLE)
 COLUMNS = ("claim", "table", "statement", "published", "dataset", "comparison", "metric", "seeds", "images",
-           "difference", "low", "high", "level", "test", "p", "correction", "p_adjusted", "verdict",
-           "images_to_resolve", "seeds_to_resolve", "note")
-ROW_LABELS = {2: P.VARIANT_LABELS, 3: {**P.CKPT_LABELS, "train_i": "R2M final (+L_rec^I)"}}
+           "difference", "low", "high", "level", "relative", "published_relative", "test", "p", "correction",
+           "family", "p_adjusted", "mde", "verdict", "planned_effect", "images_to_resolve", "images_to_resolve_hi",
+           "seeds_to_resolve", "seeds_to_resolve_hi", "note")
+ROW_LABELS = {2: P.VARIANT_LABELS, 3: P.CKPT_LABELS}
+CONFIDENCE = 0.8  # the upper bounds the *_hi plans put the variances at
 
 
 # --------------------------------------------------------------------------- the statistics (one adapter)
 @dataclass(frozen=True)
 class Comparison:
     """What the statistics say of ``higher − lower`` on one metric: the difference (× 100) and its interval at
-    ``level``, the test's two-sided p and the p adjusted within the family, the names of both, and what stands
-    behind it (the seeds both rows ran, paired seed by seed; the test images both scored)."""
+    ``level``, the test's two-sided p and the p adjusted within the family (of ``family`` comparisons), the
+    minimum detectable effect (× 100), the names of the test and the correction, the seeds and images behind
+    it, and the fit of the table's own comparison (``row − reference``) with the reference's side."""
 
     difference: float
     low: float
@@ -62,39 +70,38 @@ class Comparison:
     p_adjusted: float
     test: str
     correction: str
-    seeds: int
+    seeds: str
     images: int
+    family: int = 1
+    mde: float = math.nan
+    fit: N.Fit | None = None
+    higher_is_reference: bool = False
     level: float = DEFAULT_LEVEL
 
 
-CORRECTION = "Holm over the claims of one table on one dataset"
+CORRECTION = "Holm within the family: the comparisons its table makes on this dataset and metric"
 
 
-def compare_family(pairs: Sequence[tuple[I.RowEval, I.RowEval]], metric: str,
-                   level: float = DEFAULT_LEVEL) -> list[Comparison | None]:
-    """THE adapter between the claims and the statistics code: one family of comparisons, each pair
-    ``(higher row, lower row)`` (each row: its seeds' ``eval.json`` and ``per_image.parquet``,
-    :class:`r2m.reports.intervals.RowEval`), on ``metric`` (an ``eval.json`` name, e.g. ``CIDEr``).
+def compare_family(comparisons: Sequence[tuple[I.RowEval, I.RowEval]], metric: str,
+                   level: float = DEFAULT_LEVEL) -> list[tuple[N.Estimate | None, float | None, int]]:
+    """THE adapter between the claims and the statistics code: one family, ``comparisons`` = one table's
+    ``(row, reference)`` pairs on one dataset (:meth:`r2m.reports.tables.TableSpec.comparisons`), on ``metric``
+    (an ``eval.json`` name, e.g. ``CIDEr``). Per pair, in order: the estimate of ``row − reference``
+    (:func:`r2m.reports.intervals.paired`, as the table computes it; None where the pair cannot be compared),
+    its Holm-adjusted p within the family and the family's size."""
+    diffs = {i: I.paired(row, ref, [metric], level=level) for i, (row, ref) in enumerate(comparisons)}
+    adjusted, sizes = I.holm_by_metric(diffs), I.family_sizes(diffs)
+    return [(diffs[i].get(metric), adjusted.get(i, {}).get(metric), sizes.get(metric, 0))
+            for i in range(len(comparisons))]
 
-    Returns, per pair and in order, a :class:`Comparison` (``higher − lower`` × 100, its interval, p, the p
-    adjusted within the family, the test's and the correction's names, the shared seeds and images), or None
-    where the pair cannot be compared (no per-image statistics, no shared seed or image, the metric absent).
 
-    The difference and its test are the tables' (:func:`r2m.reports.intervals.paired`: seed by seed and image
-    by image — with several seed pairs the interval holds the seed-to-seed spread and the test must reject
-    both within seeds over images and over the seeds; one seed pair: images only), and the correction is
-    :func:`r2m.evaluation.randomization.holm` within the family."""
-    diffs = [I.paired(higher, lower, [metric], level=level).get(metric) for higher, lower in pairs]
-    done = {i: d.p for i, d in enumerate(diffs) if d is not None and d.p == d.p}
-    adjusted = RZ.holm(done) if done else {}
-    out: list[Comparison | None] = []
-    for i, d in enumerate(diffs):
-        if d is None or i not in adjusted:
-            out.append(None)
-            continue
-        out.append(Comparison(100 * d.delta, 100 * d.low, 100 * d.high, d.p, adjusted[i], d.method, CORRECTION,
-                              d.seeds, d.images, d.level))
-    return out
+def as_claim(est: N.Estimate, p_adjusted: float, family: int, higher_is_reference: bool) -> Comparison:
+    """The table's ``row − reference`` as the claim reads it, ``higher − lower`` (× 100)."""
+    sign = -1.0 if higher_is_reference else 1.0
+    low, high = sorted((sign * est.low, sign * est.high))
+    return Comparison(100 * sign * est.value, 100 * low, 100 * high, est.p, p_adjusted, est.fit.method,
+                      f"{CORRECTION} ({family})", I.seeds_cell({"m": est}), est.fit.n, family,
+                      100 * N.mde(est.fit, ALPHA / max(1, family)), est.fit, higher_is_reference, est.level)
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -109,64 +116,61 @@ def verdict(comp: Comparison | None, alpha: float = ALPHA) -> str:
     return UNRESOLVED
 
 
+def published_relative(claim: C.Claim, dataset: str) -> float | None:
+    """The paper's relative difference of the claim, ``(row − reference) / reference`` in percent (the base the
+    paper's sentences use: R2M in Table 2, the stage before in Table 3): on ``dataset`` when it is one of the
+    paper's, else the mean over the datasets it is published on."""
+    pairs = C.published_pairs(claim)
+    ref_higher = reference_is_higher(claim)
+    rel = {ds: 100 * ((lo - hi) / hi if ref_higher else (hi - lo) / lo) for ds, hi, lo in pairs
+           if hi is not None and lo is not None}
+    if dataset in rel:
+        return rel[dataset]
+    return sum(rel.values()) / len(rel) if rel else None
+
+
+def reference_is_higher(claim: C.Claim) -> bool:
+    """Whether the claim's higher row is its table's reference (Table 2: R2M against a variant)."""
+    spec = T.TABLES[f"table{claim.table}"]
+    return spec.compared.get(claim.lower) == claim.higher
+
+
 @dataclass(frozen=True)
-class Resolve:
-    """How many test images (at the seed pairs compared) or seed pairs (on the images compared) would
-    resolve a difference of ``delta`` (× 100): :func:`r2m.evaluation.power.paired_images_needed` /
-    ``paired_seeds_needed`` from the spreads of the pairs themselves. None: cannot say, and ``why_images`` /
-    ``why_seeds`` say why (the metric has no per-image values, one seed pair, the other spread alone is wider
-    than the difference)."""
+class Plan:
+    """How many test images (at the run's seeds) or seeds per system (on the run's images) detect ``effect``
+    (× 100) with 80 % power at ``alpha`` (α / family), from the fit and from its upper bounds (``*_hi``);
+    ``why`` says what could not be planned and why."""
 
-    delta: float
+    effect: float
     images: int | None
+    images_hi: int | None
     seeds: int | None
-    why_images: str = ""
-    why_seeds: str = ""
+    seeds_hi: int | None
+    why: str = ""
 
 
-def _metric_column(pair: tuple[PerImage, PerImage], metric: str) -> tuple[np.ndarray, np.ndarray] | None:
-    a, b = pair
-    if metric not in a.columns or metric not in b.columns:
-        return None
-    return 100.0 * np.asarray(a.columns[metric], dtype=np.float64), 100.0 * np.asarray(b.columns[metric], dtype=np.float64)
-
-
-def resolve_with(higher: I.RowEval, lower: I.RowEval, metric: str, delta: float,
-                 level: float = DEFAULT_LEVEL) -> Resolve:
-    """The planning figures for ``higher − lower`` on ``metric`` (× 100), from the same seed pairs and images
-    as the comparison (:func:`r2m.reports.intervals.seed_pairs`): with ``k`` seed pairs on ``n`` images,
-    ``d_s`` the per-seed paired differences (each seed's mean of per-image differences: the metric's corpus
-    value when it is a mean of per-image values) and ``sd_i`` the standard deviation over images of the
-    per-image differences averaged over the seeds, the seed-aware interval's half-width is
-    ``hypot(t_{k-1} · sd(d_s) / √k, z · sd_i / √n)``. Images: the fewest ``n`` that bring it to the
-    difference at these ``k`` seeds; seeds: the fewest ``k`` at these images (image half-width held). One
-    seed pair: images only (``z · sd_i / √n``), and no seed figure (no paired seed spread measured)."""
-    delta = abs(delta)
+def plan(fit: N.Fit, effect: float, alpha: float) -> Plan:
+    """:func:`r2m.evaluation.noise.images_needed` / ``seeds_needed`` for ``effect`` (× 100) at level ``alpha``,
+    from ``fit`` and from :meth:`r2m.evaluation.noise.Fit.upper` (the variances at their 80 % upper bounds)."""
+    delta = abs(effect) / 100
     if not (math.isfinite(delta) and delta > 0):
-        return Resolve(delta, None, None, "no difference", "no difference")
-    cols = [_metric_column(pair, metric) for pair in I.seed_pairs(higher, lower)]
-    if not cols or any(c is None for c in cols):
-        why = f"no per-image {metric} values to plan from"
-        return Resolve(delta, None, None, why, why)
-    diffs = np.stack([b - a for a, b in cols])  # [k, n]: higher − lower per seed pair and image
-    k, n = diffs.shape
-    if n < 2 or not np.isfinite(diffs).all():
-        why = "fewer than two images with values to plan from"
-        return Resolve(delta, None, None, why, why)
-    sd_images = float(diffs.mean(axis=0).std(ddof=1))
-    image_half = power.z_quantile(level) * sd_images / math.sqrt(n)
-    if k == 1:
-        return Resolve(delta, power.paired_images_needed(sd_images, delta, 0.0, level), None, "",
-                       "seeds: one seed pair, no paired seed-to-seed spread measured")
-    sd_seeds = float(diffs.mean(axis=1).std(ddof=1))
-    seed_half = t_quantile(level, k - 1) * sd_seeds / math.sqrt(k)
-    images = power.paired_images_needed(sd_images, delta, seed_half, level)
-    seeds = power.paired_seeds_needed(sd_seeds, delta, image_half, level)
-    return Resolve(delta, images, seeds,
-                   "" if images is not None else (f"more images cannot: the seed-to-seed spread alone ({k} seed "
-                                                  "pairs) is wider than the difference"),
-                   "" if seeds is not None else (f"more seeds cannot: the image spread alone ({n} images) is wider "
-                                                 "than the difference"))
+        return Plan(effect, None, None, None, None, "no effect to plan for")
+    upper = fit.upper(CONFIDENCE)
+    got = [N.images_needed(fit, delta, alpha), N.images_needed(upper, delta, alpha),
+           N.seeds_needed(fit, delta, alpha), N.seeds_needed(upper, delta, alpha)]
+    why = []
+    if got[0] is None:
+        runs = max(s.runs for s in fit.sides)
+        seed_sd = ", ".join(f"{100 * math.sqrt(s.seed_effect()):.1f}" for s in fit.sides if not s.fixed)
+        why.append(f"at {runs} seeds per system no number of test images reaches 80 % power: the fitted seed "
+                   f"effects (sd {seed_sd}) alone keep it below")
+    if got[2] is None:
+        if all(s.fixed for s in fit.sides):
+            why.append("one run per system: no seed spread measured, so no seed figure")
+        else:
+            why.append(f"on these {fit.n} images no number of seeds reaches 80 % power: the image component "
+                       f"(sd {100 * math.sqrt(fit.image):.1f} at {fit.n} images) alone keeps it below")
+    return Plan(effect, *got, "; ".join(why))
 
 
 # --------------------------------------------------------------------------- rows of claims.csv
@@ -192,30 +196,57 @@ def untestable(claim: C.Claim, dataset: str, reason: str) -> dict[str, str]:
     return {**{k: "" for k in COLUMNS}, **base_cells(claim, dataset), "verdict": NOT_TESTABLE, "note": reason}
 
 
-def tested(claim: C.Claim, dataset: str, comp: Comparison, resolve: Resolve | None) -> dict[str, str]:
+def _signed(v: float | None, digits: int = 1) -> str:
+    return "" if v is None or not math.isfinite(v) else f"{v:+.{digits}f}"
+
+
+def tested(claim: C.Claim, dataset: str, comp: Comparison) -> dict[str, str]:
+    """The row of a tested claim: the comparison, the relative effects, the verdict and the plan."""
     v = verdict(comp)
     row = {**{k: "" for k in COLUMNS}, **base_cells(claim, dataset),
-           "seeds": str(comp.seeds), "images": str(comp.images), "difference": _num(comp.difference),
+           "seeds": comp.seeds, "images": str(comp.images), "difference": _num(comp.difference),
            "low": _num(comp.low), "high": _num(comp.high), "level": f"{comp.level:g}", "test": comp.test,
-           "p": _p(comp.p), "correction": comp.correction, "p_adjusted": _p(comp.p_adjusted), "verdict": v}
-    if v == UNRESOLVED and resolve is not None:
-        row["images_to_resolve"] = "" if resolve.images is None else str(resolve.images)
-        row["seeds_to_resolve"] = "" if resolve.seeds is None else str(resolve.seeds)
+           "p": _p(comp.p), "correction": comp.correction, "family": str(comp.family),
+           "p_adjusted": _p(comp.p_adjusted), "mde": _num(comp.mde), "verdict": v}
+    notes = []
+    fit = comp.fit
+    pub = published_relative(claim, dataset)
+    row["published_relative"] = _signed(pub)
+    base = fit.a.mean if fit is not None and fit.a is not None else None
+    if fit is not None and base:
+        rel = 100 * fit.delta / base
+        row["relative"] = _signed(rel)
+        ref = claim.higher if comp.higher_is_reference else claim.lower
+        notes.append(f"{_label(claim, claim.lower if comp.higher_is_reference else claim.higher)}: {rel:+.1f} % of "
+                     f"{_label(claim, ref)}'s {claim.metric} here"
+                     + (f", {pub:+.1f} % published" if pub is not None else ""))
+    if fit is not None and pub is not None and base:
+        pl = plan(fit, pub / 100 * base * 100, ALPHA / max(1, comp.family))
+        row["planned_effect"] = _num(abs(pl.effect))
+        for key, value in (("images_to_resolve", pl.images), ("images_to_resolve_hi", pl.images_hi),
+                           ("seeds_to_resolve", pl.seeds), ("seeds_to_resolve_hi", pl.seeds_hi)):
+            row[key] = "" if value is None else str(value)
         parts = []
-        if resolve.images is not None:
-            parts.append(f"about {resolve.images:,} test images (paired, at the {comp.seeds} seed pair"
-                         f"{'s' if comp.seeds != 1 else ''} compared)")
-        if resolve.seeds is not None:
-            parts.append(f"{resolve.seeds} seed pairs (on these {comp.images} images)")
-        cannot = list(dict.fromkeys(why for why in (resolve.why_images, resolve.why_seeds) if why))
+        if pl.images is not None:
+            parts.append(f"{pl.images:,} test images at these seeds ({_hi(pl.images_hi)} if the spreads are at "
+                         f"their {int(100 * CONFIDENCE)} % upper bounds)")
+        if pl.seeds is not None:
+            parts.append(f"{pl.seeds} seeds per system on these {comp.images} images ({_hi(pl.seeds_hi)} at the "
+                         "upper bounds)")
         if parts:
-            row["note"] = (f"a difference of {resolve.delta:.1f} would need {' or '.join(parts)} to resolve (the "
-                           "interval's half-width at most the difference)")
-        else:
-            row["note"] = "cannot say how many images or seeds would resolve it here"
-        if cannot:
-            row["note"] += "; " + "; ".join(cannot)
+            notes.append(f"the published effect here ({abs(pl.effect):.1f} points) is detected with 80 % power "
+                         f"after the correction by {' or '.join(parts)}")
+        if pl.why:
+            notes.append(pl.why)
+    if v == UNRESOLVED:
+        notes.append(f"differences of {comp.mde:.1f} points or more are detected with 80 % power at this size "
+                     "(mde)")
+    row["note"] = "; ".join(notes)
     return row
+
+
+def _hi(v: int | None) -> str:
+    return "more than the search's limit" if v is None else f"{v:,}"
 
 
 def table1_reason(claim: C.Claim, datasets: Sequence[str]) -> str:
@@ -243,29 +274,31 @@ def build(datasets: Sequence[str], rows: Mapping[int, Mapping[tuple[str, str], I
                                                 table1_reason(claim, datasets)))
     for ds in datasets:
         for table in (2, 3):
-            family = [c for c in claims if c.runs_rows and c.table == table]
+            spec = T.TABLES[f"table{table}"]
             have = rows.get(table, {})
-            pairs, where = [], []
-            for c in family:
+            comps = spec.comparisons([k for k in spec.order if (ds, k) in have])
+            index = {pair: i for i, pair in enumerate(comps)}
+            metrics = {}
+            for c in (c for c in claims if c.runs_rows and c.table == table):
                 missing = [k for k in (c.higher, c.lower) if (ds, k) not in have]
                 if missing:
                     axis = "variant" if table == 2 else "checkpoint"
                     results[c.id].append(untestable(c, ds, f"this run has no {axis} {', '.join(missing)} on {ds}"))
                     continue
-                pairs.append((have[(ds, c.higher)], have[(ds, c.lower)]))
-                where.append(c)
-            metric_of = {c.id: P.METRIC_OF[c.metric] for c in where}
-            for metric in dict.fromkeys(metric_of.values()):  # one family per table, dataset and metric
-                at = [k for k, c in enumerate(where) if metric_of[c.id] == metric]
-                comps = compare_family([pairs[k] for k in at], metric)
-                for k, comp in zip(at, comps, strict=True):
-                    c = where[k]
-                    if comp is None:
-                        results[c.id].append(untestable(c, ds, "no per-image statistics, or no seed and image both "
-                                                                  f"rows share, for {metric}"))
-                        continue
-                    res = resolve_with(pairs[k][0], pairs[k][1], metric, comp.difference)
-                    results[c.id].append(tested(c, ds, comp, res))
+                at = index.get((c.lower, c.higher), index.get((c.higher, c.lower)))
+                if at is None:
+                    results[c.id].append(untestable(c, ds, f"Table {table} does not compare {c.higher} with "
+                                                           f"{c.lower}"))
+                    continue
+                metric = P.METRIC_OF[c.metric]
+                if metric not in metrics:
+                    metrics[metric] = compare_family([(have[(ds, r)], have[(ds, f)]) for r, f in comps], metric)
+                est, adjusted, family = metrics[metric][at]
+                if est is None or adjusted is None:
+                    results[c.id].append(untestable(c, ds, "no per-image statistics, or no seed and image both "
+                                                           f"rows share, for {metric}"))
+                    continue
+                results[c.id].append(tested(c, ds, as_claim(est, adjusted, family, comps[at][1] == c.higher)))
     return [r for c in claims for r in results[c.id]]
 
 
@@ -284,13 +317,11 @@ def counts_sentence(rows: Sequence[Mapping[str, str]]) -> str:
 
 # --------------------------------------------------------------------------- the stage
 def _gathered(ctx: StageContext, evals: str, stats: str, axis: str) -> dict[tuple[str, str], I.RowEval]:
-    from r2m.reports.tables import read_eval
-
     def key_of(keys: Mapping[str, str]) -> tuple[str, str]:
         return keys["dataset"], keys[axis]
 
     return I.gathered_rows(ctx, evals, stats, key_of,
-                           lambda p, k: read_eval(p, f"dataset={k[0]}, {axis}={k[1]}"))
+                           lambda p, k: T.read_eval(p, f"dataset={k[0]}, {axis}={k[1]}"))
 
 
 def run(ctx: StageContext) -> None:

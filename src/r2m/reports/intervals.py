@@ -1,25 +1,25 @@
-"""Intervals and paired comparisons for every results table.
+"""Intervals and paired comparisons for every results table, all from one model of the noise.
 
 A table row of this run is the evaluation of one or more training seeds (a list of result folders:
-each seed's ``eval.json`` and ``per_image.parquet``). Per metric the row gives
+each seed's ``eval.json`` and ``per_image.parquet``). Per metric the row gives the **mean over seeds**
+and a 95 % interval from the variance components of :mod:`r2m.evaluation.noise` (the seeds' spread
+plus the image component, t with Welch–Satterthwaite degrees of freedom; one seed: t over the test
+images); the ``interval`` cell says which, ``seeds`` and ``images`` how much stands behind it. A row
+with no per-image statistics but several seeds gets Student's t over the seeds' values.
 
-* the **mean over seeds** and a 95 % interval: Student's t over the seeds' values when there are
-  ≥ 2 seeds (:func:`r2m.evaluation.bootstrap.t_interval`), else the percentile bootstrap over the
-  test images of the one seed (:func:`r2m.evaluation.bootstrap.bootstrap_ci`); the ``interval``
-  cell says which, ``seeds`` and ``images`` how much stands behind it;
-  When every seed gives the same value (a zero-width t interval), that metric's interval is the
-  bootstrap over the images (queries) instead and the ``interval`` cell says so;
-* against a reference row (Table 2: R2M; Table 3: R2M's final checkpoint; the baselines: the most
-  frequent training caption), the difference ``row − reference`` paired seed by seed over the seeds
-  both rows ran (a row at seed 0 only meets the reference's seed 0, and ``vs`` says so) and image by
-  image (:func:`r2m.evaluation.randomization.seed_difference`): with several seed pairs the mean
-  per-seed difference, an interval with the seed-to-seed and the image spread, and a test that
-  needs both the randomization over images and the t test over seeds to reject; with one, images
-  only (randomization test, paired bootstrap interval). One table is one family: its compared rows ×
-  metrics, Holm's step-down correction (:func:`holm_family`); the mark is ``*`` when the adjusted p
-  ≤ 0.05, else ``n.s.``. CIDEr is the primary metric (the one the paper's claims are read on).
+Each compared row is set against its reference row (Table 2: R2M; Table 3: the stage before; the
+baselines: the most frequent training caption), over the seeds both rows ran (a row at seed 0 only
+meets the reference's seed 0, and ``vs`` says so) and the images both scored
+(:func:`r2m.evaluation.noise.compare`: the difference of the means, an interval holding the seeds'
+spread and the images', and the two-sided p of the same t). **The family** of the multiple-comparison
+correction is one table's comparisons on one dataset and one metric (:func:`holm_by_metric`): Holm's
+step-down correction within it; the mark is ``*`` when the adjusted p ≤ 0.05, else ``n.s.``. The
+claims (:mod:`r2m.reports.claims`) are those same comparisons in those same families, so a difference
+has one adjusted p. CIDEr is the primary metric (the one the paper's claims are read on). Beside the
+mark, ``mde`` is the minimum detectable effect: the difference the test would detect with 80 % power
+at this comparison's standard error, at level 0.05 / family (Holm's first step).
 
-Bootstrap draws and randomization trials come from a fixed seed (:data:`BOOT_SEED`), so the tables are reproducible byte for
+Bootstrap draws come from a fixed seed (:data:`BOOT_SEED`), so the tables are reproducible byte for
 byte. Published rows have no interval (empty cells).
 """
 
@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
+from r2m.evaluation import noise as N
 from r2m.evaluation import per_image
 from r2m.evaluation import randomization as RZ
 from r2m.evaluation.bootstrap import (
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
     PerImage,
-    bootstrap_ci,
     percentile_interval,
     resample_chunks,
     t_interval,
@@ -47,12 +47,13 @@ from r2m.evaluation.bootstrap import (
 from r2m.stage.context import StageContext
 
 BOOT_SEED = 0
+ALPHA = 0.05
 T_SEEDS = "t over seeds"
-BOOT_IMAGES = "bootstrap over images"
+T_SEEDS_IMAGES = "t over seeds and images"
+T_IMAGES = "t over images"
 BOOT_QUERIES = "bootstrap over queries"
 SIGNIFICANT, NOT_SIGNIFICANT = "*", "n.s."
 SEEDS_AGREE = " (zero width: the seeds agree)"
-SEEDS_AGREE_IMAGES = "; bootstrap over images where the seeds agree"
 SEEDS_AGREE_QUERIES = "; bootstrap over queries where the seeds agree"
 COUNT_COLUMNS = ("seeds", "images", "interval")
 _CHUNK = 100  # resamples expanded over seeds at once (bounds memory on 5,000 images × several seeds)
@@ -152,37 +153,39 @@ def first_seeds(gathered: Sequence[tuple[Mapping[str, str], Any]], key_of) -> di
 # --------------------------------------------------------------------------- one row: mean and interval
 def summarise(row: RowEval, metrics: Sequence[str], resamples: int = DEFAULT_RESAMPLES,
               level: float = DEFAULT_LEVEL) -> Summary:
-    """Mean over seeds and its interval per metric (t over ≥ 2 seeds, else bootstrap over images)."""
+    """Mean over seeds and its interval per metric: the variance components of the row's runs
+    (:func:`r2m.evaluation.noise.fit`, one system) where every seed has per-image statistics; else
+    Student's t over ≥ 2 seeds' values; else no interval."""
     seeds = len(row.evals)
     sizes = {s.n for s in row.stats}
     images = sizes.pop() if len(sizes) == 1 else (row.first.get("n_images") if seeds == 1 else None)
     values: dict[str, tuple[float | None, float | None, float | None]] = {}
-    if seeds >= 2:
-        flat = []  # metrics whose seeds all agree: a zero-width t interval is no certainty
-        for m in metrics:
-            vals = [ev.get(m) for ev in row.evals]
-            if any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in vals):
-                values[m] = (None, None, None)
-                continue
+    runs = list(row.stats) if len(row.stats) == seeds and all(s.n >= 2 for s in row.stats) else []
+    if runs and len({frozenset(s.ids) for s in runs}) > 1:  # seeds scored on different images: no common draws
+        runs = []
+    have = set.intersection(*(set(s.metrics()) for s in runs)) if runs else set()
+    fits = N.fit(runs, (), [m for m in metrics if m in have], resamples, BOOT_SEED) if runs and have else {}
+    flat = False
+    for m in metrics:
+        vals = [ev.get(m) for ev in row.evals]
+        if not vals or any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in vals):
+            values[m] = (float(vals[0]) if seeds == 1 and isinstance(vals[0], (int, float)) else None, None, None)
+            continue
+        mean = float(np.mean([float(v) for v in vals]))
+        if m in fits:
+            e = N.estimate(fits[m], level)
+            values[m] = (mean, e.low, e.high) if math.isfinite(e.low) else (mean, None, None)
+        elif seeds >= 2:
             ci = t_interval([float(v) for v in vals], level)
             values[m] = (ci.value, ci.low, ci.high)
-            if ci.low == ci.high:
-                flat.append(m)
-        stats = row.stats[0] if row.stats else None
-        boot = [m for m in flat if stats is not None and stats.n and m in stats.metrics()]
-        cis = bootstrap_ci(stats, resamples, BOOT_SEED, level, boot) if boot else {}
-        for m, ci in cis.items():
-            values[m] = (values[m][0], ci.low, ci.high)
-        return Summary(values, seeds, images, T_SEEDS + (SEEDS_AGREE_IMAGES if cis else SEEDS_AGREE if flat else ""))
-    stats = row.stats[0] if row.stats else None
-    boot = [m for m in metrics if stats is not None and stats.n and m in stats.metrics()]
-    cis = bootstrap_ci(stats, resamples, BOOT_SEED, level, boot) if boot else {}
-    for m in metrics:
-        v = row.first.get(m)
-        point = float(v) if isinstance(v, (int, float)) else None
-        ci = cis.get(m)
-        values[m] = (point, ci.low if ci and point is not None else None, ci.high if ci and point is not None else None)
-    return Summary(values, seeds, images, BOOT_IMAGES if cis else "")
+            flat = flat or ci.low == ci.high
+        else:
+            values[m] = (mean, None, None)
+    if fits:
+        kind = T_SEEDS_IMAGES if seeds >= 2 else T_IMAGES
+    else:
+        kind = (T_SEEDS + (SEEDS_AGREE if flat else "")) if seeds >= 2 and values else ""
+    return Summary(values, seeds, images, kind)
 
 
 # --------------------------------------------------------------------------- paired, pooled over seeds
@@ -209,55 +212,64 @@ def vs_label(label: str, row: RowEval, ref: RowEval) -> str:
     return f"{label} ({'seed' if len(shared) == 1 else 'seeds'} {', '.join(shared)})"
 
 
-def seed_pairs(row: RowEval, ref: RowEval) -> list[tuple[PerImage, PerImage]]:
-    """``(reference, row)`` per-image statistics paired seed by seed (:func:`shared_seeds`), each on the
-    images both scored; an unseeded side (one evaluation) pairs with every seed of the other. Empty
-    when either has no rows or they share no seed or image."""
+def compared_runs(row: RowEval, ref: RowEval) -> tuple[list[PerImage], list[PerImage]]:
+    """The per-image statistics of ``row``'s and ``ref``'s runs a comparison uses: the seeds both ran
+    (:func:`shared_seeds`; an unseeded side keeps its one run), each cut to the images every run scored.
+    Empty lists when either side has no statistics or no image is shared."""
     shared = shared_seeds(row, ref)
     if shared is not None:
         row, ref = row.only(shared), ref.only(shared)
     if not row.stats or not ref.stats or not all(s.n for s in (*row.stats, *ref.stats)):
-        return []
-    if len(row.stats) == len(ref.stats):
-        couples = list(zip(ref.stats, row.stats, strict=True))
-    elif len(ref.stats) == 1:
-        couples = [(ref.stats[0], s) for s in row.stats]
-    elif len(row.stats) == 1:
-        couples = [(s, row.stats[0]) for s in ref.stats]
-    else:
-        return []
+        return [], []
     common = set.intersection(*(set(s.ids) for s in (*row.stats, *ref.stats)))
     ids = [i for i in ref.stats[0].ids if i in common]
     if not ids:
-        return []
-    return [(_rows_for(a, ids), _rows_for(b, ids)) for a, b in couples]
+        return [], []
+    return [_rows_for(s, ids) for s in row.stats], [_rows_for(s, ids) for s in ref.stats]
 
 
 def paired(row: RowEval, ref: RowEval, metrics: Sequence[str], resamples: int = DEFAULT_RESAMPLES,
-           level: float = DEFAULT_LEVEL, trials: int = RZ.DEFAULT_TRIALS) -> dict[str, RZ.SeedDifference]:
-    """``row − ref`` per metric over the seeds both ran and the images both scored
-    (:func:`seed_pairs`, :func:`r2m.evaluation.randomization.seed_difference`): one seed pair, the
-    randomization test over images and the paired bootstrap interval; several, the mean per-seed
-    difference with the seed-aware test and interval. ``{}`` when nothing pairs."""
-    pairs = seed_pairs(row, ref)
-    if not pairs:
+           level: float = DEFAULT_LEVEL) -> dict[str, N.Estimate]:
+    """``row − ref`` per metric over the seeds both ran and the images both scored (:func:`compared_runs`):
+    :func:`r2m.evaluation.noise.compare` of the row's runs against the reference's (one run on a side: a
+    fixed model; one run on both: images only). ``{}`` when nothing pairs."""
+    rows, refs = compared_runs(row, ref)
+    if not rows or rows[0].n < 2:
         return {}
-    have = set(RZ.common_metrics(pairs))
+    have = set.intersection(*(set(s.metrics()) for s in (*rows, *refs)))
     metrics = [m for m in metrics if m in have]
     if not metrics:
         return {}
-    return RZ.seed_difference(pairs, metrics, trials, resamples, BOOT_SEED, level)
+    return N.compare(rows, refs, metrics, resamples, BOOT_SEED, level)
 
 
-def holm_family(diffs: Mapping[Any, Mapping[str, RZ.SeedDifference] | None]) -> dict[Any, dict[str, float]]:
-    """Holm-adjusted p of every difference of one table (the family: its compared rows × metrics),
-    per row key and metric (:func:`r2m.evaluation.randomization.holm`)."""
-    flat = {(k, m): d.p for k, ds in diffs.items() if ds for m, d in ds.items() if d.p == d.p}
-    adjusted = RZ.holm(flat) if flat else {}
+def holm_by_metric(diffs: Mapping[Any, Mapping[str, N.Estimate] | None]) -> dict[Any, dict[str, float]]:
+    """Holm-adjusted p of every difference of one family per metric: ``diffs`` holds one table's comparisons
+    on one dataset (row key → metric → estimate); each metric's differences are one family
+    (:func:`r2m.evaluation.randomization.holm`). Returns row key → metric → adjusted p."""
     out: dict[Any, dict[str, float]] = {}
-    for (k, m), p in adjusted.items():
-        out.setdefault(k, {})[m] = p
+    metrics = list(dict.fromkeys(m for ds in diffs.values() if ds for m in ds))
+    for m in metrics:
+        flat = {k: ds[m].p for k, ds in diffs.items() if ds and m in ds and ds[m].p == ds[m].p}
+        for k, p in (RZ.holm(flat) if flat else {}).items():
+            out.setdefault(k, {})[m] = p
     return out
+
+
+def family_sizes(diffs: Mapping[Any, Mapping[str, N.Estimate] | None]) -> dict[str, int]:
+    """Per metric, how many differences its family holds (see :func:`holm_by_metric`)."""
+    out: dict[str, int] = {}
+    for ds in diffs.values():
+        for m, d in (ds or {}).items():
+            if d.p == d.p:
+                out[m] = out.get(m, 0) + 1
+    return out
+
+
+def mde(diff: N.Estimate, family: int, alpha: float = ALPHA) -> float:
+    """The minimum detectable effect of a comparison: 80 % power at its standard error and degrees of
+    freedom, at level ``alpha / family`` (Holm's first step: what the correction asks of one difference)."""
+    return N.mde(diff.fit, alpha / max(1, family))
 
 
 # --------------------------------------------------------------------------- retrieval: over queries
@@ -310,7 +322,7 @@ def retrieval_summary(results: Sequence[Mapping[str, Any]], resamples: int = DEF
     return Summary(values, 1, images, BOOT_QUERIES if ranks else "")
 
 
-def mark(diff: RZ.SeedDifference | None, adjusted: float | None = None, alpha: float = RZ.DEFAULT_ALPHA) -> str:
+def mark(diff: N.Estimate | None, adjusted: float | None = None, alpha: float = ALPHA) -> str:
     """``*`` when the (Holm-adjusted, when given) p ≤ ``alpha``, else ``n.s.``; empty without a difference."""
     if diff is None:
         return ""
@@ -330,13 +342,14 @@ def interval_header(columns: Sequence[str]) -> list[str]:
     return [h for c in columns for h in (c, f"{c}_lo", f"{c}_hi")]
 
 
-DIFF_FIELDS = ("", "_lo", "_hi", "_p", "_holm", "_mark")
+DIFF_FIELDS = ("", "_lo", "_hi", "_p", "_holm", "_mark", "_mde")
 
 
 def diff_header(columns: Sequence[str]) -> list[str]:
-    """``vs`` (the reference row), ``d_seeds`` (seed pairs behind the difference), then ``d_C``,
-    ``d_C_lo``, ``d_C_hi``, ``d_C_p`` (the test's p), ``d_C_holm`` (Holm-adjusted within the table)
-    and ``d_C_mark`` for each table column."""
+    """``vs`` (the reference row), ``d_seeds`` (the seeds behind the difference: each system's runs), then
+    ``d_C``, ``d_C_lo``, ``d_C_hi``, ``d_C_p`` (the test's p), ``d_C_holm`` (Holm-adjusted within the
+    family: the table's comparisons on that dataset and metric), ``d_C_mark`` and ``d_C_mde`` (the minimum
+    detectable effect, :func:`mde`) for each table column."""
     return ["vs", "d_seeds", *(f"d_{c}{f}" for c in columns for f in DIFF_FIELDS)]
 
 
@@ -362,23 +375,32 @@ def _p_cell(p: float | None) -> str:
     return "" if p is None or p != p else f"{p:.4g}"
 
 
+def seeds_cell(diffs: Mapping[str, N.Estimate]) -> str:
+    """``3`` (every system's runs), ``3 vs 1`` (the row's against the reference's) when they differ."""
+    runs = {d.runs for d in diffs.values()}
+    if len(runs) != 1:
+        return ""
+    got = runs.pop()
+    return str(got[0]) if len(set(got)) == 1 else " vs ".join(map(str, got))
+
+
 def diff_cells(columns: Sequence[str], metric_of: Mapping[str, str], vs: str,
-               diffs: Mapping[str, RZ.SeedDifference] | None, scale: float = 100.0,
-               adjusted: Mapping[str, float] | None = None) -> list[str]:
-    """``vs``, ``d_seeds``, then difference, low, high, p, Holm-adjusted p and mark per column (the mark
-    on the adjusted p when ``adjusted`` is given); all empty without a comparison."""
+               diffs: Mapping[str, N.Estimate] | None, scale: float = 100.0,
+               adjusted: Mapping[str, float] | None = None, family: Mapping[str, int] | None = None) -> list[str]:
+    """``vs``, ``d_seeds``, then difference, low, high, p, Holm-adjusted p, mark and minimum detectable
+    effect per column (the mark on the adjusted p when ``adjusted`` is given; the effect at level
+    0.05 / the metric's ``family`` size, 1 when not given); all empty without a comparison."""
     if not diffs:
         return [""] * (2 + len(DIFF_FIELDS) * len(columns))
-    seeds = {d.seeds for d in diffs.values()}
-    out = [vs, str(seeds.pop()) if len(seeds) == 1 else ""]
+    out = [vs, seeds_cell(diffs)]
     for c in columns:
         d = diffs.get(metric_of[c])
         if d is None:
             out += [""] * len(DIFF_FIELDS)
             continue
         adj = (adjusted or {}).get(metric_of[c])
-        out += [_pct(d.delta, scale), _pct(d.low, scale), _pct(d.high, scale), _p_cell(d.p), _p_cell(adj),
-                mark(d, adj)]
+        out += [_pct(d.value, scale), _pct(d.low, scale), _pct(d.high, scale), _p_cell(d.p), _p_cell(adj),
+                mark(d, adj), _pct(mde(d, (family or {}).get(metric_of[c], 1)), scale)]
     return out
 
 
@@ -390,12 +412,15 @@ def cell_with_interval(row: Mapping[str, str], column: str) -> str:
 
 
 def diff_text(row: Mapping[str, str], column: str) -> str:
-    """``+1.2 [-0.4, 2.9] n.s.`` from a CSV row's ``d_<column>`` cells; empty when not compared."""
+    """``+1.2 [-0.4, 2.9] n.s. (mde 9.8)`` from a CSV row's ``d_<column>`` cells; empty when not compared."""
     d = row.get(f"d_{column}", "") or ""
     if not d:
         return ""
     sign = "+" if not d.startswith("-") else ""
-    return f"{sign}{d} [{row.get(f'd_{column}_lo', '')}, {row.get(f'd_{column}_hi', '')}] {row.get(f'd_{column}_mark', '')}"
+    m = row.get(f"d_{column}_mde", "") or ""
+    mark_ = row.get(f"d_{column}_mark", "")
+    tail = f" (mde {m})" if m and mark_ != SIGNIFICANT else ""
+    return f"{sign}{d} [{row.get(f'd_{column}_lo', '')}, {row.get(f'd_{column}_hi', '')}] {mark_}{tail}"
 
 
 def display_columns(header: Sequence[str]) -> list[str]:
@@ -418,38 +443,41 @@ def md_line(cells: Sequence[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
-def family_size(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -> int:
-    """How many differences a table's Holm family holds (its compared rows × metrics with a p)."""
-    return sum(1 for r in recs if r.get("vs") for c in columns if (r.get(f"d_{c}_p") or "").strip())
+def family_size(recs: Sequence[Mapping[str, str]], column: str) -> dict[str, int]:
+    """Per dataset, how many differences the family of ``column`` holds (compared rows with a p)."""
+    out: dict[str, int] = {}
+    for r in recs:
+        if r.get("vs") and (r.get(f"d_{column}_p") or "").strip():
+            out[r.get("dataset", "")] = out.get(r.get("dataset", ""), 0) + 1
+    return out
 
 
 def comparison_note(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -> str:
-    """What the marks of a table rest on: the test, the interval, the seeds, the correction and its family."""
+    """What the marks of a table rest on: the model, the interval, the test, the correction and its family."""
     compared = [r for r in recs if r.get("vs")]
     if not compared:
         return ""
-    seeds = sorted({int(r["d_seeds"]) for r in compared if (r.get("d_seeds") or "").strip().isdigit()})
-    k = family_size(recs, columns)
-    several = [s for s in seeds if s >= 2]
-    parts = []
-    if several:
-        parts.append(f"Rows paired over {', '.join(map(str, several))} seeds (`d_seeds`): the mean per-seed "
-                     "corpus difference; interval = t over the seeds' differences and the paired bootstrap over "
-                     "images (1,000 resamples) added in quadrature; test = approximate randomization within seeds "
-                     f"({RZ.DEFAULT_TRIALS:,} trials, mid-p) and a t test over the seeds' differences, p the larger of the two.")
-    if 1 in seeds:
-        parts.append("Rows paired over one seed: test images only, not the spread between training seeds — "
-                     f"approximate randomization over images ({RZ.DEFAULT_TRIALS:,} trials, mid-p, swapping the two rows' "
-                     "captions per image and recomputing each corpus metric), interval = paired percentile "
-                     "bootstrap over images (1,000 resamples).")
-    parts.append(f"Multiple comparisons: one family per table ({k} differences = compared rows × metrics), "
-                 f"Holm's step-down correction; * = Holm-adjusted p ≤ {RZ.DEFAULT_ALPHA:g}, n.s. otherwise. "
-                 f"Primary metric: {PRIMARY_COLUMN}. The intervals are per comparison (not adjusted): one that "
+    seeds = {r.get("d_seeds", "") for r in compared}
+    parts = [("Difference = the row's mean over its seeds minus the reference's; 95 % interval = t with "
+              "Welch-Satterthwaite degrees of freedom on a variance with one term per source of noise — each "
+              "system's spread over its seeds and the image component (the covariance of different runs over "
+              "1,000 bootstrap draws of the images, every corpus metric recomputed on each draw); p = the same "
+              "t's two-sided p (docs/guide/statistics.md).")]
+    if "1" in seeds:
+        parts.append("Rows with one seed each: test images only (the paired bootstrap variance over images), "
+                     "which says \"these two models on these images\", not \"these methods\".")
+    sizes = family_size(recs, PRIMARY_COLUMN)
+    k = ", ".join(f"{v} on {d}" for d, v in sizes.items()) if len(sizes) > 1 else str(next(iter(sizes.values()), 0))
+    parts.append(f"Multiple comparisons: one family per dataset and metric (this table's {k} comparisons), "
+                 f"Holm's step-down correction; * = Holm-adjusted p ≤ {ALPHA:g}, n.s. otherwise, with the "
+                 "minimum detectable effect (mde: 80 % power at level 0.05 / family) in brackets. "
+                 f"Primary metric: {PRIMARY_LABEL}. The intervals are per comparison (not adjusted): one that "
                  "excludes 0 can still be n.s. after the correction.")
     return " ".join(parts)
 
 
-PRIMARY_COLUMN = "C (CIDEr)"
+PRIMARY_COLUMN = "C"  # CIDEr: the column the paper's claims are read on
+PRIMARY_LABEL = "C (CIDEr)"
 
 
 def diff_markdown(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -> list[str]:
@@ -457,7 +485,7 @@ def diff_markdown(recs: Sequence[Mapping[str, str]], columns: Sequence[str]) -> 
     compared = [r for r in recs if r.get("vs")]
     if not compared:
         return []
-    out = ["## Paired differences (row − reference, × 100)", "",
+    out = ["## Differences (row − reference, × 100)", "",
            md_line(["Dataset", "Method", "vs", "Seeds", *columns]),
            "|" + "|".join(["---"] * 3 + ["---:"] * (1 + len(columns))) + "|"]
     out += [md_line([r["dataset"], r["method"], r["vs"], r.get("d_seeds", ""), *(diff_text(r, c) for c in columns)])
@@ -487,10 +515,14 @@ def table_sentence(rows: Sequence[Mapping[str, str]], columns: Sequence[str]) ->
         if hits:
             resolved.append(f"{r.get('method', '')} ({r.get('dataset', '')}) on {', '.join(hits)}")
     vs = sorted({r["vs"] for r in compared})
-    tail = (f" Paired differences against {' / '.join(vs)} marked after Holm's correction over the table's "
-            f"{family_size(rows, columns)} differences: " + ("; ".join(resolved) if resolved else "none")
-            + "; every other difference n.s.")
+    mdes = [float(r[f"d_{PRIMARY_COLUMN}_mde"]) for r in compared if (r.get(f"d_{PRIMARY_COLUMN}_mde") or "").strip()]
+    tail = (f" Differences against {' / '.join(vs)} marked after Holm's correction within each dataset's and "
+            "metric's family: " + ("; ".join(resolved) if resolved else "none") + "; every other difference n.s.")
+    if mdes:
+        lo, hi = min(mdes), max(mdes)
+        tail += (f" At this run's size a {PRIMARY_LABEL} difference is detected with 80 % power from about "
+                 + (f"{lo:.1f}" if lo == hi else f"{lo:.1f}–{hi:.1f}") + " points (the mde column).")
     if any(r.get("d_seeds") == "1" for r in compared):
-        tail += (" A comparison at one seed tests the test images only, not the spread between training "
-                 "seeds (`r2m power` says how many seeds resolve a difference).")
+        tail += (" A comparison at one seed each tests the test images only, not the spread between training "
+                 "seeds (`r2m power` plans seeds and images).")
     return head + tail

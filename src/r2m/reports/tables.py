@@ -4,9 +4,9 @@ Numbers are percentages with one decimal like the paper (coco-caption scores × 
 was not computed (SPICE without its jars) or that the paper does not print is an empty cell.
 Every row says where it comes from: ``source = published`` or ``source = this run``. Each metric of
 a row of this run has its 95 % interval (``C``, ``C_lo``, ``C_hi``) with ``seeds``, ``images`` and
-``interval`` (which interval), and Tables 2 and 3 compare each row with R2M's final checkpoint
-(``vs``, ``d_C``, ``d_C_lo``, ``d_C_hi``, ``d_C_mark``): :mod:`r2m.reports.intervals`. Published
-rows leave those cells empty.
+``interval`` (which interval), and Tables 2 and 3 compare each row with its reference (Table 2: R2M;
+Table 3: the stage before, as the paper reads it; ``vs``, ``d_C``, ``d_C_lo``, ``d_C_hi``, ``d_C_mark``,
+``d_C_mde``): :mod:`r2m.reports.intervals`. Published rows leave those cells empty.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import csv
 import io
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +44,9 @@ METRIC_FOR = {**P.METRIC_OF, **CONCEPT_METRICS}  # table column -> eval.json / p
 HEADER = ("dataset", "method", "source", *I.interval_header(METRIC_COLUMNS), *I.COUNT_COLUMNS, "split",
           *I.diff_header(METRIC_COLUMNS), "note")
 PUBLISHED_SCOPE = ("test", "", "")
-INTERVAL_NOTE = ("[low, high]: 95 % interval of this run's value — Student t over seeds when a row has ≥ 2 "
-                 "seeds, else the percentile bootstrap over test images (1,000 resamples, fixed seed); Seeds / "
-                 "Images: what stands behind the row.")
+INTERVAL_NOTE = ("[low, high]: 95 % interval of this run's value — t over the seeds and the test images "
+                 "(variance components: the seeds' spread and the image component from 1,000 bootstrap draws, "
+                 "fixed seed; one seed: over the images); Seeds / Images: what stands behind the row.")
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,14 @@ class TableSpec:
     labels: Mapping[str, str]
     published: Mapping[str, Mapping[str, P.Row]]
     note: str
-    reference: str | None = None  # the row key every other row is compared with (paired bootstrap)
-    reference_label: str = ""  # how the ``vs`` cell names it (default: its row label)
+    compared: Mapping[str, str] = field(default_factory=dict)  # row key -> the row key it is compared with
+
+    def comparisons(self, row_keys: Sequence[str]) -> list[tuple[str, str]]:
+        """``(row, reference)`` of every comparison this table makes among ``row_keys``, in row order: one
+        family per dataset and metric (:mod:`r2m.reports.intervals`), the claims' too."""
+        have = set(row_keys)
+        return [(k, self.compared[k]) for k in self.order if k in self.compared and k in have
+                and self.compared[k] in have]
 
 
 TABLES: dict[str, TableSpec] = {
@@ -73,11 +79,12 @@ TABLES: dict[str, TableSpec] = {
     "table2": TableSpec(
         2, "Ablations of the memory (final checkpoints)", "variant",
         ("no_fm", "d_lstm", "r_lstm", "dr_lstm", "r2m"), P.VARIANT_LABELS, P.TABLE2,
-        "Published rows: Guo et al. (IJCAI 2020) Table 2.", "r2m"),
+        "Published rows: Guo et al. (IJCAI 2020) Table 2.",
+        {v: "r2m" for v in ("no_fm", "d_lstm", "r_lstm", "dr_lstm")}),
     "table3": TableSpec(
         3, "Ablations of the losses (the four training-stage checkpoints of R2M)", "ckpt", TRAIN_STAGES,
-        P.CKPT_LABELS, P.TABLE3, "Published rows: Guo et al. (IJCAI 2020) Table 3.", "train_i",
-        "R2M final (+L_rec^I)"),
+        P.CKPT_LABELS, P.TABLE3, "Published rows: Guo et al. (IJCAI 2020) Table 3; each stage is compared with "
+        "the stage before (the loss it adds).", dict(zip(TRAIN_STAGES[1:], TRAIN_STAGES[:-1], strict=True))),
 }
 assert set(TABLES["table2"].order) == set(VARIANT_NAMES)
 
@@ -127,6 +134,7 @@ def scope_cells(metrics: Mapping[str, Any]) -> list[str]:
 
 def this_run_row(label: str, method: str, row: I.RowEval, summary: I.Summary,
                  diffs: Mapping[str, Any] | None = None, vs: str = "") -> list[str]:
+    """A row of this run: its values with their intervals, the counts, its scope and its comparison cells."""
     split, images, note = scope_cells(row.first)
     counts = I.count_cells(summary)
     counts[1] = counts[1] or images
@@ -136,16 +144,19 @@ def this_run_row(label: str, method: str, row: I.RowEval, summary: I.Summary,
 
 def apply_holm(rows: list[list[str]], diffs: Mapping[int, Mapping[str, Any]], header: Sequence[str] = HEADER,
                columns: Sequence[str] = METRIC_COLUMNS, metric_of: Mapping[str, str] = METRIC_FOR) -> None:
-    """Rewrite the difference cells of ``rows[i]`` for every ``i`` in ``diffs`` with the Holm-adjusted p
-    and mark over the whole table (one family: every compared row × metric)."""
-    adjusted = I.holm_family(diffs)
+    """Rewrite the difference cells of ``rows[i]`` for every ``i`` in ``diffs`` with the Holm-adjusted p, the
+    mark and the minimum detectable effect: one family per dataset (a row's first cell) and metric."""
     at = list(header).index("vs")
-    for i, ds in diffs.items():
-        if not ds:
-            continue
-        vs = rows[i][at]
-        cells = I.diff_cells(columns, metric_of, vs, ds, adjusted=adjusted.get(i, {}))
-        rows[i][at:at + len(cells)] = cells
+    datasets = list(dict.fromkeys(rows[i][0] for i in diffs))
+    for ds in datasets:
+        family = {i: d for i, d in diffs.items() if rows[i][0] == ds}
+        adjusted, sizes = I.holm_by_metric(family), I.family_sizes(family)
+        for i, ds_diffs in family.items():
+            if not ds_diffs:
+                continue
+            cells = I.diff_cells(columns, metric_of, rows[i][at], ds_diffs, adjusted=adjusted.get(i, {}),
+                                 family=sizes)
+            rows[i][at:at + len(cells)] = cells
 
 
 def read_eval(path: Path, what: str) -> dict[str, float | None]:
@@ -192,17 +203,20 @@ def build_rows(spec: TableSpec, datasets: Sequence[str], row_keys: Sequence[str]
             run = _as_row(evals[(ds, "r2m")])
             rows.append(this_run_row(label, "R2M", run, I.summarise(run, metrics)))
             continue
-        ref = _as_row(evals[(ds, spec.reference)]) if (ds, spec.reference) in evals else None
-        vs = spec.reference_label or spec.labels.get(spec.reference, spec.reference or "")
-        for key in [k for k in spec.order if k in row_keys]:
+        keys = [k for k in spec.order if k in row_keys]
+        present = [k for k in keys if (ds, k) in evals]
+        refs = dict(spec.comparisons(present))
+        for key in keys:
             method = spec.labels.get(key, key)
             if key in pub:
                 rows.append([label, method, PUBLISHED, *published_row(pub[key])])
             run = _as_row(evals[(ds, key)])
-            if ref is not None and key != spec.reference:
+            vs = ""
+            if key in refs:
+                ref = _as_row(evals[(ds, refs[key])])
+                vs = I.vs_label(spec.labels.get(refs[key], refs[key]), run, ref)
                 diffs[len(rows)] = I.paired(run, ref, metrics)
-            rows.append(this_run_row(label, method, run, I.summarise(run, metrics), diffs.get(len(rows)),
-                                     I.vs_label(vs, run, ref) if ref is not None else vs))
+            rows.append(this_run_row(label, method, run, I.summarise(run, metrics), diffs.get(len(rows)), vs))
     apply_holm(rows, diffs)
     if spec.axis is None:  # Table 1 always shows the paper's targets, configured or not
         for ds, pub in spec.published.items():
