@@ -38,7 +38,7 @@ INVENTORY = {
     "reports/gallery.py": COMMAND, "datasets/scale_bench.py": COMMAND, "pipeline/bench_plan.py": COMMAND,
     "vision/concept_quality.py": COMMAND, "pipeline/dag.py": COMMAND, "reports/browser.py": COMMAND,
     "stage/record.py": STATE, "utils/reads.py": STATE, "utils/digest.py": STATE, "utils/resume.py": STATE, "evaluation/paraphrase.py": STATE,
-    "evaluation/meteor.py": STATE, "vision/weights.py": STATE, "warm/server.py": STATE, "pipeline/snake.py": STATE,
+    "evaluation/meteor.py": STATE, "warm/engine.py": STATE, "vision/weights.py": STATE, "warm/server.py": STATE, "pipeline/snake.py": STATE,
     "evaluation/coco.py": SCRATCH, "evaluation/bench.py": SCRATCH, "vision/bench.py": SCRATCH,
     "utils/io.py": HELPER, "utils/owner.py": HELPER, "utils/checkpoint.py": HELPER,
 }
