@@ -1,4 +1,4 @@
-"""Issue 38: never destroy a user's files; trust nothing a model folder says (probes 1, 3, 4 and the
+"""Never destroy a user's files; trust nothing a model folder says (probes 1, 3, 4 and the
 item-7 parts: batch size, disk full, encodings, ambiguous ids, ``r2m caption --help``).
 
 Each test states what happened before the fix (run against the code before it: every one of them
