@@ -1,4 +1,4 @@
-"""Bootstrap intervals from each metric's corpus form (issue 32): the identity resample is what
+"""Bootstrap intervals from each metric's corpus form: the identity resample is what
 ``r2m evaluate`` reports, a resample's BLEU/METEOR is the corpus metric of that resample, intervals
 narrow with more images, the paired test finds a uniformly better system and keeps its rate on a
 planted null, ``r2m compare`` (A A: exactly 0; one-line errors), the t interval against t tables."""

@@ -376,7 +376,7 @@ def test_recipes_registered():
         recipe("nope")
 
 
-# --------------------------------------------------------------------------- issue 38.6: references apart
+# --------------------------------------------------------------------------- the references: a stage apart from prepare
 def _folder_entry(tmp_path: Path) -> tuple[DatasetEntry, dict, Path]:
     imgs = tmp_path / "photos"
     for name in ("a.png", "b.jpg", "c.png"):

@@ -60,3 +60,15 @@ def test_folder_digest_holds_no_more_than_the_stat_cache(tmp_path):
     tracemalloc.stop()
     # a list of the 3,001 paths and their records would add about as much again as the cache
     assert peak < 1.1 * cache_peak + 64 * 1024, (peak, cache_peak)
+
+
+def test_data_digest_is_sha256_of_the_sorted_json_text_written_by_hand():
+    """The one digest of a JSON value: keys sorted, compact, or ``spaced`` as the digests stored before it
+    (done files, resume fingerprints, the ``inputs`` stage's) were written — the texts here typed by hand,
+    so a change of serialisation, which would change every stored digest, fails."""
+    from r2m.utils.digest import data_digest
+
+    value = {"b": [1, "é"], "a": None}
+    assert data_digest(value) == hashlib.sha256(b'{"a":null,"b":[1,"\\u00e9"]}').hexdigest()
+    assert data_digest(value, spaced=True) == hashlib.sha256(b'{"a": null, "b": [1, "\\u00e9"]}').hexdigest()
+    assert data_digest({"p": Path("x/y")}, default=str) == hashlib.sha256(b'{"p":"x/y"}').hexdigest()

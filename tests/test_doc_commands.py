@@ -1,4 +1,4 @@
-"""Commands in the docs cannot rot (issue 36): every shell command shown in a fenced ``bash``/``sh``
+"""Commands in the docs cannot rot: every shell command shown in a fenced ``bash``/``sh``
 block of the README or of ``docs/`` is parsed and checked against what the project really offers.
 
 - ``r2m …`` (also ``.venv/bin/r2m`` and ``torchrun … -m r2m.cli …``): the subcommand exists and every

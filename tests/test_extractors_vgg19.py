@@ -1,4 +1,4 @@
-"""Issue 19: the ``vgg19`` backend (Show, Attend and Tell's conv5_4 grid, seed 004) and ``kinds_from``
+"""The ``vgg19`` backend (Show, Attend and Tell's conv5_4 grid, seed 004) and ``kinds_from``
 (one features folder from two networks: VGG-16 fc7 + VGG-19 conv5_4 on the benchmarks)."""
 
 from __future__ import annotations

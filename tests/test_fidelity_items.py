@@ -1,4 +1,4 @@
-"""Issue 18 (part A): the paper benchmarks' default detector and features, sonnet's initialisation
+"""The paper benchmarks' default detector and features, sonnet's initialisation
 of the memory units, the RM input Linear under ``official``, and each ``paper``-profile departure
 from the equations as a named item whose equation form is available — each tested against its
 definition."""

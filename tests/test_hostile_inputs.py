@@ -1,4 +1,4 @@
-"""Hostile and careless inputs (issue 20, part A): names are data, params are strict, and every bad
+"""Hostile and careless inputs, part A: names are data, params are strict, and every bad
 command-line input gives ONE clear line naming the file, key or option: no traceback, exit non-zero,
 nothing already computed damaged. Beside :mod:`test_faults` (kills, preemption, malformed stage
 inputs), this suite covers what a new (or careless, or hostile) user types.

@@ -1,4 +1,4 @@
-"""Issue 38, the further round of hostile and careless probes: each test here is a probe that was a
+"""The further round of hostile and careless probes: each test here is a probe that was a
 security hole, destroyed user files, was silently wrong or gave an unclear error (a traceback, a
 message naming no file or record) before its fix. Beside :mod:`test_hostile_inputs` (what a user
 types), :mod:`test_hostile_results` and :mod:`test_faults`; the probes that held are not repeated.
@@ -139,7 +139,7 @@ def test_demo_records_are_checked_and_name_file_and_record(case, tmp_path):
     out = tmp_path / "a" / "b" / "prepared"
     out.mkdir(parents=True)
     entry = DatasetEntry(kind="demo", source_dir=str(src))
-    refs_only = case.startswith("references_")  # read by the references stage alone (issue 38.6), after prepare
+    refs_only = case.startswith("references_")  # read by the references stage alone, after prepare
     if refs_only:
         prepare_demo(entry, out, LOG)
     with pytest.raises((ValueError, OSError)) as err:

@@ -1,4 +1,4 @@
-"""Hostile and careless inputs, part B (issue 20): the DAG sees every input, resume and checkpoints
+"""Hostile and careless inputs, part B: the DAG sees every input, resume and checkpoints
 check their data, evaluation is right for any text, results say what they are.
 
 One test per case. The in-process tiny pipeline (``tiny_run``, a module fixture: every R²M stage on
@@ -323,7 +323,8 @@ def test_prepare_depends_on_the_files_a_dataset_entry_names(tmp_path):
     first = digest()
     assert [Path(f["path"]).name for f in first["files"]] == ["a.png", "corpus.txt", "refs.json"]
     assert digest() == first
-    # a caption's words are the references stage's input, not prepare's (issue 38.6); the image list is both's
+    # a caption's words are the references stage's input, not prepare's (before, prepare read them too); the image
+    # list is both's
     from r2m.datasets.inputs import reference_digest
 
     before = reference_digest(params, "mine")
@@ -341,10 +342,10 @@ def _snake(wd: Path, *args: str) -> str:
 
 
 def test_snakemake_reruns_the_references_not_prepare_after_a_demo_caption_changed(tmp_path):
-    """Before: editing data/demo/references.json left prepare "Nothing to be done"; then (issue 38) it re-ran
-    `inputs`, `prepare` and everything after. The `references` rule's param is the digest of the reference
-    file (compared by content): a caption edit re-runs it alone here; `inputs`' digest leaves the file out, a
-    comment in photos.yaml re-runs nothing (issue 38.6)."""
+    """Before: editing data/demo/references.json left prepare "Nothing to be done"; then, once the file was an
+    input of `inputs`, it re-ran `inputs`, `prepare` and everything after. The `references` rule's param is the
+    digest of the reference file (compared by content): a caption edit re-runs it alone here; `inputs`' digest
+    leaves the file out, a comment in photos.yaml re-runs nothing."""
     copy_sources(ROOT, tmp_path, ("Snakefile", "workflow", "params.yaml", "src", "data/demo", "data/dictionaries"))
     target = "data/demo/references/references.json"
     _snake(tmp_path, target)  # the real stages: inputs, prepare, references (no torch)

@@ -269,7 +269,7 @@ def test_no_imports_up_the_layers():
         "\n  ".join(up)
 
 
-# arrows the layers allow but the design does not (issue 21): (importer prefix, imported module,
+# arrows the layers allow but the design does not: (importer prefix, imported module,
 # why). A library module must not reach into another package's stage module for its helpers.
 FORBIDDEN: tuple[tuple[str, str, str], ...] = (
     ("r2m.training", "r2m.decoding.stage", "captioning helpers live in a decoding library module"),
@@ -405,6 +405,17 @@ def test_overview_problems_sees_length_and_issue_numbers(tmp_path):
 def test_architecture_is_a_short_overview():
     problems = overview_problems()
     assert not problems, "\n".join(problems)
+
+
+def test_no_issue_numbers_in_the_code_or_the_tests():
+    """History lives in git: no module, docstring or test names an issue by number; a comment says what was
+    wrong before in words. (This file's own test data names issues on purpose, so it is left out.)"""
+    files = sorted(PKG.rglob("*.py")) + sorted(p for p in (ROOT / "tests").rglob("*.py")
+                                               if p.resolve() != Path(__file__).resolve())
+    found = [f"{f.relative_to(ROOT)}:{i}: {m.group(0)!r}" for f in files
+             for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+             for m in ISSUE_NUMBER.finditer(line)]
+    assert not found, "names an issue; say what was wrong, not its number:\n  " + "\n  ".join(found)
 
 
 def main() -> int:

@@ -21,7 +21,8 @@ def small_raw() -> dict:
 
 
 def test_a_stage_refuses_an_incomplete_input_folder_in_one_line(tmp_path, monkeypatch, capsys):
-    """Issue 38.5 on use: `evaluate` on a prepared folder without its images.parquet names the file, no traceback."""
+    """An incomplete input folder found when used: `evaluate` on a prepared folder without its images.parquet
+    names the file in one line, no traceback."""
     from r2m.cli import main
 
     raw = small_raw()

@@ -1,4 +1,4 @@
-"""Issue 19: the sampling decoder next to greedy and beam (m-RNN generates captions by sampling
+"""The sampling decoder next to greedy and beam (m-RNN generates captions by sampling
 each word from P(w_n | w_1:n-1, I), seeds 001/003) — ``caption.decoder: sample`` with
 ``temperature`` and ``seed`` for the supervised baselines' ``caption_sup``."""
 

@@ -222,7 +222,7 @@ def _model_folder(trained, tmp_path: Path, detect: dict) -> Path:
 
 
 def test_b_faster_rcnn_default_weights_refused_before_any_attempt(trained, photo, workspace, tmp_path):
-    # issue 44's probe: before, `r2m caption` started downloading torchvision's COCO weights (a DNS lookup seen)
+    # before, `r2m caption` started downloading torchvision's COCO weights (a DNS lookup seen)
     folder = _model_folder(trained, tmp_path, {"backend": "faster_rcnn", "options": {}})
     proc, rows = run_r2m(workspace, ["caption", str(photo), "--model", str(folder)],
                          TORCH_HOME=str(tmp_path / "torch-home"))

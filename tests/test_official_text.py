@@ -1,4 +1,4 @@
-"""The authors' text rules under ``official`` (issue 18, items 2-4): one plural per class word mapped
+"""The authors' text rules under ``official``: one plural per class word mapped
 back, GCC's length rule and raw-token COCO-word filter, Shutterstock de-duplication."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Operators per training step (issue 17): the counter, and the budget a regression must not break.
+"""Operators per training step: the counter, and the budget a regression must not break.
 
 A step at paper sizes is launch-bound, so the number of top-level aten ops one step dispatches is
 its cost on a GPU. The count depends on T (the recurrence's steps) but not on d or the batch, so it

@@ -370,7 +370,7 @@ def test_html_page_escapes_names_captions_notes_and_file_names(tmp_path):
         assert shown in text, shown
 
 
-# --------------------------------------------------------------------------- intervals and paired marks (issue 33)
+# --------------------------------------------------------------------------- intervals and paired marks
 def _const_stats(n: int, cider: float, ids=None):
     """``n`` images with identical statistics (CIDEr ``cider`` each, the same BLEU counts)."""
     import numpy as np

@@ -1,4 +1,4 @@
-"""Issue 19: m-RNN's sentence-retrieval normalisation P(D) = Σ_{I'} P(D | I') P(I') over sampled
+"""m-RNN's sentence-retrieval normalisation P(D) = Σ_{I'} P(D | I') P(I') over sampled
 images I′ (seed 003): ``retrieval.prior_images`` training images drawn with ``retrieval.seed`` —
 the prior is computed over exactly those images, and the draw is reproducible."""
 

@@ -1,4 +1,4 @@
-"""Safety net for the refactor (issue 21): checks that fail when a stage keeps the wrong checkpoint,
+"""Safety net for refactoring: checks that fail when a stage keeps the wrong checkpoint,
 ignores ``--fresh``, ranks retrieval candidates wrongly or picks the wrong most-frequent caption.
 
 Internal entry points are imported here at the top, so a moved function is a one-line fix.

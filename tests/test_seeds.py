@@ -1,4 +1,4 @@
-"""Seeds as a DAG axis (issue 33): a run's seed drives its random choices, seed 0 is the single-seed run of
+"""Seeds as a DAG axis: a run's seed drives its random choices, seed 0 is the single-seed run of
 before, the resolved params of one seed never change when another is added, the tables gather every seed
 of a row, and bad seed lists are one line."""
 

@@ -91,7 +91,7 @@ SKIPPED = {  # stage -> (its output holding the reason, the key under which it i
 @pytest.mark.parametrize("stage", sorted(SKIPPED))
 def test_skipped_baseline_starts_without_torch(stage, tmp_path, repo_root):
     """A dataset without paired captions: every supervised stage of it writes its skip output and
-    never imports torch (issue 33: 20 of the demo DAG's jobs, ~2.3 CPU s each before)."""
+    never imports torch (before, each of these 20 jobs of the demo DAG spent ~2.3 CPU s importing it)."""
     vocab = tmp_path / "data" / "demo" / "sup_vocab"
     vocab.mkdir(parents=True)
     (vocab / "stats.json").write_text(json.dumps({"paired": False, "reason": SKIP_REASON}))

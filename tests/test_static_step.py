@@ -1,4 +1,4 @@
-"""The static-shape training step (r2m.training.step, issue 17): the same losses and gradients as
+"""The static-shape training step (r2m.training.step): the same losses and gradients as
 today's dynamic step on ragged batches (L_XE, L_S, L_M, L_I; both profiles' loss forms), the step
 decision and its CUDA-graph fallback (driven on CPU with a stand-in for torch.cuda), the static
 buffers' copy-in, the deferred non-finite check and the TF32 switch."""

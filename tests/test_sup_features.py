@@ -1,4 +1,4 @@
-"""Issue 18, the baselines' features: a stage of their own (``extract_features_sup``, params
+"""The baselines' features: a stage of their own (``extract_features_sup``, params
 ``sup_features``, folder ``D/sup_features``), VGG-16 fc7 + conv5 grid on the paper benchmarks,
 today's features on ``tiny_paired`` (byte for byte) and ``demo``; R²M keeps ``D/features``."""
 

@@ -1,4 +1,4 @@
-"""Issue 38: never destroy a user's files; trust nothing a model folder says (probes 1, 3, 4 and the
+"""Never destroy a user's files; trust nothing a model folder says (probes 1, 3, 4 and the
 item-7 parts: batch size, disk full, encodings, ambiguous ids, ``r2m caption --help``).
 
 Each test states what happened before the fix (run against the code before it: every one of them
@@ -219,6 +219,28 @@ def test_folder_dataset_listing_and_inputs_digest_follow_one_rule(tmp_path):
     _photo(images / "g.PNG", (5, 5, 5))  # visible: in both, so the inputs digest changes (prepare reruns)
     assert "g.PNG" in [p.as_posix() for p in list_images(images)]
     assert digest_files(expand(declared_inputs(entry))) != before
+
+
+def test_a_photo_folder_means_the_same_files_to_caption_and_to_a_folder_dataset(tmp_path):
+    """``r2m caption FOLDER`` and a ``folder`` dataset take the same files of a folder as photos. Before,
+    each had its own list of suffixes: a ``.ppm`` or ``.pgm`` photo was captioned but left out of the
+    dataset. Expected by hand: the five photos (PPM and PGM written by PIL, which opens every kind
+    listed), not the text file or the PDF."""
+    from r2m.caption_cli import expand as caption_expand
+    from r2m.datasets.folder import list_images
+    from r2m.vision.images import load_image
+
+    images = tmp_path / "photos"
+    for name in ("a.ppm", "c.jpg", "d.webp", "e.tiff"):
+        _photo(images / name, (120, 80, 40))
+    Image.new("L", (48, 40), 90).save(images / "b.PGM", format="PPM")  # PIL writes mode L as a PGM (P5)
+    (images / "notes.txt").write_text("not an image\n")
+    (images / "scan.pdf").write_bytes(b"%PDF-1.4\n")
+    expected = ["a.ppm", "b.PGM", "c.jpg", "d.webp", "e.tiff"]
+    captioned, missing = caption_expand([str(images)])
+    assert [p.name for p in captioned] == expected and missing == []
+    assert [p.as_posix() for p in list_images(images)] == expected
+    assert [(im.mode, im.size) for im in map(load_image, (images / n for n in expected))] == [("RGB", (48, 40))] * 5
 
 
 # --------------------------------------------------------------------------- probe 4: inference.json

@@ -1,4 +1,4 @@
-"""Checkpoint selection scores exactly as ``r2m evaluate`` scores (issue 18, item 5): same PTB
+"""Checkpoint selection scores exactly as ``r2m evaluate`` scores: same PTB
 tokenisation, same CIDEr-D / BLEU-4, so "," and "." in captions never count against references."""
 
 from __future__ import annotations

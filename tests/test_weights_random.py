@@ -1,4 +1,4 @@
-"""Issue 19, "no silent random weights": a feature backend that finds no weights stops with one line
+"""No silent random weights: a feature backend that finds no weights stops with one line
 naming the file it looked for and how to provide it (no traceback from ``r2m``); random weights only
 with ``options.random_init: true`` (or ``random_cnn``, random by definition), recorded in the
 features folder's ``meta.json`` and shown on the report page."""

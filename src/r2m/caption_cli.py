@@ -31,10 +31,9 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from r2m.utils.cliargs import int_in
-from r2m.utils.guard import not_a_file
+from r2m.utils.guard import IMAGE_SUFFIXES, not_a_file
 
 DEFAULT_MODEL = "models/demo/r2m/s0/train_i"
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 
 
 USAGE = """r2m caption IMAGES... [--model FOLDER] [--html OUT] [--json] [--batch-size N] [--beam N]

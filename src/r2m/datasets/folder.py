@@ -48,10 +48,8 @@ from r2m.datasets.base import (
 from r2m.params import DatasetEntry
 from r2m.text.corpus import read_lines
 from r2m.utils.coco import read_coco_captions
-from r2m.utils.guard import not_a_file
+from r2m.utils.guard import IMAGE_SUFFIXES, not_a_file
 from r2m.utils.io import read_json
-
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"})
 
 
 def list_images(folder: Path) -> list[Path]:
@@ -61,7 +59,8 @@ def list_images(folder: Path) -> list[Path]:
     * the folder is walked recursively; an entry whose name starts with ``.`` (a hidden file such
       as ``.new.png`` or ``._IMG_1.jpg``, a hidden folder such as ``.thumbnails/``) is skipped;
     * a file counts when its extension, in any case (``.JPG`` = ``.jpg``), is in
-      :data:`IMAGE_SUFFIXES`; other files (``notes.txt``) are not part of the dataset;
+      :data:`r2m.utils.guard.IMAGE_SUFFIXES` (the same suffixes ``r2m caption`` takes from a folder); other
+      files (``notes.txt``) are not part of the dataset;
     * a link to a file counts as that file; links to folders are not followed (no loops, nothing
       outside the folder by way of a link); broken links, FIFOs and devices are skipped.
     """

@@ -31,7 +31,7 @@ from typing import Any
 from r2m.datasets.base import option
 from r2m.params import DatasetEntry
 from r2m.stage.context import StageContext
-from r2m.utils.digest import digest_files, expand
+from r2m.utils.digest import data_digest, digest_files, expand
 from r2m.utils.registry import Registry
 
 RECIPE_INPUTS: Registry[Callable[[DatasetEntry], list[Path]]] = Registry("dataset inputs")
@@ -117,26 +117,19 @@ def reference_records(entry: DatasetEntry, dataset: str, root: Path = Path("."))
                         root / DIGEST_CACHE / "references" / f"{dataset}.json", parsed=True)
 
 
-def _digest(records: list[dict[str, Any]]) -> str:
-    import hashlib
-    import json
-
-    return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()
-
-
 def input_digest(params: Any, dataset: str) -> str:
     """Snakemake's ``external`` param of ``inputs`` (:attr:`r2m.stage.spec.Stage.external`): one digest
     of :func:`input_records`, compared by content, so ``inputs`` re-runs when, and only when, what it
     would record changes (a touched or re-commented file re-runs nothing)."""
     entry = params.catalog.get(dataset)
-    return _digest(input_records(entry, dataset) if entry is not None else [])
+    return data_digest(input_records(entry, dataset) if entry is not None else [], spaced=True)
 
 
 def reference_digest(params: Any, dataset: str) -> str:
     """The ``external`` param of ``references``: one digest of :func:`reference_records` (as
     :func:`input_digest`)."""
     entry = params.catalog.get(dataset)
-    return _digest(reference_records(entry, dataset) if entry is not None else [])
+    return data_digest(reference_records(entry, dataset) if entry is not None else [], spaced=True)
 
 
 def run(ctx: StageContext) -> None:

@@ -112,7 +112,7 @@ def compare(systems: list[list[str]], references: str | Path, *, resamples: int 
     """The comparison as a JSON-ready dict (what ``--json`` prints); ``systems``: each system's runs."""
     logger = logger or logging.getLogger("r2m.compare")
     # limits first: nothing is scored for a count that would be refused or print nothing
-    no_interval = RZ.check_count("resamples", resamples, RZ.min_resamples(level), RZ.MAX_RESAMPLES)
+    no_interval = RZ.check_count("resamples", resamples, RZ.min_resamples(level), B.MAX_RESAMPLES)
     refs = Path(references)
     if not refs.is_file():
         raise CompareError(f"{refs}: references file not found")
@@ -252,9 +252,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the runs (seeds) of one system; repeat once per system (instead of RESULTS)")
     p.add_argument("--references", required=True, help="COCO caption annotations JSON the systems are scored against")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    p.add_argument("--resamples", type=int_in(1, RZ.MAX_RESAMPLES), default=B.DEFAULT_RESAMPLES,
+    p.add_argument("--resamples", type=int_in(1, B.MAX_RESAMPLES), default=B.DEFAULT_RESAMPLES,
                    help=f"bootstrap draws of the image component (default 1000; no interval or mark below "
-                        f"{RZ.min_resamples()}, at most {RZ.MAX_RESAMPLES:,})")
+                        f"{RZ.min_resamples()}, at most {B.MAX_RESAMPLES:,})")
     p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0, help="seed of the image draws (default 0)")
     p.add_argument("--level", type=float_in(0, 1, open_lo=True, open_hi=True), default=B.DEFAULT_LEVEL,
                    help="interval level (default 0.95)")

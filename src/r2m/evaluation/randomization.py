@@ -35,8 +35,9 @@ one stratum per seed pair) when several pairs are tested at once.
 adjusted p ≤ ``alpha`` (the families: :mod:`r2m.reports.intervals`).
 
 **Limits**: fewer than :data:`MIN_TRIALS` trials or :func:`min_resamples` resamples give no mark or
-interval (:func:`check_count` says why); more than :data:`MAX_TRIALS` / :data:`MAX_RESAMPLES` are
-refused (work is chunked, so memory is never the limit; time is).
+interval (:func:`check_count` says why); more than :data:`MAX_TRIALS` trials or
+:data:`r2m.evaluation.bootstrap.MAX_RESAMPLES` resamples are refused (work is chunked, so memory is never the
+limit; time is).
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ DEFAULT_ALPHA = 0.05
 # exceeds a third of alpha (and the smallest p, 1 / (2 (trials + 1)), exceeds alpha / 20)
 MIN_TRIALS = 199
 MAX_TRIALS = 1_000_000
-MAX_RESAMPLES = 1_000_000
 _CHUNK_CELLS = 1 << 21  # trials × images held at once (16 MiB of float64 swaps)
 _EXACT_MAX_BITS = 20
 

@@ -116,12 +116,12 @@ class StageContext:
         return getattr(self.params, name)
 
     def resolved(self) -> dict[str, Any]:
-        """The params this instance reads (:meth:`r2m.stage.spec.Stage.resolved`: what both engines compare)."""
+        """The params this instance reads (:meth:`r2m.stage.spec.Stage.resolved`), for its outputs and resume."""
         with unrecorded():  # bookkeeping (saved beside the outputs, resume fingerprints), not a read
             return self.stage.resolved(self.base, self.axes)
 
     def save_params(self, folder: str | Path, filename: str = "params.yaml") -> Path:
-        """Write the resolved params (:meth:`resolved`, what the engines compare) into an output folder."""
+        """Write the resolved params (:meth:`resolved`) into an output folder, for people to read."""
         return write_text(Path(folder) / filename, P.dump(self.resolved()))
 
 

@@ -44,13 +44,13 @@ computes, so a rerun that read a new file is not planned again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from r2m.utils.digest import data_digest
 from r2m.utils.reads import FORMAT, KINDS, SYSTEM, Digests, ParamValues, Recorder, changes, too_broad
 from r2m.utils.resume import STATE_ROOT
 
@@ -118,7 +118,7 @@ def mark_current(ctx: StageContext, record: Mapping[str, Any]) -> None:
 
     write_stamp(stamp_path(ctx.root, ctx.stage, ctx.axes),
                 {tuple(p["path"]): p.get("value") for p in record.get("params") or []}, [])
-    text = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest() + "\n"
+    text = data_digest(record, spaced=True) + "\n"
     done = done_path(ctx.root, ctx.stage, ctx.axes)
     try:
         same = done.read_text() == text

@@ -37,7 +37,8 @@ from r2m.stage.spec import (  # noqa: F401  (re-exported: the registry's types)
 from r2m.stage.sup_registry import sup_stages
 from r2m.utils.owner import reserve
 
-# the ``fidelity`` items each stage reads (so switching one re-runs only the stages it changes)
+# the ``fidelity`` items each stage reads, in its resolved params (saved beside its outputs, in a training stage's
+# resume fingerprint); which instances a switch reruns is decided by their run records (r2m.stage.record)
 FIDELITY_CORPUS = ("fidelity.tokenizer", "fidelity.count_specials", "fidelity.plurals", "fidelity.long_sentences")
 FIDELITY_VOCAB = ("fidelity.vocab_counts", "fidelity.vocab_filter", "fidelity.singularise_targets",
                   "fidelity.count_specials", "fidelity.plurals")

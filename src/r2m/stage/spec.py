@@ -139,9 +139,10 @@ class Stage:
         :attr:`params` names (``{model}`` filled in) with the catalog entry's ``overrides`` merged, the fidelity
         profile resolved, a baseline's ``per_model`` keys applied to its own model, the run's seed added
         (:func:`r2m.params.with_seed`); ``catalog``: the entry's recipe items (never :data:`NOT_RECIPE`),
-        ``catalog.X``: item X. What both engines compare, the params saved beside the outputs and the resume
-        fingerprint. ``params``: the run's :class:`r2m.params.Views` where many instances are resolved (each view
-        made once), else the params themselves."""
+        ``catalog.X``: item X. The params saved beside the outputs and the training stages' resume fingerprint
+        (not what reruns an instance: the engines go by its run record, :mod:`r2m.stage.record`). ``params``:
+        the run's :class:`r2m.params.Views` where many instances are resolved (each view made once), else the
+        params themselves."""
         views = params if isinstance(params, P.Views) else P.Views(params)
         dataset = bound.get("dataset")
         # a dataset outside the catalog: an in-process caller's context (the engines know only catalog entries)

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from r2m import runtime as R
+from r2m.datasets.check import PAPER_VOCAB
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import END, START
 from r2m.training import step as ST
@@ -54,7 +55,6 @@ COUNT_OPS: Callable[[Callable[[], Any]], dict[str, Any] | None] | None = bench_c
 """Op counter: ``COUNT_OPS(one_step) -> {"ops_per_step": …, …}`` (``one_step()`` runs one more
 eager training step); its result is kept as each stage's ``ops`` and printed. ``None``: no count."""
 
-PAPER_VOCAB = 18679
 IMAGE_DIM = 1536
 
 
@@ -136,7 +136,8 @@ def _static(plan: StagePlan, batch: Any, on: bool) -> Any:
     return pad_text(batch, plan.max_len, 5) if plan.kind == "text" else pad_image(batch, 5)
 
 
-def run_schedule(device: str = "cpu", scale: float = 0.001, batch: int = 256, vocab: int = PAPER_VOCAB,
+def run_schedule(device: str = "cpu", scale: float = 0.001, batch: int = 256,
+                 vocab: int = PAPER_VOCAB["coco_shutterstock"],
                  d: int = 512, heads: int = 2, d_k: int = 256, bf16: bool = False, compile_mode: str = "auto",
                  pool: int = 4, check_every: int = 0, seed: int = 0, stages: tuple[str, ...] | None = None,
                  graph: bool = True) -> dict:
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=float_in(0, 100, open_lo=True), default=None,
                    help="fraction of every stage's steps (default 1 on CUDA, 0.001 on CPU)")
     p.add_argument("--batch", type=int_in(1, 65536), default=256)
-    p.add_argument("--vocab", type=int_in(8, 10**7), default=PAPER_VOCAB)
+    p.add_argument("--vocab", type=int_in(8, 10**7), default=PAPER_VOCAB["coco_shutterstock"])
     p.add_argument("--d", type=int_in(1, 16384), default=512)
     p.add_argument("--heads", type=int_in(1, 256), default=2)
     p.add_argument("--d-k", type=int_in(1, 16384), default=256)

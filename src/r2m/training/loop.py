@@ -28,8 +28,6 @@ their metrics. :func:`epoch_batch` is the shuffled batcher both image sets draw 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -46,7 +44,7 @@ from r2m.training import distributed
 from r2m.training import step as ST
 from r2m.utils import resume as RS
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint, save_torch
-from r2m.utils.digest import tree_digest
+from r2m.utils.digest import data_digest, tree_digest
 from r2m.utils.io import file_digest, write_text
 from r2m.utils.progress import progress
 
@@ -90,7 +88,7 @@ def fingerprint(ctx: StageContext) -> str:
     cache = ctx.root / ".r2m" / "digests" / ctx.stage.name / f"{ctx.stage.key(ctx.axes)}.json"
     data["inputs"] = {name: tree_digest(path, cache) for name, path in sorted(ctx.deps.items())
                       if name != "init" and path.exists()}
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+    return data_digest(data, spaced=True, default=str)
 
 
 def load_last(path: Path) -> dict[str, Any]:

@@ -60,6 +60,16 @@ def _read_cache(path: Path | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def data_digest(data: Any, *, spaced: bool = False, default: Callable[[Any], Any] | None = None) -> str:
+    """SHA-256 of plain JSON data, keys sorted: the one digest of a JSON value. Compact (no spaces) unless
+    ``spaced``: ``json.dumps``'s default separators (``", "``, ``": "``), the form done files, resume
+    fingerprints and the ``inputs`` stage's digests were first stored in, kept so that no stored digest
+    changes. ``default``: ``json.dumps``'s, for values JSON has no form for (``str``)."""
+    separators = (", ", ": ") if spaced else (",", ":")
+    text = json.dumps(data, sort_keys=True, separators=separators, default=default)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 PARSED = (".json", ".yaml", ".yml")  # data files digested by what they say (see :func:`parsed_digest`)
 
 

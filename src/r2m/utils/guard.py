@@ -12,6 +12,10 @@ from pathlib import Path
 
 DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
+# The files of a user's folder that are photos (suffix in any case): those ``r2m caption FOLDER`` captions and
+# those a ``folder`` dataset lists (r2m.datasets.folder.list_images). PIL opens every one of them.
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
+
 
 class BadInput(ValueError):
     """An input (environment variable, option, path) that cannot be used; the message is one line."""

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.utils import audit
+from r2m.utils.digest import data_digest
 
 EVENTS = ("open", "subprocess.Popen", "os.exec", "os.posix_spawn")
 # the system's own files outside the Python installation: kernel views, configuration, programs and libraries,
@@ -266,11 +267,6 @@ def note_runtime(name: str, value: Any) -> None:
 def value_digest(value: Any) -> str:
     """SHA-256 of a params value as JSON (keys sorted; a pydantic model as its dump)."""
     return data_digest(jsonable(value))
-
-
-def data_digest(data: Any) -> str:
-    """SHA-256 of plain JSON data (keys sorted, no spaces)."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def jsonable(value: Any) -> Any:

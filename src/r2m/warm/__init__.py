@@ -1,7 +1,7 @@
 """A warm start for ``r2m`` stage jobs: ``r2m warm -- snakemake ...`` runs a command while a server
 holds torch, numpy, pandas, pyarrow and the stage modules already imported, and each ``r2m <stage>``
 job the command starts runs in a fork of it instead of importing them again (about 2-3 CPU seconds
-per job; the demo's DAG has 135 jobs on 2 cores).
+per job, for each of the DAG's jobs).
 
 * :mod:`r2m.warm.client` — what the ``r2m`` console script does when ``R2M_WARM`` names a server:
   hand the job (arguments, working folder, environment, stdin/stdout/stderr) to it, forward
