@@ -108,16 +108,16 @@ def write_files(folder: Path, n: int, size: int, kind: str) -> list[str]:
 def build(backend: str):
     import warnings
 
-    from r2m.vision import extractors as X
+    from r2m.vision.extractors.factory import build_extractor
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return X.build_extractor(backend, {} if backend == "random_cnn" else {"random_init": True})
+        return build_extractor(backend, {} if backend == "random_cnn" else {"random_init": True})
 
 
 def model_rate(backend: str, dev, batch: int, n: int, variant: str) -> float:
     """Images/s of the model alone on uint8 batches (``features_of_batch``, as the stage calls it)."""
-    from r2m.vision import extractors as X
+    from r2m.vision.extractors import compute as X
 
     ex = build(backend)
     torch.backends.cudnn.benchmark = "bench" in variant
@@ -175,7 +175,7 @@ def decode_rates(backend: str, files: list[str], dev, batch: int) -> dict:
 def old_files_rate(backend: str, files: list[str], dev, batch: int, workers: int) -> float:
     """The files path as it was: DataLoader worker processes hand the bytes over, then decode + model
     batch after batch in one thread."""
-    from r2m.vision import extractors as X
+    from r2m.vision.extractors import compute as X
     from r2m.vision.extractors import gpu_decode as G
     from r2m.vision.images import make_loader
 
@@ -200,7 +200,7 @@ def old_files_rate(backend: str, files: list[str], dev, batch: int, workers: int
 def new_files_rate(backend: str, files: list[str], dev, batch: int, workers: int, gpu: bool,
                    cudnn_bench: bool = False) -> float:
     """The stage's own ``extract_arrays`` (threaded pipeline with GPU decoding, or CPU decoding)."""
-    from r2m.vision import extractors as X
+    from r2m.vision.extractors import compute as X
 
     ex = build(backend)
     torch.backends.cudnn.benchmark = cudnn_bench

@@ -12,9 +12,11 @@ import torch
 from PIL import Image
 
 from r2m import params as P
+from r2m.catalogs import FEATURES
 from r2m.pipeline import validate as V
-from r2m.vision import extractors as X
 from r2m.vision.extractors import combined as C
+from r2m.vision.extractors.compute import extract_arrays
+from r2m.vision.extractors.factory import build_extractor
 
 torch.set_num_threads(1)
 
@@ -33,14 +35,14 @@ def images(tmp_path_factory):
 def _random(backend: str, **options):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return X.build_extractor(backend, {"random_init": True, **options})
+        return build_extractor(backend, {"random_init": True, **options})
 
 
 def test_vgg19_grid_is_conv5_4_14x14x512_before_the_last_max_pool(images) -> None:
     ex = _random("vgg19")
-    assert "vgg19" in X.FEATURES and ex.size == (224, 224)
+    assert "vgg19" in FEATURES and ex.size == (224, 224)
     assert ex.kinds == {"pooled": (4096,), "grid": (14, 14, 512)}
-    arrays, good, bad = X.extract_arrays(ex, images, batch_size=2, show=False)
+    arrays, good, bad = extract_arrays(ex, images, batch_size=2, show=False)
     assert good == [0, 1] and not bad
     assert arrays["grid"].shape == (2, 14, 14, 512) and arrays["pooled"].shape == (2, 4096)
     assert (arrays["grid"] >= 0).all()  # after relu5_4
@@ -68,9 +70,9 @@ def test_kinds_from_writes_vgg16_fc7_and_vgg19_grid_into_one_set_of_arrays(image
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ex = X.build_extractor("vgg16", options)
+        ex = build_extractor("vgg16", options)
     assert ex.name == "vgg16+vgg19" and ex.kinds == {"pooled": (4096,), "grid": (14, 14, 512)}
-    arrays, good, _ = X.extract_arrays(ex, images[:1], batch_size=1, show=False)
+    arrays, good, _ = extract_arrays(ex, images[:1], batch_size=1, show=False)
     assert arrays["pooled"].shape == (1, 4096) and arrays["grid"].shape == (1, 14, 14, 512)
     # each kind is its own network's: the same arrays as the two backends alone
     v16, v19 = (ex.model.parts[n] for n in ex.model.parts)

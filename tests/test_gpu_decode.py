@@ -20,10 +20,10 @@ import pytest
 import torch
 from PIL import Image
 
-from r2m.vision import extractors as X
 from r2m.vision.extractors import compute as C
 from r2m.vision.extractors import gpu_decode as G
 from r2m.vision.extractors.base import ResizeToUint8
+from r2m.vision.extractors.factory import build_extractor
 from r2m.vision.extractors.tf1 import OfficialResizeCrop
 from r2m.vision.images import Encoded, jpeg_frame, load_image, make_loader, read_plain_jpeg
 
@@ -140,9 +140,9 @@ def test_every_backend_transform_has_a_twin():
     for name, opts in {"random_cnn": {}, "vgg16": {"random_init": True}, "inception_v4": {"random_init": True},
                        "inception_v3_fid": {}}.items():
         with pytest.warns(UserWarning) if name in ("vgg16", "inception_v4") else _nothing():
-            ex = X.build_extractor(name, opts)
+            ex = build_extractor(name, opts)
         assert G.tensor_prep(ex) is not None, name
-    ex = X.build_extractor("random_cnn", {})
+    ex = build_extractor("random_cnn", {})
     ex.transform = lambda img: torch.zeros(3, 4, 4, dtype=torch.uint8)  # unknown transform: CPU decode
     assert G.tensor_prep(ex) is None
 
@@ -159,7 +159,7 @@ def _features(files, monkeypatch, gpu_path: bool, backend="random_cnn", options=
     """extract_arrays on the CPU, with the GPU decode path forced open when ``gpu_path``."""
     if gpu_path:
         monkeypatch.setattr(G, "wanted", lambda device, enabled=None: (True, "forced by the test"))
-    ex = X.build_extractor(backend, options or {})
+    ex = build_extractor(backend, options or {})
     out = C.extract_arrays(ex, [str(f) for f in files], batch_size=3, device="cpu", show=False)
     monkeypatch.undo()
     return out
@@ -216,7 +216,7 @@ def test_cpu_path_unchanged(photos, monkeypatch):
     features are the CPU transform's, bit for bit."""
     monkeypatch.setenv(G.ENV, "1")
     files = [str(photos["coffee"]), str(photos["chelsea"])]
-    ex = X.build_extractor("random_cnn", {})
+    ex = build_extractor("random_cnn", {})
     seen = []
     real = C.make_loader
 
@@ -234,7 +234,7 @@ def test_cpu_path_unchanged(photos, monkeypatch):
 
 
 def test_encoded_loader_items(photos, odd_files):
-    ex = X.build_extractor("random_cnn", {})
+    ex = build_extractor("random_cnn", {})
     batches = list(make_loader([photos["coffee"], odd_files["chelsea"], odd_files["text"]], ex.prepare, 3,
                                encoded=True))
     (b,) = batches
@@ -249,7 +249,7 @@ def test_cuda_decode_close_to_cpu_path(photos, odd_files):
     not equal; the fallbacks give the CPU path's bad list."""
     files = [str(p) for p in (*photos.values(), odd_files["chelsea"], odd_files["trunc"], odd_files["refused"],
                               odd_files["lossless"])]
-    ex = X.build_extractor("random_cnn", {"size": 96})
+    ex = build_extractor("random_cnn", {"size": 96})
     a, good_a, bad_a = C.extract_arrays(ex, files, 4, "cuda", show=False, gpu_decode=False)
     b, good_b, bad_b = C.extract_arrays(ex, files, 4, "cuda", show=False, gpu_decode=True)
     assert good_a == good_b and [p for p, _ in bad_a] == [p for p, _ in bad_b]
@@ -311,7 +311,7 @@ def test_threaded_batches_equal_the_encoded_loader(photos, odd_files):
     """The thread reader yields the encoded DataLoader's batches: positions, bad entries, sizes, data."""
     from r2m.vision.images import threaded_batches
 
-    ex = X.build_extractor("random_cnn", {})
+    ex = build_extractor("random_cnn", {})
     files = [photos["coffee"], odd_files["chelsea"], odd_files["text"], photos["small"], odd_files["trunc"],
              odd_files["cmyk"], photos["astronaut"]]
     ref = list(make_loader(files, ex.prepare, 3, encoded=True))
@@ -360,7 +360,7 @@ def test_pipeline_equals_batch_by_batch_decoding(photos, odd_files, monkeypatch)
     plain loop over the encoded loader's batches and ``device_batch`` gives: same rows, bits, bad list."""
     files = [str(f) for f in (photos["coffee"], odd_files["trunc"], odd_files["chelsea"], photos["astronaut"],
                               odd_files["refused"], photos["small"], odd_files["rotated"], photos["chelsea"])]
-    ex = X.build_extractor("random_cnn", {"size": 64})
+    ex = build_extractor("random_cnn", {"size": 64})
     prep = G.tensor_prep(ex)
     rows, good, bad = [], [], []
     for batch in make_loader(files, ex.prepare, 3, encoded=True):

@@ -395,7 +395,7 @@ def test_sigterm_to_evaluate_one_line(tmp_path):
 def test_snakemake_jobs_exec_r2m_and_quote_paths():
     text = (ROOT / "workflow/rules/stages.smk").read_text()
     shells = [ln.strip() for ln in text.splitlines() if "{params.cmd}" in ln]
-    assert shells and all("exec {params.cmd}" in s and "> {log:q}" in s for s in shells), shells
+    assert shells and all("exec {R2M} {params.cmd}" in s and "> {log:q}" in s for s in shells), shells
 
 
 def test_generated_commands_quote_names():

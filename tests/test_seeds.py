@@ -170,7 +170,7 @@ def test_table1_row_is_the_mean_over_its_seeds(tmp_path: Path) -> None:
         write_stats(folder / "per_image.parquet", random_stats(8, seed=int(seed)), metrics)
     tables.table1(StageContext(stage=S.get("table1"), params=params, root=tmp_path))
     rows = [r for r in csv.DictReader((tmp_path / "reports/table1.csv").open()) if r["source"] == "this run"]
-    assert len(rows) == 1 and rows[0]["seeds"] == "3" and rows[0]["interval"] in ("t over seeds", "t over seeds; bootstrap over images where the seeds agree")
+    assert len(rows) == 1 and rows[0]["seeds"] == "3" and rows[0]["interval"] in ("t over seeds", "t over seeds and images")
     assert float(rows[0]["C"]) == pytest.approx(100 * statistics.mean(cider.values()), abs=0.051)
     assert float(rows[0]["C_lo"]) < float(rows[0]["C"]) < float(rows[0]["C_hi"])
 

@@ -210,10 +210,11 @@ except KeyboardInterrupt:
 
 def test_snakemakes_sigterm_deadlock_is_ended_by_the_wrappers_sigint(tmp_path):
     """As at a Slurm time limit, every process gets SIGTERM: Snakemake's handler then waits forever for the lock its
-    own main thread holds (a further SIGTERM changes nothing). The wrapper, stopping too, finds no job left and an
-    engine with no child that uses no CPU, and sends it one SIGINT: KeyboardInterrupt unwinds the main thread and
-    its lock — well before the wrapper's last resort (a SIGINT whatever the engine does)."""
-    from r2m.warm.front import ENGINE_GRACE_S, ENGINE_STUCK_S
+    own main thread holds (a further SIGTERM changes nothing). The wrapper, stopping too, finds an engine none of
+    whose jobs its server ran, and sends it one SIGINT at once (one that ran jobs gets it once it has no job, no
+    child and uses no CPU): KeyboardInterrupt unwinds the main thread and its lock — well before the wrapper's
+    last resort (a SIGINT whatever the engine does)."""
+    from r2m.warm.front import ENGINE_GRACE_S
 
     out = tmp_path / "out"
     with out.open("w") as f:
@@ -232,7 +233,7 @@ def test_snakemakes_sigterm_deadlock_is_ended_by_the_wrappers_sigint(tmp_path):
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGTERM)  # ... and the wrapper's
     assert proc.wait(timeout=STOP_LIMIT) == 143
-    assert ENGINE_STUCK_S <= time.monotonic() - t0 < ENGINE_GRACE_S
+    assert time.monotonic() - t0 < ENGINE_GRACE_S  # ran no job of the server's: its SIGINT comes at once
     assert "interrupted; lock released: True" in out.read_text()
 
 

@@ -11,9 +11,13 @@ import pytest
 import torch
 from PIL import Image
 
-from r2m.vision import extractors as X
+from r2m.catalogs import FEATURES
 from r2m.vision import feature_store as FS
 from r2m.vision import features as F
+from r2m.vision.extractors import factory as extractors_factory
+from r2m.vision.extractors.compute import extract_arrays
+from r2m.vision.extractors.factory import build_extractor
+from r2m.vision.extractors.tf1 import OfficialResizeCrop, tf1_resize_bilinear
 
 torch.set_num_threads(1)
 
@@ -122,13 +126,13 @@ def test_shard_flags():
 
 
 def test_inception_v3_fid_offline(images):
-    ex = X.build_extractor("inception_v3_fid")
-    arrays, good, bad = X.extract_arrays(ex, images[:2], batch_size=2)
+    ex = build_extractor("inception_v3_fid")
+    arrays, good, bad = extract_arrays(ex, images[:2], batch_size=2)
     assert arrays["pooled"].shape == (2, 2048) and good == [0, 1] and not bad
     assert np.isfinite(arrays["pooled"].astype(np.float32)).all() and arrays["pooled"].std() > 0.01
     # the grid (Mixed_7c, for attention models) averages to the same pooled feature
-    ex2 = X.build_extractor("inception_v3_fid", {"kinds": ["pooled", "grid"]})
-    arrays2, _, _ = X.extract_arrays(ex2, images[:2], batch_size=2)
+    ex2 = build_extractor("inception_v3_fid", {"kinds": ["pooled", "grid"]})
+    arrays2, _, _ = extract_arrays(ex2, images[:2], batch_size=2)
     assert arrays2["grid"].shape == (2, 8, 8, 2048)
     assert np.array_equal(arrays2["pooled"], arrays["pooled"])
     np.testing.assert_allclose(arrays2["grid"].astype(np.float32).mean((1, 2)), arrays["pooled"].astype(np.float32),
@@ -142,14 +146,14 @@ def test_inception_v3_fid_offline(images):
 def test_vgg16_and_inception_v4_random_init(images):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        vgg = X.build_extractor("vgg16", {"random_init": True})
-        arrays, good, _ = X.extract_arrays(vgg, images[:1], batch_size=1)
+        vgg = build_extractor("vgg16", {"random_init": True})
+        arrays, good, _ = extract_arrays(vgg, images[:1], batch_size=1)
         assert arrays["pooled"].shape == (1, 4096) and arrays["grid"].shape == (1, 14, 14, 512)
-        v4 = X.build_extractor("inception_v4", {"random_init": True, "kinds": ["pooled", "grid"]})
-        arrays, _, _ = X.extract_arrays(v4, images[:1], batch_size=1)
+        v4 = build_extractor("inception_v4", {"random_init": True, "kinds": ["pooled", "grid"]})
+        arrays, _, _ = extract_arrays(v4, images[:1], batch_size=1)
         assert arrays["pooled"].shape == (1, 1536) and arrays["grid"].shape == (1, 8, 8, 1536)
     with pytest.raises(ValueError, match="kinds"):
-        X.build_extractor("vgg16", {"random_init": True, "kinds": ["fc8"]})
+        build_extractor("vgg16", {"random_init": True, "kinds": ["fc8"]})
 
 
 def test_stage_writes_features(images, tmp_path, repo_root):
@@ -171,11 +175,11 @@ def test_stage_writes_features(images, tmp_path, repo_root):
 
 def test_tf1_bilinear_resize_is_the_legacy_formula():
     row = np.array([[[0.0], [10.0], [20.0], [30.0]]], dtype=np.float32)  # H 1, W 4, C 1
-    assert X.tf1_resize_bilinear(row, 1, 2)[0, :, 0].tolist() == [0.0, 20.0]  # samples x = 0, 2
-    np.testing.assert_allclose(X.tf1_resize_bilinear(row, 1, 3)[0, :, 0], [0.0, 40 / 3, 80 / 3], rtol=1e-6)
-    up = X.tf1_resize_bilinear(row[:, :2], 1, 4)[0, :, 0]  # x = 0, .5, 1, 1.5 (last pixel repeated)
+    assert tf1_resize_bilinear(row, 1, 2)[0, :, 0].tolist() == [0.0, 20.0]  # samples x = 0, 2
+    np.testing.assert_allclose(tf1_resize_bilinear(row, 1, 3)[0, :, 0], [0.0, 40 / 3, 80 / 3], rtol=1e-6)
+    up = tf1_resize_bilinear(row[:, :2], 1, 4)[0, :, 0]  # x = 0, .5, 1, 1.5 (last pixel repeated)
     assert up.tolist() == [0.0, 5.0, 10.0, 10.0]
-    col = X.tf1_resize_bilinear(np.transpose(row, (1, 0, 2)), 3, 1)[:, 0, 0]
+    col = tf1_resize_bilinear(np.transpose(row, (1, 0, 2)), 3, 1)[:, 0, 0]
     np.testing.assert_allclose(col, [0.0, 40 / 3, 80 / 3], rtol=1e-6)
 
 
@@ -183,17 +187,17 @@ def test_tf1_bilinear_resize_matches_tensorflow():
     tf = pytest.importorskip("tensorflow", reason="optional extra 'tf' not installed (pip install -e '.[tf]')")
     a = np.random.default_rng(0).uniform(0, 1, (37, 53, 3)).astype(np.float32)
     ref = tf.compat.v1.image.resize_images(a, [29, 61]).numpy()
-    np.testing.assert_allclose(X.tf1_resize_bilinear(a, 29, 61), ref, atol=1e-5)
+    np.testing.assert_allclose(tf1_resize_bilinear(a, 29, 61), ref, atol=1e-5)
 
 
 def test_official_crop_is_346_then_23_to_minus_24():
     rows = (np.repeat(np.arange(346)[:, None], 346, axis=1) % 256).astype(np.uint8)  # pixel value = row index
     img = Image.fromarray(np.stack([rows, rows.T, rows], -1))
-    x = X.OfficialResizeCrop()(img)  # 346 -> 346 is the identity, then rows/cols 23..321
+    x = OfficialResizeCrop()(img)  # 346 -> 346 is the identity, then rows/cols 23..321
     assert x.shape == (3, 299, 299) and x.dtype == torch.float32
     assert x[0, 0, 0] == 23 and x[0, 298, 0] == 321 % 256 and x[1, 0, 0] == 23 and x[1, 0, 298] == 321 % 256
     with pytest.raises(ValueError, match="crop"):
-        X.OfficialResizeCrop(299, 346)
+        OfficialResizeCrop(299, 346)
 
 
 def test_inception_v4_official_path_local_weights(images, tmp_path):
@@ -209,25 +213,25 @@ def test_inception_v4_official_path_local_weights(images, tmp_path):
             torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
     path = tmp_path / "inception_v4.safetensors"
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(path))
-    ex = X.build_extractor("inception_v4", {"weights": str(path), "sha256": W.sha256_file(path)})
-    assert isinstance(ex.prepare, X.OfficialResizeCrop) and ex.size == (299, 299)
+    ex = build_extractor("inception_v4", {"weights": str(path), "sha256": W.sha256_file(path)})
+    assert isinstance(ex.prepare, OfficialResizeCrop) and ex.size == (299, 299)
     seen = []
     ex.model.net.features.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
-    arrays, good, _ = X.extract_arrays(ex, images[:1], batch_size=1)
+    arrays, good, _ = extract_arrays(ex, images[:1], batch_size=1)
     # the authors' preprocessing written out: resize 346 (TF1 bilinear), crop [23:-24], x/255*2-1
     img = np.asarray(Image.open(images[0]).convert("RGB"), dtype=np.float32) / 255.0
-    x = torch.from_numpy(X.tf1_resize_bilinear(img, 346, 346)[23:-24, 23:-24] * 2 - 1).permute(2, 0, 1)[None]
+    x = torch.from_numpy(tf1_resize_bilinear(img, 346, 346)[23:-24, 23:-24] * 2 - 1).permute(2, 0, 1)[None]
     assert torch.allclose(seen[0], x, atol=1e-5)  # exactly what the network was fed
     with torch.inference_mode():
         ref = net.forward_features(x).mean(dim=(2, 3))
     assert ref.std() > 0.1
     np.testing.assert_allclose(arrays["pooled"][0].astype(np.float32), ref[0].numpy(), rtol=1e-2, atol=1e-2)
     with pytest.raises(W.ChecksumError):
-        X.build_extractor("inception_v4", {"weights": str(path), "sha256": "0" * 64})
+        build_extractor("inception_v4", {"weights": str(path), "sha256": "0" * 64})
     with pytest.raises(ValueError, match="unknown option"):
-        X.build_extractor("inception_v4", {"weight": str(path)})
+        build_extractor("inception_v4", {"weight": str(path)})
     with pytest.raises(ValueError, match="preprocess"):
-        X.build_extractor("inception_v4", {"random_init": True, "preprocess": "tf"})
+        build_extractor("inception_v4", {"random_init": True, "preprocess": "tf"})
 
 
 def test_every_backend_has_its_own_file():
@@ -235,15 +239,15 @@ def test_every_backend_has_its_own_file():
     per file, and every other file there is a helper the catalogue does not name."""
     from pathlib import Path
 
-    folder = Path(X.__file__).parent
+    folder = Path(extractors_factory.__file__).parent
     helpers = {"__init__", "base", "combined", "compute", "gpu_decode", "tf1"}
     files = {f.stem for f in folder.glob("*.py")} - helpers
-    assert X.FEATURES.names() == sorted(files) == ["inception_v3_fid", "inception_v4", "random_cnn", "vgg16", "vgg19"]
-    for name in X.FEATURES:
-        factory = X.FEATURES.load(name)
+    assert FEATURES.names() == sorted(files) == ["inception_v3_fid", "inception_v4", "random_cnn", "vgg16", "vgg19"]
+    for name in FEATURES:
+        factory = FEATURES.load(name)
         assert callable(factory) and factory.__module__ == f"r2m.vision.extractors.{name}", name
     with pytest.raises(KeyError, match="unknown feature backend 'nope'; known: inception_v3_fid"):
-        X.build_extractor("nope")
+        build_extractor("nope")
 
 
 def test_unknown_backend_is_a_one_line_params_error(repo_root):
@@ -257,4 +261,4 @@ def test_unknown_backend_is_a_one_line_params_error(repo_root):
         P.validate(raw)
     msg = str(err.value)
     assert "\n" not in msg and "extract_features.backend" in msg
-    assert f"unknown feature backend 'resnet_nope'; known: {', '.join(X.FEATURES.names())}" in msg
+    assert f"unknown feature backend 'resnet_nope'; known: {', '.join(FEATURES.names())}" in msg

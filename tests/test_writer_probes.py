@@ -510,7 +510,9 @@ def test_spawned_child_without_the_guard_is_not_refused():
 def _record(ws: Path, body: dict) -> Path:
     path = ws / ".r2m/records/prepare/tiny.json"
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"format": 1, "stage": "prepare", "axes": {"dataset": "tiny"}, **body}))
+    from r2m.utils.reads import FORMAT
+
+    path.write_text(json.dumps({"format": FORMAT, "stage": "prepare", "axes": {"dataset": "tiny"}, **body}))
     return path
 
 

@@ -35,6 +35,7 @@ from r2m.pipeline.snake import (  # noqa: E402
     snake_template,
     split_config,
     target_files,
+    target_folders,
     wildcard_constraints_for,
     write_merged_params,
 )

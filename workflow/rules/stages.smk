@@ -66,6 +66,22 @@ for _stage in S.STAGES:
             shell:
                 "test -e {output:q} > {log:q} 2>&1"
 
+    # and its output folders (snakemake models/…/train_xe), likewise
+    for _i, _path in enumerate(target_folders(_stage)):
+
+        rule:
+            name:
+                f"{_stage.name}_folder{_i}"
+            input:
+                ancient(done_file(_stage)),
+            output:
+                update(directory(_path)),
+            log:
+                f"logs/{_stage.name}/{_stage.key()}.folder{_i}.log",
+            localrule: True
+            shell:
+                "test -d {output:q} > {log:q} 2>&1"
+
     if _n > 1:
 
         rule:

@@ -288,6 +288,14 @@ def target_files(stage: Stage) -> list[str]:
     return out
 
 
+def target_folders(stage: Stage) -> list[str]:
+    """An instance's output folders, which a user may name as targets too (``snakemake models/…/train_xe``),
+    each the output of a rule like :func:`target_files`' (a summary stage's folders are named by its done file)."""
+    if summary_stage(stage):
+        return []
+    return [o.path for o in stage.outs.values() if o.directory]
+
+
 def done_targets(params: P.Params, targets: tuple[str, ...]) -> list[str]:
     """The done file of every instance the ``targets`` need (``rule all`` asks for them: an instance whose record
     says it is stale, an output removed included, reruns)."""

@@ -40,11 +40,12 @@ def _sync(device) -> None:
 def bench_model(backend: str, device: str, n: int, batch: int, size: int) -> dict[str, Any]:
     import torch
 
-    from r2m.vision import extractors as F
+    from r2m.vision.extractors import compute as F
+    from r2m.vision.extractors.factory import build_extractor
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ex = F.build_extractor(backend, RANDOM_OK.get(backend, {}))
+        ex = build_extractor(backend, RANDOM_OK.get(backend, {}))
     dev = torch.device(device)
     model = F.to_device(ex, dev)
     g = torch.Generator().manual_seed(0)
@@ -80,12 +81,13 @@ def bench_files(backend: str, device: str, n: int, batch: int, size: int, worker
                 gpu_decode: bool = False, files: list[str] | None = None) -> dict[str, Any]:
     """Images/s of ``extract_arrays`` over JPEG files (decode + resize + model); ``gpu_decode``:
     JPEGs decoded on the GPU (CUDA only)."""
-    from r2m.vision import extractors as F
+    from r2m.vision.extractors import compute as F
+    from r2m.vision.extractors.factory import build_extractor
 
     with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         files = files or write_jpegs(d, n, size)
-        ex = F.build_extractor(backend, RANDOM_OK.get(backend, {}))
+        ex = build_extractor(backend, RANDOM_OK.get(backend, {}))
         F.extract_arrays(ex, files[:batch], batch, device, 0, show=False, gpu_decode=gpu_decode)  # warm-up
         t0 = time.perf_counter()
         F.extract_arrays(ex, files, batch, device, workers, show=False, gpu_decode=gpu_decode)
