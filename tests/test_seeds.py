@@ -161,13 +161,18 @@ def test_table1_row_is_the_mean_over_its_seeds(tmp_path: Path) -> None:
     raw = _raw(seeds=[0])
     raw["catalog"]["tiny"]["seeds"] = {"r2m": [0, 1, 2]}
     params = P.validate(raw)
-    cider = {"0": 0.21, "1": 0.27, "2": 0.30}
+    from r2m.evaluation.bootstrap import corpus_metrics
+
+    stats = {s: random_stats(8, seed=int(s)) for s in ("0", "1", "2")}
+    # each seed's eval.json holds the corpus CIDEr its per-image statistics give (as evaluate writes them)
+    cider = {s: float(corpus_metrics(st, metrics=["CIDEr"])["CIDEr"]) for s, st in stats.items()}
+    assert len(set(cider.values())) == 3
     for seed, c in cider.items():
         folder = tmp_path / f"results/tiny/r2m/s{seed}/train_i"
         folder.mkdir(parents=True)
         metrics = {**fake_metrics(0.0), "CIDEr": c}
         (folder / "eval.json").write_text(json.dumps(metrics))
-        write_stats(folder / "per_image.parquet", random_stats(8, seed=int(seed)), metrics)
+        write_stats(folder / "per_image.parquet", stats[seed], metrics)
     tables.table1(StageContext(stage=S.get("table1"), params=params, root=tmp_path))
     rows = [r for r in csv.DictReader((tmp_path / "reports/table1.csv").open()) if r["source"] == "this run"]
     assert len(rows) == 1 and rows[0]["seeds"] == "3" and rows[0]["interval"] in ("t over seeds", "t over seeds and images")
