@@ -427,8 +427,8 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.xfail(reason="known gap, left open: the model comes back byte for byte, but train_metrics.json holds "
-                          "wall-clock figures, so the record's digest and the done file change and Snakemake plans "
+@pytest.mark.xfail(reason="known gap until a run shows otherwise: train_metrics.json held wall-clock figures (now in "
+                          "the log), so the record's digest and the done file changed and Snakemake planned "
                           "train_xe's readers again (each then cut off in about a second)", strict=False)
 def test_an_instance_gives_the_same_bytes_under_either_engine(ws, tmp_path):
     """The thread count changes a training run's float sums: it comes from one place (r2m.runtime), one thread

@@ -232,7 +232,6 @@ def test_two_runs_of_a_training_stage_on_tiny_are_bit_identical(tmp_path: Path, 
     model, results = "models/tiny/r2m/s1/train_xe/model.pt", "results/tiny/r2m/s1/train_xe"
     assert (first / model).read_bytes() == (second / model).read_bytes()
     assert (first / results / "loss.tsv").read_bytes() == (second / results / "loss.tsv").read_bytes()
-    timing = ("wall_s", "sentences_per_s")
-    a, b = (json.loads((wd / results / "train_metrics.json").read_text()) for wd in (first, second))
-    assert {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
+    # no timings in an output: the metrics file is the same bytes too (a reader's record digests it)
+    assert (first / results / "train_metrics.json").read_bytes() == (second / results / "train_metrics.json").read_bytes()
     assert len((first / results / "loss.tsv").read_text().splitlines()) > 10  # a run that trained, not an empty one

@@ -124,7 +124,7 @@ def test_four_stages_outputs_and_checkpoint(syn: Path) -> None:
         assert tsv[0].startswith("step\tsplit\tloss")
         assert any("\tval\t" in line for line in tsv[1:])
         metrics = json.loads((syn / f"results/syn/r2m/s0/{st}/train_metrics.json").read_text())
-        assert metrics["train_loss"] is not None and metrics["wall_s"] > 0
+        assert metrics["train_loss"] is not None and "wall_s" not in metrics  # same inputs, same bytes
     # the image stages learned an image projection of the feature size
     ck = torch.load(syn / "models/syn/r2m/s0/train_i/model.pt", weights_only=True)
     assert ck["config"]["image_dim"] == 12 and "image_proj.weight" in ck["state_dict"]

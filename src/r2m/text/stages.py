@@ -117,14 +117,13 @@ def corpus_concepts(ctx: StageContext) -> None:
             "kept": sum(n_split.values()),
             "split": dict(n_split), "distinct_concepts": len(concept_counts),
             "top_concepts": dict(concept_counts.most_common(50)),
-            "seconds": round(seconds, 3), "sentences_per_s": round(n_in / max(seconds, 1e-9), 1),
-        }
+        }  # no timings in an output folder (its readers' records digest it): they go to the log
         write_json(tmp / "stats.json", stats)
         ctx.save_params(tmp)
     if stats["kept"] == 0:
         ctx.log.warning("corpus_concepts: no sentence kept from %s (dropped: %s)", src, dict(dropped))
-    ctx.log.info("corpus_concepts: %d of %d sentences kept (%s), %.0f sentences/s",
-                 stats["kept"], n_in, dict(n_split), stats["sentences_per_s"])
+    ctx.log.info("corpus_concepts: %d of %d sentences kept (%s) in %.1f s, %.0f sentences/s",
+                 stats["kept"], n_in, dict(n_split), seconds, n_in / max(seconds, 1e-9))
 
 
 # --------------------------------------------------------------------------- build_vocab
@@ -235,9 +234,8 @@ def build_vocab(ctx: StageContext) -> None:
             "sentences_in": n_in, "sentences_out": sum(v for k, v in stats.items() if k.startswith("out_")),
             **{k: v for k, v in sorted(stats.items())},
             "unk_token_ratio": round(stats["unk_tokens"] / max(stats["tokens"], 1), 5),
-            "seconds": round(seconds, 3), "sentences_per_s": round(n_in / max(seconds, 1e-9), 1),
-        }
+        }  # (timings: the log)
         write_json(tmp / "stats.json", summary)
         ctx.save_params(tmp)
-    ctx.log.info("build_vocab: %d words, %d of %d sentences kept, %.0f sentences/s",
-                 len(vocab), summary["sentences_out"], n_in, summary["sentences_per_s"])
+    ctx.log.info("build_vocab: %d words, %d of %d sentences kept in %.1f s, %.0f sentences/s",
+                 len(vocab), summary["sentences_out"], n_in, seconds, n_in / max(seconds, 1e-9))

@@ -266,15 +266,14 @@ def train(ctx: StageContext, select: Selector | None = None) -> dict[str, Any]:
     metrics = {
         "stage": name, "variant": ctx.variant, "steps": res.step, **L.loss_summary(res.rows),
         "val_xe": (val_rows[-1][3] if val_rows and obj.data != "image" else None),
-        "sentences_per_s" if obj.data == "text" else "images_per_s":
-            (res.seen / res.elapsed) if res.elapsed > 0 else None,
-        "wall_s": res.elapsed, "device": str(device), "parameters": model.param_count(),
+        "device": str(device), "parameters": model.param_count(),  # (timings go to the log: same inputs, same bytes)
         "selected_step": res.best.step if res.best else None, "selected_score": res.best.score if res.best else None,
         "tf32": tf32, **res.step_info,
     }
     write_json(Path(ctx.outs["metrics"]), L.finite_or_none(metrics))
     data.close()
     RS.clear(spec.work)  # outputs complete: the resumable state is no longer needed
-    ctx.log.info("%s: done, %d steps in %.1f s", name, res.step, res.elapsed)
+    ctx.log.info("%s: done, %d steps in %.1f s (%.1f %s/s)", name, res.step, res.elapsed,
+                 res.seen / res.elapsed if res.elapsed > 0 else 0.0, "sentences" if obj.data == "text" else "images")
     dist.barrier()
     return L.finite_or_none(metrics)
