@@ -427,9 +427,6 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.xfail(reason="known gap until a run shows otherwise: train_metrics.json held wall-clock figures (now in "
-                          "the log), so the record's digest and the done file changed and Snakemake planned "
-                          "train_xe's readers again (each then cut off in about a second)", strict=False)
 def test_an_instance_gives_the_same_bytes_under_either_engine(ws, tmp_path):
     """The thread count changes a training run's float sums: it comes from one place (r2m.runtime), one thread
     unless R2M_THREADS says, whichever engine runs the job. ``train_xe`` retrained by ``dvc repro`` without
@@ -454,8 +451,6 @@ def test_a_moved_workspace_plans_nothing(ws, tmp_path):
     assert w.both() == (set(), set())
 
 
-@pytest.mark.xfail(reason="known gap, left open: failed in the last fresh-clone run (its message was lost when the "
-                          "run hit its time limit); the records-based expectation below awaits a run", strict=False)
 def test_a_comment_in_an_upstream_module_costs_the_upstream_stage_only(ws, tmp_path):
     """Early cutoff under Snakemake: a comment in the random-CNN feature backend stales the instances that imported
     it (extract_features, extract_features_sup, S-CNN-RNN's end-to-end stages: their records name it); the real
