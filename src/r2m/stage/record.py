@@ -114,18 +114,11 @@ def mark_current(ctx: StageContext, record: Mapping[str, Any]) -> None:
     """The instance is current: its stamp says so (the text the next plan computes) and its done file holds the
     digest of its record. The done file is rewritten only when that digest changed: a rerun that read and wrote
     the same bytes (under DVC, or cut off) leaves its modification time, so Snakemake plans none of its readers."""
-    from r2m.utils.io import write_text
+    from r2m.utils.io import write_text_if_changed
 
     write_stamp(stamp_path(ctx.root, ctx.stage, ctx.axes),
                 {tuple(p["path"]): p.get("value") for p in record.get("params") or []}, [])
-    text = data_digest(record, spaced=True) + "\n"
-    done = done_path(ctx.root, ctx.stage, ctx.axes)
-    try:
-        same = done.read_text() == text
-    except OSError:
-        same = False
-    if not same:
-        write_text(done, text)
+    write_text_if_changed(done_path(ctx.root, ctx.stage, ctx.axes), data_digest(record, spaced=True) + "\n")
 
 
 def done_path(root: Path, stage: Any, axes: Mapping[str, str] | None = None) -> Path:
@@ -191,18 +184,12 @@ def stamp_text(values: Mapping[tuple[str, ...], Any], why: list[str]) -> str:
 def write_stamp(path: Path, values: Mapping[tuple[str, ...], Any], why: list[str]) -> bool:
     """Write the stamp unless it holds this text already; a current stamp gets modification time 0 (a stale
     one keeps the time it was written). True: written."""
-    from r2m.utils.io import write_text
+    from r2m.utils.io import write_text_if_changed
 
-    text = stamp_text(values, why)
-    try:
-        same = path.read_text() == text
-    except OSError:
-        same = False
-    if not same:
-        write_text(path, text)
+    written = write_text_if_changed(path, stamp_text(values, why))
     if not why and path.stat().st_mtime != 0:
         os.utime(path, (0, 0))
-    return not same
+    return written
 
 
 def _record(stage: Any, axes: Mapping[str, str], root: Path,

@@ -78,6 +78,17 @@ def write_text(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
+def write_text_if_changed(path: str | Path, text: str) -> bool:
+    """:func:`write_text` unless ``path`` holds ``text`` already (its modification time then stays); True: written."""
+    try:
+        if Path(path).read_text() == text:
+            return False
+    except OSError:
+        pass
+    write_text(path, text)
+    return True
+
+
 def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
     return write_text(path, json.dumps(obj, indent=indent, sort_keys=False) + "\n")
 

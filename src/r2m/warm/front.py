@@ -143,12 +143,12 @@ def run(argv: list[str], env: dict[str, str], signals: Signals, control: Control
                 if control is not None:
                     control.stop(signum)
                 else:
-                    _signal_session(proc.pid, signal.SIGINT)
+                    send_signal(-proc.pid, signal.SIGINT)
                     interrupted = True
             elif at - first[1] >= REPEAT_S and not killed:
                 say(f"{signal.Signals(signum).name} again: killing the run (each job resumes from its last "
                     f"checkpoint)")
-                _signal_session(proc.pid, signal.SIGKILL)
+                send_signal(-proc.pid, signal.SIGKILL)
                 if control is not None:
                     control.kill()
                 killed = True
@@ -161,7 +161,7 @@ def run(argv: list[str], env: dict[str, str], signals: Signals, control: Control
                 if state == -1 or state != still[1]:
                     still = (now, state)  # a child, or CPU time used: not stuck
                 if not control.started or now - still[0] >= ENGINE_STUCK_S or now - idle_since >= ENGINE_GRACE_S:
-                    _signal(proc.pid, signal.SIGINT)
+                    send_signal(proc.pid, signal.SIGINT)
                     interrupted = True
     if first is None:
         return status(code)
@@ -200,17 +200,11 @@ def has_children(pid: int) -> bool:
     return False
 
 
-def _signal(pid: int, signum: int) -> None:
+def send_signal(pid: int, signum: int) -> None:
+    """``os.kill`` of a process (or, ``pid`` < 0, of the process group -``pid`` leads: COMMAND's session, it and
+    what it started) that may have ended meanwhile."""
     try:
         os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
-
-
-def _signal_session(pid: int, signum: int) -> None:
-    """``signum`` to the process group ``pid`` leads (COMMAND's session: it and what it started)."""
-    try:
-        os.killpg(pid, signum)
     except ProcessLookupError:
         pass
 

@@ -200,7 +200,7 @@ class Control:
         self._send("quit")
         self.sock.close()
         if not ready:
-            _kill(server, signal.SIGKILL)
+            front.send_signal(server, signal.SIGKILL)
         os.waitpid(server, 0)
 
 
@@ -231,7 +231,7 @@ def serve(listener: socket.socket, target: Target, stop: threading.Event | None 
 
     def kill_jobs() -> None:
         for pid in running:
-            _kill(pid, signal.SIGKILL)
+            front.send_signal(pid, signal.SIGKILL)
 
     while not done.is_set() and not (quitting and not running):
         events = sel.select(timeout=0.05)
@@ -251,8 +251,8 @@ def serve(listener: socket.socket, target: Target, stop: threading.Event | None 
                         stopping = int(arg)
                         note(f"stop {signal.Signals(stopping).name}")
                         for pid in running:
-                            _kill(pid, stopping)
-                            _kill(pid, signal.SIGCONT)  # a stopped job (Ctrl-Z, SIGSTOP) handles it too
+                            front.send_signal(pid, stopping)
+                            front.send_signal(pid, signal.SIGCONT)  # a stopped job (Ctrl-Z, SIGSTOP) handles it too
                     elif word == "kill":
                         kill_jobs()
                     elif word == "quit":
@@ -263,7 +263,7 @@ def serve(listener: socket.socket, target: Target, stop: threading.Event | None 
                     control = None
                     if not quitting:  # killed: take its command and the jobs with it
                         if engine is not None:
-                            _kill(-engine, signal.SIGKILL)
+                            front.send_signal(-engine, signal.SIGKILL)
                         kill_jobs()
                         quitting = True
                 if quitting and listener.fileno() >= 0:
@@ -326,12 +326,6 @@ def _tell(control: socket.socket, line: bytes) -> None:
         pass
 
 
-def _kill(pid: int, signum: int) -> None:
-    """``os.kill`` of a job (or, ``pid`` < 0, a process group) that may have ended meanwhile."""
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
 
 
 def open_socket() -> tuple[socket.socket, Path]:
