@@ -48,39 +48,27 @@ for _stage in S.STAGES:
         shell:
             "exec {R2M} {params.cmd} --params {R2M_PARAMS_ARG} --no-log-file > {log:q} 2>&1"
 
-    # the instance's files a user may name as targets (snakemake results/…/eval.json): each a rule of its own,
-    # its input the done file (ancient: it runs only when the file is missing, after the instance rebuilt it);
-    # `update` keeps Snakemake from deleting the file the instance just wrote before this job checks it
-    for _i, _path in enumerate(target_files(_stage)):
+    # the instance's files and folders a user may name as targets (snakemake results/…/eval.json,
+    # snakemake models/…/train_xe): each a rule of its own, its input the done file (ancient: it runs only when
+    # the path is missing, after the instance rebuilt it); `update` keeps Snakemake from deleting what the
+    # instance just wrote before this job checks it
+    _targets = {"file": [update(_p) for _p in target_files(_stage)],
+                "folder": [update(directory(_p)) for _p in target_folders(_stage)]}
+    for _kind, _outs in _targets.items():
+        for _i, _out in enumerate(_outs):
 
-        rule:
-            name:
-                f"{_stage.name}_file{_i}"
-            input:
-                ancient(done_file(_stage)),
-            output:
-                update(_path),
-            log:
-                f"logs/{_stage.name}/{_stage.key()}.file{_i}.log",
-            localrule: True
-            shell:
-                "test -e {output:q} > {log:q} 2>&1"
-
-    # and its output folders (snakemake models/…/train_xe), likewise
-    for _i, _path in enumerate(target_folders(_stage)):
-
-        rule:
-            name:
-                f"{_stage.name}_folder{_i}"
-            input:
-                ancient(done_file(_stage)),
-            output:
-                update(directory(_path)),
-            log:
-                f"logs/{_stage.name}/{_stage.key()}.folder{_i}.log",
-            localrule: True
-            shell:
-                "test -d {output:q} > {log:q} 2>&1"
+            rule:
+                name:
+                    f"{_stage.name}_{_kind}{_i}"
+                input:
+                    ancient(done_file(_stage)),
+                output:
+                    _out,
+                log:
+                    f"logs/{_stage.name}/{_stage.key()}.{_kind}{_i}.log",
+                localrule: True
+                shell:
+                    "test -e {output:q} > {log:q} 2>&1"
 
     if _n > 1:
 
