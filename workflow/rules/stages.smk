@@ -49,9 +49,11 @@ for _stage in S.STAGES:
             "exec {R2M} {params.cmd} --params {R2M_PARAMS_ARG} --no-log-file > {log:q} 2>&1"
 
     # the instance's files and folders a user may name as targets (snakemake results/…/eval.json,
-    # snakemake models/…/train_xe): each a rule of its own, its input the done file (ancient: it runs only when
-    # the path is missing, after the instance rebuilt it); `update` keeps Snakemake from deleting what the
-    # instance just wrote before this job checks it
+    # snakemake models/…/train_xe): each a rule of its own, its inputs the done file (ancient: it runs only when
+    # the path is missing, after the instance rebuilt it) and the instance's stamp (a stale instance is rebuilt
+    # even while the old path is still there: Snakemake looks no further up than a target that is current, so a
+    # done file removed by a failed or cancelled job would otherwise leave the old folder standing); `update`
+    # keeps Snakemake from deleting what the instance just wrote before this job checks it
     _targets = {"file": [update(_p) for _p in target_files(_stage)],
                 "folder": [update(directory(_p)) for _p in target_folders(_stage)]}
     for _kind, _outs in _targets.items():
@@ -62,6 +64,7 @@ for _stage in S.STAGES:
                     f"{_stage.name}_{_kind}{_i}"
                 input:
                     ancient(done_file(_stage)),
+                    plan_input(_stage, PLANNER),
                 output:
                     _out,
                 log:
