@@ -35,7 +35,7 @@ def raw(repo_root: Path) -> dict:
 
 # folders a pipeline run writes under data/<dataset>/ (git-ignored); the fallback when the checkout is not a git
 # work tree (an sdist, an exported copy) leaves them out, as git leaves them out otherwise
-GENERATED_NAMES = {"prepared", "concepts", "corpus", "features", "sup_features", "sup_vocab", "vocab",
+GENERATED_NAMES = {"bad_images.csv", "prepared", "concepts", "corpus", "features", "sup_features", "sup_vocab", "vocab",
                    "inputs.json", "__pycache__"}
 
 

@@ -489,12 +489,12 @@ def test_unreadable_test_images_are_counted_and_named(wd, killed_and_rerun, tmp_
     from r2m.reports.tables import eval_notes, read_eval
 
     work = tmp_path / "w"
-    for top in ("data/tiny/prepared", "data/tiny/references", "results/tiny/r2m/s0/train_xe", "reports/tiny"):
+    for top in ("data/tiny/prepared", "data/tiny/references", "results/tiny/r2m/s0/train_xe"):
         shutil.copytree(wd / top, work / top)
     shutil.copy2(wd / "params.yaml", work / "params.yaml")
     shutil.copytree(wd / "data/dictionaries", work / "data/dictionaries")
     image_id = json.loads((wd / "results/tiny/r2m/s0/train_xe/captions.json").read_text())[0]["image_id"]
-    (work / "reports/tiny/bad_images.csv").write_text(f"image_id,path,reason\n{image_id},x.png,cannot identify image\n")
+    (work / "data/tiny/bad_images.csv").write_text(f"image_id,path,reason\n{image_id},x.png,cannot identify image\n")
     monkeypatch.chdir(work)
     rc, err = _r2m(["evaluate", "--dataset", "tiny", "--variant", "r2m", "--ckpt", "train_xe"], capsys)
     assert rc == 0 and "1 of 6 scored image(s) were unreadable" in err

@@ -3,7 +3,7 @@
 DAG stage: ``results/<D>/<variant>/s<seed>/<ckpt>/captions.json`` against ``data/<D>/references/references.json``
 (restricted to the captioned images) → ``eval.json`` (aggregate metrics for ``dvc metrics``, plus
 ``n_images``, ``unreadable_images`` and ``unreadable_image_ids``: the scored images that
-``detect_concepts`` could not read, listed in ``reports/<D>/bad_images.csv``, captioned from no
+``detect_concepts`` could not read, listed in ``data/<D>/bad_images.csv``, captioned from no
 concepts) and ``eval_per_image.json`` (per-image scores).
 
 **Complete or refused.** The captions must cover every reference image of the split(s) they

@@ -138,7 +138,7 @@ STAGES: tuple[Stage, ...] = (
         deps={"prepared": f"{D}/prepared"},
         outs={
             "concepts": Out(f"{D}/concepts", directory=True, members=("detections.parquet",)),
-            "bad_images": Out("reports/{dataset}/bad_images.csv", cache=False),
+            "bad_images": Out(f"{D}/bad_images.csv", cache=False),
         },
         params=("concepts", "detect_concepts"),
         resources=GPU_JOB,
@@ -209,7 +209,7 @@ STAGES: tuple[Stage, ...] = (
         help="coco-caption metrics of the captions against the references",
         axes=("dataset", "variant", "ckpt", "seed"),
         deps={"captions": f"{R}/captions.json", "info": f"{R}/caption_info.json", "prepared": f"{D}/prepared",
-              "references": f"{D}/references", "bad_images": "reports/{dataset}/bad_images.csv"},
+              "references": f"{D}/references", "bad_images": f"{D}/bad_images.csv"},
         outs={
             "metrics": Out(f"{R}/eval.json", kind="metrics", cache=False),
             "per_image": Out(f"{R}/eval_per_image.json", cache=False),

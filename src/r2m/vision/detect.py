@@ -7,7 +7,7 @@ Output ``D/concepts/detections.parquet``: ``image_id, label, concept, score, x1,
 every detection with a dictionary concept and ``score >= floor`` (the backend's, default 0.05;
 ``detect_concepts.floor``: 0 under the official profile) is kept — ``concepts.score_threshold`` and the
 at-most-5 rule are applied by consumers. Unreadable images are listed in
-``reports/<dataset>/bad_images.csv`` and never stop the run.
+``data/<dataset>/bad_images.csv`` and never stop the run.
 """
 
 from __future__ import annotations

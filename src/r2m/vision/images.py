@@ -6,7 +6,7 @@
   short JPEG raises, and we report it instead of silently padding it with grey.
 * :class:`ImageDataset` + :func:`make_loader` feed a model in batches through a torch
   ``DataLoader`` (``workers`` processes); bad images are skipped and come back in
-  :attr:`Batch.bad` so the caller can list them (``reports/<dataset>/bad_images.csv``).
+  :attr:`Batch.bad` so the caller can list them (``data/<dataset>/bad_images.csv``).
 * :func:`read_plain_jpeg` + :class:`EncodedDataset` (``make_loader(encoded=True)``, or
   :func:`threaded_batches`: the same items read by a pool of threads in the calling process): only
   the bytes of plain JPEG files are read (:class:`Encoded`), which the caller decodes in batches on
