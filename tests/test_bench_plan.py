@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from r2m.pipeline import bench_plan as B
+from r2m.bench import plan as B
 
 
 def test_timed_counts_the_childs_cpu(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ import random
 import numpy as np
 import pytest
 
+from r2m.bench.evaluate import WORDS
 from r2m.evaluation import bootstrap as B
 from r2m.evaluation import coco, per_image
-from r2m.evaluation.bench import WORDS
 from r2m.stage import registry as S
 from r2m.stage.context import StageContext
 from test_evaluation import _params, _refs_json, _write, no_spice, refs_dir, shared_meteor_pool  # noqa: F401
@@ -281,7 +281,7 @@ def test_corpus_metrics_rejects_bad_indices():
 
 
 def test_bench_prints_the_bootstrap_time(capsys):
-    from r2m.evaluation.bootstrap_bench import main
+    from r2m.bench.bootstrap import main
 
     assert main(["--images", "60", "--refs", "3", "--resamples", "100", "--scorers", "bleu,rouge,cider"]) == 0
     out = capsys.readouterr().out

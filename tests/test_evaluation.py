@@ -431,7 +431,7 @@ def test_standalone_command(tmp_path, no_spice, capsys):
 
 
 def test_bench_synthetic_is_seeded():
-    from r2m.evaluation.bench import synthetic
+    from r2m.bench.evaluate import synthetic
 
     a, b = synthetic(20, 5, seed=3), synthetic(20, 5, seed=3)
     assert a == b and len(a[0]) == 20 and all(len(v) == 5 for v in a[1].values())

@@ -258,7 +258,7 @@ def test_cuda_decode_close_to_cpu_path(photos, odd_files):
 
 
 def test_bench_features_files_prints_images_per_s(capsys):
-    from r2m.vision import bench as B
+    from r2m.bench import features as B
 
     assert B.main(["--files", "--backends", "random_cnn", "--images", "4", "--batch", "2", "--size", "40",
                    "--device", "cpu"]) == 0

@@ -210,10 +210,11 @@ def entry_modules() -> frozenset[str]:
     """The modules named as ``"module:function"`` implementations by the stage registry
     (:data:`r2m.stage.registry.STAGES`), ``r2m``'s tools (:data:`r2m.cli.TOOLS`), the commands a stage's
     subcommand serves without its axes (:data:`r2m.cli.STANDALONE`) and ``r2m bench``
-    (:data:`r2m.bench.BENCHMARKS`): the command layer, above every library layer."""
+    (:data:`r2m.bench.registry.BENCHMARKS`): the command layer, above every library layer."""
     sys.path.insert(0, str(PKG.parent))
     try:
-        from r2m import bench, cli
+        from r2m import cli
+        from r2m.bench import registry as bench
         from r2m.stage import registry as stages
     finally:
         sys.path.pop(0)

@@ -212,7 +212,7 @@ def test_the_bench_counts_coverage_marks_and_power_on_a_pool_of_runs() -> None:
     """``r2m bench significance --runs``'s loop on a pool of 12 runs of one configuration (no seed effect): the
     null draws are covered and rarely marked; with B's rows on every image taken from a checkpoint 0.3 better
     (``--plant``, share 1), every draw is marked in the truth's direction and the truth is covered."""
-    from r2m.evaluation import randomization_bench as RB
+    from r2m.bench import randomization as RB
 
     rng = np.random.default_rng(12)
     base = rng.normal(0.5, 0.3, 30)

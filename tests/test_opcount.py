@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from r2m.bench.schedule import synthetic_text
 from r2m.models.r2m import R2M, R2MConfig
-from r2m.training.bench_schedule import synthetic_text
 from r2m.training.data import TextBatch, pad_text
 from r2m.training.objectives import text_objective
 from r2m.training.opcount import bench_counts, count_ops

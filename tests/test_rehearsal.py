@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from r2m.bench import scale as B
 from r2m.datasets import rehearsal as R
-from r2m.datasets import scale_bench as B
 from r2m.datasets.recipes import recipe
 from r2m.params import DatasetEntry
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from r2m.datasets import scale_bench as B
+from r2m.bench import scale as B
 
 ROOT = Path(__file__).resolve().parents[1]
 

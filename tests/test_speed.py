@@ -20,7 +20,7 @@ BIN = Path(sys.executable).parent
 
 
 def test_schedule_bench_runs_every_stage_scaled():
-    from r2m.training.bench_schedule import SCHEDULE, run_schedule
+    from r2m.bench.schedule import SCHEDULE, run_schedule
 
     torch.set_num_threads(1)
     r = run_schedule("cpu", scale=0.0004, batch=8, vocab=60, d=16, heads=2, d_k=8)

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from r2m import runtime as R
+from r2m.bench.schedule import synthetic_image, synthetic_text
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import END
 from r2m.training import loop as L
 from r2m.training import step as ST
-from r2m.training.bench_schedule import synthetic_image, synthetic_text
 from r2m.training.data import ImageBatch, StaticImageBatch, StaticTextBatch, TextBatch, pad_image, pad_text
 from r2m.training.objectives import image_objective, text_objective
 from test_loop import Batch, Sched  # the loop's toy batch and schedule
@@ -341,7 +341,7 @@ def test_stage_metrics_record_the_step_on_cpu(tmp_path: Path) -> None:
 
 
 def test_bench_schedule_runs_the_shared_step_and_its_op_hook(monkeypatch) -> None:
-    from r2m.training import bench_schedule as BS
+    from r2m.bench import schedule as BS
 
     calls: list[str] = []
 

@@ -35,11 +35,11 @@ INVENTORY = {
     "text/stages.py": STAGE, "text/vocab.py": STAGE, "training/loop.py": STAGE, "training/stages.py": STAGE,
     "vision/detect.py": STAGE, "vision/feature_store.py": STAGE, "vision/images.py": STAGE,
     "stage/context.py": STAGE,
-    "reports/gallery.py": COMMAND, "datasets/scale_bench.py": COMMAND, "pipeline/bench_plan.py": COMMAND,
-    "vision/concept_quality.py": COMMAND, "pipeline/dag.py": COMMAND, "reports/browser.py": COMMAND,
+    "reports/gallery.py": COMMAND, "bench/scale.py": COMMAND, "bench/plan.py": COMMAND,
+    "bench/concepts.py": COMMAND, "pipeline/dag.py": COMMAND, "reports/browser.py": COMMAND,
     "stage/record.py": STATE, "utils/reads.py": STATE, "utils/digest.py": STATE, "utils/resume.py": STATE, "evaluation/paraphrase.py": STATE,
     "evaluation/meteor.py": STATE, "warm/engine.py": STATE, "vision/weights.py": STATE, "warm/server.py": STATE, "pipeline/snake.py": STATE,
-    "evaluation/coco.py": SCRATCH, "evaluation/bench.py": SCRATCH, "vision/bench.py": SCRATCH,
+    "evaluation/coco.py": SCRATCH, "bench/evaluate.py": SCRATCH, "bench/features.py": SCRATCH,
     "utils/io.py": HELPER, "utils/owner.py": HELPER, "utils/checkpoint.py": HELPER,
 }
 

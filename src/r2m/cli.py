@@ -22,7 +22,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
     "resolve-params": ("r2m.pipeline.resolve_cmd:main",
                        "write .params/<stage>/<instance>.json (each stage instance's resolved params; DVC's deps)"),
-    "bench": ("r2m.bench:main", "benchmarks: train, schedule, features, evaluate, concepts, bootstrap"),
+    "bench": ("r2m.bench.registry:main", "benchmarks (r2m bench --help lists each)"),
     "compare": ("r2m.evaluation.compare:main",
                 "metrics of two or more captioners with 95% bootstrap intervals and paired randomization tests of B - A (Holm for more than two)"),
     "power": ("r2m.evaluation.power:main",

@@ -103,7 +103,7 @@ def count_ops(step: Callable[[], object], warmup: int = 1, cuda: bool | None = N
 
 def bench_counts(step: Callable[[], object]) -> dict[str, int]:
     """:func:`count_ops` as a benchmark's per-stage record: ``{"ops_per_step": top-level aten ops}``
-    plus ``"kernels_per_step"`` on CUDA — the shape ``r2m.training.bench_schedule.COUNT_OPS`` takes
+    plus ``"kernels_per_step"`` on CUDA — the shape ``r2m.bench.schedule.COUNT_OPS`` takes
     (``COUNT_OPS = bench_counts``). Count an eager step: a replayed CUDA graph is one launch to the
     profiler, whatever it runs."""
     c = count_ops(step)

@@ -2,7 +2,7 @@
 
 Each benchmark is a ``main(argv) -> int`` function named by a ``"module:function"`` string in
 :data:`BENCHMARKS` (imported only when run, so ``r2m bench --help`` stays fast). To add one, add a
-line here and write the function in your own module, e.g. ``"features": "r2m.vision.bench:main"``.
+line here and write the function in a module of this package, e.g. ``"features": "r2m.bench.features:main"``.
 """
 
 from __future__ import annotations
@@ -11,28 +11,29 @@ import sys
 
 # name -> ("module:function", help)
 BENCHMARKS: dict[str, tuple[str, str]] = {
-    "train": ("r2m.training.bench:main", "R2M training throughput (sentences/s, forward+backward)"),
-    "schedule": ("r2m.training.bench_schedule:main", "the paper's whole training schedule at paper sizes (per-stage s, sentences/s)"),
-    "evaluate": ("r2m.evaluation.bench:main", "coco-caption evaluation time (5,000 images x 5 refs, no SPICE)"),
-    "bootstrap": ("r2m.evaluation.bootstrap_bench:main",
+    "train": ("r2m.bench.train:main", "R2M training throughput (sentences/s, forward+backward)"),
+    "schedule": ("r2m.bench.schedule:main", "the paper's whole training schedule at paper sizes (per-stage s, sentences/s)"),
+    "evaluate": ("r2m.bench.evaluate:main", "coco-caption evaluation time (5,000 images x 5 refs, no SPICE)"),
+    "bootstrap": ("r2m.bench.bootstrap:main",
                   "bootstrap intervals: 1,000 resamples of every metric on 5,000 images x 5 refs (s)"),
-    "randomization": ("r2m.evaluation.randomization_bench:main",
+    "randomization": ("r2m.bench.randomization:main",
                       "approximate randomization: 10,000 trials of every metric on 5,000 images x 5 refs (s)"),
-    "significance": ("r2m.evaluation.randomization_bench:significance",
+    "significance": ("r2m.bench.randomization:significance",
                      "coverage and marks of the 95 % interval on image-swap and seed nulls (synthetic; real with --runs), power on a planted difference (--plant)"),
-    "features": ("r2m.vision.bench:main", "feature extraction throughput per backend (images/s)"),
-    "concepts": ("r2m.vision.concept_quality:main", "concept precision/recall of detector settings on the demo photos"),
-    "scale": ("r2m.datasets.scale_bench:main",
+    "features": ("r2m.bench.features:main", "feature extraction throughput per backend (images/s)"),
+    "concepts": ("r2m.bench.concepts:main", "concept precision/recall of detector settings on the demo photos"),
+    "scale": ("r2m.bench.scale:main",
               "every stage on a benchmark-shaped rehearsal dataset at 1 %, 10 %, ...: time, RSS, bytes, growth exponent"),
-    "plan": ("r2m.pipeline.bench_plan:main",
+    "plan": ("r2m.bench.plan:main",
              "what a dry run costs here (snakemake -n, dvc status), beside each engine's floor for as many jobs"),
-    "sup": ("r2m.supervised.bench:main", "supervised baseline training throughput (sentences/s; --model mrnn)"),
+    "sup": ("r2m.bench.sup:main", "supervised baseline training throughput (sentences/s; --model mrnn)"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: r2m bench <name> [options]", "", "benchmarks:"]
-    lines += [f"  {name:<12} {h}" for name, (_, h) in sorted(BENCHMARKS.items())]
+    width = max(map(len, BENCHMARKS)) + 1
+    lines += [f"  {name:<{width}} {h}" for name, (_, h) in sorted(BENCHMARKS.items())]
     lines += ["", "Run `r2m bench <name> --help` for a benchmark's options."]
     return "\n".join(lines)
 

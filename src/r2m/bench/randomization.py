@@ -3,7 +3,7 @@ noise model's 95 % interval cover, and how often does it mark, where the truth i
 
 * ``randomization``: 10,000 trials of :func:`r2m.evaluation.randomization.randomization_test` of two
   systems on 5,000 images × every metric (default sizes), wall and CPU seconds. Seeded synthetic
-  captions scored with the coco-caption scorers (:func:`r2m.evaluation.bench.synthetic` references;
+  captions scored with the coco-caption scorers (:func:`r2m.bench.evaluate.synthetic` references;
   tokeniser ``none``; SPICE left out) plus synthetic concept counts.
 * ``significance``, per metric, the share of draws whose interval (:func:`r2m.evaluation.noise.compare`)
   covers the truth and the share marked at p ≤ 0.05, each with its Clopper–Pearson interval, on
@@ -32,11 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from r2m.evaluation import bootstrap as B
-from r2m.evaluation import coco, tdist
-from r2m.evaluation import noise as N
-from r2m.evaluation import randomization as RZ
-from r2m.evaluation.bench import (
+from r2m.bench.evaluate import (
     MAX_IMAGES,
     WORDS,
     peak_rss_mib,
@@ -45,6 +41,10 @@ from r2m.evaluation.bench import (
     synthetic,
     tiled,
 )
+from r2m.evaluation import bootstrap as B
+from r2m.evaluation import coco, tdist
+from r2m.evaluation import noise as N
+from r2m.evaluation import randomization as RZ
 from r2m.utils.cliargs import OneLineParser, float_in, int_in, list_of, names_in
 
 

@@ -1,7 +1,7 @@
 """``r2m bench bootstrap``: time of the bootstrap over images (the target: 1,000 resamples of
 every metric on 5,000 images in seconds).
 
-Scores seeded synthetic captions (5,000 images × 5 references by default, :func:`r2m.evaluation.bench.synthetic`)
+Scores seeded synthetic captions (5,000 images × 5 references by default, :func:`r2m.bench.evaluate.synthetic`)
 with the coco-caption scorers to get real per-image statistics (SPICE left out; tokeniser ``none``
 unless ``--ptb``), adds synthetic concept counts, then times :func:`bootstrap_ci` of one system and
 :func:`paired_bootstrap` of two (the second: every other caption replaced by a reference) and
@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
+from r2m.bench.evaluate import peak_rss_mib, reset_peak_rss, synthetic, tiled
 from r2m.evaluation import bootstrap as B
 from r2m.evaluation import coco
-from r2m.evaluation.bench import peak_rss_mib, reset_peak_rss, synthetic, tiled
 
 
 def system(results: dict[str, str], references: dict[str, list[str]], scorers: list[str], tokenizer: str,
@@ -33,7 +33,7 @@ def system(results: dict[str, str], references: dict[str, list[str]], scorers: l
 
 
 def main(argv: list[str] | None = None) -> int:
-    from r2m.evaluation.bench import scoring_options
+    from r2m.bench.evaluate import scoring_options
     from r2m.utils.cliargs import OneLineParser, int_in
 
     p = OneLineParser(prog="r2m bench bootstrap", description=__doc__.split("\n\n")[0])
