@@ -24,7 +24,8 @@ from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.corpus import FilterConfig, drop_reason
 from r2m.text.dictionary import image_concepts, load_dictionary
 from r2m.text.stages import encode_batch, singular_targets
-from r2m.text.tokenize import tokenize, tokenize_keep_punct
+from r2m.text.tokenize import tokenize
+from r2m.text.tokenize_official import tokenize_keep_punct
 from r2m.text.vocab import END, PAD, START, UNK, build_vocab, read_word_list, unk_ratio
 
 torch.set_num_threads(1)

@@ -32,7 +32,7 @@ from r2m.stage.registry import STAGES
 from r2m.text.corpus import FilterConfig
 from r2m.text.dictionary import image_concept_lists, load_dictionary
 from r2m.text.stages import filter_config, process_chunk
-from r2m.text.tokenize import tokenize_keep_punct
+from r2m.text.tokenize_official import tokenize_keep_punct
 from r2m.text.vocab import END, GLOVE, GLOVE_WORDS, PAD, START, vocab_filter_file
 from r2m.training.data import teacher_forcing
 from r2m.vision.detectors.factory import with_floor

@@ -314,6 +314,7 @@ EDITS: dict[str, Callable[[Path], Undo]] = {
     "meteor_java": append("src/r2m/evaluation/java/R2mMeteorThreads.java", "\n// an edit\n"),
     "dictionary": append("data/dictionaries/openimages_v4_boxable.names", "Zebra crossing\n"),
     "unused_dictionary": append("data/dictionaries/coco80.names", "zebra crossing\n"),
+    "unused_tokenizer": append("src/r2m/text/tokenize_official.py", "\n# an edit\n"),
     # a change of what the file says (a JSON file is digested by its parsed content: spacing alone is no change)
     "concepts_folder_file": edit_file("data/tiny/concepts/summary.json",
                                       lambda b: json.dumps({**json.loads(b), "edited": True}).encode()),

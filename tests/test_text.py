@@ -226,3 +226,22 @@ def test_direct_table_matches_spacy_lookup_lemmatizer():
     words = list(direct)[::97] + ["dogs", "women", "mice", "glasses", "buses"]
     assert all(via_spacy.get(w) == direct.get(w) for w in words)
     assert Singulariser(table=via_spacy).singularise(["dogs", "women", "people"]) == ["dog", "woman", "person"]
+
+
+def test_each_tokenizer_the_params_allow_is_registered_and_imports_only_its_own_module():
+    """``fidelity.tokenizer``'s values (the params schema) each name a tokeniser; asking for ``caption`` leaves the
+    official one unimported, so the records of instances that tokenise captions never name its module."""
+    import subprocess
+    import sys
+    from typing import get_args
+
+    from r2m.params import FidelityParams
+    from r2m.text.tokenize import CORPUS_TOKENIZERS, corpus_tokenizer
+
+    allowed = {a for a in get_args(FidelityParams.model_fields["tokenizer"].annotation) for a in get_args(a)}
+    assert set(CORPUS_TOKENIZERS) == allowed == {"caption", "official"}
+    assert corpus_tokenizer("official")("A dog, running.") == ["a", "dog", ",", "running", "."]
+    assert corpus_tokenizer("caption")("A dog, running.") == ["a", "dog", "running"]
+    probe = ("import sys; from r2m.text.tokenize import corpus_tokenizer; corpus_tokenizer('caption'); "
+             "print('r2m.text.tokenize_official' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "False\n"

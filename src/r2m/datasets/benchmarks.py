@@ -345,7 +345,8 @@ def gcc_lines(path: Path, rules: CorpusRules | None = None, dictionary: str = "c
     singularises the tokens first ("two dogs" mentions ``dog``); ``rules.official`` matches the raw
     tokens of the official tokeniser against the class words (the authors' filter)."""
     from r2m.text.dictionary import load_dictionary
-    from r2m.text.tokenize import tokenize, tokenize_keep_punct
+    from r2m.text.tokenize import tokenize
+    from r2m.text.tokenize_official import tokenize_keep_punct
 
     rules = rules or CorpusRules()
     d = load_dictionary(dictionary)

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from r2m.stage.context import StageContext
 from r2m.text.corpus import FilterConfig, ReadStats, drop_reason, holdout_mask, read_lines
 from r2m.text.dictionary import Dictionary, load_dictionary
-from r2m.text.tokenize import TOKENIZERS
+from r2m.text.tokenize import corpus_tokenizer
 from r2m.text.vocab import GLOVE, GLOVE_WORDS, Vocab, read_word_list, unk_ratio, vocab_filter_file
 from r2m.text.vocab import build_vocab as make_vocab
 from r2m.utils.guard import BadInput
@@ -55,7 +55,7 @@ def process_chunk(
     ``(line_number, sentence)``. Tokens are stored as written (plurals included). With
     ``keep_no_concept``, sentences dropped *only* for having no concept are kept with split
     :data:`COUNT_ONLY` (the official vocabulary counts them; build_vocab never trains on them)."""
-    tokenize = TOKENIZERS[tokenizer]
+    tokenize = corpus_tokenizer(tokenizer)
     cols: dict[str, list[Any]] = {"tokens": [], "concepts": [], "line": []}
     count_only: list[bool] = []
     for lineno, text in lines:
