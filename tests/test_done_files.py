@@ -64,3 +64,32 @@ def test_the_files_a_user_may_name_are_file_outputs_and_key_files():
     assert target_files(S.BY_NAME["evaluate"])[0] == "results/{dataset}/{variant}/s{seed}/{ckpt}/eval.json"
     assert target_files(S.BY_NAME["table1"]) == []  # declared by its own rule
     assert target_files(S.BY_NAME["figures"]) == []  # a folder without key files: named by its done file
+
+
+def test_a_job_named_by_forcerun_forgets_its_record_even_when_its_upstream_also_reruns(tmp_path):
+    """``snakemake --forcerun train_xe`` while build_vocab is stale: Snakemake gives train_xe's job the reason
+    "input updated by another job", not "forced"; its record is still forgotten, so it recomputes instead of
+    finding its (byte-identical) inputs current. A job nobody named keeps its record."""
+    from types import SimpleNamespace
+
+    from r2m.pipeline.snake import forget_forced
+    from r2m.stage.record import record_path
+
+    stages = {"train_xe": {"dataset": "tiny", "variant": "r2m", "seed": "0"}, "build_vocab": {"dataset": "tiny"}}
+    class Thing:  # Snakemake's rules and jobs are hashed by identity
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    rules = {name: Thing(name=name) for name in stages}
+    jobs = [Thing(rule=rules[name], wildcards_dict=axes, output=[done_file(S.BY_NAME[name], axes)])
+            for name, axes in stages.items()]
+    for name, axes in stages.items():
+        path = record_path(tmp_path, S.BY_NAME[name], axes)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    dag = SimpleNamespace(needrun_jobs=lambda: jobs, reason=lambda job: SimpleNamespace(forced=False),
+                          forcerules={rules["train_xe"]}, forcefiles=set(), omitforce=set())
+    assert forget_forced(dag, tmp_path) == [str(record_path(tmp_path, S.BY_NAME["train_xe"], stages["train_xe"]))]
+    assert record_path(tmp_path, S.BY_NAME["build_vocab"], stages["build_vocab"]).exists()
+    dag.forcerules = set()
+    assert forget_forced(dag, tmp_path) == []  # nothing named: no record forgotten

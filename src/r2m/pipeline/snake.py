@@ -339,6 +339,13 @@ def snakemake_planned(dag: Any) -> list[tuple[str, list[tuple[str, bool]]]]:
     return out
 
 
+def _told_to_run(dag: Any, job: Any) -> bool:
+    """Whether the command line names ``job`` for rerunning (``--forcerun RULE``, ``-R FILE``, ``-F``), as Snakemake
+    decides it: a job whose upstream also reruns shows that as its reason instead, but was still told to run."""
+    told = job.rule in getattr(dag, "forcerules", ()) and job not in getattr(dag, "omitforce", ())
+    return told or not set(getattr(dag, "forcefiles", ())).isdisjoint(job.output)
+
+
 def forget_forced(dag: Any, root: Path = Path(".")) -> list[str]:
     """Delete the record of every job Snakemake runs because it was told to (``--forcerun``, ``-F``): such a job
     recomputes instead of finding itself current. Returns the records removed."""
@@ -347,7 +354,7 @@ def forget_forced(dag: Any, root: Path = Path(".")) -> list[str]:
     gone = []
     for job in dag.needrun_jobs():
         stage = BY_NAME.get(job.rule.name)
-        if stage is not None and dag.reason(job).forced:
+        if stage is not None and (dag.reason(job).forced or _told_to_run(dag, job)):
             path = record_path(root, stage, {a: str(job.wildcards_dict[a]) for a in stage.axes})
             if path.exists():
                 path.unlink()
