@@ -149,13 +149,24 @@ def reach(wd: Path, moment: str, running, output) -> None:
                    output)
 
 
+def _default_stop_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+# how the tests start a wrapped run: as a shell's job from a terminal (its own process group, every stop signal at
+# its default), whatever pytest itself inherited: under ``nohup`` SIGHUP is ignored, and a command a script put in
+# the background (``cmd &``) ignores SIGINT; a wrapper that inherits an ignored signal keeps ignoring it, by design
+AS_A_JOB = {"start_new_session": True, "preexec_fn": _default_stop_signals}
+
+
 def stop_run(wd: Path, engine: tuple[str, ...], sig: str, receiver: str, moment: str) -> tuple[int, str, float]:
     """Start the wrapped ``engine`` in ``wd`` (its own process group, as a shell's job), send the signal at the
     moment, and return (exit status, output, seconds from the signal to the end)."""
     out = wd / "stopped.out"
     with out.open("w") as f:
         proc = subprocess.Popen(wrapped(*engine), cwd=wd, env=env(**faults(wd, moment)), stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, **AS_A_JOB)
     try:
         reach(wd, moment, lambda: proc.poll() is None, out.read_text)
         t0 = time.monotonic()

@@ -27,6 +27,7 @@ import torch
 
 from conftest import BIN
 from stop_runs import (
+    AS_A_JOB,
     HELD,
     MOMENTS,
     SIGNALS,
@@ -95,7 +96,7 @@ def start_held(wd: Path, engine: tuple[str, ...], step: int = HELD) -> tuple[sub
     out = wd / "stopped.out"
     with out.open("w") as f:
         proc = subprocess.Popen(wrapped(*engine), cwd=wd, env=env(R2M_FAULT=f"train_xe@{step}:HOLD"), stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, **AS_A_JOB)
     log = wd / "logs/train_xe/tiny-r2m-0.log"  # where Snakemake sends its stderr; DVC and sh leave it to ours
     wait_until("the job held", lambda: "holding at" in text(log) + out.read_text(), lambda: proc.poll() is None,
                out.read_text)
@@ -148,7 +149,7 @@ def test_a_second_signal_kills_a_stuck_snakemake_and_the_next_run_gets_past_what
     out = wd / "stopped.out"
     with out.open("w") as f:
         proc = subprocess.Popen(wrapped(*SNAKEMAKE), cwd=wd, env=env(R2M_FAULT=f"train_xe@{HELD}:HOLD"), stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, **AS_A_JOB)
     wait_until("both train_xe jobs held", lambda: held(wd) == 2, lambda: proc.poll() is None, out.read_text)
     snakemake = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid
                  and text(Path(f"/proc/{p}/cmdline")).split("\0")[1:2] == [SNAKEMAKE[0]]]  # python snakemake ...
@@ -219,7 +220,7 @@ def test_snakemakes_sigterm_deadlock_is_ended_by_the_wrappers_sigint(tmp_path):
     out = tmp_path / "out"
     with out.open("w") as f:
         proc = subprocess.Popen([str(BIN / "r2m"), "warm", "--", sys.executable, "-c", DEADLOCKING_ENGINE],
-                                cwd=tmp_path, env=env(), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                                cwd=tmp_path, env=env(), stdout=f, stderr=subprocess.STDOUT, **AS_A_JOB)
     wait_until("the lock held", lambda: "holding the scheduler lock" in out.read_text(), lambda: proc.poll() is None,
                out.read_text)
     engine = [p for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid
