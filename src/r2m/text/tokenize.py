@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from r2m.utils.registry import Catalog
+
 # the tokens coco-caption's PTBTokenizer wrapper removes after tokenising
 PTB_PUNCTUATION = frozenset(
     ["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?", "!", ",", ":", "-", "--", "...", ";"]
@@ -39,14 +41,7 @@ def tokenize(sentence: str) -> list[str]:
     return out
 
 
-# ``fidelity.tokenizer`` -> the tokeniser as ``"module:function"``, imported when asked for (:func:`corpus_tokenizer`)
-CORPUS_TOKENIZERS = {"caption": "r2m.text.tokenize:tokenize",
-                     "official": "r2m.text.tokenize_official:tokenize_keep_punct"}
-
-
-def corpus_tokenizer(name: str):
-    """The tokeniser ``fidelity.tokenizer`` names (KeyError for another name)."""
-    import importlib
-
-    module, func = CORPUS_TOKENIZERS[name].split(":")
-    return getattr(importlib.import_module(module), func)
+# ``fidelity.tokenizer`` -> the tokeniser, its module imported only when that one is asked for
+CORPUS_TOKENIZERS: Catalog[str] = Catalog("tokenizer", {"caption": "r2m.text.tokenize:tokenize",
+                                                        "official": "r2m.text.tokenize_official:tokenize_keep_punct"})
+corpus_tokenizer = CORPUS_TOKENIZERS.load  # the tokeniser ``fidelity.tokenizer`` names (KeyError for another name)
