@@ -20,8 +20,9 @@ from r2m.utils.cliargs import OneLineParser
 # tools that are not DAG stages: name -> (module:function, help)
 TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
-    "resolve-params": ("r2m.pipeline.resolve_cmd:main",
-                       "write .params/<stage>/<instance>.json (each stage instance's resolved params; DVC's deps)"),
+    "stamps": ("r2m.pipeline.stamps_cmd:main",
+               "check every stage instance against its record and write its stamp .params/<stage>/<instance>.json "
+               "(the params keys it read, current or stale; DVC's params files)"),
     "bench": ("r2m.bench.registry:main", "benchmarks (r2m bench --help lists each)"),
     "compare": ("r2m.evaluation.compare:main",
                 "metrics of two or more captioners with 95% bootstrap intervals and paired randomization tests of B - A (Holm for more than two)"),
@@ -36,6 +37,8 @@ TOOLS: dict[str, tuple[str, str]] = {
 # stage name -> the module (with add_arguments and standalone(args)): `r2m caption IMAGES` detects concepts
 # in new photos
 STANDALONE: dict[str, str] = {"caption": "r2m.caption_cli:standalone"}
+# commands renamed: old name -> new name (the old one is refused in one line naming the new one, exit 2)
+RENAMED: dict[str, str] = {"resolve-params": "stamps"}
 
 
 def _load(spec: str):
@@ -440,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
 
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+    if name in RENAMED:
+        print(f"r2m {name}: renamed; run `r2m {RENAMED[name]}`", file=sys.stderr)
+        return 2
     print(f"r2m: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 
