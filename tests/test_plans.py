@@ -303,8 +303,8 @@ def comment_params(b: bytes) -> bytes:
 
 
 EDITS: dict[str, Callable[[Path], Undo]] = {
-    "decoding_stage": append("src/r2m/decoding/stage.py", "\n# an edit\n"),
-    "decoding_settings": append("src/r2m/decoding/settings.py", "\n# an edit\n"),
+    "captioning_stage": append("src/r2m/captioning/stage.py", "\n# an edit\n"),
+    "captioning_settings": append("src/r2m/captioning/settings.py", "\n# an edit\n"),
     "sat_hard_model": append("src/r2m/models/sat_hard.py", "\n# an edit\n"),
     "inspect_scnn": append("src/r2m/supervised/inspect_scnn.py", "\n# an edit\n"),
     "supervised_scores": append("src/r2m/supervised/scores.py", "\n# an edit\n"),

@@ -29,7 +29,7 @@ dynamic eager step of before. ``train_metrics.json`` records ``tf32``, ``cuda_gr
 and the final step; ``model.pt`` then holds the best-scoring weights (``selected_step`` and
 ``selected_score`` in the metrics) instead of the last ones. :func:`run` passes the image stages
 (``train_m``, ``train_i``) a CIDEr selector (``<stage>.select_by``: auto/cider; :mod:`r2m.training.selection`,
-imported there only: the text stages never load decoding's beam search or the scorers); the text stages
+imported there only: the text stages never load captioning's beam search or the scorers); the text stages
 (``train_xe``, ``train_s``) have no images to select by and keep the last checkpoint.
 """
 
@@ -253,7 +253,7 @@ def train(ctx: StageContext, select: Selector | None = None) -> dict[str, Any]:
         data.close()
         dist.barrier()
         return {}
-    from r2m.decoding import settings
+    from r2m.captioning import settings
 
     with atomic_path(out_dir) as tmp:  # the model folder appears complete or not at all
         tmp.mkdir()
