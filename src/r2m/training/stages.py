@@ -1,7 +1,7 @@
 """The four R²M training stages (``train_xe``, ``train_s``, ``train_m``, ``train_i``).
 
 ``run(ctx)`` trains the stage named ``ctx.stage.name`` with its objective from
-:data:`r2m.training.objectives.OBJECTIVES` in the shared loop (:mod:`r2m.training.loop`). Every
+:data:`r2m.training.stage_losses.OBJECTIVES` in the shared loop (:mod:`r2m.training.loop`). Every
 stage but the first starts from the previous stage's ``model.pt`` (``ctx.deps['init']``); the
 schedule is ``ctx.params.<stage>`` (Adam, global-norm clipping), β/γ come from the dataset's
 catalog entry.
@@ -52,7 +52,7 @@ from r2m.training import loop as L
 from r2m.training import step as ST
 from r2m.training.data import ImageSet, JointBatch, TextStream, pad_image, pad_joint, pad_text
 from r2m.training.loop import NonFiniteLoss, Selector  # noqa: F401  (public names of this stage)
-from r2m.training.objectives import OBJECTIVES, Objective, text_objective, val_gamma  # noqa: F401
+from r2m.training.stage_losses import OBJECTIVES, Objective, text_objective, val_gamma  # noqa: F401
 from r2m.utils import resume as RS
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint, save_torch
 from r2m.utils.cliargs import int_in
