@@ -58,7 +58,7 @@ $(VENV)/.r2m-%: requirements-%.lock requirements.lock | $(STAMP)
 run: setup
 	$(BIN)/r2m warm -- $(BIN)/snakemake --cores $(CORES) all
 	@if [ -e .git ] || grep -q "no_scm *= *true" .dvc/config; then \
-		$(BIN)/r2m resolve-params >/dev/null && $(BIN)/dvc commit -f -q; \
+		$(BIN)/r2m stamps >/dev/null && $(BIN)/dvc commit -f -q; \
 	else echo "make run: not a git checkout, so dvc.lock was not written (see docs/guide/running.md)"; fi
 
 # headless Chromium for the report's browser test (tests/browser/chromium_up.sh: Debian's chromium, installed

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from r2m.caption_cli import expand
-from r2m.decoding.captioner import concept_inputs, encode_all, image_vectors, source_counts
+from r2m.captioning.captioner import concept_inputs, encode_all, image_vectors, source_counts
 from r2m.reports.browser import Browser, find_chromium
 
 torch.set_num_threads(1)

@@ -99,3 +99,9 @@ NAMES = [  # options naming things: an unknown name is refused the same way
 def test_an_unknown_name_is_one_line_before_any_work(words, option, wd, capsys):
     assert cli(*words, option, "nope") == 2
     one_line(capsys.readouterr().err, option, "nope")
+
+
+@pytest.mark.parametrize(("old", "new"), [("resolve-params", "stamps")])
+def test_a_renamed_command_is_one_line_naming_the_new_one(old, new, capsys):
+    assert cli(old, "--root", ".") == 2
+    one_line(capsys.readouterr().err, f"r2m {old}", f"r2m {new}")

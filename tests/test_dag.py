@@ -75,7 +75,7 @@ def test_dag_check_detects_drift(tmp_path, repo_root):
 def test_a_stale_instance_list_is_refused_in_one_line(tmp_path, repo_root, capsys):
     """Editing `seeds` without `r2m dag --write`: `r2m dag --check` and the resolver (the first stage of every
     `dvc repro`) both refuse, naming an instance dvc.yaml lacks; written again, both pass."""
-    from r2m.pipeline import resolve_cmd
+    from r2m.pipeline import stamps_cmd
 
     raw = yaml.safe_load((repo_root / "params.yaml").read_text())
     raw["seeds"] = [0, 1]  # the baselines gain seed 1 (the demo's R2M and ablations keep their own [0, 1, 2])
@@ -86,11 +86,11 @@ def test_a_stale_instance_list_is_refused_in_one_line(tmp_path, repo_root, capsy
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "r2m dag --write" in err and "@demo-mrnn-1" in err, err
     with pytest.raises(SystemExit, match="@demo-mrnn-1"):
-        resolve_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)])
+        stamps_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)])
     assert not (tmp_path / ".params").exists()  # refused before writing anything
     assert dag.main(["--write", *args]) == 0
     assert dag.main(["--check", *args]) == 0
-    assert resolve_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)]) == 0
+    assert stamps_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)]) == 0
     assert (tmp_path / ".params/train_sup/demo-mrnn-1.json").exists()
 
 
@@ -114,7 +114,7 @@ def test_dvc_yaml_runs_each_stage_over_its_listed_instances(repo_root):
     train_xe = stages["train_xe"]["do"]
     assert not any(d.startswith("src/") or d.startswith(".params") for d in train_xe["deps"])  # code: its stamp
     # what the instance read reaches DVC through its stamp, rewritten at every repro (r2m.stage.record)
-    assert stages["resolve_params"]["always_changed"] is True and "deps" not in stages["resolve_params"]
+    assert stages["stamps"]["always_changed"] is True and "deps" not in stages["stamps"]
     assert {"models/${item.dataset}/${item.variant}/s${item.seed}/train_xe": {"persist": True}} in train_xe["outs"]
     train_s = stages["train_s"]["do"]
     assert train_s["params"] == [{".params/train_s/${item.dataset}-${item.variant}-${item.seed}.json": None}]

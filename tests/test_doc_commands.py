@@ -349,16 +349,16 @@ def test_readme_snakemake_command_plans(argv, scratch_workflow):
 
 
 def test_dvc_status_answers_on_a_fresh_checkout(scratch_workflow):
-    """``dvc status`` (the running guide's, after ``r2m resolve-params``) on the workflow as cloned: DVC reads the
+    """``dvc status`` (the running guide's, after ``r2m stamps``) on the workflow as cloned: DVC reads the
     generated dvc.yaml, its instance lists and every stamp as a params file (exit 0)."""
     import os
 
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
     if not (scratch_workflow / ".dvc").exists():
         subprocess.run([str(BIN / "dvc"), "init", "--no-scm", "-q"], cwd=scratch_workflow, env=env, check=True)
-    subprocess.run([str(BIN / "r2m"), "resolve-params"], cwd=scratch_workflow, env=env, check=True,
+    subprocess.run([str(BIN / "r2m"), "stamps"], cwd=scratch_workflow, env=env, check=True,
                    capture_output=True)
     done = subprocess.run([str(BIN / "dvc"), "status"], cwd=scratch_workflow, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "train_xe@demo-r2m-0" in done.stdout and "resolve_params" in done.stdout  # nothing ran: all to do
+    assert "train_xe@demo-r2m-0" in done.stdout and "stamps" in done.stdout  # nothing ran: all to do

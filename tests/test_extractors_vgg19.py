@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from r2m import params as P
-from r2m.catalogs import FEATURES
+from r2m.catalogs import FEATURE_BACKENDS
 from r2m.pipeline import validate as V
 from r2m.vision.extractors import combined as C
 from r2m.vision.extractors.compute import extract_arrays
@@ -40,7 +40,7 @@ def _random(backend: str, **options):
 
 def test_vgg19_grid_is_conv5_4_14x14x512_before_the_last_max_pool(images) -> None:
     ex = _random("vgg19")
-    assert "vgg19" in FEATURES and ex.size == (224, 224)
+    assert "vgg19" in FEATURE_BACKENDS and ex.size == (224, 224)
     assert ex.kinds == {"pooled": (4096,), "grid": (14, 14, 512)}
     arrays, good, bad = extract_arrays(ex, images, batch_size=2, show=False)
     assert good == [0, 1] and not bad

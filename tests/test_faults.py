@@ -235,7 +235,7 @@ def test_kill9_under_dvc_repro_resumes(wd: Path, killed_and_rerun: dict, tmp_pat
     subprocess.run(["git", "init", "-q"], cwd=wd, check=True)
     subprocess.run([str(BIN / "dvc"), "init", "-q"], cwd=wd, check=True, env=env)
     # a single stage (-s) needs its resolved-params file: the resolver stage writes it
-    subprocess.run([str(BIN / "dvc"), "repro", "-s", "resolve_params"], cwd=wd, check=True, env=env,
+    subprocess.run([str(BIN / "dvc"), "repro", "-s", "stamps"], cwd=wd, check=True, env=env,
                    capture_output=True)
     k = RNG.randint(CKPT_EVERY + 1, STEPS - 1)
     cmd = [str(BIN / "dvc"), "repro", "-s", "train_xe@tiny-d_lstm-0"]

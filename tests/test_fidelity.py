@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from r2m import params as P
-from r2m.decoding.beam import beam_search, beam_search_im2txt
+from r2m.captioning.beam import beam_search, beam_search_im2txt
 from r2m.losses.ranking import rank_loss_official, ranking, triplet_hardest
 from r2m.losses.reconstruction import reconstruction
 from r2m.models.r2m import R2M, R2MConfig

@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from r2m import params as P
-from r2m.decoding.captioner import BANNED, searcher
+from r2m.captioning.captioner import BANNED, searcher
 from r2m.losses.ranking import rank_loss_official, ranking, triplet_hardest
 from r2m.losses.reconstruction import reconstruction
 from r2m.losses.xe import reduce_xe, xe_loss

@@ -185,10 +185,10 @@ def recorded_run(root: Path, raw: dict[str, Any], later: tuple = LATER_STAGES) -
     """The R²M stages and then ``later`` on ``tiny`` in-process under ``root`` (CPU, one thread), with the params
     each read.
 
-    The training stages' ``inference.json`` (:func:`r2m.decoding.settings.build`: the concept,
+    The training stages' ``inference.json`` (:func:`r2m.captioning.settings.build`: the concept,
     detector, feature and caption settings ``r2m caption IMAGES --model`` starts from) records whole
     sections by design; those reads go to their own bucket (:data:`INFERENCE`), checked apart."""
-    from r2m.decoding import settings
+    from r2m.captioning import settings
 
     torch.set_num_threads(1)
     shutil.copytree(ROOT / "data" / "dictionaries", root / "data" / "dictionaries")
@@ -249,7 +249,7 @@ def test_each_stage_declares_exactly_the_params_it_reads(tiny_run, official_run)
         if name in ("caption", "evaluate") and values:
             axes["ckpt"] = values[0]
         declared = tuple(d.format(**axes) for d in stage.params)
-        # inference.json holds only what a training stage read itself (decoding.settings.trained), never a
+        # inference.json holds only what a training stage read itself (captioning.settings.trained), never a
         # copy of every section: its reads are checked like the others
         assert INFERENCE not in got, f"{key}: built inference.json from whole params sections"
         got = got - {INFERENCE}

@@ -104,7 +104,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("r2m.text",),
     ("r2m.models", "r2m.losses"),
     ("r2m.vision", "r2m.datasets", "r2m.evaluation"),
-    ("r2m.decoding", "r2m.training", "r2m.supervised"),
+    ("r2m.captioning", "r2m.training", "r2m.supervised"),
     ("r2m.reports",),
     ("r2m.warm",),  # the warm server: r2m.cli hands it what its jobs run (r2m.cli.warm)
     ("r2m.pipeline", "r2m.cli", "r2m.caption_cli", "r2m.bench"),
@@ -273,8 +273,8 @@ def test_no_imports_up_the_layers():
 # arrows the layers allow but the design does not: (importer prefix, imported module,
 # why). A library module must not reach into another package's stage module for its helpers.
 FORBIDDEN: tuple[tuple[str, str, str], ...] = (
-    ("r2m.training", "r2m.decoding.stage", "captioning helpers live in a decoding library module"),
-    ("r2m.training", "r2m.decoding.standalone", "captioning helpers live in a decoding library module"),
+    ("r2m.training", "r2m.captioning.stage", "captioning helpers live in a captioning library module"),
+    ("r2m.training", "r2m.captioning.standalone", "captioning helpers live in a captioning library module"),
     ("r2m.supervised", "r2m.training.stages", "the shared loop lives in a training library module"),
 )
 
@@ -461,27 +461,27 @@ def test_checker_finds_planted_cycles_and_upward_imports(tmp_path):
         "utils/io.py": "def f():\n    from r2m.training import loop  # lazy, still an arrow\n",
         "training/__init__.py": "from . import loop\n",
         "training/loop.py": "from ..utils.io import f\n",
-        "decoding/__init__.py": "",
-        "decoding/stage.py": "from r2m.decoding import standalone\n",
-        "decoding/standalone.py": "import r2m.decoding.stage as s\n",
+        "captioning/__init__.py": "",
+        "captioning/stage.py": "from r2m.captioning import standalone\n",
+        "captioning/standalone.py": "import r2m.captioning.stage as s\n",
     })
     files, edges = import_graph(pkg)
     cycles = [" → ".join(c) for c in import_cycles(edges)]
-    assert "r2m.decoding.stage → r2m.decoding.standalone → r2m.decoding.stage" in cycles
+    assert "r2m.captioning.stage → r2m.captioning.standalone → r2m.captioning.stage" in cycles
     assert "r2m.training.loop → r2m.utils.io → r2m.training.loop" in cycles
     up = upward_imports(edges, files, pkg)
     assert len(up) == 1 and "r2m.utils.io (layer 0) imports r2m.training.loop (layer 6)" in up[0]
     # an entry module may import upwards; a library module may not import an entry module
-    up = upward_imports(edges, files, pkg, entries=frozenset({"r2m.utils.io", "r2m.decoding.stage"}))
-    assert up == ["src/r2m/decoding/standalone.py:1: library module r2m.decoding.standalone imports "
-                  "the entry module r2m.decoding.stage",
+    up = upward_imports(edges, files, pkg, entries=frozenset({"r2m.utils.io", "r2m.captioning.stage"}))
+    assert up == ["src/r2m/captioning/standalone.py:1: library module r2m.captioning.standalone imports "
+                  "the entry module r2m.captioning.stage",
                   "src/r2m/training/loop.py:1: library module r2m.training.loop imports the entry module "
                   "r2m.utils.io"]
     # a stage module's imports are limited by the layers like a library module's (it may import an entry module)
-    up = upward_imports(edges, files, pkg, entries=frozenset({"r2m.utils.io", "r2m.decoding.stage"}),
+    up = upward_imports(edges, files, pkg, entries=frozenset({"r2m.utils.io", "r2m.captioning.stage"}),
                         stages=frozenset({"r2m.utils.io"}))
     assert "src/r2m/utils/io.py:2: r2m.utils.io (layer 0) imports r2m.training.loop (layer 6)" in up
-    assert not any(u.startswith("src/r2m/decoding/stage.py") for u in up)
+    assert not any(u.startswith("src/r2m/captioning/stage.py") for u in up)
 
 
 def test_checker_finds_planted_markers(tmp_path):

@@ -321,7 +321,7 @@ class _Recorder:
 
 def test_caption_prints_each_caption_as_it_is_made(checkpoint, photo_folder, monkeypatch):  # noqa: F811
     """Before: nothing was printed until the last image was captioned (300 photos: 15 minutes of silence)."""
-    import r2m.decoding.photos as photos
+    import r2m.captioning.photos as photos
 
     decoded: list[str] = []
     real = photos.caption_detections

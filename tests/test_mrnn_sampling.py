@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from r2m import params as P
-from r2m.decoding.beam import beam_search, sample_search
-from r2m.decoding.captioner import BANNED
+from r2m.captioning.beam import beam_search, sample_search
+from r2m.captioning.captioner import BANNED
 from r2m.models.catalog import build_sup_model
 from r2m.supervised.caption import SUP_DECODERS, decode_images
 from r2m.text.vocab import PAD, START, UNK

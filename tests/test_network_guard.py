@@ -1,5 +1,5 @@
 """No network at run time outside the download stages (r2m.utils.netguard, r2m.pipeline.network), and a
-model folder's inference.json checked against a closed schema (r2m.decoding.settings.vet).
+model folder's inference.json checked against a closed schema (r2m.captioning.settings.vet).
 
 Each probe runs ``r2m`` in a subprocess under a recorder of its own (:data:`RECORDER`, an audit hook
 installed before r2m is imported, so it sees every attempt, refused or not) that is also a safety
@@ -263,7 +263,7 @@ def test_b_faster_rcnn_weights_in_the_hub_cache_are_allowed(trained, photo, work
      "detect_concepts.options.allow_download"),
 ])
 def test_inference_json_closed_schema(trained, tmp_path, change, key, monkeypatch):
-    from r2m.decoding import settings
+    from r2m.captioning import settings
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty-torch-home"))
     monkeypatch.setenv("R2M_CACHE", str(tmp_path / "empty-r2m-cache"))
@@ -276,7 +276,7 @@ def test_inference_json_closed_schema(trained, tmp_path, change, key, monkeypatc
 
 
 def test_inference_json_as_recorded_passes(trained):
-    from r2m.decoding import settings
+    from r2m.captioning import settings
 
     path = trained[0] / "inference.json"
     data = json.loads(path.read_text())

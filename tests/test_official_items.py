@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from r2m import params as P
+from r2m.captioning.beam import beam_search_im2txt
+from r2m.captioning.captioner import searcher
 from r2m.datasets.benchmarks import git_blob_id, read_glove_pickle
-from r2m.decoding.beam import beam_search_im2txt
-from r2m.decoding.captioner import searcher
 from r2m.evaluation.val_score import val_references
 from r2m.models.r2m import R2M, R2MConfig, RelationalMemory
 from r2m.stage.registry import STAGES
@@ -362,7 +362,7 @@ def test_rows_selected_on_test_say_so(tmp_path: Path) -> None:
 
     import yaml
 
-    from r2m.decoding.stage import selected_on_test
+    from r2m.captioning.stage import selected_on_test
     from r2m.evaluation.stage import concept_metrics
     from r2m.reports.tables import scope_notes
 

@@ -14,8 +14,8 @@ import torch
 from r2m.bench.schedule import synthetic_text
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.training.data import TextBatch, pad_text
-from r2m.training.objectives import text_objective
 from r2m.training.opcount import bench_counts, count_ops
+from r2m.training.stage_losses import text_objective
 from r2m.training.stages import make_adam
 from r2m.training.step import clip_grad_norm
 

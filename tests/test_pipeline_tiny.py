@@ -120,7 +120,7 @@ def test_end2end_trains_in_one_stage(snakemake_run, tmp_path):
     saved = yaml.safe_load((wd / "models/tiny/r2m/s0/train_e2e/params.yaml").read_text())
     assert saved["train_e2e"]["max_len"] == 20 and saved["train_e2e"]["steps"] == 6
     # the model folder captions like any checkpoint's (it is not on the DAG's ckpt axis: the tables never read it)
-    from r2m.decoding.captioner import caption_ids, load_checkpoint_model
+    from r2m.captioning.captioner import caption_ids, load_checkpoint_model
 
     model, ckpt, itos = load_checkpoint_model(wd / "models/tiny/r2m/s0/train_e2e", "cpu", wd / "data/tiny/vocab")
     assert ckpt["stage"] == "train_e2e" and ckpt["step"] in (3, 6)

@@ -2,19 +2,19 @@
 
 On a copy of the suite's finished tiny DAG (``tiny_dag``: ``snakemake all`` on ``tiny``, run with the workspace's
 own copy of the code, so its records name the copy's files), switched to DVC once (``dvc init``, ``r2m
-resolve-params``, ``dvc commit -f``: nothing but the always-changed stages left to run). Each edit — a source file
+stamps``, ``dvc commit -f``: nothing but the always-changed stages left to run). Each edit — a source file
 only some instances load, a non-Python resource, a data file, a file inside an output folder, params keys read by
 some instances and not others — is asked of both engines side by side:
 
 * Snakemake: ``snakemake -n -p all`` plans exactly the golden file's ``snakemake:`` instances (the instances whose
   record names what changed, and their descendants);
-* DVC: ``r2m resolve-params`` then ``dvc status`` reports exactly its ``dvc:`` stages: the instances whose record
+* DVC: ``r2m stamps`` then ``dvc status`` reports exactly its ``dvc:`` stages: the instances whose record
   names what changed (their stamp turned stale) and, for a file edited inside an output folder, the stage that
   wrote the folder (DVC checks its outputs too). Descendants are not listed: their inputs change only once the
-  stale ones rerun, and ``dvc repro`` then runs them. The always-changed stages (``resolve_params``, ``inputs``,
+  stale ones rerun, and ``dvc repro`` then runs them. The always-changed stages (``stamps``, ``inputs``,
   ``references``: they run at every ``dvc repro``) are left out.
 
-Each edit is then undone (the file's bytes and modification time, or params.yaml) and ``r2m resolve-params`` must
+Each edit is then undone (the file's bytes and modification time, or params.yaml) and ``r2m stamps`` must
 find nothing to run; the next edit's exact plan, and the last test, check both engines are back to nothing.
 The golden files list instances as ``<stage> <instance>`` patterns (``*`` for any part; a line ``- <pattern>``
 takes instances out); each pattern must name at least one instance of the DAG.
@@ -111,7 +111,7 @@ class Workspace:
         return parse_plan(self.snakemake("-n", "-p", target))
 
     def resolve(self) -> str:
-        return self.run(BIN / "r2m", "resolve-params")
+        return self.run(BIN / "r2m", "stamps")
 
     def dvc_stale(self) -> set[Job]:
         self.resolve()
@@ -135,7 +135,7 @@ def copy_of(src: Path, dst: Path) -> Workspace:
 
 def to_dvc(ws: Workspace) -> None:
     """Hand a Snakemake-run workspace to DVC, as the guide says: ``dvc init`` (no git here), the project's
-    ``.dvcignore``, ``r2m resolve-params`` (every stamp written from its record), ``dvc commit -f``."""
+    ``.dvcignore``, ``r2m stamps`` (every stamp written from its record), ``dvc commit -f``."""
     ws.run(BIN / "dvc", "init", "--no-scm", "-q")
     with open(ws.path / ".dvcignore", "a") as fh:
         fh.write("\n" + (ROOT / ".dvcignore").read_text())
@@ -303,8 +303,8 @@ def comment_params(b: bytes) -> bytes:
 
 
 EDITS: dict[str, Callable[[Path], Undo]] = {
-    "decoding_stage": append("src/r2m/decoding/stage.py", "\n# an edit\n"),
-    "decoding_settings": append("src/r2m/decoding/settings.py", "\n# an edit\n"),
+    "captioning_stage": append("src/r2m/captioning/stage.py", "\n# an edit\n"),
+    "captioning_settings": append("src/r2m/captioning/settings.py", "\n# an edit\n"),
     "sat_hard_model": append("src/r2m/models/sat_hard.py", "\n# an edit\n"),
     "inspect_scnn": append("src/r2m/supervised/inspect_scnn.py", "\n# an edit\n"),
     "supervised_scores": append("src/r2m/supervised/scores.py", "\n# an edit\n"),
@@ -346,11 +346,11 @@ def test_every_edit_has_a_golden_plan():
 
 
 def test_switching_a_snakemake_workspace_to_dvc_leaves_nothing_to_run(ws):
-    """After ``r2m resolve-params && dvc commit -f`` DVC reports only its always-changed stages, and Snakemake still
+    """After ``r2m stamps && dvc commit -f`` DVC reports only its always-changed stages, and Snakemake still
     plans nothing."""
     assert ws.switched == (set(), set())
     status = json.loads(ws.run(BIN / "dvc", "status", "--json").strip().splitlines()[-1])
-    assert {name.partition("@")[0] for name in status} == {"resolve_params", "inputs", "references"}
+    assert {name.partition("@")[0] for name in status} == {"stamps", "inputs", "references"}
     assert all("always changed" in changes for changes in status.values())
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from r2m.decoding.beam import beam_search
+from r2m.captioning.beam import beam_search
 from r2m.evaluation.multilabel import topk_multilabel
 from r2m.models.catalog import MODELS, load_model
 from r2m.models.sat import SAT, SATConfig, doubly_stochastic

@@ -79,6 +79,6 @@ def test_the_repository_dag_has_one_instance_per_job(tmp_path):
     listed = {(name, key) for name, entry in doc["stages"].items() if "foreach" in entry
               for key in lists[entry["foreach"][len("${instances."):-1]]}
     listed |= {(name, "all") for name, entry in doc["stages"].items() if "foreach" not in entry}
-    assert listed - {("resolve_params", "all")} == parse_plan(r.stdout + r.stderr)
+    assert listed - {("stamps", "all")} == parse_plan(r.stdout + r.stderr)
     guide = " ".join((ROOT / "docs/guide/running.md").read_text().split())
     assert "the same 183 stage instances" in guide and "216 more instances" not in guide

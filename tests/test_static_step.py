@@ -21,7 +21,7 @@ from r2m.text.vocab import END
 from r2m.training import loop as L
 from r2m.training import step as ST
 from r2m.training.data import ImageBatch, StaticImageBatch, StaticTextBatch, TextBatch, pad_image, pad_text
-from r2m.training.objectives import image_objective, text_objective
+from r2m.training.stage_losses import image_objective, text_objective
 from test_loop import Batch, Sched  # the loop's toy batch and schedule
 
 V, IMAGE_DIM, MAX_LEN = 23, 10, 9

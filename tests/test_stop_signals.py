@@ -116,7 +116,7 @@ def test_under_dvc_repro_a_stop_signal_saves_each_job_and_the_next_repro_resumes
     wd = copy(stop_upstream, tmp_path / "wd")
     subprocess.run(["git", "init", "-q"], cwd=wd, check=True)
     subprocess.run([str(BIN / "dvc"), "init", "-q"], cwd=wd, check=True, env=env())
-    r = subprocess.run([str(BIN / "dvc"), "repro", "-s", "resolve_params"], cwd=wd, env=env(), capture_output=True,
+    r = subprocess.run([str(BIN / "dvc"), "repro", "-s", "stamps"], cwd=wd, env=env(), capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     repro = (str(BIN / "dvc"), "repro", "-s", "train_xe@tiny-r2m-0")

@@ -118,7 +118,7 @@ def test_tiny_paired_set_is_memorised():
         lp = m.sentence_logprob(feats, inputs, targets, lengths)
     ppl = math.exp(-float(lp.sum()) / int(lengths.sum()))
     assert ppl < 1.05, ppl
-    from r2m.decoding.beam import beam_search
+    from r2m.captioning.beam import beam_search
 
     res = beam_search(m, feats, beam=2, max_len=8)
     for row, cap in zip(res["tokens"][:, 0].tolist(), caps, strict=True):

@@ -296,7 +296,7 @@ def test_model_folder_may_select_catalog_sources_and_plain_options(checkpoint, t
     """The rule selects, it does not forbid backends: the catalog's own ``source: zoo`` (its archive
     already in r2m's cache: no download) and plain values (thresholds, ``allow_download: false``) pass
     the check."""
-    from r2m.decoding.settings import vet
+    from r2m.captioning.settings import vet
 
     monkeypatch.setenv("R2M_CACHE", str(tmp_path))
     (tmp_path / "detectors").mkdir()

@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from r2m.catalogs import FEATURES
+from r2m.catalogs import FEATURE_BACKENDS
 from r2m.vision import feature_store as FS
 from r2m.vision import features as F
 from r2m.vision.extractors import factory as extractors_factory
@@ -242,9 +242,9 @@ def test_every_backend_has_its_own_file():
     folder = Path(extractors_factory.__file__).parent
     helpers = {"__init__", "base", "combined", "compute", "factory", "gpu_decode", "tf1"}
     files = {f.stem for f in folder.glob("*.py")} - helpers
-    assert FEATURES.names() == sorted(files) == ["inception_v3_fid", "inception_v4", "random_cnn", "vgg16", "vgg19"]
-    for name in FEATURES:
-        factory = FEATURES.load(name)
+    assert FEATURE_BACKENDS.names() == sorted(files) == ["inception_v3_fid", "inception_v4", "random_cnn", "vgg16", "vgg19"]
+    for name in FEATURE_BACKENDS:
+        factory = FEATURE_BACKENDS.load(name)
         assert callable(factory) and factory.__module__ == f"r2m.vision.extractors.{name}", name
     with pytest.raises(KeyError, match="unknown feature backend 'nope'; known: inception_v3_fid"):
         build_extractor("nope")
@@ -261,4 +261,4 @@ def test_unknown_backend_is_a_one_line_params_error(repo_root):
         P.validate(raw)
     msg = str(err.value)
     assert "\n" not in msg and "extract_features.backend" in msg
-    assert f"unknown feature backend 'resnet_nope'; known: {', '.join(FEATURES.names())}" in msg
+    assert f"unknown feature backend 'resnet_nope'; known: {', '.join(FEATURE_BACKENDS.names())}" in msg

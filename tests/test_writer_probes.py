@@ -51,8 +51,8 @@ PROBES = {
     "test_dag_write_onto_params_yaml": "damage",
     "test_dag_write_onto_a_users_yaml": "damage",
     "test_dag_write_replaces_its_own_dvc_yaml": "held",
-    "test_resolve_params_root_missing": "unclear",
-    "test_resolve_params_root_empty_folder": "unclear",
+    "test_stamps_root_missing": "unclear",
+    "test_stamps_root_empty_folder": "unclear",
     "test_features_of_a_photo_replaced_under_the_same_name": "silent",
     "test_refused_second_run_leaves_the_running_jobs_log": "damage",
     "test_log_path_that_is_a_folder": "held",
@@ -314,7 +314,7 @@ def test_stage_output_whose_marker_lists_a_changed_file(ws, capsys):
     assert digest_tree(out) == before
 
 
-# --------------------------------------------------------------------------- r2m dag --write, resolve-params
+# --------------------------------------------------------------------------- r2m dag --write, stamps
 def test_dag_write_onto_params_yaml(ws, capsys):
     params = sha(ws / "params.yaml")
     assert cli("dag", "--write", "--file", "params.yaml") == 2
@@ -336,8 +336,8 @@ def test_dag_write_replaces_its_own_dvc_yaml(ws):
     assert cli("dag", "--write") == 0 and cli("dag", "--check") == 0
 
 
-def test_resolve_params_root_missing(ws, tmp_path, capsys):
-    from r2m.pipeline.resolve_cmd import main
+def test_stamps_root_missing(ws, tmp_path, capsys):
+    from r2m.pipeline.stamps_cmd import main
 
     with pytest.raises(SystemExit) as stop:
         main(["--root", str(tmp_path / "nowhere")])
@@ -345,10 +345,10 @@ def test_resolve_params_root_missing(ws, tmp_path, capsys):
     assert not (tmp_path / "nowhere").exists()
 
 
-def test_resolve_params_root_empty_folder(ws, tmp_path, capsys):
+def test_stamps_root_empty_folder(ws, tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
-    from r2m.pipeline.resolve_cmd import main
+    from r2m.pipeline.stamps_cmd import main
 
     with pytest.raises(SystemExit) as stop:
         main(["--root", str(empty)])

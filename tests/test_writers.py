@@ -26,7 +26,7 @@ HELPER = "helper"  # the write helpers every writer above goes through (atomic w
 INVENTORY = {
     "datasets/base.py": STAGE, "datasets/benchmarks.py": STAGE, "datasets/demo.py": STAGE,
     "datasets/inputs.py": STAGE, "datasets/rehearsal.py": STAGE, "datasets/stage.py": STAGE,
-    "datasets/tiny.py": STAGE, "decoding/settings.py": STAGE, "decoding/stage.py": STAGE,
+    "datasets/tiny.py": STAGE, "captioning/settings.py": STAGE, "captioning/stage.py": STAGE,
     "evaluation/per_image.py": STAGE, "evaluation/stage.py": COMMAND, "reports/baselines.py": STAGE,
     "reports/claims.py": STAGE, "reports/figures.py": STAGE, "reports/html.py": STAGE, "reports/tables.py": STAGE, "reports/plots.py": STAGE,
     "supervised/caption.py": STAGE, "supervised/finetune.py": STAGE, "supervised/inspect.py": STAGE,

@@ -1,13 +1,13 @@
 """``r2m caption IMAGES… [--model FOLDER]``: captions for image files that belong to no dataset
 (``r2m caption`` without ``--dataset/--variant/--ckpt``: :data:`r2m.cli.STANDALONE`; with them it is the
-DAG's ``caption`` stage, :func:`r2m.decoding.stage.run`, which imports nothing of this module: the detector
+DAG's ``caption`` stage, :func:`r2m.captioning.stage.run`, which imports nothing of this module: the detector
 and feature backends new photos need are not loaded by the stage, so its record does not name them).
 
 IMAGES are files, folders (their image files, not recursive) or glob patterns. The checkpoint folder
 (default ``models/demo/r2m/s0/train_i``, the demo's model after ``make run``) carries
 ``inference.json``: the vocabulary and the concept/detector/feature/caption settings it was trained
-with (:mod:`r2m.decoding.settings`); the captioning is
-:class:`r2m.decoding.photos.Captioner`. Detection, (when ``no_concepts`` is ``image``) features and
+with (:mod:`r2m.captioning.settings`); the captioning is
+:class:`r2m.captioning.photos.Captioner`. Detection, (when ``no_concepts`` is ``image``) features and
 beam search run batched, a batch at a time: each batch's ``path<TAB>caption`` lines are printed (and
 flushed) as soon as it is done, with a progress bar on stderr (:func:`_stream`). The path is a JSON string (in
 double quotes, escaped) when it holds a control character, a line or other separator, or starts with
@@ -151,7 +151,7 @@ def standalone(args: argparse.Namespace) -> int:
 
 
 def _standalone(args: argparse.Namespace) -> int:
-    from r2m.decoding.photos import Captioner
+    from r2m.captioning.photos import Captioner
     from r2m.runtime import Runtime
     from r2m.stage.context import setup_logging
 

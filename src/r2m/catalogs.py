@@ -1,5 +1,5 @@
 """What params choose by name: dataset kinds (:data:`RECIPES`), concept detector backends
-(:data:`DETECTORS`) and CNN feature backends (:data:`FEATURES`); the supervised baselines are
+(:data:`DETECTORS`) and CNN feature backends (:data:`FEATURE_BACKENDS`); the supervised baselines are
 :data:`r2m.baselines.BASELINES`.
 
 Each member is one line here, ``name -> "module:attr"``; its module is imported when the member is used
@@ -52,7 +52,7 @@ DETECTORS: Catalog[str] = Catalog("detector backend", {
 })
 
 # a factory options -> r2m.vision.extractors.base.Extractor
-FEATURES: Catalog[str] = Catalog("feature backend", {
+FEATURE_BACKENDS: Catalog[str] = Catalog("feature backend", {
     "inception_v3_fid": "r2m.vision.extractors.inception_v3_fid:inception_v3_fid",
     "inception_v4": "r2m.vision.extractors.inception_v4:inception_v4",
     "random_cnn": "r2m.vision.extractors.random_cnn:random_cnn",

@@ -20,8 +20,9 @@ from r2m.utils.cliargs import OneLineParser
 # tools that are not DAG stages: name -> (module:function, help)
 TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
-    "resolve-params": ("r2m.pipeline.resolve_cmd:main",
-                       "write .params/<stage>/<instance>.json (each stage instance's resolved params; DVC's deps)"),
+    "stamps": ("r2m.pipeline.stamps_cmd:main",
+               "check every stage instance against its record and write its stamp .params/<stage>/<instance>.json "
+               "(the params keys it read, current or stale; DVC's params files)"),
     "bench": ("r2m.bench.registry:main", "benchmarks (r2m bench --help lists each)"),
     "compare": ("r2m.evaluation.compare:main",
                 "metrics of two or more captioners with 95% bootstrap intervals and paired randomization tests of B - A (Holm for more than two)"),
@@ -36,6 +37,8 @@ TOOLS: dict[str, tuple[str, str]] = {
 # stage name -> the module (with add_arguments and standalone(args)): `r2m caption IMAGES` detects concepts
 # in new photos
 STANDALONE: dict[str, str] = {"caption": "r2m.caption_cli:standalone"}
+# commands renamed: old name -> new name (the old one is refused in one line naming the new one, exit 2)
+RENAMED: dict[str, str] = {"resolve-params": "stamps"}
 
 
 def _load(spec: str):
@@ -135,102 +138,157 @@ class AfterImport:
         return spec
 
 
-def run_stage(stage: S.Stage, argv: list[str]) -> int:
-    from r2m import params as P
-    from r2m.pipeline import validate as V
-    from r2m.runtime import STAGE_THREADS, Runtime, switch
-    from r2m.stage.context import StageContext, log_to_file, setup_logging
-    from r2m.utils.guard import BadInput, env_number, inside
+class _Exit(Exception):  # noqa: N818  (an early end of a stage command, not an error)
+    """A phase of :func:`run_stage` ended the command before the run (its one line, if any, already printed)."""
 
-    # check axes before importing heavy code (--help waits for the stage's own options)
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _refuse(stage: S.Stage, line: str) -> _Exit:
+    """A command refused before any work: ``r2m <stage>: <line>`` on stderr, exit 2."""
+    print(f"r2m {stage.name}: {line}", file=sys.stderr)
+    return _Exit(2)
+
+
+def run_stage(stage: S.Stage, argv: list[str]) -> int:
+    """``r2m <stage> …``: parse, load the params, build the context, then run the instance guarded. Every early
+    end is one line and exit 2 (or what a relaunch or a standalone command returns); the run's own ends are
+    in :func:`_endings`."""
+    try:
+        module, func, args = _parse(stage, argv)
+        params = _params(stage, args)
+        ctx, log_path, force = _context(stage, args, params)
+    except _Exit as done:
+        return done.code
+    return _guarded_run(ctx, params, module, func, log_path, force)
+
+
+def _parse(stage: S.Stage, argv: list[str]) -> tuple[object, str, argparse.Namespace]:
+    """Phase 1: the axes checked before importing heavy code (``--help`` waits for the stage's own options),
+    then the implementation (or the standalone command when axes are missing) imported and the full command
+    line parsed. Returns the implementation's module, its function's name and the parsed arguments."""
+    from r2m import params as P
+
     pre, _ = _stage_parser(stage, add_help=False).parse_known_args(argv)
-    if "variant" in stage.axes and pre.variant is not None and pre.variant not in P.VARIANT_NAMES:
-        print(f"r2m {stage.name}: --variant {pre.variant!r}: choose from {', '.join(P.VARIANT_NAMES)}",
-              file=sys.stderr)
-        return 2
-    if "ckpt" in stage.axes and pre.ckpt is not None and pre.ckpt not in P.TRAIN_STAGES:
-        print(f"r2m {stage.name}: --ckpt {pre.ckpt!r}: choose from {', '.join(P.TRAIN_STAGES)}", file=sys.stderr)
-        return 2
-    if "model" in stage.axes and pre.model is not None and pre.model not in P.SUP_MODEL_NAMES:
-        print(f"r2m {stage.name}: --model {pre.model!r}: choose from {', '.join(P.SUP_MODEL_NAMES)}",
-              file=sys.stderr)
-        return 2
-    if "seed" in stage.axes and pre.seed is not None and not (pre.seed.isascii() and pre.seed.isdigit()
-                                                              and int(pre.seed) <= P.MAX_SEED):
-        print(f"r2m {stage.name}: --seed {pre.seed!r}: a run's seed is a non-negative integer, at most {P.MAX_SEED}",
-              file=sys.stderr)
-        return 2
+    checks = {  # axis -> (is the value allowed, what to say otherwise)
+        "variant": (lambda v: v in P.VARIANT_NAMES, f"choose from {', '.join(P.VARIANT_NAMES)}"),
+        "ckpt": (lambda v: v in P.TRAIN_STAGES, f"choose from {', '.join(P.TRAIN_STAGES)}"),
+        "model": (lambda v: v in P.SUP_MODEL_NAMES, f"choose from {', '.join(P.SUP_MODEL_NAMES)}"),
+        "seed": (lambda v: v.isascii() and v.isdigit() and int(v) <= P.MAX_SEED,
+                 f"a run's seed is a non-negative integer, at most {P.MAX_SEED}"),
+    }
+    for axis, (allowed, hint) in checks.items():
+        value = getattr(pre, axis) if axis in stage.axes else None
+        if value is not None and not allowed(value):
+            raise _refuse(stage, f"--{axis} {value!r}: {hint}")
     alone = stage.name in STANDALONE and any(getattr(pre, a) is None for a in stage.axes)
     module, func = _load(STANDALONE[stage.name] if alone else stage.impl)
     if hasattr(module, "relaunch"):  # e.g. training's --nproc N: re-run under torchrun
         rc = module.relaunch(stage.name, argv)
         if rc is not None:
-            return int(rc)
+            raise _Exit(int(rc))
     parser = _stage_parser(stage)
     if hasattr(module, "add_arguments"):
         module.add_arguments(parser)
     args = parser.parse_args(argv)
-
     missing = [a for a in stage.axes if getattr(args, a) is None]
     if missing:
         if hasattr(module, "standalone"):
-            return int(module.standalone(args) or 0)
+            raise _Exit(int(module.standalone(args) or 0))
         parser.error(f"missing --{' --'.join(missing)}")
+    return module, func, args
+
+
+def _params(stage: S.Stage, args: argparse.Namespace):
+    """Phase 2: the params loaded and checked, as the instance's dataset sees them: its own dataset's checks
+    (not every selected one's: a stage loads what its instance needs), those of the stage's side (the
+    baselines' feature weights for a supervised stage, R2M's files and the recipe's own check otherwise)."""
+    from r2m import params as P
+    from r2m.pipeline import validate as V
+
     try:
         params = P.load(args.params)
         if "dataset" in stage.axes:
-            # its own dataset's checks (not every selected one's: a stage loads what its instance needs), those
-            # of the stage's side: the baselines' feature weights for a
-            # supervised stage, R2M's files (and the recipe's own check) otherwise
             if args.dataset in params.catalog:
                 check = V.check_sup_files if stage.source("dataset") == "baselines.datasets" else V.check_files
                 check(params, args.dataset, args.params)
             params = P.for_dataset(params, args.dataset)
     except P.ParamsError as err:
-        print(f"r2m {stage.name}: {err}", file=sys.stderr)
-        return 2
+        raise _refuse(stage, str(err)) from None
+    return params
+
+
+def _context(stage: S.Stage, args: argparse.Namespace, params):
+    """Phase 3: runtime settings and names checked (one line each, before any work), the logger and the
+    :class:`StageContext`; a finished input folder missing a key file is refused. Returns the context, the
+    job's log file (None: stderr only) and whether the run is forced."""
+    from r2m.runtime import STAGE_THREADS, Runtime, switch
+    from r2m.stage.context import StageContext, setup_logging
+    from r2m.utils.guard import BadInput, env_number, inside
 
     axes = {a: getattr(args, a) for a in stage.axes}
-    try:  # runtime settings and names: one line each, before any work
+    try:
         runtime = Runtime.from_env(args.device, args.threads, args.workers, default_threads=STAGE_THREADS)
         force = args.force or switch("R2M_FORCE", "0")
         env_number("R2M_PROGRESS_SECONDS", 30.0, float, 0)
         log_path = None if args.no_log_file else inside(".", stage.log.format(**axes), "log")
     except BadInput as err:
-        print(f"r2m {stage.name}: {err}", file=sys.stderr)
-        return 2
-    log = setup_logging(None)  # the job's log file is opened once the instance's lock is held (below)
-    ctx = StageContext(
-        stage=stage,
-        params=params,
-        runtime=runtime,
-        log=log,
-        args=args,
-        **axes,
-    )
+        raise _refuse(stage, str(err)) from None
+    log = setup_logging(None)  # the job's log file is opened once the instance's lock is held
+    ctx = StageContext(stage=stage, params=params, runtime=runtime, log=log, args=args, **axes)
     damaged = ctx.incomplete_inputs()
     if damaged:  # a finished input folder missing a key file: refused before any work
         log.error("r2m %s: %s", stage.name, damaged[0])
-        return 2
-    from r2m.pipeline.network import guard_for
-    from r2m.utils.netguard import NetworkRefused
+        raise _Exit(2)
+    return ctx, log_path, force
 
+
+def _endings() -> tuple[tuple[type[BaseException], object, object], ...]:
+    """How a guarded run ends on an exception, the first type that matches: (type, exit status or a function of
+    the error giving it, a function of (stage name, error, network guard) giving the one line, or None for
+    :func:`_report_failure`: the plain error's line, its traceback in the log)."""
+    from r2m.utils.guard import BadInput, disk_full_message, is_disk_full
+    from r2m.utils.netguard import NetworkRefused
+    from r2m.utils.resume import Preempted, StageBusy
+
+    return (
+        (NetworkRefused, 1, lambda name, err, guard: f"r2m {name}: {err}"),
+        (StageBusy, 75, lambda name, err, guard: f"r2m {name} refused: {err}"),  # 75: EX_TEMPFAIL
+        # SIGTERM/SIGINT: state saved, plain message, non-zero exit
+        (Preempted, lambda err: err.exit_code, lambda name, err, guard: f"r2m {name} {err}"),
+        (KeyboardInterrupt, 130,
+         lambda name, err, guard: f"r2m {name} interrupted (nothing of this run was kept as an output)"),
+        (Terminated, lambda err: 128 + err.signum,
+         lambda name, err, guard: f"r2m {name} stopped by {err} (nothing of this run was kept as an output)"),
+        (BadInput, 2, lambda name, err, guard: f"r2m {name}: {err}"),
+        (OSError, 1, lambda name, err, guard: f"r2m {name}: {disk_full_message(err)}" if is_disk_full(err) else None),
+        # a failure that follows from a refused network access: that is the line
+        (Exception, 1, lambda name, err, guard: f"r2m {name}: {guard.refused[0]}" if guard.refused else None),
+    )
+
+
+def _guarded_run(ctx, params, module, func: str, log_path: Path | None, force: bool) -> int:
+    """Phase 4: the instance run under its lock, the writer check, the network guard and the recorder (or cut
+    off early when nothing it read or wrote changed); an exception ends it as :func:`_endings` says."""
+    from r2m.pipeline.network import guard_for
+    from r2m.stage import record
+    from r2m.stage.context import log_to_file
+    from r2m.utils.owner import NotOwned, adopt_stage_outputs, owned_as, stage_kind
+    from r2m.utils.resume import StageLock
+
+    stage, args, axes, log = ctx.stage, ctx.args, ctx.axes, ctx.log
     # no network outside the download stages: an attempt fails the stage in one line naming what tried
     guard, may_download = guard_for(stage.name, params, axes.get("dataset"))
     threads = AfterImport("torch", ctx.runtime.apply)  # torch's threads, when (if) the stage imports torch
     t0 = time.perf_counter()
-    from r2m.utils.guard import disk_full_message, is_disk_full
-    from r2m.utils.owner import NotOwned, adopt_stage_outputs, owned_as, stage_kind
-    from r2m.utils.resume import Preempted, StageBusy, StageLock
-
     shard = getattr(args, "shard", None)
     outs = ", ".join(str(p) for p in ctx.outs.values()) or stage.name
     extra = None if shard is None else f"shard{shard}"
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 holds the stage's lock, the others their own
         extra = f"{extra or ''}rank{os.environ['RANK']}"
     lock = StageLock(ctx.root, stage.name, axes, outs, extra=extra)
-    from r2m.stage import record
-
     # what the instance reads, recorded (.r2m/records/, r2m.stage.record) by one run of it (not a shard's)
     recording = shard is None and extra is None and os.environ.get("R2M_RECORD", "1") != "0"
     rec = None
@@ -263,36 +321,17 @@ def run_stage(stage: S.Stage, argv: list[str]) -> int:
             guard.check()  # a refusal a thread or a library swallowed still fails the stage
             if rec is not None:
                 record.finish(rec, ctx)
-    except NetworkRefused as err:
-        log.error("r2m %s: %s", stage.name, err)
-        return 1
-    except StageBusy as err:
-        log.error("r2m %s refused: %s", stage.name, err)
-        return 75  # EX_TEMPFAIL
-    except Preempted as err:  # SIGTERM/SIGINT: state saved, plain message, non-zero exit
-        log.error("r2m %s %s", stage.name, err)
-        return err.exit_code
-    except KeyboardInterrupt:
-        log.error("r2m %s interrupted (nothing of this run was kept as an output)", stage.name)
-        return 130
-    except Terminated as err:
-        log.error("r2m %s stopped by %s (nothing of this run was kept as an output)", stage.name, err)
-        return 128 + err.signum
-    except BadInput as err:
-        log.error("r2m %s: %s", stage.name, err)
-        return 2
-    except OSError as err:
-        if not is_disk_full(err):
+    except BaseException as err:  # noqa: BLE001  (ended as the table says; anything else goes on up)
+        ending = next((e for e in _endings() if isinstance(err, e[0])), None)
+        if ending is None:
+            raise
+        _, code, line = ending
+        text = line(stage.name, err, guard)
+        if text is None:
             _report_failure(log, stage.name, err, log_path)
-            return 1
-        log.error("r2m %s: %s", stage.name, disk_full_message(err))
-        return 1
-    except Exception as err:  # report, keep the traceback where it helps, exit non-zero
-        if guard.refused:  # a failure that follows from a refused network access: that is the line
-            log.error("r2m %s: %s", stage.name, guard.refused[0])
-            return 1
-        _report_failure(log, stage.name, err, log_path)
-        return 1
+        else:
+            log.error("%s", text)
+        return code(err) if callable(code) else code
     finally:
         if rec is not None:
             rec.stop()  # a failed run: its hooks removed, no record written
@@ -404,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
 
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+    if name in RENAMED:
+        print(f"r2m {name}: renamed; run `r2m {RENAMED[name]}`", file=sys.stderr)
+        return 2
     print(f"r2m: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 

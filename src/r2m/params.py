@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from r2m.baselines import BASELINES, Section
-from r2m.catalogs import DETECTORS, FEATURES, RECIPES
+from r2m.catalogs import DETECTORS, FEATURE_BACKENDS, RECIPES
 from r2m.utils.strict_yaml import StrictLoader, yaml_load  # noqa: F401 (used by the Snakefile and tests)
 
 VARIANT_NAMES = ("r2m", "no_fm", "d_lstm", "r_lstm", "dr_lstm")
@@ -191,7 +191,7 @@ class FeatureParams(_Section):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        return _known(v, FEATURES.names(), "feature backend")
+        return _known(v, FEATURE_BACKENDS.names(), "feature backend")
 
 
 class CorpusParams(_Section):

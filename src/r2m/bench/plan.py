@@ -1,7 +1,7 @@
 """``r2m bench plan``: what planning costs in this workspace, beside each engine's own floor.
 
 It times, as child processes (user + system CPU from ``RUSAGE_CHILDREN``, and wall time), the
-commands a user runs to ask "is anything to do?": ``snakemake -n all``, ``r2m resolve-params`` and
+commands a user runs to ask "is anything to do?": ``snakemake -n all``, ``r2m stamps`` and
 ``dvc status`` (when ``dvc.lock`` exists), and ``snakemake --version`` (the engine's start alone). Then
 it builds two throw-away workflows of the same number of jobs in a temporary folder, each job one
 input and one output, everything up to date, and times the same dry runs there: the engines' floor
@@ -128,11 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"r2m bench plan: {root}, {jobs} instances, {a.runs} runs each (median CPU s; min–max)", flush=True)
     rows.append(("this workspace", "snakemake --version", measure([sm, "--version"], root, a.runs)))
     rows.append(("this workspace", "snakemake -n all", measure([sm, "-n", "all"], root, a.runs)))
-    rows.append(("this workspace", "r2m resolve-params", measure([r2m, "resolve-params"], root, a.runs)))
+    rows.append(("this workspace", "r2m stamps", measure([r2m, "stamps"], root, a.runs)))
     if (root / "dvc.lock").exists():
         rows.append(("this workspace", "dvc status", measure([dvc, "status"], root, a.runs)))
     else:
-        print("  (no dvc.lock here: `dvc status` skipped; `r2m resolve-params && dvc commit -f` writes one)")
+        print("  (no dvc.lock here: `dvc status` skipped; `r2m stamps && dvc commit -f` writes one)")
     with tempfile.TemporaryDirectory(prefix="r2m-plan-floor-") as tmp:
         snakemake_floor(Path(tmp) / "snakemake", jobs)
         rows.append((f"floor: {jobs} one-rule jobs", "snakemake -n all", measure([sm, "-n", "all"], Path(tmp) / "snakemake", a.runs)))

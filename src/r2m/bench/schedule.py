@@ -8,7 +8,7 @@ per-stage seconds and sentences (images)/s, and the whole schedule's time extrap
 ``--scale 1``.
 
 Each step is the training loop's own step (:mod:`r2m.training.step`: the objective of
-:func:`r2m.training.objectives.text_objective` / ``image_objective``, backward, global-norm clipping
+:func:`r2m.training.stage_losses.text_objective` / ``image_objective``, backward, global-norm clipping
 10 and Adam), in the mode the stages would use on that device (:func:`r2m.training.step.step_mode`):
 
 * static shapes on CUDA (sentences padded to the stage's ``max_len``, L_XE a masked mean, greedy
@@ -43,8 +43,8 @@ from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import END, START
 from r2m.training import step as ST
 from r2m.training.data import ImageBatch, TextBatch, pad_image, pad_text
-from r2m.training.objectives import image_objective, text_objective
 from r2m.training.opcount import bench_counts
+from r2m.training.stage_losses import image_objective, text_objective
 from r2m.training.stages import make_adam
 from r2m.utils.cliargs import bench_parser as parser
 from r2m.utils.cliargs import float_in, int_in, names_in

@@ -17,7 +17,7 @@ from r2m.losses.objectives import loss_i, loss_s
 from r2m.losses.xe import xe_loss
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import START
-from r2m.training.objectives import token_xe
+from r2m.training.stage_losses import token_xe
 from r2m.training.stages import make_adam
 from r2m.utils.cliargs import bench_parser as parser
 from r2m.utils.cliargs import int_in, step_options

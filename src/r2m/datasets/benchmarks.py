@@ -400,16 +400,16 @@ COCO_SHUTTERSTOCK = Benchmark("coco_shutterstock", "karpathy_coco", ("coco_train
 FLICKR30K_COCO = Benchmark("flickr30k_coco", "karpathy_flickr30k", ("flickr30k_images",), "flickr30k/flickr30k-images",
                            "coco_captions", "coco_captions")
 COCO_GCC = Benchmark("coco_gcc", "karpathy_coco", ("coco_train2014", "coco_val2014"), "coco", "gcc_train", "gcc")
-BENCHMARKS: Registry[Benchmark] = Registry("benchmark")
+BENCHMARK_DATASETS: Registry[Benchmark] = Registry("benchmark")
 for _b in (COCO_SHUTTERSTOCK, FLICKR30K_COCO, COCO_GCC):
-    BENCHMARKS.register(_b.name)(_b)
+    BENCHMARK_DATASETS.register(_b.name)(_b)
 
 
 def _sources(name: str, entry: DatasetEntry, log: logging.Logger, fetcher: Fetcher | None,
              keys: list[str] | None = None) -> tuple[Path, dict[str, tuple[Path, str]], Path]:
     """``(raw_dir, {source: (path, checked)}, image root)`` of the benchmark's sources ``keys`` (default:
     all), ensured (``fetcher`` None: never download)."""
-    bench = BENCHMARKS.get(name)
+    bench = BENCHMARK_DATASETS.get(name)
     raw = Path(str(option(entry, "raw_dir", "data/raw"))).expanduser()
     overrides = {str(k): str(v) for k, v in (option(entry, "paths", {}) or {}).items()}
     unknown = sorted(set(overrides) - set(bench.sources))
@@ -431,7 +431,7 @@ def _sources(name: str, entry: DatasetEntry, log: logging.Logger, fetcher: Fetch
 def prepare_benchmark(name: str, entry: DatasetEntry, out: Path, log: logging.Logger,
                       fetcher: Fetcher | None = None) -> dict[str, Any]:
     """Ensure the raw sources (``fetcher`` None: never download) and write the prepared files."""
-    bench = BENCHMARKS.get(name)
+    bench = BENCHMARK_DATASETS.get(name)
     raw, got, image_root = _sources(name, entry, log, fetcher)
     images, _, _ = convert_karpathy_pairs(got[bench.split_source][0], image_root)
     rules = CorpusRules(official=profile_of(entry) == "official")
@@ -500,7 +500,7 @@ def benchmark_references(name: str, entry: DatasetEntry, prepared: Path,
                          log: logging.Logger) -> tuple[dict[str, Any], dict[str, Any]]:
     """The Karpathy split file's ``val``/``test`` sentences and its ``train`` + ``restval`` ones (the file
     ``prepare`` made sure of; never downloaded here)."""
-    bench = BENCHMARKS.get(name)
+    bench = BENCHMARK_DATASETS.get(name)
     _, got, image_root = _sources(name, entry, log, None, [bench.split_source])
     _, refs, train_refs = convert_karpathy_pairs(got[bench.split_source][0], image_root)
     return refs, train_refs

@@ -34,7 +34,7 @@ Where the paper leaves a detail open we follow the authors' released Theano code
   have very different scales (a random CNN: ~0.03; VGG conv5: tens) train with the same settings.
 * The hard (stochastic) attention variant is its own model, ``sat_hard`` (:mod:`r2m.models.sat_hard`).
 
-Decoding interface (shared with :func:`r2m.decoding.beam.beam_search`): ``decode_init(a)`` takes the
+Decoding interface (shared with :func:`r2m.captioning.beam.beam_search`): ``decode_init(a)`` takes the
 annotations ``[B, L, D]`` (or a grid ``[B, h, w, D]``) and returns a batch-first state tuple that
 carries the annotations, their attention projection and the location mask;
 ``decode_step(state, prev)`` returns ``(o_t, state, α_t, β_t)`` where ``o_t`` is the deep-output

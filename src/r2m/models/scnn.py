@@ -35,7 +35,7 @@ Shapes: B batch, T time steps, F image feature size, k concepts, n LSTM size, V 
   classes, O-P / O-R over all images, F1 the harmonic mean of the averaged P and R; every 0/0 (a class
   never predicted, a class or image without a true label) counts as 0.
 
-Decoding interface (as :func:`r2m.decoding.beam.beam_search` expects): ``decode_init(v)`` takes
+Decoding interface (as :func:`r2m.captioning.beam.beam_search` expects): ``decode_init(v)`` takes
 ``encode``'s output (the pooled feature) and returns ``(h_0, c_0)`` from ŝ;
 ``decode_step(state, prev)`` → ``(h_t, state, None, None)``; ``logits(h_t)``.
 """

@@ -19,7 +19,7 @@ The interface (shapes: B batch, T steps, V vocabulary):
   attention regulariser), added to the cross-entropy and logged as their own loss columns.
 * ``decode_init(v) -> state`` (tuple of batch-first tensors), ``decode_step(state, prev) ->
   (hidden, state, None, None)``, ``logits(hidden) -> [B, V]``: the interface of
-  :func:`r2m.decoding.beam.beam_search` (the same as R2M's).
+  :func:`r2m.captioning.beam.beam_search` (the same as R2M's).
 * ``sentence_logprob`` and ``score_block``: log P(sentence | image) for retrieval; the generic
   versions here run :meth:`forward` on every (image, sentence) pair of a block in one batch; a
   model can override them with something cheaper (m-RNN shares its recurrent layer; SAT and S-CNN-RNN

@@ -5,9 +5,9 @@ instances of the DAG both engines run (:func:`r2m.pipeline.resolved.dag_instance
 report need, each run at its own seeds). DVC cannot compute those lists, so ``r2m dag --write`` writes them
 into the file's ``vars`` (one list per distinct set, named after the first stage that runs over it). A
 change of the params' ``datasets``, ``variants``, ``seeds`` or ``baselines`` therefore needs ``r2m dag
---write`` again: ``r2m dag --check`` and the ``resolve_params`` stage (the first of every ``dvc repro``)
+--write`` again: ``r2m dag --check`` and the ``stamps`` stage (the first of every ``dvc repro``)
 refuse a stale file in one line. What an instance read (code, files, each params key) reaches DVC through
-its stamp, a params file (:mod:`r2m.stage.record`) the ``resolve_params`` stage rewrites, so ``dvc exp run
+its stamp, a params file (:mod:`r2m.stage.record`) the ``stamps`` stage rewrites, so ``dvc exp run
 -S`` and ``dvc params diff`` work per key. Gather dependencies become their parent-directory ``dvc_path``.
 """
 
@@ -86,7 +86,7 @@ def dvc_stage(stage: Stage, over: str | None = None) -> dict[str, Any]:
         if path not in deps:
             deps.append(path)
     entry["deps"] = deps
-    # its stamp (r2m.stage.record), written by the resolve_params stage from the instance's record: the
+    # its stamp (r2m.stage.record), written by the stamps stage from the instance's record: the
     # values of the params keys it read and whether anything it read (code, files, params) changed since
     entry["params"] = [{_dvc_template(stamp_template(stage), stage): None}]
     if stage.always_changed:  # reads files outside the DAG (Stage.external): checked at every repro
@@ -109,11 +109,11 @@ def dvc_stage(stage: Stage, over: str | None = None) -> dict[str, Any]:
     return {"foreach": f"${{{INSTANCES}.{over or stage.name}}}", "do": entry} if stage.axes else entry
 
 
-def resolver_stage() -> dict[str, Any]:
-    """``r2m resolve-params``: checks every instance against its record and rewrites the stamps that changed
+def stamps_stage() -> dict[str, Any]:
+    """``r2m stamps``: checks every instance against its record and rewrites the stamps that changed
     (what a record names can be any file: it runs at every repro)."""
     return {
-        "cmd": "r2m resolve-params",
+        "cmd": "r2m stamps",
         "always_changed": True,
         "outs": [{str(STAMPS): {"cache": False, "persist": True}}],
     }
@@ -123,7 +123,7 @@ def render(params: P.Params, lists_uses: tuple[dict, dict[str, str]] | None = No
     """``dvc.yaml``'s text for ``params``; ``lists_uses``: their :func:`instance_lists`, when already made."""
     lists, uses = lists_uses or instance_lists(params)
     head = yaml.safe_dump({"vars": [{INSTANCES: lists}]}, sort_keys=False, width=120, default_flow_style=None)
-    doc = {"stages": {"resolve_params": resolver_stage(), **{s.name: dvc_stage(s, uses.get(s.name)) for s in STAGES}}}
+    doc = {"stages": {"stamps": stamps_stage(), **{s.name: dvc_stage(s, uses.get(s.name)) for s in STAGES}}}
     return HEADER + head + yaml.safe_dump(doc, sort_keys=False, width=120)
 
 

@@ -185,7 +185,7 @@ STAGES: tuple[Stage, ...] = (
     _train("train_e2e", None, True, "one-stage training: L_S on sentences + L_I on images at every step"),
     Stage(
         "caption",
-        impl="r2m.decoding.stage:run",  # `r2m caption IMAGES` (no axes): r2m.cli.STANDALONE's r2m.caption_cli
+        impl="r2m.captioning.stage:run",  # `r2m caption IMAGES` (no axes): r2m.cli.STANDALONE's r2m.caption_cli
         help="beam-search captions for the evaluation images (COCO results JSON)",
         axes=("dataset", "variant", "ckpt", "seed"),
         deps={

@@ -2,10 +2,10 @@
 ``evaluate_sup``, :mod:`r2m.supervised.scores`). A skipped dataset gets ``captions.json`` = ``[]``.
 
 ``caption.decoder`` (:data:`SUP_DECODERS`) picks how a caption is made: ``beam`` (default; the same
-batched beam search as R²M, :func:`r2m.decoding.captioner.best_tokens` with ``paper`` decoding and
+batched beam search as R²M, :func:`r2m.captioning.captioner.best_tokens` with ``paper`` decoding and
 width ``caption.beam``), ``greedy`` (the most probable word each step: width 1, as m-RNN's greedy
 inference, seed 001) or ``sample`` (each word drawn from the softmax at ``caption.temperature``,
-the draws seeded by ``caption.seed``: :func:`r2m.decoding.beam.sample_search`). R²M's ``caption``
+the draws seeded by ``caption.seed``: :func:`r2m.captioning.beam.sample_search`). R²M's ``caption``
 stage decodes by ``fidelity.decoding`` and does not read ``caption.decoder``.
 """
 
@@ -27,8 +27,8 @@ def _sampled_tokens(model, feats: Any, image_ids: Sequence[str], cp: Any, device
     ``device``): token ids up to (not including) <#end>, batched by ``caption.batch_size``."""
     import torch
 
-    from r2m.decoding.beam import sample_search
-    from r2m.decoding.captioner import BANNED, caption_features, first_tokens
+    from r2m.captioning.beam import sample_search
+    from r2m.captioning.captioner import BANNED, caption_features, first_tokens
 
     gen = torch.Generator(device=torch.device(device)).manual_seed(int(cp.seed))
 
@@ -42,7 +42,7 @@ def _sampled_tokens(model, feats: Any, image_ids: Sequence[str], cp: Any, device
 # ``caption.decoder`` -> (model, features, image ids, caption params, device) -> token ids per image
 def _searched_tokens(model, feats: Any, image_ids: Sequence[str], beam: int, cp: Any, device: Any) -> list[list[int]]:
     """The best of a beam search of width ``beam`` per image (width 1: greedy)."""
-    from r2m.decoding.captioner import caption_features
+    from r2m.captioning.captioner import caption_features
 
     return caption_features(model, feats, image_ids, beam, cp.max_len, cp.batch_size, device, desc="caption_sup")
 
@@ -67,8 +67,8 @@ def run(ctx: StageContext) -> None:
         write_json(ctx.outs["captions"], [])
         ctx.log.info("caption_sup: %s", reason)
         return
+    from r2m.captioning.captioner import load_checkpoint_model, words_of
     from r2m.datasets.base import split_ids
-    from r2m.decoding.captioner import load_checkpoint_model, words_of
     from r2m.supervised.data import model_features
 
     cp = ctx.params.caption

@@ -53,8 +53,8 @@ def _attention(ctx: StageContext, model, feats, itos: list[str], out_dir: Path, 
     import torch
     from PIL import Image
 
+    from r2m.captioning.captioner import caption_features
     from r2m.datasets.base import resolve_image_path
-    from r2m.decoding.captioner import caption_features
     from r2m.evaluation.attention_hits import attention_hit_rate
     from r2m.supervised.attention_maps import attention_maps_figure
     from r2m.text.singular import Singulariser

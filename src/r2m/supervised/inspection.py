@@ -23,7 +23,7 @@ def split_of(prepared: Path, split: str) -> list[str]:
 def opened(ctx: StageContext) -> Iterator[tuple[Any, Any, list[str], Any]]:
     """``(model, features, itos, device)`` of the instance's checkpoint (its own features when its CNN was
     fine-tuned: :func:`r2m.supervised.data.model_features`); the features closed on leaving."""
-    from r2m.decoding.captioner import load_checkpoint_model
+    from r2m.captioning.captioner import load_checkpoint_model
     from r2m.supervised.data import model_features
 
     device = ctx.runtime.torch_device()

@@ -179,7 +179,7 @@ def run_sup(ctx: StageContext) -> None:
         write_json(out, {"skipped": reason})
         ctx.log.info("retrieval_sup: %s", reason)
         return
-    from r2m.decoding.captioner import load_checkpoint_model
+    from r2m.captioning.captioner import load_checkpoint_model
     from r2m.supervised.data import model_features, teacher_forcing
 
     rp = ctx.params.retrieval
@@ -241,7 +241,7 @@ def run_r2m(ctx: StageContext) -> None:
     import pyarrow as pa
     import torch
 
-    from r2m.decoding.captioner import load_checkpoint_model
+    from r2m.captioning.captioner import load_checkpoint_model
     from r2m.supervised.data import Features, teacher_forcing
     from r2m.text.dictionary import load_dictionary
     from r2m.text.tokenize import tokenize

@@ -20,7 +20,7 @@ def val_selector(ctx: StageContext, feats, itos: list[str], metric: str, device)
     """``select(model, step) -> score`` (higher is better), or None when there is nothing to select by."""
     if metric not in METRICS:
         raise ValueError(f"train_sup.select_by {metric!r}: choose last or one of {tuple(METRICS)}")
-    from r2m.decoding.captioner import caption_features, words_of
+    from r2m.captioning.captioner import caption_features, words_of
 
     refs = {iid: caps for iid, caps in val_references(Path(ctx.deps["prepared"]), Path(ctx.deps["references"])).items() if iid in feats.row_of}
     ids = sorted(refs)

@@ -7,7 +7,7 @@ coco-caption's PTB tokenisation of captions and references, the evaluation's CID
 selected score is the CIDEr the evaluation would report for those captions; references are
 tokenised once and each caption string at most once, so it is cheap enough to call at every
 ``eval_every`` step. Concepts and decoding are the
-captioning library's (:mod:`r2m.decoding.captioner`), as in the ``caption`` stage. When the dataset has no ``val``
+captioning library's (:mod:`r2m.captioning.captioner`), as in the ``caption`` stage. When the dataset has no ``val``
 images with references (e.g. ``demo``), there is nothing to select by and the last checkpoint is
 kept.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from r2m.decoding.captioner import caption_ids, concept_inputs, order_at_test, words_of
+from r2m.captioning.captioner import caption_ids, concept_inputs, order_at_test, words_of
 from r2m.evaluation.val_score import ValScorer, val_references
 from r2m.stage.context import StageContext
 

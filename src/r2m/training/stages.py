@@ -1,7 +1,7 @@
 """The four R²M training stages (``train_xe``, ``train_s``, ``train_m``, ``train_i``).
 
 ``run(ctx)`` trains the stage named ``ctx.stage.name`` with its objective from
-:data:`r2m.training.objectives.OBJECTIVES` in the shared loop (:mod:`r2m.training.loop`). Every
+:data:`r2m.training.stage_losses.OBJECTIVES` in the shared loop (:mod:`r2m.training.loop`). Every
 stage but the first starts from the previous stage's ``model.pt`` (``ctx.deps['init']``); the
 schedule is ``ctx.params.<stage>`` (Adam, global-norm clipping), β/γ come from the dataset's
 catalog entry.
@@ -29,7 +29,7 @@ dynamic eager step of before. ``train_metrics.json`` records ``tf32``, ``cuda_gr
 and the final step; ``model.pt`` then holds the best-scoring weights (``selected_step`` and
 ``selected_score`` in the metrics) instead of the last ones. :func:`run` passes the image stages
 (``train_m``, ``train_i``) a CIDEr selector (``<stage>.select_by``: auto/cider; :mod:`r2m.training.selection`,
-imported there only: the text stages never load decoding's beam search or the scorers); the text stages
+imported there only: the text stages never load captioning's beam search or the scorers); the text stages
 (``train_xe``, ``train_s``) have no images to select by and keep the last checkpoint.
 """
 
@@ -52,7 +52,7 @@ from r2m.training import loop as L
 from r2m.training import step as ST
 from r2m.training.data import ImageSet, JointBatch, TextStream, pad_image, pad_joint, pad_text
 from r2m.training.loop import NonFiniteLoss, Selector  # noqa: F401  (public names of this stage)
-from r2m.training.objectives import OBJECTIVES, Objective, text_objective, val_gamma  # noqa: F401
+from r2m.training.stage_losses import OBJECTIVES, Objective, text_objective, val_gamma  # noqa: F401
 from r2m.utils import resume as RS
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint, save_torch
 from r2m.utils.cliargs import int_in
@@ -253,7 +253,7 @@ def train(ctx: StageContext, select: Selector | None = None) -> dict[str, Any]:
         data.close()
         dist.barrier()
         return {}
-    from r2m.decoding import settings
+    from r2m.captioning import settings
 
     with atomic_path(out_dir) as tmp:  # the model folder appears complete or not at all
         tmp.mkdir()

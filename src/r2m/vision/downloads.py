@@ -6,7 +6,7 @@ options, random weights, detections read from a file. :func:`local_copy` says wh
 a file it would otherwise download (torch's hub cache, r2m's cache): once there, loading it opens no
 connection. The stage runner lets an instance reach the network only when its params name a download
 (:mod:`r2m.pipeline.network`); a model folder's ``inference.json`` may name a backend that downloads
-only when what it would fetch is already on this machine (:mod:`r2m.decoding.settings`).
+only when what it would fetch is already on this machine (:mod:`r2m.captioning.settings`).
 
 This module imports nothing of r2m's heavy parts (the runner reads it for every stage).
 """

@@ -1,4 +1,4 @@
-"""CNN feature backends, one per file, named in ``r2m.catalogs.FEATURES``; each is a factory
+"""CNN feature backends, one per file, named in ``r2m.catalogs.FEATURE_BACKENDS``; each is a factory
 ``options -> Extractor`` chosen by ``extract_features.backend``:
 
 ``inception_v3_fid`` (default, ``inception_v3_fid.py``; offline)
@@ -22,7 +22,7 @@ kinds from another network, into the same folder: ``combined.py``).
 
 Add a backend: a new module here with its factory (build the network, pick the kinds with
 ``base.select_kinds``, wrap it in ``base.Scaled`` with the input mean/std and return an ``Extractor``), named
-in :data:`r2m.catalogs.FEATURES`: ``factory.build_extractor`` imports the chosen backends' modules only; this package imports none of
+in :data:`r2m.catalogs.FEATURE_BACKENDS`: ``factory.build_extractor`` imports the chosen backends' modules only; this package imports none of
 its modules. Running
 an extractor over files is ``compute.py``; the stage that writes the features folder is ``r2m.vision.features``.
 """

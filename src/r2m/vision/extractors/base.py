@@ -1,6 +1,6 @@
 """What every feature backend shares: the ``Extractor`` it builds (a backend, named in
-:data:`r2m.catalogs.FEATURES`, is a factory ``options -> Extractor``), the input scaling ``Scaled``, the
-default loader transform ``ResizeToUint8`` and two option helpers (``select_kinds``, ``load_state``)."""
+:data:`r2m.catalogs.FEATURE_BACKENDS`, is a factory ``options -> Extractor``), the input scaling ``Scaled``,
+the default loader transform ``ResizeToUint8`` and two option helpers (``select_kinds``, ``load_state``)."""
 
 from __future__ import annotations
 

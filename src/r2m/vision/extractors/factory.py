@@ -1,10 +1,11 @@
-"""Building the chosen feature backend by name (:data:`r2m.catalogs.FEATURES`; its module imported now)."""
+"""Building the chosen feature backend by name (:data:`r2m.catalogs.FEATURE_BACKENDS`; its module imported
+now)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from r2m.catalogs import FEATURES
+from r2m.catalogs import FEATURE_BACKENDS
 from r2m.vision.extractors.base import Extractor
 
 
@@ -15,5 +16,5 @@ def build_extractor(backend: str, options: dict[str, Any] | None = None) -> Extr
     if options.get("kinds_from"):
         from r2m.vision.extractors.combined import build_combined  # only a combined backend loads it
 
-        return build_combined(lambda b, o: FEATURES.load(b)(o), backend, options)
-    return FEATURES.load(backend)(options)
+        return build_combined(lambda b, o: FEATURE_BACKENDS.load(b)(o), backend, options)
+    return FEATURE_BACKENDS.load(backend)(options)

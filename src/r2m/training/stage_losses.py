@@ -1,4 +1,5 @@
-"""The R²M training objectives, one per stage (:data:`OBJECTIVES`: stage name → :class:`Objective`).
+"""The loss each R²M training stage computes on a batch, one objective per stage (:data:`OBJECTIVES`: stage
+name → :class:`Objective`).
 
 ``train_xe``: L_XE on the text corpus; ``train_s``: L_S = L_XE + β·L_rec; ``train_m``: L_M^I (the
 ranking loss, γ = 0); ``train_i``: L_I = L_M^I + γ·L_rec on greedy free-running captions of the

@@ -1,4 +1,4 @@
-"""``r2m resolve-params``: check every stage instance of the DAG against its record and write its stamp
+"""``r2m stamps``: check every stage instance of the DAG against its record and write its stamp
 (``.params/<stage>/<instance>.json``, :mod:`r2m.stage.record`), touching only the stamps whose text
 changed. The first stage of ``dvc.yaml``, run at every ``dvc repro``: DVC's stages read their stamps as
 params files, so a stamp turned stale reruns its stage."""
@@ -26,23 +26,23 @@ def plan_all(params: P.Params, root: Path = Path(".")) -> dict[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="r2m resolve-params", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="r2m stamps", description=__doc__.split("\n")[0])
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--root", default=".", help="the workspace (its records, its .params/ and its dvc.yaml)")
     args = p.parse_args(argv)
     root = Path(args.root)
     if not any((root / f).is_file() for f in ("params.yaml", "dvc.yaml")):  # never stamps into any folder
-        raise SystemExit(f"r2m resolve-params: --root {args.root}: not a workspace (no params.yaml or dvc.yaml there)")
+        raise SystemExit(f"r2m stamps: --root {args.root}: not a workspace (no params.yaml or dvc.yaml there)")
     try:
         params = P.load(Path(args.params))
     except P.ParamsError as err:
-        raise SystemExit(f"r2m resolve-params: {err}") from None
+        raise SystemExit(f"r2m stamps: {err}") from None
     dvc_file = Path(args.root) / "dvc.yaml"
     # DVC expanded its stages from dvc.yaml's instance lists before this ran: stale lists (a `-S seeds=…`)
     # would run the wrong instances, so the repro stops here, before any of them
     stale = stale_instances(dvc_file, params) if dvc_file.exists() else None
     if stale:
-        raise SystemExit(f"r2m resolve-params: {stale}")
+        raise SystemExit(f"r2m stamps: {stale}")
     todo = plan_all(params, Path(args.root))
     shown = ", ".join(list(todo)[:8]) + (" ..." if len(todo) > 8 else "")
     print(f"{STAMPS}: {len(todo)} instance(s) to run" + (f": {shown}" if todo else ""))

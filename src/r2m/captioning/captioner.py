@@ -1,7 +1,7 @@
 """The captioning library: from a checkpoint and an image's concepts to a caption and its attention.
 
-One place for what the DAG's ``caption`` stage (:mod:`r2m.decoding.stage`), ``r2m caption IMAGES``
-(:class:`r2m.decoding.photos.Captioner`, driven by :mod:`r2m.caption_cli`), R²M's checkpoint selection
+One place for what the DAG's ``caption`` stage (:mod:`r2m.captioning.stage`), ``r2m caption IMAGES``
+(:class:`r2m.captioning.photos.Captioner`, driven by :mod:`r2m.caption_cli`), R²M's checkpoint selection
 (:mod:`r2m.training.selection`) and the supervised baselines' decoding (:mod:`r2m.supervised.caption`)
 share:
 
@@ -9,11 +9,11 @@ share:
 * :func:`concept_inputs` — image → concept words by the fidelity order, with the ``no_concepts``
   fallbacks (:data:`NO_CONCEPTS`), and :func:`image_vectors` (v̂^I for ``no_concepts: image``);
 * :func:`encode_all` — concept lists → v; :func:`caption_vectors` / :func:`caption_ids` — best
-  beam per row (:data:`r2m.decoding.beam.DECODERS` by ``fidelity.decoding``); :func:`best_tokens`
+  beam per row (:data:`r2m.captioning.beam.DECODERS` by ``fidelity.decoding``); :func:`best_tokens`
   — one batch through a search, cut at <#end>;
 * :func:`attention_record` — FM/RM weights of one generated caption.
 
-Nothing here writes stage outputs; this module imports nothing above ``decoding``.
+Nothing here writes stage outputs; this module imports nothing above ``captioning``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from r2m.decoding.beam import DECODERS
+from r2m.captioning.beam import DECODERS
 from r2m.text.dictionary import concept_order, image_concept_lists
 from r2m.text.vocab import END, PAD, START, UNK, load_itos, pad_lists
 from r2m.utils.progress import progress
@@ -203,7 +203,7 @@ def caption_vectors(model, v: torch.Tensor, beam: int, max_len: int, batch_size:
                     desc: str | None = None, decoding: str = "paper", ban_unk: bool | None = None,
                     ban_specials: bool | None = None) -> list[list[int]]:
     """Best beam per concept vector: token ids up to (not including) <#end>. Batched.
-    ``decoding``: ``fidelity.decoding`` (see :data:`r2m.decoding.beam.DECODERS`)."""
+    ``decoding``: ``fidelity.decoding`` (see :data:`r2m.captioning.beam.DECODERS`)."""
     searcher(decoding)  # an unknown name fails before any work
     out: list[list[int]] = []
     steps = range(0, len(v), batch_size)
@@ -216,7 +216,7 @@ def caption_ids(model, concept_ids: list[list[int]], beam: int, max_len: int, ba
                 desc: str | None = None, decoding: str = "paper", ban_unk: bool | None = None,
                 ban_specials: bool | None = None) -> list[list[int]]:
     """Best beam per concept list: token ids up to (not including) <#end>. Batched.
-    ``decoding``: ``fidelity.decoding`` (see :data:`r2m.decoding.beam.DECODERS`)."""
+    ``decoding``: ``fidelity.decoding`` (see :data:`r2m.captioning.beam.DECODERS`)."""
     v = encode_all(model, concept_ids, batch_size, device)
     return caption_vectors(model, v, beam, max_len, batch_size, desc, decoding, ban_unk, ban_specials)
 

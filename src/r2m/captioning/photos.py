@@ -1,7 +1,7 @@
 """``Captioner``: a checkpoint ready to caption image files (``r2m caption IMAGES``): concept detection with
 the checkpoint's recorded backend, (for ``no_concepts: image``) features, beam search — batched.
 
-Apart from :mod:`r2m.decoding.captioner` so that the stages reusing its decoding (checkpoint selection in
+Apart from :mod:`r2m.captioning.captioner` so that the stages reusing its decoding (checkpoint selection in
 training, the baselines) do not import the detector and feature backends (nor read them, as their records
 show)."""
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from r2m.decoding.captioner import (
+from r2m.captioning.captioner import (
     attention_record,
     caption_detections,
     check_vocab,
@@ -22,12 +22,12 @@ from r2m.text.vocab import END
 
 
 class Captioner:
-    """A checkpoint with its recorded settings (:mod:`r2m.decoding.settings`), ready to caption
+    """A checkpoint with its recorded settings (:mod:`r2m.captioning.settings`), ready to caption
     image files: detection, (for ``no_concepts: image``) features, beam search — batched. The detector
     (and feature extractor) is built once, so :meth:`chunks` can caption a long list a batch at a time."""
 
     def __init__(self, model_dir: str | Path, device: Any = "cpu", root: Path = Path("."), hint: str = ""):
-        from r2m.decoding import settings
+        from r2m.captioning import settings
 
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "model.pt").exists():
@@ -57,7 +57,7 @@ class Captioner:
                ) -> Iterator[tuple[list[dict[str, Any]], list[dict[str, str]]]]:
         """:meth:`caption` a batch of ``batch_size`` images at a time, in input order: each batch's captions
         and bad images as soon as they are made. The settings are checked before the first image is read."""
-        from r2m.decoding import settings
+        from r2m.captioning import settings
 
         s = self.settings
         batch_size = batch_size or int(s["detect_concepts"].get("batch_size", 8))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from r2m.decoding.beam import beam_search, to_words
+from r2m.captioning.beam import beam_search, to_words
 from r2m.models.r2m import R2M, R2MConfig
 from r2m.text.vocab import END, PAD, START
 
@@ -86,7 +86,7 @@ def test_to_words_stops_at_end() -> None:
 
 
 def test_caption_stage_writes_results_and_attention(tmp_path: Path) -> None:
-    from r2m.decoding.stage import run
+    from r2m.captioning.stage import run
     from test_training import ctx_for, make_params, make_synthetic, run_stage
 
     make_synthetic(tmp_path)

@@ -6,11 +6,11 @@ Every image of the split gets a caption. Concepts are the image's detections (sc
 missing from the vocabulary are dropped. <pad> and <#start> are never generated, nor is <UNK>
 while ``fidelity.ban_unk`` is true (ours; ``official`` allows it). ``fidelity.decoding`` picks the
 search (``official``: the released code's im2txt beam search,
-:func:`r2m.decoding.beam.beam_search_im2txt`). With ``fidelity.image_concepts: official`` the
+:func:`r2m.captioning.beam.beam_search_im2txt`). With ``fidelity.image_concepts: official`` the
 concepts come in the official test order (:func:`r2m.text.dictionary.image_concepts`).
 
 An image with no concept is captioned by ``caption.no_concepts``
-(:data:`r2m.decoding.captioner.NO_CONCEPTS`): ``empty`` (the paper's behaviour: decode from the
+(:data:`r2m.captioning.captioner.NO_CONCEPTS`): ``empty`` (the paper's behaviour: decode from the
 empty concept set, ``v = 0``, which yields the model's one generic sentence), ``image`` (decode from
 the image's projected feature v̂^I, which L_M trains to lie near ṽ; only for checkpoints of the image
 stages, others fall back to ``empty`` with a warning) or ``top1`` (the image's best detection below
@@ -23,7 +23,7 @@ Outputs: ``captions.json`` (COCO results ``[{"image_id", "caption"}]``), ``atten
 (H × N × (N+1)), rows summing to 1, null for an ablation without that memory) and ``caption_info.json`` (the concepts each image was captioned from and
 where they came from, with counts per source; read by ``evaluate`` for concept recall).
 
-The captioning itself is :mod:`r2m.decoding.captioner`; this module only reads the stage's inputs
+The captioning itself is :mod:`r2m.captioning.captioner`; this module only reads the stage's inputs
 and writes its outputs. ``r2m caption IMAGES…`` (image files of no dataset) is :mod:`r2m.caption_cli`.
 """
 
@@ -35,8 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from r2m.datasets.base import split_ids
-from r2m.decoding.captioner import (
+from r2m.captioning.captioner import (
     END,
     FeatureSource,
     attention_record,
@@ -45,6 +44,7 @@ from r2m.decoding.captioner import (
     source_counts,
     words_of,
 )
+from r2m.datasets.base import split_ids
 from r2m.stage.context import StageContext
 from r2m.utils.io import write_json
 
@@ -52,7 +52,7 @@ ATTENTION_IMAGES = 8
 
 
 def features_from_folder(folder: str | Path) -> FeatureSource:
-    """A :data:`r2m.decoding.captioner.FeatureSource` reading a ``features`` stage folder's pooled vectors."""
+    """A :data:`r2m.captioning.captioner.FeatureSource` reading a ``features`` stage folder's pooled vectors."""
 
     def read(ids: list[str]) -> dict[str, np.ndarray]:
         from r2m.vision.feature_store import load_rows

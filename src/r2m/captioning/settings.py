@@ -118,9 +118,9 @@ def _checked(data: Any, path: Path) -> dict[str, Any]:
 
 def _vet_options(kind: str, backend: str, options: Any, where: str) -> None:
     """Refuse a recorded backend's options that name code or a download (one line, ``where``: the key)."""
-    from r2m.catalogs import DETECTORS, FEATURES
+    from r2m.catalogs import DETECTORS, FEATURE_BACKENDS
 
-    names = (DETECTORS if kind == "detector" else FEATURES).names()
+    names = (DETECTORS if kind == "detector" else FEATURE_BACKENDS).names()
     if not isinstance(backend, str) or backend not in names:
         raise ValueError(f"{where}.backend: {backend!r} is not a {kind} backend of this project "
                          f"({', '.join(names)}); a model folder may only select one of them")
