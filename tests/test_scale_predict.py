@@ -36,6 +36,22 @@ def test_paper_plan_reads_the_project_schedule():
     assert (plan.images, plan.val_images) == (123_287, 5_000)
 
 
+def test_gpu_figures_come_from_the_table_file(tmp_path):
+    # the shipped table holds the H100 train_xe row the hand-worked test below uses (18,048 sentences/s)
+    assert B.GPU_FIGURES["train_xe"] == B.GpuFigure(18_048, "sentences/s", "H100", "2026-11-26",
+                                                    B.GPU_FIGURES["train_xe"].source)
+    f = tmp_path / "figs.csv"
+    f.write_text("# a comment\nkey,value,unit,card,date,source\n"
+                 'vgg16_model,900,images/s,A100,2027-01-02,"bench, with a comma"\n'
+                 "train_m,fast,images/s,H100,2027-01-02,typo\n")
+    with pytest.raises(ValueError, match=r"figs\.csv:4: a GPU figure row"):
+        B.load_gpu_figures(f)
+    f.write_text(f.read_text().splitlines()[0] + "\nkey,value,unit,card,date,source\n"
+                 'vgg16_model,900,images/s,A100,2027-01-02,"bench, with a comma"\n')
+    assert B.load_gpu_figures(f) == {"vgg16_model": B.GpuFigure(900, "images/s", "A100", "2027-01-02",
+                                                                "bench, with a comma")}
+
+
 def test_h100_prediction_hand_worked(monkeypatch):
     fig = B.GpuFigure(1_600, "images/s", "H100", "2026-01-01", "test")
     monkeypatch.setitem(B.GPU_FIGURES, "train_m", fig)

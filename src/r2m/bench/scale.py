@@ -90,23 +90,25 @@ class GpuFigure:
     source: str
 
 
-# The GPU figures measured so far, which the H100 column is computed from (nothing else is assumed).
-GPU_FIGURES: dict[str, GpuFigure] = {
-    "train_xe": GpuFigure(18_048, "sentences/s", "H100", "2026-11-26",
-                          "r2m bench schedule --device cuda (whole-step CUDA graph, TF32)"),
-    "train_s": GpuFigure(9_578, "sentences/s", "H100", "2026-11-26",
-                         "r2m bench schedule --device cuda (whole-step CUDA graph, TF32)"),
-    "train_m": GpuFigure(6_860, "images/s", "H100", "2026-11-26",
-                         "r2m bench schedule --device cuda (whole-step CUDA graph, TF32)"),
-    "train_i": GpuFigure(6_860, "images/s", "H100", "2026-11-26",
-                         "r2m bench schedule --device cuda (whole-step CUDA graph, TF32)"),
-    "inception_v4_files": GpuFigure(1_607, "images/s", "H200", "2026-11-27",
-                                    "scripts/device_bench.py: Inception-V4 from 500x500 JPEG files, GPU decoding"),
-    "inception_v4_model": GpuFigure(2_472, "images/s", "H100", "2026-11-26",
-                                    "r2m bench features --device cuda: the model alone"),
-    "vgg16_model": GpuFigure(892, "images/s", "H100", "2026-11-26",
-                             "r2m bench features --device cuda: the model alone"),
-}
+GPU_FIGURES_FILE = Path(__file__).with_name("gpu_figures.csv")
+
+
+def load_gpu_figures(path: Path = GPU_FIGURES_FILE) -> dict[str, GpuFigure]:
+    """The GPU figures measured so far (a table file beside this module, ``#`` lines are comments):
+    the H100 column is computed from these and nothing else. A malformed row is an error naming the file and line."""
+    figures: dict[str, GpuFigure] = {}
+    rows = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if line.strip() and not line.lstrip().startswith("#")][1:]  # the header row first
+    for n, line in rows:
+        try:
+            key, value, unit, card, date, source = next(csv.reader([line]))
+            figures[key] = GpuFigure(float(value), unit, card, date, source)
+        except ValueError as e:
+            raise ValueError(f"{path}:{n}: a GPU figure row is key,value,unit,card,date,source ({e})") from None
+    return figures
+
+
+GPU_FIGURES: dict[str, GpuFigure] = load_gpu_figures()
 # stages whose work runs on the device; every other stage is a CPU stage (its H100 time is its CPU time)
 DEVICE_STAGES = ("detect_concepts", "extract_features", "extract_features_sup", "train_xe", "train_s", "train_m",
                  "train_i", "caption", "pretrain_sup", "train_sup", "caption_sup")
