@@ -5,7 +5,7 @@ for R²M through its joint space, the chance level of this run's test set, and m
 rows). A dataset without paired training captions is one "skipped" line saying why.
 
 Every row of this run carries its 95 % intervals, ``seeds``, ``images`` and ``interval``
-(:mod:`r2m.reports.intervals`); each baseline is compared with the most-frequent-caption reference
+(:mod:`r2m.reports.intervals`, the cells :mod:`r2m.reports.cells`); each baseline is compared with the most-frequent-caption reference
 point (randomization test over images and seeds, Holm within the table; ``vs``, ``d_seeds``, ``d_C``, ``d_C_lo``, ``d_C_hi``, ``d_C_p``, ``d_C_holm``, ``d_C_mark``).
 R@K and Med r get a bootstrap interval over the queries when ``retrieval.json`` keeps per-query ranks.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.params import SUP_MODEL_LABELS
+from r2m.reports import cells as CL
 from r2m.reports import intervals as I
 from r2m.reports import published as P
 from r2m.reports.tables import PUBLISHED, PUBLISHED_SCOPE, THIS_RUN, apply_holm, fmt, scope_cells
@@ -34,10 +35,10 @@ CHANCE = "chance"
 MODEL_LABELS = {**SUP_MODEL_LABELS, "r2m": "R2M (joint space)", "mostfreq": "most frequent training caption"}
 
 BASE_COLUMNS = (*P.COLUMNS, "PPL")
-BASE_HEADER = ("dataset", "method", "source", *I.interval_header(P.COLUMNS), "PPL", *I.COUNT_COLUMNS, "split",
-               *I.diff_header(P.COLUMNS), "note")
+BASE_HEADER = ("dataset", "method", "source", *CL.interval_header(P.COLUMNS), "PPL", *CL.COUNT_COLUMNS, "split",
+               *CL.diff_header(P.COLUMNS), "note")
 RET_COLUMNS = ("Sent R@1", "Sent R@5", "Sent R@10", "Sent Med r", "Img R@1", "Img R@5", "Img R@10", "Img Med r")
-RET_HEADER = ("dataset", "method", "source", *I.interval_header(RET_COLUMNS), *I.COUNT_COLUMNS, "note")
+RET_HEADER = ("dataset", "method", "source", *CL.interval_header(RET_COLUMNS), *CL.COUNT_COLUMNS, "note")
 RET_METRIC = dict(zip(RET_COLUMNS, (f"{t}/{m}" for t in I.RET_TASKS for m in I.RET_METRICS), strict=True))
 NO_RANKS = "no per-query ranks in retrieval.json (made before they were kept): no interval; re-run its retrieval stage"
 
@@ -126,20 +127,20 @@ def _csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def _markdown(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], note: str) -> str:
     """A table as Markdown: each value with its interval in one cell, then (rows with ``vs``) the
     paired differences and the sentence saying what stands behind the table."""
-    cols = I.display_columns(header)
+    cols = CL.display_columns(header)
     recs = [dict(zip(header, r, strict=True)) for r in rows]
     head = [h.capitalize() if h in ("dataset", "method", "source", "note", "seeds", "images", "interval") else h
             for h in cols]
-    out = [f"# {title}", "", I.md_line(head),
+    out = [f"# {title}", "", CL.md_line(head),
            "|" + "|".join("---" if h in ("dataset", "method", "source", "note", "interval", "split") else "---:"
                           for h in cols) + "|"]
     prev = None
     for r in recs:
-        out.append(I.md_line(["" if h == "dataset" and r["dataset"] == prev else I.display_cell(r, h) for h in cols]))
+        out.append(CL.md_line(["" if h == "dataset" and r["dataset"] == prev else CL.display_cell(r, h) for h in cols]))
         prev = r["dataset"]
     out += ["", note, ""]
     if "seeds" in header:
-        out += I.diff_markdown(recs, I.diff_columns(header)) + [I.table_sentence(recs, I.diff_columns(header)), ""]
+        out += CL.diff_markdown(recs, CL.diff_columns(header)) + [CL.table_sentence(recs, CL.diff_columns(header)), ""]
     return "\n".join(out)
 
 
@@ -162,7 +163,7 @@ def baseline_rows(datasets: Sequence[str], models: Sequence[str],
     """Rows per dataset (this run's models, each against the reference point, then the reference
     point itself; or one skipped line), then the published rows of the configured models."""
     metrics = [P.METRIC_OF[c] for c in P.COLUMNS]
-    no_diff = I.diff_cells(P.COLUMNS, P.METRIC_OF, "", None)
+    no_diff = CL.diff_cells(P.COLUMNS, P.METRIC_OF, "", None)
     width = len(BASE_HEADER) - 3 - 1  # every cell but dataset, method, source and the note
     rows: list[list[str]] = []
     diffs: dict[int, dict[str, Any]] = {}  # row index -> its paired differences (one Holm family per table)
@@ -179,21 +180,21 @@ def baseline_rows(datasets: Sequence[str], models: Sequence[str],
             run, tm = runs[m], train.get((ds, m), {})
             summary = I.summarise(run, metrics)
             split, images, scope = scope_cells(run.first)
-            counts = I.count_cells(summary)
+            counts = CL.count_cells(summary)
             counts[1] = counts[1] or images
             note = "; ".join(x for x in (scope, f"{tm.get('steps', '')} steps, {tm.get('train_pairs', '')} "
                                                 "training pairs") if x)
             method = tm.get("label") or MODEL_LABELS.get(m, m)  # e.g. "S-CNN-RNN (end to end)"
-            rows.append([label, method, THIS_RUN, *I.interval_cells(P.COLUMNS, P.METRIC_OF, summary),
+            rows.append([label, method, THIS_RUN, *CL.interval_cells(P.COLUMNS, P.METRIC_OF, summary),
                          _num(tm.get("test_perplexity"), digits=2), *counts, split,
-                         *I.diff_cells(P.COLUMNS, P.METRIC_OF, I.vs_label(ref_label, run, ref),
+                         *CL.diff_cells(P.COLUMNS, P.METRIC_OF, CL.vs_label(ref_label, run, ref),
                                        diffs.setdefault(len(rows), I.paired(run, ref, metrics))), note])
         summary = I.summarise(ref, metrics)
         split, images, scope = scope_cells(ref.first)
-        counts = I.count_cells(summary)
+        counts = CL.count_cells(summary)
         counts[1] = counts[1] or images
         note = "; ".join(x for x in (scope, f"“{ref.first.get('caption', '')}” for every image") if x)
-        rows.append([label, ref_label, REFERENCE, *I.interval_cells(P.COLUMNS, P.METRIC_OF, summary), "", *counts,
+        rows.append([label, ref_label, REFERENCE, *CL.interval_cells(P.COLUMNS, P.METRIC_OF, summary), "", *counts,
                      split, *no_diff, note])
     apply_holm(rows, diffs, BASE_HEADER, P.COLUMNS, P.METRIC_OF)
     for m in models:
@@ -325,7 +326,7 @@ def _ret_run_cells(results: Sequence[dict[str, Any]]) -> tuple[list[str], str]:
     for k, c in enumerate(RET_COLUMNS):
         v, lo, hi = summary.values[RET_METRIC[c]]
         cells += [mean_cells[k] if mean_cells else _num(v), _num(lo), _num(hi)]
-    return [*cells, *I.count_cells(summary)], ("" if summary.interval else NO_RANKS)
+    return [*cells, *CL.count_cells(summary)], ("" if summary.interval else NO_RANKS)
 
 
 def _seeds(value: dict[str, Any] | Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -336,7 +337,7 @@ def retrieval_rows(sup: dict[tuple[str, str], Any], r2m: dict[str, Any],
                    sup_datasets: Sequence[str], models: Sequence[str], r2m_datasets: Sequence[str]) -> list[list[str]]:
     """Rows per dataset: each supervised model, R2M, the chance level; then the published rows. A
     row's value is its ``retrieval.json`` (or a list of them, one per seed)."""
-    blank = [""] * len(I.interval_header(RET_COLUMNS)) + ["", "", ""]
+    blank = [""] * len(CL.interval_header(RET_COLUMNS)) + ["", "", ""]
 
     def plain(cells: Sequence[str]) -> list[str]:  # values without interval or counts
         return [x for c in cells for x in (c, "", "")] + ["", "", ""]

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from r2m.evaluation import noise as N
 from r2m.evaluation.bootstrap import DEFAULT_LEVEL
+from r2m.reports import cells as CL
 from r2m.reports import intervals as I
 from r2m.reports import paper_claims as C
 from r2m.reports import published as P
@@ -100,7 +101,7 @@ def as_claim(est: N.Estimate, p_adjusted: float, family: int, higher_is_referenc
     sign = -1.0 if higher_is_reference else 1.0
     low, high = sorted((sign * est.low, sign * est.high))
     return Comparison(100 * sign * est.value, 100 * low, 100 * high, est.p, p_adjusted, est.fit.method,
-                      f"{CORRECTION} ({family})", I.seeds_cell({"m": est}), est.fit.n, family,
+                      f"{CORRECTION} ({family})", CL.seeds_cell({"m": est}), est.fit.n, family,
                       100 * N.mde(est.fit, ALPHA / max(1, family)), est.fit, higher_is_reference, est.level)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from r2m.reports import intervals as I
+from r2m.reports import cells as CL
 from r2m.reports.pages import environment, render
 from r2m.reports.published import COLUMNS, METRIC_OF
 from r2m.reports.tables import CONCEPT_COLUMNS, CONCEPT_NOTE, PUBLISHED, SCOPE_COLUMNS, TABLES
@@ -70,13 +70,13 @@ def interval_parts(rows: Sequence[Mapping[str, str]], header: Sequence[str]) -> 
     sentence saying how many seeds and images stand behind the table (none without ``seeds``)."""
     if "seeds" not in header:
         return {"diffs": None, "sentence": ""}
-    cols = I.diff_columns(header)
+    cols = CL.diff_columns(header)
     compared = [r for r in rows if r.get("vs")]
     diffs = {"header": ["Dataset", "Method", "vs", *cols],
              "rows": [{"cls": "run", "cells": [{"value": r.get(k, "") or "", "num": False, "ci": ""}
                                                for k in ("dataset", "method", "vs")]
                        + [_diff_cell(r, c) for c in cols]} for r in compared]}
-    return {"diffs": diffs if compared and cols else None, "sentence": I.table_sentence(rows, cols)}
+    return {"diffs": diffs if compared and cols else None, "sentence": CL.table_sentence(rows, cols)}
 
 
 def table_view(rows: Sequence[Mapping[str, str]]) -> dict[str, Any]:
@@ -111,7 +111,7 @@ def csv_table_view(rows: Sequence[Mapping[str, str]], header: Sequence[str]) -> 
     right, each value with its interval below it; published rows grey, skipped rows as notes; the
     paired differences and the table's sentence (:func:`interval_parts`)."""
     text = {"dataset", "method", "source", "note", "interval", "split"}
-    cols = I.display_columns(header)
+    cols = CL.display_columns(header)
     body, prev = [], None
     for r in rows:
         cells = [_cell(r, h, h not in text) for h in cols]

@@ -6,7 +6,8 @@ Every row says where it comes from: ``source = published`` or ``source = this ru
 a row of this run has its 95 % interval (``C``, ``C_lo``, ``C_hi``) with ``seeds``, ``images`` and
 ``interval`` (which interval), and Tables 2 and 3 compare each row with its reference (Table 2: R2M;
 Table 3: the stage before, as the paper reads it; ``vs``, ``d_C``, ``d_C_lo``, ``d_C_hi``, ``d_C_mark``,
-``d_C_mde``): :mod:`r2m.reports.intervals`. Published rows leave those cells empty.
+``d_C_mde``): :mod:`r2m.reports.intervals`, their cells :mod:`r2m.reports.cells`. Published rows leave those
+cells empty.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from r2m.params import TRAIN_STAGES, VARIANT_NAMES
+from r2m.reports import cells as CL
 from r2m.reports import intervals as I
 from r2m.reports import published as P
 from r2m.stage.context import StageContext
@@ -41,8 +43,8 @@ SCOPE_NOTE = ("Split / Images: the split each row scored and how many of its ima
               "paper's test split); Note marks rows that are not a full test-set score.")
 METRIC_COLUMNS = (*P.COLUMNS, *CONCEPT_COLUMNS)
 METRIC_FOR = {**P.METRIC_OF, **CONCEPT_METRICS}  # table column -> eval.json / per-image metric name
-HEADER = ("dataset", "method", "source", *I.interval_header(METRIC_COLUMNS), *I.COUNT_COLUMNS, "split",
-          *I.diff_header(METRIC_COLUMNS), "note")
+HEADER = ("dataset", "method", "source", *CL.interval_header(METRIC_COLUMNS), *CL.COUNT_COLUMNS, "split",
+          *CL.diff_header(METRIC_COLUMNS), "note")
 PUBLISHED_SCOPE = ("test", "", "")
 INTERVAL_NOTE = ("[low, high]: 95 % interval of this run's value — t over the seeds and the test images "
                  "(variance components: the seeds' spread and the image component from 1,000 bootstrap draws, "
@@ -100,7 +102,7 @@ def fmt(value: float | None) -> str:
 def published_row(values: P.Row) -> list[str]:
     """A published row's cells after dataset/method/source: the paper's values, no interval, no comparison."""
     cells = [x for v in values for x in (fmt(v), "", "")] + [""] * (3 * len(CONCEPT_COLUMNS))
-    return [*cells, "", PUBLISHED_SCOPE[1], "", PUBLISHED_SCOPE[0], *I.diff_cells(METRIC_COLUMNS, METRIC_FOR, "", None),
+    return [*cells, "", PUBLISHED_SCOPE[1], "", PUBLISHED_SCOPE[0], *CL.diff_cells(METRIC_COLUMNS, METRIC_FOR, "", None),
             PUBLISHED_SCOPE[2]]
 
 
@@ -136,10 +138,10 @@ def this_run_row(label: str, method: str, row: I.RowEval, summary: I.Summary,
                  diffs: Mapping[str, Any] | None = None, vs: str = "") -> list[str]:
     """A row of this run: its values with their intervals, the counts, its scope and its comparison cells."""
     split, images, note = scope_cells(row.first)
-    counts = I.count_cells(summary)
+    counts = CL.count_cells(summary)
     counts[1] = counts[1] or images
-    return [label, method, THIS_RUN, *I.interval_cells(METRIC_COLUMNS, METRIC_FOR, summary), *counts, split,
-            *I.diff_cells(METRIC_COLUMNS, METRIC_FOR, vs, diffs), note]
+    return [label, method, THIS_RUN, *CL.interval_cells(METRIC_COLUMNS, METRIC_FOR, summary), *counts, split,
+            *CL.diff_cells(METRIC_COLUMNS, METRIC_FOR, vs, diffs), note]
 
 
 def apply_holm(rows: list[list[str]], diffs: Mapping[int, Mapping[str, Any]], header: Sequence[str] = HEADER,
@@ -154,7 +156,7 @@ def apply_holm(rows: list[list[str]], diffs: Mapping[int, Mapping[str, Any]], he
         for i, ds_diffs in family.items():
             if not ds_diffs:
                 continue
-            cells = I.diff_cells(columns, metric_of, rows[i][at], ds_diffs, adjusted=adjusted.get(i, {}),
+            cells = CL.diff_cells(columns, metric_of, rows[i][at], ds_diffs, adjusted=adjusted.get(i, {}),
                                  family=sizes)
             rows[i][at:at + len(cells)] = cells
 
@@ -214,7 +216,7 @@ def build_rows(spec: TableSpec, datasets: Sequence[str], row_keys: Sequence[str]
             vs = ""
             if key in refs:
                 ref = _as_row(evals[(ds, refs[key])])
-                vs = I.vs_label(spec.labels.get(refs[key], refs[key]), run, ref)
+                vs = CL.vs_label(spec.labels.get(refs[key], refs[key]), run, ref)
                 diffs[len(rows)] = I.paired(run, ref, metrics)
             rows.append(this_run_row(label, method, run, I.summarise(run, metrics), diffs.get(len(rows)), vs))
     apply_holm(rows, diffs)
@@ -255,18 +257,18 @@ def eval_notes(evals: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
 def to_markdown(spec: TableSpec, rows: Sequence[Sequence[str]], notes: Sequence[str] = ()) -> str:
     head = ["Dataset", "Method", "Source", *METRIC_COLUMNS, "Seeds", "Interval", "Split", "Images", "Note"]
     out = [f"# Table {spec.number}: {spec.title}", "",
-           I.md_line(head), "|" + "|".join(["---"] * 3 + ["---:"] * (len(METRIC_COLUMNS) + 1) + ["---", "---", "---:", "---"]) + "|"]
+           CL.md_line(head), "|" + "|".join(["---"] * 3 + ["---:"] * (len(METRIC_COLUMNS) + 1) + ["---", "---", "---:", "---"]) + "|"]
     recs = [dict(zip(HEADER, r, strict=True)) for r in rows]
     prev = None
     for r in recs:
-        out.append(I.md_line(["" if r["dataset"] == prev else r["dataset"], r["method"], r["source"],
-                            *(I.cell_with_interval(r, c) for c in METRIC_COLUMNS),
+        out.append(CL.md_line(["" if r["dataset"] == prev else r["dataset"], r["method"], r["source"],
+                            *(CL.cell_with_interval(r, c) for c in METRIC_COLUMNS),
                             *(r[c] for c in ("seeds", "interval", "split", "images", "note"))]))
         prev = r["dataset"]
     out += ["", f"Scores × 100 (B = BLEU, M = METEOR, R = ROUGE-L, C = CIDEr, S = SPICE); empty = not "
             f"reported / not computed. {INTERVAL_NOTE} {CONCEPT_NOTE} {SCOPE_NOTE} {spec.note}", ""]
-    out += I.diff_markdown(recs, METRIC_COLUMNS)
-    out += [I.table_sentence(recs, METRIC_COLUMNS), ""]
+    out += CL.diff_markdown(recs, METRIC_COLUMNS)
+    out += [CL.table_sentence(recs, METRIC_COLUMNS), ""]
     out += [f"Note: {n}" for n in notes] + ([""] if notes else [])
     return "\n".join(out)
 
