@@ -22,8 +22,8 @@ def test_committed_params_validate(raw):
 
 
 def test_demo_text_schedule_is_the_documented_one(raw, repo_root):
-    """The demo's text-stage schedule (its catalog overrides) is the one docs/guide/running.md states and
-    measured (one schedule for R2M and every ablation); the paper's schedule (the top-level sections)
+    """The demo's text-stage schedule and model size (its catalog overrides) are the ones docs/guide/running.md
+    states and measured (one schedule for R2M and every ablation); the paper's schedule (the top-level sections)
     stays the paper's."""
     guide = (repo_root / "docs" / "guide" / "running.md").read_text()
     found = re.search(r"`train_xe` (\d+) steps at lr ([0-9.e-]+) and `train_s` (\d+) steps at lr ([0-9.e-]+)", guide)
@@ -31,6 +31,11 @@ def test_demo_text_schedule_is_the_documented_one(raw, repo_root):
     demo = P.for_dataset(P.validate(raw), "demo")
     assert (demo.train_xe.steps, demo.train_s.steps) == (int(found[1]), int(found[3]))
     assert demo.train_xe.lr == pytest.approx(float(found[2])) and demo.train_s.lr == pytest.approx(float(found[4]))
+    size = re.search(r"at d = (\d+) \(`model.d`, d_k (\d+)\)", guide)
+    batch = re.search(r"`train_s` \d+ steps at lr [0-9.e-]+, batch (\d+)", guide)
+    assert size and batch, "docs/guide/running.md no longer states the demo's model size and batch"
+    assert (demo.model.d, demo.model.d_k) == (int(size[1]), int(size[2]))
+    assert demo.train_xe.batch_size == demo.train_s.batch_size == int(batch[1])
     top = P.validate(raw)
     assert (top.train_xe.steps, top.train_xe.batch_size, top.train_xe.lr) == (5000, 256, pytest.approx(1e-4))
     assert (top.train_s.steps, top.train_s.batch_size, top.train_s.lr) == (6000, 256, pytest.approx(1e-4))
