@@ -141,6 +141,21 @@ def test_fresh_ignores_last(tmp_path: Path, monkeypatch) -> None:
     assert res.rows == L.fit(spec(tmp_path / "other")).rows
 
 
+def test_timings_count_every_validation_and_selection_across_a_resume(tmp_path: Path, monkeypatch) -> None:
+    full = L.fit(spec(tmp_path / "full", select=lambda model, step: float(step))).timings()
+    assert set(full) == {"loop_s", "validations", "val_s", "selections", "select_s"}
+    # evaluations at 3, 6, 9 and 12, each a validation pass and a selection, within the loop's seconds
+    assert (full["validations"], full["selections"]) == (4, 4)
+    assert 0 <= full["val_s"] + full["select_s"] <= full["loop_s"]
+    monkeypatch.setenv("R2M_FAULT", "toy@7:TERM")  # last.pt at 7: the evaluations at 3 and 6 made before it
+    with pytest.raises(Preempted):
+        L.fit(spec(tmp_path / "cut", select=lambda model, step: float(step)))
+    monkeypatch.delenv("R2M_FAULT")
+    again = L.fit(spec(tmp_path / "cut", select=lambda model, step: float(step)))
+    assert (again.validations, len(again.selections)) == (4, 4)
+    assert 0 <= again.val_s + again.select_s <= again.elapsed
+
+
 def test_non_finite_loss_is_one_line_naming_step_and_lr(tmp_path: Path) -> None:
     def nan_at_3(model, b, calls=[0]):  # noqa: B006 - a counter
         calls[0] += 1

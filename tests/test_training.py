@@ -207,6 +207,23 @@ def test_runs_are_repeatable(syn: Path) -> None:
     assert a["train_loss"] == b["train_loss"]
 
 
+def test_timings_only_when_asked(syn: Path) -> None:
+    import argparse
+
+    from r2m.training.stages import train
+
+    p = make_params(train_xe={"steps": 10})
+    plain = train(ctx_for(syn, "train_xe", p))
+    timed = train(ctx_for(syn, "train_xe", p, args=argparse.Namespace(timings=True)))
+    # `r2m bench scale` passes --timings: the loop's seconds added, every other key and value kept
+    assert "timings" not in plain and set(timed) - set(plain) == {"timings"}
+    assert {k: v for k, v in timed.items() if k != "timings"} == plain
+    t = timed["timings"]
+    assert (t["validations"], t["selections"]) == (1, 0) and 0 <= t["val_s"] <= t["loop_s"]
+    written = json.loads((syn / "results/syn/r2m/s0/train_xe/train_metrics.json").read_text())
+    assert written["timings"] == t
+
+
 def test_checkpoint_selection_hook(syn: Path) -> None:
     from r2m.training.stages import train
 

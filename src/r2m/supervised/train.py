@@ -11,7 +11,8 @@ Outputs: ``model.pt`` (the final weights; ``r2m.models.catalog.load_model``), ``
 ``loss.tsv`` (``step split loss xe …aux``; a ``val`` row every ``eval_every`` steps = the val pairs'
 per-word NLL) and ``train_metrics.json`` (``val_perplexity``,
 ``test_perplexity``: exp of the per-word NLL over all held-out pairs, <#end> included; null with
-``--no-perplexity``, which ``r2m bench scale`` passes).
+``--no-perplexity``, which ``r2m bench scale`` passes; with ``--timings``, which it passes too, also the
+loop's seconds, ``timings``: :meth:`r2m.training.loop.Result.timings`).
 S-CNN-RNN with ``scnn.cnn: end_to_end`` trains its CNN on the prepared images' pixels and also
 writes ``cnn.pt`` (+ ``features/`` in ``train_sup``): :mod:`r2m.supervised.finetune`.
 
@@ -46,6 +47,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-perplexity", action="store_true",
                         help="skip the closing perplexities of the train, val and test pairs (metrics null): "
                              "a forward pass over every held-out pair, longer than a short benchmark run's training")
+    parser.add_argument("--timings", action="store_true",
+                        help="add the training loop's seconds (`timings`: the loop, its validation passes and "
+                             "selections) to train_metrics.json, what `r2m bench scale` reads; the file is then no "
+                             "longer the same bytes from the same inputs")
 
 
 def pretrain(ctx: StageContext) -> None:
@@ -228,8 +233,9 @@ def train_phase(ctx: StageContext, phase: str) -> None:
         "train_perplexity": perplexity(model, train, bs, device) if ppl and len(train) <= 50000 else None,
         "val_perplexity": perplexity(model, val, bs, device) if ppl else None,
         "test_perplexity": perplexity(model, test, bs, device) if ppl else None,
-        "device": str(device), "parameters": model.param_count(),  # (timings go to the log: same inputs, same bytes)
+        "device": str(device), "parameters": model.param_count(),  # (timings only with --timings: same inputs, same bytes)
         "train_pairs": len(train), "vocab_size": len(itos), **info,
+        **({"timings": res.timings()} if getattr(args, "timings", False) else {}),
     }
     metrics = L.finite_or_none(metrics)
     ctx.log.info("train_sup: perplexities %s in %.1f s", "computed" if ppl else "skipped (--no-perplexity)",

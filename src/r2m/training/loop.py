@@ -19,7 +19,10 @@ A trainer builds its model, optimiser, data and objective, and hands them to :fu
   ``last.pt`` holds poisoned weights;
 * **validation and selection** — every ``eval_every`` steps and at the last: the mean validation
   components (a ``val`` row) and, given a selector, its score; the best-scoring weights are kept;
-* **loss rows** — ``[step, split, loss, *columns]``, written as ``loss.tsv`` by :func:`write_loss`.
+* **loss rows** — ``[step, split, loss, *columns]``, written as ``loss.tsv`` by :func:`write_loss`;
+* **timings** — the loop's seconds and those of its validation passes and selections
+  (:meth:`Result.timings`), kept across a resume; a trainer adds them to its metrics only when asked
+  (``--timings``, what ``r2m bench scale`` passes): by default the same inputs give the same bytes.
 
 What stays with the trainer: building the model (and its init checkpoint), the output files and
 their metrics. :func:`epoch_batch` is the shuffled batcher both image sets draw from.
@@ -224,7 +227,8 @@ class Best:
 @dataclass
 class Result:
     """Where the loop ended: the step, the loss rows, the best selection (if any), every selection
-    score as ``(step, score)``, the training time (resumed runs included) and the rows seen."""
+    score as ``(step, score)``, the training time (resumed runs included) and the rows seen; the
+    validation passes made and the wall seconds of all of them and of all selections together."""
 
     step: int
     rows: list[list[Any]]
@@ -233,6 +237,15 @@ class Result:
     elapsed: float
     seen: int
     step_info: dict[str, Any] = field(default_factory=dict)  # :func:`r2m.training.step.graph_record`
+    validations: int = 0
+    val_s: float = 0.0
+    select_s: float = 0.0
+
+    def timings(self) -> dict[str, Any]:
+        """The loop's wall seconds (``loop_s``, validations and selections included), its validation
+        passes and selections, each count with the seconds of all of them together."""
+        return {"loop_s": self.elapsed, "validations": self.validations, "val_s": self.val_s,
+                "selections": len(self.selections), "select_s": self.select_s}
 
     def keep_best(self, model) -> int:
         """Load the best-scoring weights into ``model`` (when there was a selection); the step kept."""
@@ -293,11 +306,15 @@ def fit(spec: Loop) -> Result:
     last_path = spec.work / "last.pt"
     step, rows, best, selections = 0, [], None, []
     elapsed_prev, seen = 0.0, 0
+    validations, val_s, select_s = 0, 0.0, 0.0  # the validation passes made, their and the selections' seconds
     last = restore_last(spec.log, spec.name, spec.work, spec.fingerprint, model, opt, fresh=spec.fresh)
     if last is not None:
         step, rows, best = int(last["step"]), list(last["rows"]), _restored_best(last.get("best"))
         selections = [(int(s), float(v)) for s, v in last.get("selections", [])]
         elapsed_prev, seen = float(last.get("elapsed", 0.0)), int(last.get("seen", 0))
+        timed = last.get("timings") or {}
+        validations, val_s = int(timed.get("validations", 0)), float(timed.get("val_s", 0.0))
+        select_s = float(timed.get("select_s", 0.0))
 
     def evaluate() -> dict[str, float]:
         model.eval()
@@ -313,22 +330,25 @@ def fit(spec: Loop) -> Result:
         return {k: v / n for k, v in tot.items()} if n else {}
 
     def eval_and_select() -> None:
-        nonlocal best
+        nonlocal best, validations, val_s, select_s
         t_val = time.perf_counter()
         ev = evaluate()
         if ev:
             rows.append([step, "val", obj.val_loss(ev), *(ev.get(c) for c in obj.columns)])
+            took = time.perf_counter() - t_val
+            validations, val_s = validations + 1, val_s + took
             spec.log.info("%s step %d: val %s in %.2f s", spec.name, step, " ".join(f"{k}={v:.4f}" for k, v in ev.items()),
-                          time.perf_counter() - t_val)
+                          took)
         if spec.select is not None:
             t_sel, c_sel = time.perf_counter(), time.process_time()
             score = float(spec.select(model, step))
             selections.append((step, score))
             if best is None or score > best.score:
                 best = Best(score, step, state_snapshot(model))
+            took = time.perf_counter() - t_sel
+            select_s += took
             spec.log.info("%s step %d: selection score %.4f (best %.4f @ %d) in %.2f s (%.2f CPU s)", spec.name,
-                          step, score, best.score, best.step, time.perf_counter() - t_sel,
-                          time.process_time() - c_sel)
+                          step, score, best.score, best.step, took, time.process_time() - c_sel)
 
     def save_last() -> None:
         save_torch(last_path, {"model": model.checkpoint(), "optimizer": opt.state_dict(), "step": step,
@@ -336,7 +356,8 @@ def fit(spec: Loop) -> Result:
                                "best": ({"score": best.score, "step": best.step, "state_dict": best.state_dict}
                                         if best else None),
                                "selections": selections,
-                               "elapsed": elapsed_prev + (time.perf_counter() - t0), "seen": seen})
+                               "elapsed": elapsed_prev + (time.perf_counter() - t0), "seen": seen,
+                               "timings": {"validations": validations, "val_s": val_s, "select_s": select_s}})
 
     def check() -> None:
         """The deferred non-finite check: read the pending step losses (one host read)."""
@@ -379,4 +400,4 @@ def fit(spec: Loop) -> Result:
     check()
     bar.close()
     return Result(step, rows, best, selections, elapsed_prev + time.perf_counter() - t0, seen,
-                  ST.graph_record(train_step, spec.mode))
+                  ST.graph_record(train_step, spec.mode), validations, val_s, select_s)

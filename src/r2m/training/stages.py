@@ -22,7 +22,8 @@ the outputs are written. SIGTERM/SIGINT stop the loop at the next step boundary 
 (:func:`static_shape`), each step is replayed as one CUDA graph (capturable Adam) and fp32 matmuls use
 TF32 (``R2M_CUDA_GRAPH=0``, ``R2M_TF32=0``, ``R2M_STATIC_STEP``: :mod:`r2m.runtime`); on CPU the
 dynamic eager step of before. ``train_metrics.json`` records ``tf32``, ``cuda_graph``,
-``cuda_graph_off`` and ``static_step``.
+``cuda_graph_off`` and ``static_step``; with ``--timings`` (``r2m bench scale``) also the loop's seconds
+(``timings``: :meth:`r2m.training.loop.Result.timings`), which no run of the DAG writes.
 
 **Checkpoint selection** (e.g. by validation CIDEr): call :func:`train` with
 ``select=fn(model, step) -> float`` (higher is better). It is called at every ``eval_every`` step
@@ -62,6 +63,10 @@ from r2m.utils.io import atomic_path, write_json
 def add_arguments(parser) -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CUDA")
     parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
+    parser.add_argument("--timings", action="store_true",
+                        help="add the training loop's seconds (`timings`: the loop, its validation passes and "
+                             "selections) to train_metrics.json, what `r2m bench scale` reads; the file is then no "
+                             "longer the same bytes from the same inputs")
     parser.add_argument("--nproc", type=int_in(1, distributed.MAX_NPROC), default=1,
                         help="data-parallel processes (torch DDP under torchrun; one per GPU); the global "
                              "batch stays <stage>.batch_size")
@@ -266,9 +271,10 @@ def train(ctx: StageContext, select: Selector | None = None) -> dict[str, Any]:
     metrics = {
         "stage": name, "variant": ctx.variant, "steps": res.step, **L.loss_summary(res.rows),
         "val_xe": (val_rows[-1][3] if val_rows and obj.data != "image" else None),
-        "device": str(device), "parameters": model.param_count(),  # (timings go to the log: same inputs, same bytes)
+        "device": str(device), "parameters": model.param_count(),  # (timings only with --timings: same inputs, same bytes)
         "selected_step": res.best.step if res.best else None, "selected_score": res.best.score if res.best else None,
         "tf32": tf32, **res.step_info,
+        **({"timings": res.timings()} if getattr(args, "timings", False) else {}),
     }
     write_json(Path(ctx.outs["metrics"]), L.finite_or_none(metrics))
     data.close()
