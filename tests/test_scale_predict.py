@@ -89,20 +89,34 @@ def test_paper_cpu_hand_worked():
     assert math.isnan(B.paper_cpu_s(B.Row("train_xe", 1.0), plan))
 
 
-def test_read_log_takes_the_loop_and_the_selections():
-    text = "\n".join([
-        "01:25:45 INFO train_m: r2m on cpu, 26568499 parameters, 4 steps x batch 64",
-        "01:27:10 INFO train_m step 4: val rank=1.0000 rec=2.0000 in 12.50 s",
-        "01:29:40 INFO train_m step 4: selection score 0.0123 (best 0.0123 @ 4) in 150.25 s (140.50 CPU s)",
-        "01:29:41 INFO train_m step 8: val rank=1.0000 rec=2.0000 in 7.50 s",
-        "01:29:41 INFO train_m step 8: selection score 0.0100 (best 0.0123 @ 4) in 9.75 s (9.00 CPU s)",
-        "01:29:42 INFO train_m: done, 8 steps in 230.5 s",
-    ])
-    row = B.read_log(B.Row("train_m", 1.0), text)
-    assert (row.steps, row.loop_s, row.selections, row.select_s) == (8, 230.5, 2, pytest.approx(160.0))
-    assert (row.validations, row.val_s) == (2, pytest.approx(20.0))
-    sup = B.read_log(B.Row("train_sup", 0.1), "x INFO train_sup: done, 4 steps in 71.1 s; perplexity val None")
-    assert (sup.steps, sup.loop_s, sup.selections) == (4, 71.1, 0) and math.isnan(sup.select_s)
+def test_read_metrics_takes_the_loop_and_the_selections(tmp_path):
+    f = tmp_path / "train_metrics.json"
+    f.write_text('{"stage": "train_m", "steps": 8, "train_loss": 1.5, "timings": {"loop_s": 230.5, '
+                 '"validations": 2, "val_s": 20.0, "selections": 2, "select_s": 160.0}}')
+    row = B.read_metrics(B.Row("train_m", 1.0), f)
+    assert (row.steps, row.loop_s, row.selections, row.select_s) == (8, 230.5, 2, 160.0)
+    assert (row.validations, row.val_s) == (2, 20.0)
+    # none of them: the counts stay 0 and their seconds NaN, as in a row without any
+    f.write_text('{"steps": 4, "timings": {"loop_s": 71.1, "validations": 0, "val_s": 0.0, "selections": 0, '
+                 '"select_s": 0.0}}')
+    sup = B.read_metrics(B.Row("train_sup", 0.1), f)
+    assert (sup.steps, sup.loop_s, sup.selections, sup.validations) == (4, 71.1, 0, 0)
+    assert math.isnan(sup.select_s) and math.isnan(sup.val_s)
+    # a metrics file written without --timings, a skipped baseline's, a broken one: nothing read
+    for text in ('{"steps": 4, "train_loss": 1.0}', '{"skipped": "no paired captions"}', "{not json", "[]"):
+        f.write_text(text)
+        row = B.read_metrics(B.Row("train_sup", 0.1), f)
+        assert (row.steps, row.selections, row.validations) == (0, 0, 0) and math.isnan(row.loop_s)
+
+
+def test_the_bench_asks_every_training_stage_for_its_timings():
+    from r2m.stage.registry import STAGES
+
+    trained = {s.name for s in STAGES if s.impl.startswith(("r2m.training.stages:", "r2m.supervised.train:"))}
+    assert trained == {s for s, flags in B.STAGE_FLAGS.items() if "--timings" in flags}
+    assert B.metrics_path("train_m", "d") == "results/d/r2m/s0/train_m/train_metrics.json"
+    assert B.metrics_path("train_sup", "d") == "results/d/sat/s0/train_sup/train_metrics.json"
+    assert B.metrics_path("caption", "d") is None
 
 
 def test_rows_round_trip_through_the_csv(tmp_path):
@@ -139,19 +153,17 @@ def test_channel_stats_in_bounded_chunks_and_only_the_kinds_asked(tmp_path):
     feats.close()
 
 
-def test_the_loops_own_log_lines_are_what_the_bench_reads(tmp_path, caplog):
+def test_the_loops_own_timings_are_what_the_bench_reads(tmp_path):
     # the toy loop of test_loop: 12 steps, an evaluation at 3, 6, 9 and 12, each with a selection
-    import logging
-
     from r2m.training import loop as L
+    from r2m.utils.io import write_json
     from test_loop import spec
 
-    s = spec(tmp_path / "a", select=lambda model, step: float(step))
-    with caplog.at_level(logging.INFO, logger="toy"):
-        L.fit(s)
-    row = B.read_log(B.Row("toy", 1.0), caplog.text + "\n12:00:00 INFO toy: done, 12 steps in 1.5 s")
+    res = L.fit(spec(tmp_path / "a", select=lambda model, step: float(step)))
+    write_json(tmp_path / "train_metrics.json", {"steps": res.step, "timings": res.timings()})
+    row = B.read_metrics(B.Row("toy", 1.0), tmp_path / "train_metrics.json")
     assert (row.steps, row.selections, row.validations) == (12, 4, 4)
-    assert 0 <= row.select_s < 60 and 0 <= row.val_s < 60
+    assert 0 <= row.select_s < 60 and 0 <= row.val_s < 60 and row.select_s + row.val_s <= row.loop_s
 
 
 def test_train_sup_no_perplexity_skips_only_the_closing_perplexities(tmp_path):
@@ -174,7 +186,7 @@ def test_train_sup_no_perplexity_skips_only_the_closing_perplexities(tmp_path):
     got = {}
     for flag in (False, True):
         ctx = StageContext(stage=S.get("train_sup"), params=_params(), dataset="syn", model="mrnn", root=tmp_path,
-                           args=argparse.Namespace(fresh=True, no_perplexity=flag))
+                           args=argparse.Namespace(fresh=True, no_perplexity=flag, timings=flag))
         mod, fn = S.get("train_sup").impl.split(":")
         importlib.import_module(mod).__dict__[fn](ctx)
         got[flag] = read_json(metrics), torch.load(model, weights_only=True)["state_dict"]
@@ -183,3 +195,7 @@ def test_train_sup_no_perplexity_skips_only_the_closing_perplexities(tmp_path):
     assert all(short[k] is None for k in ("train_perplexity", "val_perplexity", "test_perplexity"))
     assert all(torch.equal(w_full[k], w_short[k]) for k in w_full)  # the training itself is the same
     assert full["selection"] == short["selection"]
+    # --timings (the bench passes it too) adds the loop's seconds and nothing else; the DAG's file has none
+    assert "timings" not in full and set(short) - set(full) == {"timings"}
+    row = B.read_metrics(B.Row("train_sup", 1.0), metrics)
+    assert row.steps == short["steps"] and row.loop_s == short["timings"]["loop_s"] > 0

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -39,11 +39,14 @@ AXES = {"variant": "r2m", "seed": "0", "ckpt": "train_i", "model": "sat"}
 # the rehearsal entry: benchmark-wide sizes are the recipe's; training runs a few steps (its cost per step
 # does not grow with the data; its memory must not either), features at the benchmarks' widths
 TRAIN = {"steps": 4, "batch_size": 64, "eval_every": 4, "checkpoint_every": 4}
-# flags of a stage's command: a training stage starts over (never resumes an earlier run's last.pt);
+# flags of a stage's command: a training stage starts over (never resumes an earlier run's last.pt) and adds
+# its loop's seconds to its metrics file (--timings: the figures read_metrics reads);
 # train_sup's closing perplexities pass forward over every train (<= 50,000), val and test pair, at 4 steps
 # about 6x the training at 1 % (SAT, hidden 1,000, on a CPU): measured apart, not in the stage's figures
-STAGE_FLAGS = {"train_xe": ["--fresh"], "train_s": ["--fresh"], "train_m": ["--fresh"], "train_i": ["--fresh"],
-               "train_sup": ["--fresh", "--no-perplexity"]}
+STAGE_FLAGS = {"train_xe": ["--fresh", "--timings"], "train_s": ["--fresh", "--timings"],
+               "train_m": ["--fresh", "--timings"], "train_i": ["--fresh", "--timings"],
+               "train_e2e": ["--timings"], "pretrain_sup": ["--timings"],
+               "train_sup": ["--fresh", "--no-perplexity", "--timings"]}
 ENTRY: dict[str, Any] = {
     "kind": "rehearsal", "shape": "coco", "corpus": "shutterstock", "seed": 0, "image_size": 32,
     "fidelity": "paper", "beta": 1.0, "gamma": 1.0,
@@ -71,7 +74,8 @@ class Row:
     peak_rss_mb: float = math.nan
     out_bytes: int = 0
     note: str = ""
-    # from the stage's log (training stages): its loop's steps and seconds, and the checkpoint selections in it
+    # from the stage's metrics file (training stages, --timings): its loop's steps and seconds, and the
+    # validation passes and checkpoint selections in it
     steps: int = 0
     loop_s: float = math.nan
     selections: int = 0
@@ -112,9 +116,6 @@ GPU_FIGURES: dict[str, GpuFigure] = load_gpu_figures()
 # stages whose work runs on the device; every other stage is a CPU stage (its H100 time is its CPU time)
 DEVICE_STAGES = ("detect_concepts", "extract_features", "extract_features_sup", "train_xe", "train_s", "train_m",
                  "train_i", "caption", "pretrain_sup", "train_sup", "caption_sup")
-_LOOP = re.compile(r": done, (\d+) steps in ([\d.]+) s")
-_SELECTION = re.compile(r"step \d+: selection score .* in ([\d.]+) s \(")
-_VALIDATION = re.compile(r"step \d+: val .* in ([\d.]+) s$", re.M)
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def paper_cpu_s(row: Row, plan: Plan) -> float:
     ``row.size``: the loop's seconds without its validations and selections per training row x the
     schedule's rows, plus per evaluation the seconds of one validation pass (bounded batches: the same at
     every size) and of one selection (scaled to the full val split) x the schedule's evaluations. NaN
-    without a loop time in the log."""
+    without a loop time in the stage's metrics."""
     from r2m.datasets.rehearsal import scaled
 
     sched = plan.schedules.get(row.stage)
@@ -315,6 +316,8 @@ def run_stage(stage: str, dataset: str, ws: Path, params: Path, budget: float, t
     log = ws / "logs" / f"{stage}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     row = Row(stage, 0.0)
+    metrics = metrics_path(stage, dataset)
+    before = _signature(ws / metrics) if metrics else None
     t0 = time.perf_counter()
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, cwd=ws, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -342,22 +345,50 @@ def run_stage(stage: str, dataset: str, ws: Path, params: Path, budget: float, t
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
         row.status, row.note = "failed", f"exit {proc.returncode}: {tail[0][:200]} (log: {log})"
     row.out_bytes = sum(tree_bytes(ws / p) for p in out_paths(stage, dataset) if (ws / p).exists())
-    read_log(row, log.read_text(errors="replace"))
+    if metrics and _signature(ws / metrics) not in (None, before):  # written by this run, not an earlier one's
+        read_metrics(row, ws / metrics)
     return row
 
 
-def read_log(row: Row, text: str) -> Row:
+def metrics_path(stage: str, dataset: str) -> str | None:
+    """The metrics file of a stage the bench runs with ``--timings`` (its training stages), else ``None``."""
+    if "--timings" not in STAGE_FLAGS.get(stage, []):
+        return None
+    from r2m.stage.registry import STAGES
+
+    spec = next(s for s in STAGES if s.name == stage)
+    return spec.outs["metrics"].path.format(dataset=dataset, **AXES)
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def read_metrics(row: Row, path: Path) -> Row:
     """The training loop's steps and seconds, its validations' and selections' count and seconds, from a
-    stage's log."""
-    done = _LOOP.findall(text)
-    if done:
-        row.steps, row.loop_s = int(done[-1][0]), float(done[-1][1])
-    sel = [float(x) for x in _SELECTION.findall(text)]
-    if sel:
-        row.selections, row.select_s = len(sel), sum(sel)
-    val = [float(x) for x in _VALIDATION.findall(text)]
-    if val:
-        row.validations, row.val_s = len(val), sum(val)
+    training stage's metrics file (``steps`` and, written with ``--timings``, ``timings``:
+    :meth:`r2m.training.loop.Result.timings`); a file without them (a skipped baseline, an unreadable file)
+    leaves ``row`` as it is."""
+    try:
+        metrics = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return row
+    timings = metrics.get("timings") if isinstance(metrics, dict) else None
+    try:
+        steps, loop_s = int(metrics["steps"]), float(timings["loop_s"])
+        selections, select_s = int(timings["selections"]), float(timings["select_s"])
+        validations, val_s = int(timings["validations"]), float(timings["val_s"])
+    except (KeyError, TypeError, ValueError):
+        return row
+    row.steps, row.loop_s = steps, loop_s
+    if selections:
+        row.selections, row.select_s = selections, select_s
+    if validations:
+        row.validations, row.val_s = validations, val_s
     return row
 
 
@@ -463,7 +494,7 @@ def cpu_at_full(stage: str, rows: list[Row], fit: Fit) -> float:
 
 def predictions(rows: list[Row], f: dict[str, Fit], plan: Plan) -> dict[str, dict[str, Any]]:
     """Per stage: ``h100_s`` and ``h100_from`` (:func:`h100_prediction`) and ``paper_cpu_s``
-    (:func:`paper_cpu_s` of its largest size with a loop time in the log)."""
+    (:func:`paper_cpu_s` of its largest size with a loop time in its metrics)."""
     out = {}
     for stage, fit in f.items():
         h, how = h100_prediction(stage, plan, cpu_at_full(stage, rows, fit))
