@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from r2m.baselines import BASELINES
 from r2m.stage.context import StageContext
 from r2m.supervised.skip import skip_reason, write_skipped
+from r2m.utils.cliargs import loop_options
 from r2m.utils.io import atomic_path, write_json
 from r2m.utils.lazy import no_grad
 
@@ -43,14 +44,10 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
+    loop_options(parser)
     parser.add_argument("--no-perplexity", action="store_true",
                         help="skip the closing perplexities of the train, val and test pairs (metrics null): "
                              "a forward pass over every held-out pair, longer than a short benchmark run's training")
-    parser.add_argument("--timings", action="store_true",
-                        help="add the training loop's seconds (`timings`: the loop, its validation passes and "
-                             "selections) to train_metrics.json, what `r2m bench scale` reads; the file is then no "
-                             "longer the same bytes from the same inputs")
 
 
 def pretrain(ctx: StageContext) -> None:

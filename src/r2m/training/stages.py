@@ -56,17 +56,13 @@ from r2m.training.loop import NonFiniteLoss, Selector  # noqa: F401  (public nam
 from r2m.training.stage_losses import OBJECTIVES, Objective, text_objective, val_gamma  # noqa: F401
 from r2m.utils import resume as RS
 from r2m.utils.checkpoint import CheckpointError, load_checkpoint, save_torch
-from r2m.utils.cliargs import int_in
+from r2m.utils.cliargs import int_in, loop_options
 from r2m.utils.io import atomic_path, write_json
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CUDA")
-    parser.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
-    parser.add_argument("--timings", action="store_true",
-                        help="add the training loop's seconds (`timings`: the loop, its validation passes and "
-                             "selections) to train_metrics.json, what `r2m bench scale` reads; the file is then no "
-                             "longer the same bytes from the same inputs")
+    loop_options(parser)
     parser.add_argument("--nproc", type=int_in(1, distributed.MAX_NPROC), default=1,
                         help="data-parallel processes (torch DDP under torchrun; one per GPU); the global "
                              "batch stays <stage>.batch_size")

@@ -111,6 +111,16 @@ def device(text: str) -> str:
     return str(text).strip()
 
 
+def loop_options(p: argparse.ArgumentParser) -> None:
+    """The options every trainer's loop takes: ``--fresh`` (start over) and ``--timings`` (the loop's seconds in
+    the metrics file, for ``r2m bench scale``)."""
+    p.add_argument("--fresh", action="store_true", help="ignore last.pt and start over")
+    p.add_argument("--timings", action="store_true",
+                   help="add the training loop's seconds (`timings`: the loop, its validation passes and "
+                        "selections) to train_metrics.json, what `r2m bench scale` reads; the file is then no "
+                        "longer the same bytes from the same inputs")
+
+
 def step_options(p: argparse.ArgumentParser, steps: int, warmup: int, batch: int, length: int, vocab: int) -> None:
     """The sizes the training benchmarks share (``--steps``, ``--warmup``, ``--batch``, ``--length``,
     ``--vocab``), with these defaults."""
