@@ -87,11 +87,11 @@ def test_a_stale_instance_list_is_refused_in_one_line(tmp_path, repo_root, capsy
     assert "\n" not in err and "r2m dag --write" in err and "@demo-mrnn-1" in err, err
     with pytest.raises(SystemExit, match="@demo-mrnn-1"):
         stamps_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)])
-    assert not (tmp_path / ".params").exists()  # refused before writing anything
+    assert not (tmp_path / ".stamps").exists()  # refused before writing anything
     assert dag.main(["--write", *args]) == 0
     assert dag.main(["--check", *args]) == 0
     assert stamps_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)]) == 0
-    assert (tmp_path / ".params/train_sup/demo-mrnn-1.json").exists()
+    assert (tmp_path / ".stamps/train_sup/demo-mrnn-1.json").exists()
 
 
 def test_dvc_yaml_runs_each_stage_over_its_listed_instances(repo_root):
@@ -112,12 +112,12 @@ def test_dvc_yaml_runs_each_stage_over_its_listed_instances(repo_root):
     assert stages["inputs"]["foreach"] == "${instances.all_datasets}"
     assert stages["detect_concepts"]["foreach"] == "${instances.datasets}"
     train_xe = stages["train_xe"]["do"]
-    assert not any(d.startswith("src/") or d.startswith(".params") for d in train_xe["deps"])  # code: its stamp
+    assert not any(d.startswith("src/") or d.startswith(".stamps") for d in train_xe["deps"])  # code: its stamp
     # what the instance read reaches DVC through its stamp, rewritten at every repro (r2m.stage.record)
     assert stages["stamps"]["always_changed"] is True and "deps" not in stages["stamps"]
     assert {"models/${item.dataset}/${item.variant}/s${item.seed}/train_xe": {"persist": True}} in train_xe["outs"]
     train_s = stages["train_s"]["do"]
-    assert train_s["params"] == [{".params/train_s/${item.dataset}-${item.variant}-${item.seed}.json": None}]
+    assert train_s["params"] == [{".stamps/train_s/${item.dataset}-${item.variant}-${item.seed}.json": None}]
 
 
 def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):

@@ -28,7 +28,7 @@ from r2m.stage.registry import STAGES, Gather, Stage
 
 
 def stamp_template(stage: Stage) -> str:
-    """``.params/<stage>/{axis}-….json``: the stamp's path with Snakemake-style axis fields."""
+    """``.stamps/<stage>/{axis}-….json``: the stamp's path with Snakemake-style axis fields."""
     return stamp_path(Path("."), stage).as_posix()
 
 HEADER = (

@@ -1,5 +1,5 @@
 """``r2m stamps``: check every stage instance of the DAG against its record and write its stamp
-(``.params/<stage>/<instance>.json``, :mod:`r2m.stage.record`), touching only the stamps whose text
+(``.stamps/<stage>/<instance>.json``, :mod:`r2m.stage.record`), touching only the stamps whose text
 changed. The first stage of ``dvc.yaml``, run at every ``dvc repro``: DVC's stages read their stamps as
 params files, so a stamp turned stale reruns its stage."""
 
@@ -28,7 +28,7 @@ def plan_all(params: P.Params, root: Path = Path(".")) -> dict[str, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="r2m stamps", description=__doc__.split("\n")[0])
     p.add_argument("--params", default="params.yaml")
-    p.add_argument("--root", default=".", help="the workspace (its records, its .params/ and its dvc.yaml)")
+    p.add_argument("--root", default=".", help="the workspace (its records, its .stamps/ and its dvc.yaml)")
     args = p.parse_args(argv)
     root = Path(args.root)
     if not any((root / f).is_file() for f in ("params.yaml", "dvc.yaml")):  # never stamps into any folder

@@ -26,7 +26,7 @@ engines' folders, the system's files, and the runner's own modules (:data:`RUNNE
 this instance current?" for both engines, :func:`up_to_date` for the runner itself before any work (early cutoff).
 
 **Stamps and done files: how the engines use records.** Each instance has a stamp,
-``.params/<stage>/<instance key>.json``, an input of its Snakemake rule and a DVC params file of its ``dvc.yaml``
+``.stamps/<stage>/<instance key>.json``, an input of its Snakemake rule and a DVC params file of its ``dvc.yaml``
 stage::
 
     {"state": "current", "params": {"build_vocab": {"min_count": 2}}}
@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 
 RECORDS = STATE_ROOT / "records"
 DONE = STATE_ROOT / "done"  # one file per finished instance: what Snakemake's rules produce and consume
-STAMPS = Path(".params")  # git-ignored, not dvc-ignored: the stamps are DVC params files
+# git-ignored; outside .r2m/, which .dvcignore hides: the stamps are DVC params files (and the stamps stage's output)
+STAMPS = Path(".stamps")
 DIGEST_CACHE = STATE_ROOT / "digests" / "records.json"
 CODE = Path(__file__).resolve().parents[3]  # the checkout whose src/ holds r2m
 # The stage runner's own modules: they parse the command, check params and inputs, take the lock, guard the
@@ -161,7 +162,7 @@ def up_to_date(ctx: StageContext) -> tuple[dict[str, Any] | None, list[str]]:
 
 # ------------------------------------------------------------------------------------------- stamps
 def stamp_path(root: Path, stage: Any, axes: Mapping[str, str] | None = None) -> Path:
-    """``root/.params/<stage>/<instance key>.json`` (without ``axes``: the ``{axis}`` template)."""
+    """``root/.stamps/<stage>/<instance key>.json`` (without ``axes``: the ``{axis}`` template)."""
     return Path(root) / STAMPS / stage.name / f"{stage.key(axes)}.json"
 
 
