@@ -11,7 +11,7 @@ from pathlib import Path
 from r2m import params as P
 from r2m.pipeline.dag import stale_instances
 from r2m.pipeline.resolved import dag_instances
-from r2m.stage.record import STAMPS, Planner
+from r2m.stage.record import STAMPS, Planner, remove_old_stamps
 
 
 def plan_all(params: P.Params, root: Path = Path(".")) -> dict[str, list[str]]:
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = stale_instances(dvc_file, params) if dvc_file.exists() else None
     if stale:
         raise SystemExit(f"r2m stamps: {stale}")
+    remove_old_stamps(root)  # a workspace made before the stamps moved: its .params/ is no engine's input now
     todo = plan_all(params, Path(args.root))
     shown = ", ".join(list(todo)[:8]) + (" ..." if len(todo) > 8 else "")
     print(f"{STAMPS}: {len(todo)} instance(s) to run" + (f": {shown}" if todo else ""))
