@@ -94,6 +94,27 @@ def test_a_stale_instance_list_is_refused_in_one_line(tmp_path, repo_root, capsy
     assert (tmp_path / ".stamps/train_sup/demo-mrnn-1.json").exists()
 
 
+def test_a_dvc_file_from_before_the_stamps_moved_is_refused_and_the_old_stamps_removed(tmp_path, repo_root):
+    """A workspace made while the stamps were kept in ``.params/``: its old ``dvc.yaml`` would have DVC compare
+    stamps nothing writes, so ``r2m stamps`` (the first stage of every repro) refuses it in one line; written
+    again, it runs, and removes the old ``.params/`` (nothing but stamps)."""
+    from r2m.pipeline import stamps_cmd
+    from r2m.stage.record import stamp_text
+
+    shutil.copy(repo_root / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "dvc.yaml").write_text((repo_root / "dvc.yaml").read_text().replace(".stamps", ".params"))
+    (tmp_path / ".params/prepare").mkdir(parents=True)
+    (tmp_path / ".params/prepare/demo.json").write_text(stamp_text({}, []))
+    args = ["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)]
+    with pytest.raises(SystemExit, match=r"^r2m stamps: .*stamps from \.params/, r2m writes them to \.stamps/: "
+                                         r"run `r2m dag --write`$"):
+        stamps_cmd.main(args)
+    assert (tmp_path / ".params/prepare/demo.json").is_file() and not (tmp_path / ".stamps").exists()
+    assert dag.main(["--write", "--file", str(tmp_path / "dvc.yaml"), *args[:2]]) == 0
+    assert stamps_cmd.main(args) == 0
+    assert not (tmp_path / ".params").exists() and (tmp_path / ".stamps/prepare/demo.json").is_file()
+
+
 def test_dvc_yaml_runs_each_stage_over_its_listed_instances(repo_root):
     doc = yaml.safe_load((repo_root / "dvc.yaml").read_text())
     lists, stages = doc["vars"][0]["instances"], doc["stages"]

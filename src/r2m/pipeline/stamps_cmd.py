@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from r2m import params as P
-from r2m.pipeline.dag import stale_instances
+from r2m.pipeline.dag import stale_dvc_file
 from r2m.pipeline.resolved import dag_instances
 from r2m.stage.record import STAMPS, Planner, remove_old_stamps
 
@@ -39,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"r2m stamps: {err}") from None
     dvc_file = Path(args.root) / "dvc.yaml"
     # DVC expanded its stages from dvc.yaml's instance lists before this ran: stale lists (a `-S seeds=…`)
-    # would run the wrong instances, so the repro stops here, before any of them
-    stale = stale_instances(dvc_file, params) if dvc_file.exists() else None
+    # would run the wrong instances, and stamps read from where they were kept before (.params/) would show DVC
+    # no change at all, so the repro stops here, before any of them
+    stale = stale_dvc_file(dvc_file, params) if dvc_file.exists() else None
     if stale:
         raise SystemExit(f"r2m stamps: {stale}")
     remove_old_stamps(root)  # a workspace made before the stamps moved: its .params/ is no engine's input now
