@@ -72,7 +72,7 @@ def build_upstream(wd: Path) -> Path:
     r = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "data/tiny/vocab"], cwd=wd, env=env(),
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    for _ in range(2):  # the first plan of a target writes the stamps of its instances (.params/)
+    for _ in range(2):  # the first plan of a target writes the stamps of its instances (.stamps/)
         r = subprocess.run([*SNAKEMAKE, "-n"], cwd=wd, env=env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return wd

@@ -87,11 +87,32 @@ def test_a_stale_instance_list_is_refused_in_one_line(tmp_path, repo_root, capsy
     assert "\n" not in err and "r2m dag --write" in err and "@demo-mrnn-1" in err, err
     with pytest.raises(SystemExit, match="@demo-mrnn-1"):
         stamps_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)])
-    assert not (tmp_path / ".params").exists()  # refused before writing anything
+    assert not (tmp_path / ".stamps").exists()  # refused before writing anything
     assert dag.main(["--write", *args]) == 0
     assert dag.main(["--check", *args]) == 0
     assert stamps_cmd.main(["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)]) == 0
-    assert (tmp_path / ".params/train_sup/demo-mrnn-1.json").exists()
+    assert (tmp_path / ".stamps/train_sup/demo-mrnn-1.json").exists()
+
+
+def test_a_dvc_file_from_before_the_stamps_moved_is_refused_and_the_old_stamps_removed(tmp_path, repo_root):
+    """A workspace made while the stamps were kept in ``.params/``: its old ``dvc.yaml`` would have DVC compare
+    stamps nothing writes, so ``r2m stamps`` (the first stage of every repro) refuses it in one line; written
+    again, it runs, and removes the old ``.params/`` (nothing but stamps)."""
+    from r2m.pipeline import stamps_cmd
+    from r2m.stage.record import stamp_text
+
+    shutil.copy(repo_root / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "dvc.yaml").write_text((repo_root / "dvc.yaml").read_text().replace(".stamps", ".params"))
+    (tmp_path / ".params/prepare").mkdir(parents=True)
+    (tmp_path / ".params/prepare/demo.json").write_text(stamp_text({}, []))
+    args = ["--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path)]
+    with pytest.raises(SystemExit, match=r"^r2m stamps: .*stamps from \.params/, r2m writes them to \.stamps/: "
+                                         r"run `r2m dag --write`$"):
+        stamps_cmd.main(args)
+    assert (tmp_path / ".params/prepare/demo.json").is_file() and not (tmp_path / ".stamps").exists()
+    assert dag.main(["--write", "--file", str(tmp_path / "dvc.yaml"), *args[:2]]) == 0
+    assert stamps_cmd.main(args) == 0
+    assert not (tmp_path / ".params").exists() and (tmp_path / ".stamps/prepare/demo.json").is_file()
 
 
 def test_dvc_yaml_runs_each_stage_over_its_listed_instances(repo_root):
@@ -112,12 +133,12 @@ def test_dvc_yaml_runs_each_stage_over_its_listed_instances(repo_root):
     assert stages["inputs"]["foreach"] == "${instances.all_datasets}"
     assert stages["detect_concepts"]["foreach"] == "${instances.datasets}"
     train_xe = stages["train_xe"]["do"]
-    assert not any(d.startswith("src/") or d.startswith(".params") for d in train_xe["deps"])  # code: its stamp
+    assert not any(d.startswith("src/") or d.startswith(".stamps") for d in train_xe["deps"])  # code: its stamp
     # what the instance read reaches DVC through its stamp, rewritten at every repro (r2m.stage.record)
     assert stages["stamps"]["always_changed"] is True and "deps" not in stages["stamps"]
     assert {"models/${item.dataset}/${item.variant}/s${item.seed}/train_xe": {"persist": True}} in train_xe["outs"]
     train_s = stages["train_s"]["do"]
-    assert train_s["params"] == [{".params/train_s/${item.dataset}-${item.variant}-${item.seed}.json": None}]
+    assert train_s["params"] == [{".stamps/train_s/${item.dataset}-${item.variant}-${item.seed}.json": None}]
 
 
 def test_snakemake_plans_default_and_tiny(repo_root, tmp_path):

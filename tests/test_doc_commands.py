@@ -38,7 +38,7 @@ SHELL_BLOCKS = {"bash", "sh", "shell", "console"}
 MARK = re.compile(r"\[not run here: ([^\]]+)\]|<!-- not run here: (.+?) -->")
 # first path components that name the checkout's own files or the DAG's outputs
 REPO_DIRS = {"data", "results", "reports", "models", "workflow", "src", "docs", "tests", "logs", "scripts",
-             ".params", "requirements.lock"}
+             ".stamps", "requirements.lock"}
 FILE_ENDINGS = {"csv", "json", "pt", "md", "html", "yaml", "tsv", "parquet", "log", "h5", "txt", "png", "jpg"}
 SEPARATORS = {";", "&&", "||", "|", "&"}
 

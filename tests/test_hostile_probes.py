@@ -381,7 +381,7 @@ def test_missing_gpu_lock_dir_is_one_line(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- faults
-@pytest.mark.parametrize("name, command", [("logs", ["prepare", "--dataset", "tiny"]), (".params", ["stamps"])])
+@pytest.mark.parametrize("name, command", [("logs", ["prepare", "--dataset", "tiny"]), (".stamps", ["stamps"])])
 def test_a_file_where_a_folder_is_expected_is_one_line_and_kept(name, command, wd, capsys):
     """Before: a NotADirectoryError traceback (the log set-up of a stage; ``r2m stamps``)."""
     (wd / name).write_text("the user's notes")

@@ -81,13 +81,13 @@ def test_the_resume_fingerprint_follows_what_the_stage_reads(tmp_path):
 
 
 def test_an_instance_has_one_name_everywhere():
-    """Logs, the stamps (``.params/``), DVC's matrix items and resume folders spell an instance alike."""
+    """Logs, the stamps (``.stamps/``), DVC's matrix items and resume folders spell an instance alike."""
     caption, report = S.get("caption"), S.get("report")
     bound = {"dataset": "demo", "variant": "r2m", "ckpt": "train_s", "seed": "2"}
     assert caption.key(bound) == "demo-r2m-train_s-2" and report.key({}) == "all"
     assert caption.log == "logs/caption/{dataset}-{variant}-{ckpt}-{seed}.log" and report.log == "logs/report/all.log"
-    assert stamp_path(Path("."), caption, bound).as_posix() == ".params/caption/demo-r2m-train_s-2.json"
-    assert stamp_path(Path("."), caption).as_posix() == ".params/caption/{dataset}-{variant}-{ckpt}-{seed}.json"
+    assert stamp_path(Path("."), caption, bound).as_posix() == ".stamps/caption/demo-r2m-train_s-2.json"
+    assert stamp_path(Path("."), caption).as_posix() == ".stamps/caption/{dataset}-{variant}-{ckpt}-{seed}.json"
     assert resume_dir("w", "caption", bound) == Path("w/.r2m/resume/caption/demo-r2m-train_s-2")
 
 

@@ -298,3 +298,23 @@ def test_a_baselines_schedule_records_its_own_per_model_entry_only():
     assert after({"mrnn": {"lr": 0.003}}) == []  # another model's override
     assert after({"mrnn": {"lr": 0.002}, "sat": {"lr": 0.003}}) == ["params train_sup.per_model.sat: changed"]
     assert after({}) == []  # sat had none, still none
+
+
+def test_an_old_params_folder_is_removed_only_while_it_holds_nothing_but_stamps(tmp_path):
+    """A workspace made before the stamps moved to ``.stamps/``: its ``.params/`` is no engine's input any more;
+    the engines' planning removes it, unless something there is not a stamp (a user's file: all of it kept)."""
+    old = tmp_path / ".params"
+    (old / "prepare").mkdir(parents=True)
+    (old / "prepare/demo.json").write_text(R.stamp_text({("prepare", "x"): 1}, []))
+    (old / "train_xe").mkdir()
+    (old / "train_xe/demo-r2m-0.json").write_text(R.stamp_text({}, ["src/r2m/x.py: changed (module)"]))
+    (old / "train_xe/notes.txt").write_text("mine")
+    assert not R.remove_old_stamps(tmp_path) and (old / "train_xe/notes.txt").read_text() == "mine"
+    (old / "train_xe/notes.txt").unlink()
+    (old / "train_xe/odd.json").write_text('{"mine": true}')  # JSON, but not a stamp
+    assert not R.remove_old_stamps(tmp_path) and (old / "prepare/demo.json").is_file()
+    (old / "train_xe/odd.json").unlink()
+    assert R.remove_old_stamps(tmp_path) and not old.exists()
+    assert not R.remove_old_stamps(tmp_path)  # nothing there
+    (tmp_path / ".params").write_text("a user's file of that name")
+    assert not R.remove_old_stamps(tmp_path) and (tmp_path / ".params").is_file()

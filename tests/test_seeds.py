@@ -97,7 +97,7 @@ def test_seed_zero_resolves_as_before_and_adding_a_seed_changes_none_of_its_file
     new = set(b) - set(a)
     assert new and all(f.endswith("-1.json") for f in new)
     # seed 1's training params differ from seed 0's exactly in the seed (the file names another instance)
-    s0, s1 = (json.loads(b[f".params/train_xe/tiny-r2m-{k}.json"]) for k in (0, 1))
+    s0, s1 = (json.loads(b[f".stamps/train_xe/tiny-r2m-{k}.json"]) for k in (0, 1))
     assert s1["train_xe"].pop("seed") == s0["train_xe"].pop("seed") + 1 and s0 == s1
 
 
@@ -121,9 +121,9 @@ def test_prepare_does_not_depend_on_the_entry_seeds() -> None:
 
 
 def all_instance_params(params: P.Params) -> dict[str, str]:
-    """``.params/<stage>/<key>.json`` -> the instance's resolved sections (``Stage.resolved``) as JSON text."""
+    """``.stamps/<stage>/<key>.json`` -> the instance's resolved sections (``Stage.resolved``) as JSON text."""
     views = P.Views(params)  # each dataset/seed view made once for the whole DAG
-    return {f".params/{stage.name}/{stage.key(bound)}.json": json.dumps(stage.resolved(views, bound), sort_keys=True)
+    return {f".stamps/{stage.name}/{stage.key(bound)}.json": json.dumps(stage.resolved(views, bound), sort_keys=True)
             for stage, bound in dag_instances(params)}
 
 

@@ -113,7 +113,7 @@ def by_design(path: str, wd: Path) -> bool:
         rel = Path(path).relative_to(wd.resolve())
     except ValueError:
         return False
-    if rel.parts[0] in (".r2m", ".params", ".snakemake", "logs", ".dvc", ".git") or rel.as_posix() == "params.yaml" \
+    if rel.parts[0] in (".r2m", ".stamps", ".snakemake", "logs", ".dvc", ".git") or rel.as_posix() == "params.yaml" \
             or any(p.startswith(".") for p in rel.parts) or rel.as_posix() in RECORDER_AFTER:
         return True
     if rel.parts[:2] == ("src", "r2m") and rel.suffix == ".py":

@@ -537,7 +537,7 @@ def test_record_of_the_wrong_shape_under_snakemake_n(flow):
     _record(flow, {"reads": [{"kind": "file", "sha256": "x"}], "params": []})
     r = snakemake(flow, "-n", "data/tiny/prepared/images.parquet")
     assert r.returncode == 0 and "KeyError" not in r.stderr + r.stdout, (r.stdout + r.stderr)[-3000:]
-    stamp = json.loads((flow / ".params/prepare/tiny.json").read_text())
+    stamp = json.loads((flow / ".stamps/prepare/tiny.json").read_text())
     assert stamp["state"] == "stale" and "reads[0]" in stamp["why"][0]
 
 

@@ -19,7 +19,7 @@ WRITES = re.compile(r"\.write_text\(|\bwrite_text\(|\.write_bytes\(|open\([^)]*[
 # the kinds of writer (what checks their paths):
 STAGE = "stage"  # runs inside `r2m <stage>`: the runner checks every declared output (owner.write_problem) first
 COMMAND = "command"  # a command's own output option: owner.claim / write_problem before any work
-STATE = "state"  # r2m's own state and caches (.r2m/, .params/, .snakemake/r2m/, ~/.cache/r2m), never a user's path
+STATE = "state"  # r2m's own state and caches (.r2m/, .stamps/, .snakemake/r2m/, ~/.cache/r2m), never a user's path
 SCRATCH = "scratch"  # a temporary folder the module made itself (tempfile), removed when done
 HELPER = "helper"  # the write helpers every writer above goes through (atomic writes, markers, checkpoints)
 

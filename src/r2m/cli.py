@@ -21,7 +21,7 @@ from r2m.utils.cliargs import OneLineParser
 TOOLS: dict[str, tuple[str, str]] = {
     "dag": ("r2m.pipeline.dag:main", "write or check dvc.yaml against the stage registry"),
     "stamps": ("r2m.pipeline.stamps_cmd:main",
-               "check every stage instance against its record and write its stamp .params/<stage>/<instance>.json "
+               "check every stage instance against its record and write its stamp .stamps/<stage>/<instance>.json "
                "(the params keys it read, current or stale; DVC's params files)"),
     "bench": ("r2m.bench.registry:main", "benchmarks (r2m bench --help lists each)"),
     "compare": ("r2m.evaluation.compare:main",

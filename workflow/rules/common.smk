@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from r2m import params as P  # noqa: E402
 from r2m.pipeline import validate as V  # noqa: E402
 from r2m.stage import registry as S  # noqa: E402
-from r2m.stage.record import Planner  # noqa: E402
+from r2m.stage.record import Planner, remove_old_stamps  # noqa: E402
 from r2m.pipeline.resolved import ALL_TARGETS  # noqa: E402
 from r2m.pipeline.snake import (  # noqa: E402
     Producers,
@@ -57,6 +57,7 @@ except (P.ParamsError, ValueError, yaml.YAMLError) as err:
 
 # checks each job's record and writes its stamp (r2m.stage.record), once per job, while the DAG is built
 PLANNER = Planner(PARAMS, Path("."))
+remove_old_stamps(Path("."))  # a workspace made before the stamps moved to .stamps/: its old .params/
 PRODUCERS = Producers(PARAMS)  # which instance writes a path: a job's inputs are their done files
 
 # this invocation's params, named by their content and never rewritten: a job reads the file of the

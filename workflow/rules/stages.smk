@@ -12,7 +12,7 @@
 # GPU jobs on one box; the SLURM executor requests `--gpus`/`--mem` from them. Its `priority` (Stage.priority)
 # starts the long chains first among the ready jobs.
 # What a job read at its last run (modules, files, params keys: its record, r2m.stage.record) reaches
-# Snakemake through its stamp input `.params/<stage>/<instance>.json`, written while the DAG is built: mtime 0
+# Snakemake through its stamp input `.stamps/<stage>/<instance>.json`, written while the DAG is built: mtime 0
 # when nothing it read changed, the time now when something did (Snakemake's mtime check reruns it).
 # The job's shell `exec`s r2m (killing the shell kills r2m) and every path is quoted ({log:q}). The r2m
 # program and the `--params` file (this invocation's, content-addressed: common.smk) are in the shell template,

@@ -28,7 +28,7 @@ from r2m.stage.registry import STAGES, Gather, Stage
 
 
 def stamp_template(stage: Stage) -> str:
-    """``.params/<stage>/{axis}-….json``: the stamp's path with Snakemake-style axis fields."""
+    """``.stamps/<stage>/{axis}-….json``: the stamp's path with Snakemake-style axis fields."""
     return stamp_path(Path("."), stage).as_posix()
 
 HEADER = (
@@ -127,13 +127,21 @@ def render(params: P.Params, lists_uses: tuple[dict, dict[str, str]] | None = No
     return HEADER + head + yaml.safe_dump(doc, sort_keys=False, width=120)
 
 
-def stale_instances(dvc_file: Path, params: P.Params) -> str | None:
-    """A one-line message when ``dvc_file``'s instance lists are not those ``params`` ask for (None if they are)."""
+def stale_dvc_file(dvc_file: Path, params: P.Params) -> str | None:
+    """A one-line message when ``dvc_file``'s stages read their stamps elsewhere than :data:`STAMPS` (a file
+    written before the stamps moved from ``.params/``: DVC would compare stamps nothing writes any more) or its
+    instance lists are not those ``params`` ask for (None if neither)."""
     try:
-        have = (yaml.safe_load(dvc_file.read_text()) or {}).get("vars") or [{}]
+        doc = yaml.safe_load(dvc_file.read_text()) or {}
+        have = doc.get("vars") or [{}]
         have = have[0].get(INSTANCES) if isinstance(have[0], dict) else None
+        outs = ((doc.get("stages") or {}).get("stamps") or {}).get("outs")
     except (OSError, yaml.YAMLError, AttributeError) as err:
         return f"{dvc_file}: its instance lists cannot be read ({' '.join(str(err).split())}): run `r2m dag --write`"
+    written = [next(iter(o), None) if isinstance(o, dict) else o for o in outs] if isinstance(outs, list) else []
+    if written and written != [str(STAMPS)]:
+        return (f"{dvc_file}: its stages read their stamps from {written[0]}/, r2m writes them to {STAMPS}/: "
+                "run `r2m dag --write`")
     want = instance_lists(params)[0]
     if have == want:
         return None
@@ -189,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if current == text:
         print(f"{path} matches the stage registry and {args.params}")
         return 0
-    stale = stale_instances(path, params) if path.exists() else None
+    stale = stale_dvc_file(path, params) if path.exists() else None
     if stale and current.split("\nstages:\n")[-1] == text.split("\nstages:\n")[-1]:
         print(stale, file=sys.stderr)  # only the lists differ: no diff of the whole vars block
         return 1

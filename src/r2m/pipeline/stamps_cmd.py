@@ -1,5 +1,5 @@
 """``r2m stamps``: check every stage instance of the DAG against its record and write its stamp
-(``.params/<stage>/<instance>.json``, :mod:`r2m.stage.record`), touching only the stamps whose text
+(``.stamps/<stage>/<instance>.json``, :mod:`r2m.stage.record`), touching only the stamps whose text
 changed. The first stage of ``dvc.yaml``, run at every ``dvc repro``: DVC's stages read their stamps as
 params files, so a stamp turned stale reruns its stage."""
 
@@ -9,9 +9,9 @@ import argparse
 from pathlib import Path
 
 from r2m import params as P
-from r2m.pipeline.dag import stale_instances
+from r2m.pipeline.dag import stale_dvc_file
 from r2m.pipeline.resolved import dag_instances
-from r2m.stage.record import STAMPS, Planner
+from r2m.stage.record import STAMPS, Planner, remove_old_stamps
 
 
 def plan_all(params: P.Params, root: Path = Path(".")) -> dict[str, list[str]]:
@@ -28,7 +28,7 @@ def plan_all(params: P.Params, root: Path = Path(".")) -> dict[str, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="r2m stamps", description=__doc__.split("\n")[0])
     p.add_argument("--params", default="params.yaml")
-    p.add_argument("--root", default=".", help="the workspace (its records, its .params/ and its dvc.yaml)")
+    p.add_argument("--root", default=".", help="the workspace (its records, its .stamps/ and its dvc.yaml)")
     args = p.parse_args(argv)
     root = Path(args.root)
     if not any((root / f).is_file() for f in ("params.yaml", "dvc.yaml")):  # never stamps into any folder
@@ -39,10 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"r2m stamps: {err}") from None
     dvc_file = Path(args.root) / "dvc.yaml"
     # DVC expanded its stages from dvc.yaml's instance lists before this ran: stale lists (a `-S seeds=…`)
-    # would run the wrong instances, so the repro stops here, before any of them
-    stale = stale_instances(dvc_file, params) if dvc_file.exists() else None
+    # would run the wrong instances, and stamps read from where they were kept before (.params/) would show DVC
+    # no change at all, so the repro stops here, before any of them
+    stale = stale_dvc_file(dvc_file, params) if dvc_file.exists() else None
     if stale:
         raise SystemExit(f"r2m stamps: {stale}")
+    remove_old_stamps(root)  # a workspace made before the stamps moved: its .params/ is no engine's input now
     todo = plan_all(params, Path(args.root))
     shown = ", ".join(list(todo)[:8]) + (" ..." if len(todo) > 8 else "")
     print(f"{STAMPS}: {len(todo)} instance(s) to run" + (f": {shown}" if todo else ""))

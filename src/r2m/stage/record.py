@@ -26,7 +26,7 @@ engines' folders, the system's files, and the runner's own modules (:data:`RUNNE
 this instance current?" for both engines, :func:`up_to_date` for the runner itself before any work (early cutoff).
 
 **Stamps and done files: how the engines use records.** Each instance has a stamp,
-``.params/<stage>/<instance key>.json``, an input of its Snakemake rule and a DVC params file of its ``dvc.yaml``
+``.stamps/<stage>/<instance key>.json``, an input of its Snakemake rule and a DVC params file of its ``dvc.yaml``
 stage::
 
     {"state": "current", "params": {"build_vocab": {"min_count": 2}}}
@@ -59,7 +59,9 @@ if TYPE_CHECKING:
 
 RECORDS = STATE_ROOT / "records"
 DONE = STATE_ROOT / "done"  # one file per finished instance: what Snakemake's rules produce and consume
-STAMPS = Path(".params")  # git-ignored, not dvc-ignored: the stamps are DVC params files
+# git-ignored; outside .r2m/, which .dvcignore hides: the stamps are DVC params files (and the stamps stage's output)
+STAMPS = Path(".stamps")
+OLD_STAMPS = Path(".params")  # where they were kept before: removed while it holds only stamps
 DIGEST_CACHE = STATE_ROOT / "digests" / "records.json"
 CODE = Path(__file__).resolve().parents[3]  # the checkout whose src/ holds r2m
 # The stage runner's own modules: they parse the command, check params and inputs, take the lock, guard the
@@ -161,7 +163,7 @@ def up_to_date(ctx: StageContext) -> tuple[dict[str, Any] | None, list[str]]:
 
 # ------------------------------------------------------------------------------------------- stamps
 def stamp_path(root: Path, stage: Any, axes: Mapping[str, str] | None = None) -> Path:
-    """``root/.params/<stage>/<instance key>.json`` (without ``axes``: the ``{axis}`` template)."""
+    """``root/.stamps/<stage>/<instance key>.json`` (without ``axes``: the ``{axis}`` template)."""
     return Path(root) / STAMPS / stage.name / f"{stage.key(axes)}.json"
 
 
@@ -190,6 +192,32 @@ def write_stamp(path: Path, values: Mapping[tuple[str, ...], Any], why: list[str
     if not why and path.stat().st_mtime != 0:
         os.utime(path, (0, 0))
     return written
+
+
+def remove_old_stamps(root: Path) -> bool:
+    """Remove ``root/.params/``, where the stamps were kept before :data:`STAMPS`, when it holds nothing but stamps
+    (``<stage>/<key>.json`` files, each a stamp's JSON); anything else there (a user's file) leaves it all in
+    place. True: removed. Both engines' planning calls it (``r2m stamps``, the Snakefile)."""
+    import shutil
+
+    old = Path(root) / OLD_STAMPS
+    if old.is_symlink() or not old.is_dir():
+        return False
+    try:
+        for folder in old.iterdir():
+            if folder.is_symlink() or not folder.is_dir():
+                return False
+            for path in folder.iterdir():
+                if path.suffix != ".json" or path.is_symlink() or not path.is_file():
+                    return False
+                doc = json.loads(path.read_text())
+                if not isinstance(doc, dict) or doc.get("state") not in ("current", "stale") \
+                        or not isinstance(doc.get("params"), dict):
+                    return False
+    except (OSError, ValueError):  # unreadable, or removed meanwhile by the other engine's planning
+        return False
+    shutil.rmtree(old, ignore_errors=True)
+    return True
 
 
 def _record(stage: Any, axes: Mapping[str, str], root: Path,

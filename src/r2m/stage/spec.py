@@ -123,7 +123,7 @@ class Stage:
 
     # ------------------------------------------------------------------ one instance
     def key(self, bound: Mapping[str, Any] | None = None) -> str:
-        """An instance's name: its axis values joined by ``-`` (``all`` without axes), as logs, ``.params/``
+        """An instance's name: its axis values joined by ``-`` (``all`` without axes), as logs, ``.stamps/``
         files, DVC (``stage@key``) and resume folders spell it; without ``bound``, the ``{axis}`` template."""
         return stage_key({a: f"{{{a}}}" if bound is None else bound[a] for a in self.axes})
 

@@ -51,7 +51,7 @@ ANY_KIND = "r2m"  # the kind of a folder r2m code writes outside a command that 
 _KIND: contextvars.ContextVar[str] = contextvars.ContextVar("r2m_owner_kind", default=ANY_KIND)
 # a workspace's own files and folders (relative to a folder holding params.yaml): never a command's output
 WORKSPACE_FILES = ("params.yaml", "dvc.yaml", "dvc.lock", "Snakefile", ".gitignore", ".dvcignore")
-WORKSPACE_DIRS = (".r2m", ".params", ".snakemake", ".dvc", ".git", "src", "workflow", "logs")
+WORKSPACE_DIRS = (".r2m", ".stamps", ".snakemake", ".dvc", ".git", "src", "workflow", "logs")
 _RESERVED: list[tuple[re.Pattern[str], ...]] = []  # the stages' declared output paths (:func:`reserve`)
 
 

@@ -66,7 +66,7 @@ SYSTEM = ("/proc/", "/dev/", "/sys/", "/run/", "/etc/", "/bin/", "/sbin/", "/lib
 _CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyi", ".so", ".pyd", ".pth", ".dylib")
 _CODE_PARTS = (".dist-info/", ".egg-info/", "/__pycache__/")
 # folders whose files are never a run's input: state, caches, engines' own, logs
-IGNORED_TOP = frozenset({".r2m", ".git", ".snakemake", ".dvc", "logs", ".venv", ".params", ".pytest_cache"})
+IGNORED_TOP = frozenset({".r2m", ".git", ".snakemake", ".dvc", "logs", ".venv", ".stamps", ".pytest_cache"})
 FORMAT = 2  # the record's format version (2: distributions, interpreter, outside files, runtime, outputs)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
