@@ -240,7 +240,7 @@ def test_every_backend_has_its_own_file():
     from pathlib import Path
 
     folder = Path(extractors_factory.__file__).parent
-    helpers = {"__init__", "base", "combined", "compute", "factory", "gpu_decode", "tf1"}
+    helpers = {"__init__", "base", "combined", "compute", "crops", "factory", "gpu_decode", "tf1"}
     files = {f.stem for f in folder.glob("*.py")} - helpers
     assert FEATURE_BACKENDS.names() == sorted(files) == ["inception_v3_fid", "inception_v4", "random_cnn", "vgg16", "vgg19"]
     for name in FEATURE_BACKENDS:

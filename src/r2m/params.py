@@ -194,6 +194,15 @@ class FeatureParams(_Section):
         return _known(v, FEATURE_BACKENDS.names(), "feature backend")
 
 
+class R2MFeatureParams(FeatureParams):
+    """``extract_features``: R²M's features; :class:`FeatureParams` plus the cached random crops."""
+
+    crops: int | None = Field(
+        None, ge=0, le=64, description="K seeded random crops per image stored beside its usual view (kind "
+        "pooled_crops), one drawn per image and step by the image stages: the released code's fresh random 299 "
+        "crop of the 346 resize at every step, cached (0: the usual view only). null = profile (paper 0, official 8)")
+
+
 class CorpusParams(_Section):
     min_tokens: int = Field(1, ge=1, description="drop sentences with fewer tokens")
     max_tokens: int = Field(40, ge=1, description="drop sentences with more tokens")
@@ -342,6 +351,7 @@ PROFILES: dict[str, tuple[Any, Any]] = {
     "fidelity.fm_attention": ("paper", "sonnet"),
     "fidelity.long_sentences": ("drop", "crop"),
     "fidelity.ban_specials": (True, False),
+    "extract_features.crops": (0, 8),
 }
 # the profile of a catalog entry whose ``fidelity`` is null, by recipe kind (others: DEFAULT_PROFILE)
 BENCHMARK_KINDS = ("coco_shutterstock", "flickr30k_coco", "coco_gcc")
@@ -518,7 +528,7 @@ class _ParamsBase(_Section):
     catalog: dict[str, DatasetEntry]
     concepts: ConceptsParams = Field(default_factory=ConceptsParams)
     detect_concepts: DetectParams = Field(default_factory=DetectParams)
-    extract_features: FeatureParams = Field(default_factory=FeatureParams)
+    extract_features: R2MFeatureParams = Field(default_factory=R2MFeatureParams)
     sup_features: FeatureParams = Field(
         default_factory=FeatureParams, description="the supervised baselines' features (stage "
         "extract_features_sup, same schema as extract_features; the benchmarks: VGG-16 fc7 + conv5 grid)")

@@ -71,7 +71,8 @@ def _train(name: str, prev: str | None, uses_images: bool, help: str) -> Stage:
     if uses_images:  # image stages also caption the val images (`selection`) to select the checkpoint by CIDEr
         deps.update(concepts=f"{D}/concepts", features=f"{D}/features", prepared=f"{D}/prepared",
                     references=f"{D}/references")
-        params += ("selection", "concepts", *FIDELITY_IMAGES, "fidelity.select_on_test")
+        # extract_features.crops: training draws one of each image's cached random crops
+        params += ("selection", "concepts", *FIDELITY_IMAGES, "fidelity.select_on_test", "extract_features.crops")
     else:
         deps["corpus"] = f"{D}/corpus"
     return Stage(

@@ -256,7 +256,7 @@ class ImageSet:
     def __init__(self, prepared: Path, concepts: Path, features: Path, itos: list[str], split: str,
                  threshold: float, max_per_image: int, require_concept: bool = True,
                  feature_kind: str = "pooled", order: str = "by_score", shuffle: bool = True,
-                 dictionary: str = "openimages") -> None:
+                 dictionary: str = "openimages", crops: bool = False) -> None:
         from r2m.utils.io import open_h5
 
         images = pq.read_table(Path(prepared) / "images.parquet", columns=["image_id", "split"]).to_pandas()
@@ -284,14 +284,28 @@ class ImageSet:
             raise KeyError(f"{self.h5_path}: no dataset {feature_kind!r} (has {list(self.h5)})")
         self.feats = self.h5[feature_kind]
         self.dim = int(self.feats.shape[1])
+        # crops: the training batches draw one of each image's cached random crops (extract_features.crops)
+        self.crops = None
+        if crops:
+            name = feature_kind + "_crops"
+            if name not in self.h5:
+                raise KeyError(f"{self.h5_path}: no dataset {name!r}: extract_features.crops asks for random crops "
+                               "but these features were made without them; run extract_features again")
+            self.crops = self.h5[name]
 
     def __len__(self) -> int:
         return len(self.image_ids)
 
-    def batch(self, idx: np.ndarray, rng: np.random.Generator | None = None) -> ImageBatch:
+    def batch(self, idx: np.ndarray, rng: np.random.Generator | None = None,
+              crop_rng: np.random.Generator | None = None) -> ImageBatch:
+        """Images ``idx``; with ``crop_rng`` (and crops) each image's features are one of its cached random crops."""
         rows = np.asarray([self.rows[i] for i in idx])
         uniq, inv = np.unique(rows, return_inverse=True)
-        feats = torch.from_numpy(np.asarray(self.feats[uniq.tolist()], dtype=np.float32)[inv])
+        if crop_rng is not None and self.crops is not None:
+            picks = crop_rng.integers(0, self.crops.shape[1], len(idx))
+            feats = torch.from_numpy(np.asarray(self.crops[uniq.tolist()], dtype=np.float32)[inv, picks])
+        else:
+            feats = torch.from_numpy(np.asarray(self.feats[uniq.tolist()], dtype=np.float32)[inv])
         concepts, lens = pad_lists(pa.array([self.concept_ids[i] for i in idx], type=pa.list_(pa.int64())))
         if rng is not None:
             concepts = shuffle_concepts(concepts, lens, rng)
@@ -300,12 +314,14 @@ class ImageSet:
 
     def batches(self, batch_size: int, seed: int, start_step: int = 0) -> Iterator[ImageBatch]:
         """Endless shuffled batches (:func:`r2m.training.loop.epoch_batch`); concepts shuffled from
-        ``(seed, epoch, batch)`` unless the set is unshuffled."""
+        ``(seed, epoch, batch)`` unless the set is unshuffled; with crops, each image's crop drawn from
+        ``(seed, epoch, batch, 1)`` (its own stream: the concept order is the same with or without crops)."""
         if len(self) == 0:
             raise ValueError("no training images with features and at least one concept")
         for step in itertools.count(start_step):
             idx, epoch, b = epoch_batch(len(self), batch_size, seed, step)
-            yield self.batch(idx, np.random.default_rng([seed, epoch, b]) if self.shuffle else None)
+            yield self.batch(idx, np.random.default_rng([seed, epoch, b]) if self.shuffle else None,
+                             np.random.default_rng([seed, epoch, b, 1]) if self.crops is not None else None)
 
     def ordered(self, batch_size: int, max_batches: int | None = None) -> Iterator[ImageBatch]:
         for k, s in enumerate(range(0, len(self), batch_size)):

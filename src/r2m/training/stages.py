@@ -186,8 +186,9 @@ class _Data:
                   itos=itos, threshold=cp.score_threshold, max_per_image=cp.max_per_image,
                   order=concept_order(ctx.params.fidelity.image_concepts, "train"), shuffle=not official,
                   dictionary=cp.dictionary)
-        images = ImageSet(split="train", **kw)
-        ctx.log.info("%s: %d training images with concepts and features", ctx.stage.name, len(images))
+        images = ImageSet(split="train", crops=bool(ctx.params.extract_features.crops), **kw)
+        ctx.log.info("%s: %d training images with concepts and features%s", ctx.stage.name, len(images),
+                     f", each step one of its {images.crops.shape[1]} random crops" if images.crops is not None else "")
         val_images = ImageSet(split="val", **kw)
         self.images = [images, val_images]
         self.val = lambda: val_images.ordered(tp.batch_size, max_batches=20)

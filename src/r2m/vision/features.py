@@ -37,6 +37,7 @@ from r2m.utils.cliargs import int_in
 from r2m.vision import feature_store as FS
 from r2m.vision.extractors.base import Extractor
 from r2m.vision.extractors.compute import extract_arrays
+from r2m.vision.extractors.crops import with_crops
 from r2m.vision.extractors.factory import build_extractor
 from r2m.vision.images import read_image_index
 from r2m.vision.weights import uses_random_weights
@@ -69,6 +70,7 @@ def extract_dataset(
     finalize: Callable[[Path], Any] | None = None,
     fault_point: str = "extract_features",
     digest_cache: str | Path | None = None,
+    crops: int = 0,
 ) -> dict[str, Any] | None:
     """Compute (resumably) and assemble the features folder ``out``; returns ``meta`` once assembled.
 
@@ -79,13 +81,16 @@ def extract_dataset(
     folder below it first. ``finalize(folder)`` adds files (params) to the assembled folder before it
     replaces ``out``. Nothing existing is deleted before the backend is built. ``fault_point``: the
     fault suite's name for this stage (``R2M_FAULT=<fault_point>@<shard>:<signal>``). ``digest_cache``: the
-    stat cache of the images' digests (:func:`r2m.vision.feature_store.image_digests`).
+    stat cache of the images' digests (:func:`r2m.vision.feature_store.image_digests`). ``crops``: K seeded
+    random crops per image beside its usual view (:mod:`r2m.vision.extractors.crops`; 0: none).
     """
     out = Path(out)
     options = dict(options or {})
     ranges = FS.shard_ranges(len(ids), shard_size)
     parts = Path(work) if work is not None else FS.default_parts(out)
-    fingerprint = FS.fingerprint(backend, options, shard_size, ids, files, FS.image_digests(files, digest_cache))
+    # the crops count in the fingerprint only when asked for: features made without them keep their bytes
+    made_with = {**options, "crops": crops} if crops else options
+    fingerprint = FS.fingerprint(backend, made_with, shard_size, ids, files, FS.image_digests(files, digest_cache))
     done = FS.finished_meta(out)
     if done is not None and done.get("fingerprint") == fingerprint and parts_dir is None:
         log.info("features: %s is up to date", out)
@@ -95,7 +100,7 @@ def extract_dataset(
         i, k = shard
         todo = [j for j in todo if j % k == i]
     # build the backend first: a bad name or option fails before anything is touched
-    ex = build_extractor(backend, options) if (not merge_only and todo) else None
+    ex = with_crops(build_extractor(backend, options), crops) if (not merge_only and todo) else None
     FS.prepare_parts(parts, fingerprint)
     if parts_from is not None:
         FS.collect_parts(Path(parts_from), parts, fingerprint)
@@ -114,7 +119,7 @@ def extract_dataset(
         log.info("features: shard %d of %d done; assemble with --merge", shard[0], shard[1])
         return None
     meta = {"backend": backend, "options": options, "format": FS.FORMAT_VERSION, "fingerprint": fingerprint,
-            "random_weights": uses_random_weights(backend, options)}
+            "random_weights": uses_random_weights(backend, options), **({"crops": crops} if crops else {})}
     return FS.assemble(out, ids, files, len(ranges), meta, parts, finalize)
 
 
@@ -139,7 +144,8 @@ def _shard_args(args: Any) -> tuple[tuple[int, int] | None, bool]:
 
 def run(ctx: StageContext) -> None:
     """Stage ``extract_features``: R²M's features (params ``extract_features``) into ``D/features``."""
-    extract_stage(ctx, ctx.params.extract_features, ctx.outs["features"])
+    p = ctx.params.extract_features
+    extract_stage(ctx, p, ctx.outs["features"], p.crops or 0)
 
 
 def run_sup(ctx: StageContext) -> None:
@@ -148,8 +154,9 @@ def run_sup(ctx: StageContext) -> None:
     extract_stage(ctx, ctx.params.sup_features, ctx.outs["sup_features"])
 
 
-def extract_stage(ctx: StageContext, p: Any, out: Path) -> None:
-    """One features stage: params section ``p`` (:class:`r2m.params.FeatureParams`) into folder ``out``."""
+def extract_stage(ctx: StageContext, p: Any, out: Path, crops: int = 0) -> None:
+    """One features stage: params section ``p`` (:class:`r2m.params.FeatureParams`) into folder ``out``, with
+    ``crops`` seeded random crops per image (R²M's features under ``extract_features.crops``; the baselines none)."""
     args = ctx.args
     shard, merge = _shard_args(args)
     images = read_image_index(ctx.deps["prepared"], ctx.root)
@@ -163,6 +170,7 @@ def extract_stage(ctx: StageContext, p: Any, out: Path) -> None:
         getattr(args, "parts_dir", None), getattr(args, "parts_from", None),
         work=work / "parts", finalize=ctx.save_params, fault_point=ctx.stage.name,
         digest_cache=ctx.root / ".r2m" / "digests" / ctx.stage.name / f"{ctx.stage.key(ctx.axes)}.json",
+        crops=crops,
     )
     if meta is not None or shard is not None:
         RS.clear(work)  # outputs complete (or published): the resumable state is no longer needed
