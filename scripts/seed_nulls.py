@@ -16,36 +16,19 @@ saved as ``<workspace>/significance.txt`` (``scripts/doc_numbers.py`` quotes it)
 from __future__ import annotations
 
 import argparse
-import os
 import resource
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import yaml
-
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-COPIED = ("Snakefile", "workflow", "src", "data", "pyproject.toml")
-
-
-def project_files(names: tuple[str, ...]) -> list[Path]:
-    """git's tracked files and new files it does not ignore under ``names``."""
-    out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard",
-                          "--", *names], capture_output=True, check=True).stdout.decode()
-    return sorted({Path(p) for p in out.split("\0") if p and (ROOT / p).is_file()})
+from scratch_run import BIN, ROOT, copy_project, run_env, timed  # scripts/ is on the path
 
 
 def workspace(wd: Path, dataset: str, seeds: int) -> None:
     """The scratch copy and its params: R2M alone on ``dataset`` at seeds 0 … seeds − 1, no baselines."""
-    for rel in project_files(COPIED):
-        dst = wd / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if not dst.exists() or dst.read_bytes() != (ROOT / rel).read_bytes():
-            shutil.copy2(ROOT / rel, dst)
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw = copy_project(wd)
     if dataset not in raw["catalog"]:
         raise SystemExit(f"seed_nulls: {dataset!r} is not a catalog entry of params.yaml "
                          f"({', '.join(raw['catalog'])})")
@@ -86,21 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     wd = (a.workdir or ROOT / "bench" / "seed-nulls" / a.dataset).resolve()
     wd.mkdir(parents=True, exist_ok=True)
     workspace(wd, a.dataset, a.seeds)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{BIN}:{os.environ['PATH']}", "R2M_NO_PROGRESS": "1",
-           "R2M_THREADS": "1", "R2M_DEVICE": os.environ.get("R2M_DEVICE", "cpu"), "PYTHONPATH": str(wd / "src")}
+    env = run_env(wd)
     targets = [f"results/{a.dataset}/r2m/s{k}/{ckpt}/per_image.parquet" for k in range(a.seeds)
                for ckpt in ("train_i", a.plant)]
     stamp_targets(wd, a.dataset, a.seeds, ("train_i", a.plant))
-    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    r = subprocess.run([str(BIN / "snakemake"), "--cores", str(a.cores), *targets], cwd=wd,
-                       env=env)
-    after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - t0
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    rc, wall, cpu = timed([str(BIN / "snakemake"), "--cores", str(a.cores), *targets], wd)
     print(f"seed_nulls: {a.seeds} seeds of R2M on {a.dataset} in {wd}: {wall:.0f} s wall, {cpu:.0f} CPU s "
           "(user + sys of every job; jobs already done cost nothing)", flush=True)
-    if r.returncode:
-        print(f"seed_nulls: snakemake failed (exit {r.returncode}); see {wd}/logs", file=sys.stderr)
-        return r.returncode
+    if rc:
+        print(f"seed_nulls: snakemake failed (exit {rc}); see {wd}/logs", file=sys.stderr)
+        return rc
     runs = str(wd / f"results/{a.dataset}/r2m/s*/train_i")
     plant = str(wd / f"results/{a.dataset}/r2m/s*/{a.plant}")
     t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -134,7 +134,7 @@ def test_training_draws_one_crop_per_image_and_step_and_validation_the_usual_vie
     train = ImageSet(split="train", crops=True, **kw)
     rows = dict(zip(train.image_ids, train.rows, strict=True))
     picked: dict[str, set[int]] = {}
-    for step, batch in zip(range(12), train.batches(4, seed=0)):
+    for step, batch in zip(range(12), train.batches(4, seed=0), strict=False):
         for image_id, feat in zip(batch.image_ids, batch.feats.numpy(), strict=True):
             k = [j for j in range(3) if np.array_equal(feat, crops[rows[image_id], j])]
             assert k, f"step {step}: {image_id}'s features are none of its crops"
