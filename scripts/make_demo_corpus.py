@@ -1080,13 +1080,70 @@ def s_bin(R: random.Random) -> str:
     ])
 
 
+def s_critters(R: random.Random) -> str:
+    """Geese, eagles and other birds, insects, beetles and other small invertebrates."""
+    return pick(R.random(), [
+        (0.2, lambda: f"{art(R.choice(['goose', 'gray goose', 'brown goose', 'wild goose', 'white goose']))} "
+                      f"{R.choice(['walking on the grass', 'standing by a pond', 'grazing on a lawn', 'swimming on a lake', 'resting in a park'])}"),
+        (0.32, lambda: f"{R.choice(['two', 'three', 'a flock of', 'several'])} geese "
+                       f"{R.choice(['walking across a lawn', 'standing near the water', 'eating grass in a park', 'flying over a field'])}"),
+        (0.47, lambda: f"{art(R.choice(['eagle', 'bald eagle', 'golden eagle', 'large eagle', 'young eagle']))} "
+                       f"{R.choice(['flying over the water', 'perched on a dead branch', 'spreading its wings', 'diving toward a river', 'soaring above the trees'])}"),
+        (0.57, lambda: f"{R.choice(['two', 'three', 'several'])} {R.choice(['white', 'black', 'small', 'gray'])} birds "
+                       f"{R.choice(['sitting on a power line', 'perched on a wire', 'standing on a fence', 'resting on a roof'])}"),
+        (0.72, lambda: f"{art(R.choice(['small', 'green', 'tiny', 'striped', 'colorful']) + ' insect')} "
+                       f"{R.choice(['sitting on a leaf', 'crawling up a stem', 'resting on a flower', 'on a blade of grass', 'on a green plant'])}"),
+        (0.86, lambda: f"{art(R.choice(['black', 'shiny', 'small', 'large', 'green']) + ' beetle')} "
+                       f"{R.choice(['crawling on a log', 'walking across the sand', 'climbing a twig', 'resting on a rock', 'on the forest floor'])}"),
+        (0.94, lambda: f"a macro photo of {R.choice(['a snail', 'a spider', 'a beetle', 'an ant', 'a worm'])} and other "
+                       f"invertebrates {R.choice(['on a leaf', 'under a rock', 'in the garden', 'on the ground'])}"),
+        (1.0, lambda: f"a close up of {R.choice(['an insect', 'a beetle', 'a bug'])} with "
+                      f"{R.choice(['shiny wings', 'long legs', 'red eyes', 'a striped back'])} on {R.choice(['a leaf', 'a twig', 'the bark'])}"),
+    ])
+
+
+def s_gear(R: random.Random) -> str:
+    """Off-road vehicles and their tires, old cannons and weapons, footwear and shorts, furniture, lab beakers,
+    strawberries."""
+    def offroad() -> str:
+        car = art(f"{R.choice(['silver', 'blue', 'black', 'muddy', 'white', 'red'])} "
+                  f"{R.choice(['suv', 'jeep', 'four wheel drive', 'off road vehicle', 'pickup truck'])}")
+        return (f"{car} {R.choice(['driving over rocks', 'on a dirt road', 'climbing a rocky hill', 'parked on a gravel track', 'crossing a shallow stream'])}")
+
+    return pick(R.random(), [
+        (0.18, offroad),
+        (0.26, lambda: f"the {R.choice(['muddy', 'large', 'new', 'worn', 'black'])} tires of "
+                       f"{art(R.choice(['jeep', 'truck', 'tractor', 'car', 'vehicle']))} {R.choice(['on a dirt road', 'in the mud', 'on the rocks'])}"),
+        (0.36, lambda: f"{art(R.choice(['old', 'rusty', 'antique', 'iron', 'bronze']) + ' cannon')} "
+                       f"{R.choice(['on the wall of a fort', 'in front of a museum', 'on two wooden wheels', 'pointing out to sea', 'in a city park'])}"),
+        (0.42, lambda: f"old weapons {R.choice(['such as swords and cannons', 'and suits of armor', 'and shields'])} "
+                       f"on display in {R.choice(['a museum', 'a castle', 'a glass case'])}"),
+        (0.52, lambda: f"{art(R.choice(['black', 'brown', 'leather', 'new', 'polished']) + ' ' + R.choice(['shoe', 'boot', 'sneaker', 'sandal']))} "
+                       f"{R.choice(['on a white background', 'next to a pair of socks', 'on a wooden floor', 'in a shop window'])}"),
+        (0.57, lambda: f"{R.choice(['shelves', 'rows', 'a display'])} of {R.choice(['leather', 'colorful', 'new'])} footwear "
+                       f"in {R.choice(['a shoe store', 'a shop window', 'a closet'])}"),
+        (0.65, lambda: f"{art(R.choice(['man', 'woman', 'boy', 'hiker', 'runner']))} in "
+                       f"{R.choice(['shorts', 'cargo shorts', 'khaki shorts', 'running shorts'])} "
+                       f"{R.choice(['walking a dog', 'standing on the grass', 'hiking up a trail', 'sitting on a bench'])}"),
+        (0.74, lambda: f"{R.choice(['folding', 'wooden', 'red', 'plastic', 'garden'])} chairs and other furniture "
+                       f"{R.choice(['in a large hall', 'on a patio', 'in a furniture store', 'stacked in a corner'])}"),
+        (0.84, lambda: f"{art(R.choice(['glass', 'small', 'large', 'plastic']) + ' beaker')} "
+                       f"{R.choice(['filled with green liquid', 'on a lab bench', 'next to a bottle', 'with a measuring scale'])}"),
+        (0.88, lambda: f"{art(R.choice(['scientist', 'student', 'woman', 'man']))} pouring "
+                       f"{R.choice(['water', 'a liquid', 'oil'])} into {R.choice(['a beaker', 'a glass beaker', 'a test tube'])}"),
+        (1.0, lambda: f"{R.choice(['a bowl of', 'a basket of', 'a plate of', 'a handful of'])} "
+                      f"{R.choice(['fresh', 'ripe', 'red', 'small'])} strawberries "
+                      f"{R.choice(['on a table', 'on a cutting board', 'in the sun', 'next to a knife'])}"),
+    ])
+
+
 MAKERS: list[tuple[Callable[[random.Random], str], float]] = [
     (s_person, 30), (s_portrait, 8), (s_space_person, 4), (s_animal, 14), (s_cat_face, 4), (s_vehicle, 14),
     (s_motorcycle_detail, 3), (s_rocket_detail, 4), (s_camera, 4), (s_table, 9), (s_building, 7),
     (s_landscape, 4), (s_flower, 5), (s_sky, 6), (s_ground, 6), (s_paper, 7), (s_flag, 2), (s_objects, 6),
     (s_wildlife, 4), (s_face, 3),
     (s_fish, 8), (s_sea_life, 4), (s_gadget, 10), (s_stage, 2), (s_mountain, 6), (s_outdoors, 10), (s_pet, 6),
-    (s_small_animal, 4), (s_toast, 2), (s_landmark, 2), (s_bin, 2),
+    (s_small_animal, 4), (s_toast, 2), (s_landmark, 2), (s_bin, 2), (s_critters, 4), (s_gear, 5),
 ]
 
 
