@@ -223,8 +223,10 @@ def remove_old_stamps(root: Path) -> bool:
 def _record(stage: Any, axes: Mapping[str, str], root: Path,
             known: Mapping[str, Any] | None = None) -> tuple[dict[str, Any] | None, list[str]]:
     path = record_path(root, stage, axes)
+    if known and str(path) in known:
+        return known[str(path)], []  # read and checked by Planner._prefetch
     try:
-        record = (known or {}).get(str(path)) or json.loads(path.read_text())
+        record = json.loads(path.read_text())
     except FileNotFoundError:
         return None, [f"no record ({path.relative_to(root)}): never ran, or its last run failed"]
     except (OSError, ValueError) as err:
@@ -303,7 +305,7 @@ class Planner:
         self._values: dict[tuple[str | None, str | None], ParamValues] = {}
         self.digests = Digests(self.root, self.root / DIGEST_CACHE)
         self._fetched = not prefetch  # prefetch: digest every record's files in one pass at the first check
-        self._records: dict[str, Any] = {}  # record path -> its parsed content (read once, by _prefetch)
+        self._records: dict[str, Any] = {}  # record path -> its content, read and checked once by _prefetch
         self.runtime = current_runtime()  # the settings the engine's jobs will run with
 
     def _prefetch(self) -> None:
@@ -312,8 +314,9 @@ class Planner:
         names: list[str] = []
         for path in sorted((self.root / RECORDS).glob("*/*.json")):
             try:
-                record = self._records[str(path)] = json.loads(path.read_text())
+                record = json.loads(path.read_text())
                 if shape_problem(record, self.root) is None:  # a malformed one's own check says what is wrong
+                    self._records[str(path)] = record
                     names += [r["path"] for r in [*record["reads"], *(record.get("outputs") or [])]]
             except (OSError, ValueError, TypeError, KeyError, AttributeError):
                 continue  # that instance's own check says what is wrong
