@@ -78,6 +78,16 @@ def timed(cmd: list[str], wd: Path) -> tuple[int, float, float]:
     return r.returncode, time.perf_counter() - t0, cpu
 
 
+def snakemake(wd: Path, cores: int, targets: list[str], what: str) -> tuple[int, float, float]:
+    """Snakemake on ``targets`` in ``wd``, its time printed as ``what: … s wall, … CPU s``: :func:`timed`'s triple."""
+    rc, wall, cpu = timed([str(BIN / "snakemake"), "--cores", str(cores), *targets], wd)
+    print(f"{what}: {wall:.0f} s wall, {cpu:.0f} CPU s (user + sys of every job; jobs already done cost nothing)",
+          flush=True)
+    if rc:
+        print(f"{what.split(':')[0]}: snakemake failed (exit {rc}); see {wd}/logs", file=sys.stderr)
+    return rc, wall, cpu
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     targets = argv[argv.index("--") + 1:] if "--" in argv else ["all"]
@@ -93,11 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     for item in a.set:
         set_key(raw, item)
     (wd / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    rc, wall, cpu = timed([str(BIN / "snakemake"), "--cores", str(a.cores), *targets], wd)
-    print(f"scratch_run: {a.name} ({' '.join(a.set) or 'params unchanged'}): {wall:.0f} s wall, {cpu:.0f} CPU s "
-          "(user + sys of every job; jobs already done cost nothing)", flush=True)
+    rc = snakemake(wd, a.cores, targets, f"scratch_run: {a.name} ({' '.join(a.set) or 'params unchanged'})")[0]
     if rc:
-        print(f"scratch_run: snakemake failed (exit {rc}); see {wd}/logs", file=sys.stderr)
         return rc
     for name in TABLES:
         path = wd / "reports" / name

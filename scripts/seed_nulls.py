@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import yaml
-from scratch_run import BIN, ROOT, copy_project, run_env, timed  # scripts/ is on the path
+from scratch_run import BIN, ROOT, copy_project, run_env, snakemake  # scripts/ is on the path
 
 
 def workspace(wd: Path, dataset: str, seeds: int) -> None:
@@ -73,11 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     targets = [f"results/{a.dataset}/r2m/s{k}/{ckpt}/per_image.parquet" for k in range(a.seeds)
                for ckpt in ("train_i", a.plant)]
     stamp_targets(wd, a.dataset, a.seeds, ("train_i", a.plant))
-    rc, wall, cpu = timed([str(BIN / "snakemake"), "--cores", str(a.cores), *targets], wd)
-    print(f"seed_nulls: {a.seeds} seeds of R2M on {a.dataset} in {wd}: {wall:.0f} s wall, {cpu:.0f} CPU s "
-          "(user + sys of every job; jobs already done cost nothing)", flush=True)
+    rc, wall, cpu = snakemake(wd, a.cores, targets, f"seed_nulls: {a.seeds} seeds of R2M on {a.dataset} in {wd}")
     if rc:
-        print(f"seed_nulls: snakemake failed (exit {rc}); see {wd}/logs", file=sys.stderr)
         return rc
     runs = str(wd / f"results/{a.dataset}/r2m/s*/train_i")
     plant = str(wd / f"results/{a.dataset}/r2m/s*/{a.plant}")
