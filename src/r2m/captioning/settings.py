@@ -43,7 +43,7 @@ CODE_OPTIONS = {"tf_oid": ("model",), "inception_v3_fid": ("weights",), "owl": (
 CATALOG_SOURCES = {"tf_oid": ("zoo", "hub")}  # the pinned releases a backend may fetch (downloads.TF_OID_SOURCES)
 TOP_KEYS = ("format", "dataset", "variant", "stage", "itos", *SECTIONS)  # what build() writes, nothing else
 # each section's keys and values: those of the params section of that name (r2m.params)
-SECTION_MODELS = {"concepts": "ConceptsParams", "detect_concepts": "DetectParams", "extract_features": "FeatureParams",
+SECTION_MODELS = {"concepts": "ConceptsParams", "detect_concepts": "DetectParams", "extract_features": "R2MFeatureParams",
                   "caption": "CaptionParams", "fidelity": "FidelityParams"}
 NEVER = ("allow_download", "cache_dir")  # a download switch; where downloads land
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
