@@ -256,8 +256,10 @@ def test_four_stages_log_their_objective_under_each_profile(syn: Path, profile: 
     """The whole chain runs under ``paper`` and ``official``; every logged training row is the stage's
     objective of its logged components: L_S = xe + β·rec, L_M = rank, L_I = rank + γ·rec (β ≠ γ)."""
     beta, gamma = 0.3, 0.7
+    # crops 0: the fixture's features hold the usual view only (the official crops: tests/test_random_crops.py)
     p = make_params(catalog={"syn": {"kind": "tiny", "beta": beta, "gamma": gamma, "fidelity": profile}},
-                    train_xe={"steps": 4}, train_s={"steps": 4}, train_m={"steps": 3}, train_i={"steps": 3})
+                    train_xe={"steps": 4}, train_s={"steps": 4}, train_m={"steps": 3}, train_i={"steps": 3},
+                    extract_features={"crops": 0})
     assert p.fidelity.rec_loss == {"paper": "sum_normalized", "official": "mse_raw"}[profile]
     want = {"train_xe": lambda r: r["xe"], "train_s": lambda r: r["xe"] + beta * r["rec"],
             "train_m": lambda r: r["rank"], "train_i": lambda r: r["rank"] + gamma * r["rec"]}
