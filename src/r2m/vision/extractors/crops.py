@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from r2m.vision.extractors.base import Extractor, ResizeToUint8
-from r2m.vision.extractors.tf1 import OfficialResizeCrop, tf1_resize_bilinear
+from r2m.vision.extractors.tf1 import OfficialResizeCrop
 
 RATIO = 346 / 299  # the released code's resize over its crop, used for backends with a plain resize
 SUFFIX = "_crops"
@@ -42,32 +42,33 @@ def crop_offsets(img_rgb: np.ndarray, k: int, span_y: int, span_x: int) -> np.nd
 
 class RandomCrops:
     """An image -> ``[1 + K, 3, H, W]``: the backend's own view first, then K seeded random crops of the
-    same size (float for the official transform, uint8 for a plain resize, as the backend's own)."""
+    same size (float for the official transform, uint8 for a plain resize, as the backend's own). Both come
+    from the backend's own resize code: the official one at ``resize × resize`` (its own view is that image's
+    centre window), a plain resize at the larger size."""
 
     def __init__(self, base: Any, k: int):
-        if not isinstance(base, (OfficialResizeCrop, ResizeToUint8)):
+        if isinstance(base, OfficialResizeCrop):
+            self.big: Any = OfficialResizeCrop(base.resize, base.resize)  # the whole resize, nothing cut
+            self.size = (base.crop, base.crop)
+        elif isinstance(base, ResizeToUint8):
+            h, w = base.size
+            self.big, self.size = ResizeToUint8((round(h * RATIO), round(w * RATIO)), base.resample), base.size
+        else:
             raise ValueError(f"extract_features.crops: the backend's preprocessing {type(base).__name__} has no "
                              "random-crop form (only the official resize-then-crop and a plain resize do); "
                              "set crops: 0")
         self.base, self.k = base, int(k)
 
     def __call__(self, img) -> torch.Tensor:
-        own = self.base(img)
-        a = np.asarray(img, dtype=np.uint8)
+        big = self.big(img)
+        h, w = self.size
         if isinstance(self.base, OfficialResizeCrop):
-            r, c = self.base.resize, self.base.crop
-            big = tf1_resize_bilinear(a.astype(np.float32), r, r)
-            h = w = c
+            o = self.base.offset
+            own = big[:, o:o + h, o:o + w]
         else:
-            from PIL import Image
-
-            h, w = self.base.size
-            filt = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}[self.base.resample]
-            big_h, big_w = round(h * RATIO), round(w * RATIO)
-            big = np.asarray(img.resize((big_w, big_h), filt), dtype=np.uint8)
-        offsets = crop_offsets(a, self.k, big.shape[0] - h, big.shape[1] - w)
-        crops = [torch.from_numpy(np.ascontiguousarray(big[y:y + h, x:x + w])).permute(2, 0, 1) for y, x in offsets]
-        return torch.stack([own, *(t.to(own.dtype) for t in crops)])
+            own = self.base(img)
+        offsets = crop_offsets(np.asarray(img, dtype=np.uint8), self.k, big.shape[1] - h, big.shape[2] - w)
+        return torch.stack([own, *(big[:, y:y + h, x:x + w] for y, x in offsets)])
 
 
 class WithCrops(nn.Module):
