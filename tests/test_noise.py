@@ -223,3 +223,30 @@ def test_the_bench_counts_coverage_marks_and_power_on_a_pool_of_runs() -> None:
     assert seeds.covered["CIDEr"] >= 54 and seeds.marked["CIDEr"] <= 6  # 95 % / 5 % with room for 60 draws
     planted, _ = RB.seed_null(pool, None, 3, 30, 200, seed=2, plant=better, share=1.0, truth={"CIDEr": 0.3})
     assert planted.marked["CIDEr"] == 30 and planted.covered["CIDEr"] >= 26
+
+
+def test_the_jackknife_over_runs_widens_the_share_of_draws_that_share_runs() -> None:
+    """The real seed nulls' draws share runs: the delete-one-run jackknife of the covered share, checked against a
+    hand computation. Pool of 6 runs, each of the 15 pairs drawn once, only the pair (0, 1) not covered: the share
+    is 14/15; without run 0 or 1 it is 10/10, without any other run 9/10; their mean 0.9333, the jackknife variance
+    5/6 · (2 · (1/15)² + 4 · (1/30)²) = 0.011111, SE 0.10541, the interval 14/15 ± 1.96 · SE, clipped at 1."""
+    from itertools import combinations
+
+    from r2m.bench import randomization as RB
+
+    est = {True: N.Estimate(0.0, -1.0, 1.0, 0.5, 10.0, 1.0, 0.95, None),
+           False: N.Estimate(2.0, 1.0, 3.0, 0.5, 10.0, 0.001, 0.95, None)}
+    tally = RB.Tally(["CIDEr"], pool=6)
+    for pair in combinations(range(6), 2):
+        tally.add({"CIDEr": est[pair != (0, 1)]}, runs=pair)
+    assert tally.covered["CIDEr"] == 14 and tally.marked["CIDEr"] == 1
+    lo, hi = tally.jackknife("CIDEr")
+    assert lo == pytest.approx(14 / 15 - 1.96 * 0.105409, abs=1e-4) and hi == 1.0
+    lo_m, hi_m = tally.jackknife("CIDEr", "marked")
+    assert lo_m == 0.0 and hi_m == pytest.approx(1 / 15 + 1.96 * 0.105409, abs=1e-4)
+    # independent draws (no pool), or a run in every draw: no jackknife
+    assert RB.Tally(["CIDEr"]).jackknife("CIDEr") is None
+    every = RB.Tally(["CIDEr"], pool=3)
+    for pair in ((0, 1), (0, 2)):
+        every.add({"CIDEr": est[True]}, runs=pair)
+    assert every.jackknife("CIDEr") is None

@@ -91,17 +91,44 @@ class Tally:
     draws: int = 0
     covered: dict[str, int] = field(default_factory=dict)
     marked: dict[str, int] = field(default_factory=dict)
+    pool: int = 0  # runs in the pool the draws take their runs from (0: draws independent, no jackknife)
+    used: list[tuple[int, ...]] = field(default_factory=list)  # per draw: the pool's runs it used
+    flags: dict[str, list[tuple[bool, bool]]] = field(default_factory=dict)  # per metric, per draw: (covered, marked)
 
     def add(self, got: dict[str, N.Estimate], truth: dict[str, float] | None = None,
-            alpha: float = RZ.DEFAULT_ALPHA) -> None:
+            alpha: float = RZ.DEFAULT_ALPHA, runs: tuple[int, ...] = ()) -> None:
         self.draws += 1
+        self.used.append(tuple(int(r) for r in runs))
         for m in self.metrics:
             e = got.get(m)
             t = 0.0 if truth is None else truth[m]
             ok = e is not None and math.isfinite(e.low) and e.low <= t <= e.high
-            self.covered[m] = self.covered.get(m, 0) + int(ok or e is None or not math.isfinite(e.low))
-            self.marked[m] = self.marked.get(m, 0) + int(e is not None and e.p <= alpha
-                                                          and (truth is None or np.sign(e.value) == np.sign(t)))
+            cov = bool(ok or e is None or not math.isfinite(e.low))
+            mark = bool(e is not None and e.p <= alpha and (truth is None or np.sign(e.value) == np.sign(t)))
+            self.covered[m] = self.covered.get(m, 0) + int(cov)
+            self.marked[m] = self.marked.get(m, 0) + int(mark)
+            self.flags.setdefault(m, []).append((cov, mark))
+
+    def jackknife(self, metric: str, what: str = "covered") -> tuple[float, float] | None:
+        """A 95 % interval for the share of draws ``covered`` (or ``marked``) that counts the draws' shared
+        runs: the delete-one-run jackknife (Quenouille 1956; Efron & Stein 1981) over the pool — the share
+        recomputed from the draws that did not use run r, for each r, with variance
+        ``(R − 1) / R · Σ (θ₋ᵣ − θ̄)²``, and ``θ ± 1.96 · SE`` clipped to [0, 1]. None when the draws are
+        independent (no pool) or a run is in every draw."""
+        if not self.pool or not self.used:
+            return None
+        col = 0 if what == "covered" else 1
+        hits = np.array([f[col] for f in self.flags[metric]], dtype=float)
+        theta = float(hits.mean())
+        parts = []
+        for r in range(self.pool):
+            keep = np.array([r not in u for u in self.used])
+            if not keep.any():
+                return None
+            parts.append(float(hits[keep].mean()))
+        parts_a = np.array(parts)
+        se = math.sqrt((self.pool - 1) / self.pool * float(((parts_a - parts_a.mean()) ** 2).sum()))
+        return max(0.0, theta - 1.96 * se), min(1.0, theta + 1.96 * se)
 
 
 def planted_null(r1: B.PerImage, r2: B.PerImage, n: int, pairs: int, trials: int, resamples: int,
@@ -137,7 +164,7 @@ def seed_null(pool: list[B.PerImage], n: int | None, k: int, pairs: int, resampl
     metrics = RZ.common_metrics([(pool[0], pool[1])])
     if plant is not None:
         metrics = [m for m in metrics if m in set(plant[0].metrics())]
-    seeds, single = Tally(metrics), Tally(metrics)
+    seeds, single = Tally(metrics, pool=len(pool)), Tally(metrics, pool=len(pool))
     size = pool[0].n if n is None else n
     for j in range(pairs):
         rows = rng.choice(pool[0].n, size=size, replace=False)
@@ -148,8 +175,8 @@ def seed_null(pool: list[B.PerImage], n: int | None, k: int, pairs: int, resampl
             mask = rng.random(size) < share
             b = [B.PerImage(x.ids, {c: np.where(mask, plant[r].take(rows).columns[c], x.columns[c]) for c in x.columns})
                  for x, r in zip(b, runs[k:], strict=True)]
-        seeds.add(N.compare(b, a, metrics, resamples, seed=j), truth)
-        single.add(N.compare(b[:1], a[:1], metrics, resamples, seed=j), truth)
+        seeds.add(N.compare(b, a, metrics, resamples, seed=j), truth, runs=tuple(runs))
+        single.add(N.compare(b[:1], a[:1], metrics, resamples, seed=j), truth, runs=(runs[0], runs[k]))
     return seeds, single
 
 
@@ -186,11 +213,18 @@ def _pct(hits: int, draws: int) -> str:
 
 
 def _print_tally(label: str, tally: Tally, header: bool, what: str = "covered") -> None:
-    """One line per tally: per metric the share of draws covered (or marked) with its Clopper–Pearson interval."""
+    """One line per tally: per metric the share of draws covered (or marked) with its Clopper–Pearson interval;
+    for draws from a pool of runs a second line with the jackknife interval over the runs (:meth:`Tally.jackknife`)."""
     if header:
         print(f"{'':<34}" + "".join(f"{m:>22}" for m in tally.metrics))
     counts = tally.covered if what == "covered" else tally.marked
     print(f"{label:<34}" + "".join(f"{_pct(counts[m], tally.draws):>22}" for m in tally.metrics))
+    if tally.pool:
+        cells = []
+        for m in tally.metrics:
+            jk = tally.jackknife(m, what)
+            cells.append("—" if jk is None else f"[{100 * jk[0]:.1f}, {100 * jk[1]:.1f}]")
+        print(f"{'  jackknife over the ' + str(tally.pool) + ' runs':<34}" + "".join(f"{c:>22}" for c in cells))
 
 
 def _real_pool(pattern: str, what: str) -> list[B.PerImage]:
@@ -288,19 +322,20 @@ def significance(argv: list[str] | None = None) -> int:
                              f"{2 * args.seeds} for {args.seeds} seeds per system")
         combos = math.comb(len(pool), args.seeds) * math.comb(len(pool) - args.seeds, args.seeds) // 2
         print(f"\nreal seed nulls: {pattern} ({len(pool)} runs on {pool[0].n} images); {args.real_pairs} "
-              f"draws of {args.seeds} vs {args.seeds} distinct runs (of {combos:,} disjoint splits: the draws share "
-              "runs, so the intervals below, which treat them as independent, are too narrow)")
+              f"draws of {args.seeds} vs {args.seeds} distinct runs (of {combos:,} disjoint splits); the draws share "
+              "runs, so beside each Clopper–Pearson interval, which treats them as independent and is too narrow, "
+              f"a line gives the jackknife interval over the {len(pool)} runs")
         t0 = time.perf_counter()
         seeds, single = seed_null(pool, None, args.seeds, args.real_pairs, args.resamples, args.seed + 7 * i)
         _print_tally("covered", seeds, True)
         _print_tally("marked", seeds, False, "marked")
         _print_tally("marked, one seed each (images only)", single, False, "marked")
-        swap = Tally(seeds.metrics)
+        swap = Tally(seeds.metrics, pool=len(pool))
         rng = np.random.default_rng(args.seed + 11 * i)
         for j in range(args.real_pairs):
             r1, r2 = rng.choice(len(pool), size=2, replace=False)
             a, b = _swapped(pool[r1], pool[r2], rng)
-            swap.add(N.compare([b], [a], swap.metrics, args.resamples, seed=j))
+            swap.add(N.compare([b], [a], swap.metrics, args.resamples, seed=j), runs=(r1, r2))
         _print_tally("image-swap nulls, covered", swap, False)
         _print_tally("image-swap nulls, marked", swap, False, "marked")
         if args.plant:
