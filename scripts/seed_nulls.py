@@ -8,7 +8,8 @@ writes a params.yaml that runs R2M alone on ``--dataset`` at seeds ``0 … N−1
 ``seeds`` override), has Snakemake evaluate every seed's final checkpoint and its L_XE checkpoint, and
 prints the wall and CPU seconds of that (children's user + sys). Then ``r2m bench significance --runs
 …/s*/train_i --plant …/s*/train_xe`` on the workspace's results: coverage and marks of the 95 % interval
-on disjoint seed sets and on image-swap nulls, and power on a planted difference; the bench's text is also
+on disjoint seed sets and on image-swap nulls (1,000 draws each), and power on a planted difference (B's rows
+on every image from the L_XE checkpoint: on the demo about 2 CIDEr, the size of a Table 2 claim); the bench's text is also
 saved as ``<workspace>/significance.txt`` (``scripts/doc_numbers.py`` quotes it). Extra arguments after
 ``--`` go to the bench (e.g. ``-- --real-pairs 1000 --seeds 4``).
 """
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     plant = str(wd / f"results/{a.dataset}/r2m/s*/{a.plant}")
     t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([str(BIN / "r2m"), "bench", "significance", "--sizes", "", "--seed-sizes", "",
-                        "--runs", runs, "--plant", plant, *extra], env={**env, "PYTHONPATH": str(ROOT / "src")},
+                        "--runs", runs, "--plant", plant,
+                        "--real-pairs", "1000", "--plant-share", "1", *extra], env={**env, "PYTHONPATH": str(ROOT / "src")},
                        capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_bench = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
