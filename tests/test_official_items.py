@@ -454,10 +454,10 @@ def _authors_rec_feat(rnn_out: np.ndarray, lengths_with_specials: list[int]) -> 
 
 
 def test_cropped_sentences_v_tilde_is_the_authors_gpu_gather() -> None:
+    import pyarrow as pa
+
     from r2m.training.data import make_text_batch, pad_text
     from r2m.training.stage_losses import cropped_v_tilde, text_objective
-
-    import pyarrow as pa
 
     assert _view("official").fidelity.cropped_v_tilde == "zero" and _view("paper").fidelity.cropped_v_tilde == "last"
     pad_length, V, d = 8, 40, 16
@@ -508,11 +508,11 @@ def _authors_accuracy(batches: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) 
 
 
 def test_held_out_accuracy_is_the_authors_masked_argmax() -> None:
+    import pyarrow as pa
+
     from r2m.training.data import make_text_batch
     from r2m.training.loop import Ratio
     from r2m.training.stage_losses import text_objective
-
-    import pyarrow as pa
 
     V, d, pad_length = 30, 16, 8
     torch.manual_seed(1)
@@ -537,9 +537,8 @@ def test_held_out_accuracy_is_the_authors_masked_argmax() -> None:
 
 
 def test_the_loop_averages_a_ratio_over_its_tokens(tmp_path: Path) -> None:
-    from test_loop import Batch, X, Y, spec
-
     from r2m.training import loop as L
+    from test_loop import Batch, X, Y, spec
 
     def val(model, b):  # "tokens": 1 of the 4-row batch's 10, 3 of the 1-row batch's 3
         return {"mse": torch.tensor(1.0), "acc": L.Ratio(torch.tensor(1 if len(b) == 4 else 3), torch.tensor(

@@ -24,8 +24,8 @@ from r2m.losses.xe import linear_xe_loss, reduce_xe, xe_loss
 from r2m.models.r2m import R2M
 from r2m.stage.context import StageContext
 from r2m.training import distributed
-from r2m.training.loop import Ratio
 from r2m.training.data import TextBatch
+from r2m.training.loop import Ratio
 
 
 @dataclass(frozen=True)
