@@ -5,7 +5,9 @@ preprocessing at 0e75b6a, sonnet's RelationalMemory, NLTK 3.4.5's word_tokenize)
 code: the detections kept (process_images.py, obj2sen_tri.py, test_obj2sen.py, sentence_infer.py), the RM's
 attention scale and the FM -> RM projection (sonnet's RelationalMemory), long sentences cropped
 (obj2sen_xe+rec.py), nothing banned in beam search (sentence_infer.py), the GloVe list (process_descriptions.py),
-selection on the test images (eval_obj2sen.py) and the tokeniser (NLTK 3.4.5).
+selection on the test images (eval_obj2sen.py), the tokeniser (NLTK 3.4.5), a word two detected classes share
+fed twice (process_imgaes.py), the v~ of a cropped sentence as TF's GPU gather_nd reads it and the held-out
+token accuracy (obj2sen_xe+rec.py).
 """
 
 from __future__ import annotations
@@ -374,3 +376,176 @@ def test_rows_selected_on_test_say_so(tmp_path: Path) -> None:
     assert concept_metrics(caps, info)["selected_on_test"] is True
     assert any("TEST IMAGES" in n for n in scope_notes({"selected_on_test": True, "split": "test", "CIDEr": 1.0}))
     assert not any("TEST IMAGES" in n for n in scope_notes({"split": "test", "CIDEr": 1.0}))
+
+
+# --------------------------------------------------------------------------- item 21: a shared word fed twice
+def _authors_words(classes: np.ndarray, names: list[str]) -> tuple[list[str], list[str]]:
+    """process_imgaes.py:39-41: ``np.unique`` over the detected class ids (1-based label-map ids), each
+    mapped by ``all_ids`` (process_descriptions.py:60,116) to its name's last word, lower-cased: two
+    classes ending in one word give it twice. obj2sen_tri.py:286 keeps the last 5 for training;
+    test_obj2sen.py:37 reverses the list and sentence_infer.py:159-160 keeps its last 5."""
+    all_ids = {i + 1: name.lower().split()[-1] for i, name in enumerate(names)}
+    words = np.array([all_ids[j] for j in np.unique(classes)])
+    test = words[::-1]
+    if test.size > 5:
+        test = test[-5:]
+    return words[-5:].tolist(), test.tolist()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_word_two_detected_classes_share_is_fed_twice(seed: int) -> None:
+    d = load_dictionary("openimages")
+    last = [lab.lower().split()[-1] for lab in d.labels]
+    shared = [i + 1 for i, w in enumerate(last) if last.count(w) > 1]  # "Dog" and "Hot dog", "Ball", "Golf ball" …
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 14))
+    classes = np.concatenate([rng.choice(shared, n), rng.choice(len(d.labels), n // 2) + 1])
+    if seed == 0:  # one image with both dogs, detected several times each
+        classes = np.array([446, 47, 446, 47, 47])
+    df = pd.DataFrame({"image_id": "img", "label": [d.labels[c - 1] for c in classes],
+                       "score": rng.uniform(0.0, 1.0, len(classes))})
+    view = _view("official")
+    per_class = view.fidelity.concept_per_class
+    assert per_class is True and _view("paper").fidelity.concept_per_class is False
+    threshold, cap = view.concepts.score_threshold, view.concepts.max_per_image
+    train = image_concept_lists(df, threshold, cap, "official_train", "openimages", per_class)["img"]
+    test = image_concept_lists(df, threshold, cap, "official_test", "openimages", per_class)["img"]
+    want_train, want_test = _authors_words(classes, d.labels)
+    # the authors' raw last words in this project's word space ("butterflies" -> butterfly, as items 7, 9)
+    assert train == [d.raw_words[w] for w in want_train]
+    assert test == [d.raw_words[w] for w in want_test]
+    if seed == 0:
+        assert train == ["dog", "dog"] and test == ["dog", "dog"]
+    # one per word when the switch is off: each word once, at its first class's line
+    once = image_concept_lists(df, threshold, cap, "official_train", "openimages")["img"]
+    assert len(once) == len(set(once))
+
+
+def test_a_label_outside_the_class_names_stands_for_its_words_first_class() -> None:
+    d = load_dictionary("openimages")
+    # an ImageNet label mapped to `dog` (offline backend) and the OpenImages class "Dog": two classes
+    df = pd.DataFrame({"image_id": "img", "label": ["golden retriever", "Dog", "Dog"],
+                       "concept": ["dog", "dog", "dog"], "score": [0.9, 0.8, 0.7]})
+    assert d.class_keys(df["label"], df["concept"]) == [(d.word_rank["dog"], "dog"), (445, "dog"), (445, "dog")]
+    assert image_concept_lists(df, 0.0, 5, "official_train", "openimages", True) == {"img": ["dog", "dog"]}
+    assert image_concept_lists(df, 0.0, 5, "official_train", "openimages", False) == {"img": ["dog"]}
+    # no label column: each concept is its own class
+    assert image_concept_lists(df.drop(columns="label"), 0.0, 5, "official_train", "openimages", True) == {
+        "img": ["dog"]}
+
+
+# --------------------------------------------------------------------------- item 4: ṽ of a cropped sentence
+def _tf_gpu_gather_nd(params: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``tf.gather_nd(params [B, T, d], idx [B, 2])`` as TF's GPU kernel computes it: a row whose index is
+    out of range reads 0 (on a CPU the op raises; the authors trained on GPUs)."""
+    out = np.zeros((idx.shape[0], params.shape[2]), dtype=params.dtype)
+    for r, (b, t) in enumerate(idx):
+        if 0 <= b < params.shape[0] and 0 <= t < params.shape[1]:
+            out[r] = params[b, t]
+    return out
+
+
+def _authors_rec_feat(rnn_out: np.ndarray, lengths_with_specials: list[int]) -> np.ndarray:
+    """obj2sen_xe+rec.py:76,79,155-156: ``ls`` = the stored sentence's length (<S> … </S>) - 1, the index
+    ``ls - 1``, gathered from the reconstructor's ``pad_length`` outputs."""
+    ls = np.asarray(lengths_with_specials) - 1
+    idx = np.stack([np.arange(len(ls)), ls - 1], axis=1)
+    return _tf_gpu_gather_nd(rnn_out, idx)
+
+
+def test_cropped_sentences_v_tilde_is_the_authors_gpu_gather() -> None:
+    import pyarrow as pa
+
+    from r2m.training.data import make_text_batch, pad_text
+    from r2m.training.stage_losses import cropped_v_tilde, text_objective
+
+    assert _view("official").fidelity.cropped_v_tilde == "zero" and _view("paper").fidelity.cropped_v_tilde == "last"
+    pad_length, V, d = 8, 40, 16
+    words = [2, 6, 7, 8, 12]  # pad_length 8: 8 and 12 words (+ </S>) are cropped, 7 just fits
+    ids = pa.array([[10 + (k % 25) for k in range(n)] for n in words], pa.list_(pa.int64()))
+    concepts = pa.array([[3, 4], [5], [3], [6, 7], [4]], pa.list_(pa.int64()))
+    batch = pad_text(make_text_batch(ids, concepts, pad_length, np.random.default_rng(0)), pad_length)
+    assert batch.cropped.tolist() == [n + 1 > pad_length for n in words]
+    torch.manual_seed(0)
+    model = R2M(R2MConfig.for_variant("r2m", vocab_size=V, d=d, heads=2, d_k=8, fm_output="flat",
+                                      rm_input="always")).eval()
+    with torch.no_grad():
+        out = model(batch.concepts, batch.concept_lens, batch.inputs, batch.lengths)
+        rnn_out, _ = model.run_memory(model.reconstructor, out["hidden"])  # the reconstructor at every step
+        rnn_out = model.rec_proj(rnn_out)
+    assert rnn_out.shape[1] == pad_length
+    want = _authors_rec_feat(rnn_out.numpy(), [n + 2 for n in words])
+    got = cropped_v_tilde(out["v_tilde_raw"], batch, "zero")
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-7)
+    last = cropped_v_tilde(out["v_tilde_raw"], batch, "last")  # ours: the last (cropped) step's memory
+    np.testing.assert_allclose(last[3:].numpy(), rnn_out[3:, -1].numpy(), rtol=1e-6, atol=1e-7)
+    # the official L_rec (mean_squared_error on the raw v~, obj2sen_xe+rec.py:157) on that v~
+    _, comp = text_objective(model, batch, 1.0, "mse_raw", similarity="inner", cropped="zero")
+    v = out["v"].numpy()
+    assert float(comp["rec"].detach()) == pytest.approx(float(np.mean((v - want) ** 2)), rel=1e-5)
+    # no gradient reaches the reconstructor from a cropped row (TF: a constant 0 read)
+    crop = pad_text(make_text_batch(ids[2:4].take(pa.array([1, 1])), concepts[2:4], pad_length,
+                                    np.random.default_rng(0)), pad_length)
+    assert crop.cropped.all()
+    model.train()
+    loss, _ = text_objective(model, crop, 1.0, "mse_raw", similarity="inner", cropped="zero")
+    loss.backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.reconstructor.parameters())
+
+
+# --------------------------------------------------------------------------- item 17: held-out token accuracy
+def _authors_accuracy(batches: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> float:
+    """obj2sen_xe+rec.py:128,130-131,191-194: ``argmax`` of the logits at every step, the targets and the
+    predictions masked by ``sequence_mask(ls, pad_length)``, ``tf.metrics.accuracy`` over the held-out
+    batches (streaming: correct tokens / tokens)."""
+    correct = total = 0
+    for logits, targets, ls in batches:
+        pred = logits.argmax(-1)
+        mask = np.arange(logits.shape[1])[None, :] < ls[:, None]
+        correct += int((pred[mask] == targets[mask]).sum())
+        total += int(mask.sum())
+    return correct / total
+
+
+def test_held_out_accuracy_is_the_authors_masked_argmax() -> None:
+    import pyarrow as pa
+
+    from r2m.training.data import make_text_batch
+    from r2m.training.loop import Ratio
+    from r2m.training.stage_losses import text_objective
+
+    V, d, pad_length = 30, 16, 8
+    torch.manual_seed(1)
+    model = R2M(R2MConfig.for_variant("r2m", vocab_size=V, d=d, heads=2, d_k=8)).eval()
+    with torch.no_grad():
+        model.out.bias[6] += 3.0  # a model that often says word 6: some right, some wrong
+    rng = np.random.default_rng(3)
+    refs, num, den = [], 0, 0
+    for size in (5, 2):
+        ids = pa.array([rng.integers(4, 8, int(rng.integers(1, 12))).tolist() for _ in range(size)],
+                       pa.list_(pa.int64()))
+        concepts = pa.array([[4, 5]] * size, pa.list_(pa.int64()))
+        b = make_text_batch(ids, concepts, pad_length, rng)
+        with torch.no_grad():
+            _, comp = text_objective(model, b, None, accuracy=True)
+            logits = model.logits(model(b.concepts, b.concept_lens, b.inputs, b.lengths, reconstruct=False)["hidden"])
+        assert isinstance(comp["acc"], Ratio)
+        num, den = num + int(comp["acc"].num), den + int(comp["acc"].den)
+        refs.append((logits.numpy(), b.targets.numpy(), b.lengths.numpy()))
+    assert 0 < num < den
+    assert num / den == pytest.approx(_authors_accuracy(refs))
+
+
+def test_the_loop_averages_a_ratio_over_its_tokens(tmp_path: Path) -> None:
+    from r2m.training import loop as L
+    from test_loop import Batch, X, Y, spec
+
+    def val(model, b):  # "tokens": 1 of the 4-row batch's 10, 3 of the 1-row batch's 3
+        return {"mse": torch.tensor(1.0), "acc": L.Ratio(torch.tensor(1 if len(b) == 4 else 3), torch.tensor(
+            10 if len(b) == 4 else 3))}
+
+    s = spec(tmp_path, steps=3)
+    s.objective = L.LoopObjective(("mse", "acc"), s.objective.loss, val, lambda ev: ev["mse"])
+    s.val_batches = lambda: [Batch(X[:4], Y[:4]), Batch(X[4:5], Y[4:5])]
+    rows = [r for r in L.fit(s).rows if r[1] == "val"]
+    assert rows and rows[-1][4] == pytest.approx(4 / 13)  # not (4 · 0.1 + 1 · 1) / 5

@@ -317,6 +317,14 @@ class FidelityParams(_Section):
         "cropping them at the stage's max_len (crop: the released code keeps every sentence)")
     ban_specials: bool | None = Field(
         None, description="beam search never generates <pad> and <#start> (ours; the released code bans nothing)")
+    cropped_v_tilde: Literal["last", "zero"] | None = Field(
+        None, description="v~ of a sentence cropped at the stage's max_len (text side of train_s, train_e2e): the "
+        "reconstructor's output at the last step (last) or zero (zero: the released code gathers at the full length "
+        "- 1, past its padded steps, and TF's gather_nd gives 0 there on a GPU)")
+    concept_per_class: bool | None = Field(
+        None, description="image concepts: one per word (false) or one per detected class (true: the released "
+        "code maps each class id to its name's last word, so two classes ending in one word feed it twice, each at "
+        "its class id; a label outside the dictionary's class names stands for its word's first class)")
     select_on_test: bool = Field(
         False, description="image stages keep the checkpoint with the best CIDEr on the TEST images (the released "
         "eval_obj2sen.py; leakage: every table row that used it says so). In no profile: set it by hand")
@@ -352,6 +360,8 @@ PROFILES: dict[str, tuple[Any, Any]] = {
     "fidelity.long_sentences": ("drop", "crop"),
     "fidelity.ban_specials": (True, False),
     "extract_features.crops": (0, 8),
+    "fidelity.cropped_v_tilde": ("last", "zero"),
+    "fidelity.concept_per_class": (False, True),
 }
 # the profile of a catalog entry whose ``fidelity`` is null, by recipe kind (others: DEFAULT_PROFILE)
 BENCHMARK_KINDS = ("coco_shutterstock", "flickr30k_coco", "coco_gcc")

@@ -71,13 +71,14 @@ def load_checkpoint_model(model_dir: str | Path, device: Any, vocab: str | Path 
 # ---------------------------------------------------------------------------- concepts
 def concept_inputs(ids: list[str], det: Any, threshold: float, max_per_image: int, stoi: dict[str, int],
                    mode: str, order: str = "by_score", dictionary: str = "openimages",
-                   ) -> tuple[list[list[str]], list[str]]:
+                   per_class: bool = False) -> tuple[list[list[str]], list[str]]:
     """Concept words per image and their source: ``detections``, ``top1`` (``mode == "top1"``: the
     best detection below the threshold with a vocabulary word), ``image`` (``mode == "image"``: to be
-    decoded from v̂^I) or ``empty``. ``order``: :func:`r2m.text.dictionary.concept_order`."""
+    decoded from v̂^I) or ``empty``. ``order``: :func:`r2m.text.dictionary.concept_order`; ``per_class``:
+    ``fidelity.concept_per_class`` (:func:`r2m.text.dictionary.image_concepts`)."""
     if mode not in NO_CONCEPTS:
         raise ValueError(f"caption.no_concepts: {mode!r} is not one of {', '.join(NO_CONCEPTS)}")
-    per_image = image_concept_lists(det, threshold, max_per_image, order, dictionary)
+    per_image = image_concept_lists(det, threshold, max_per_image, order, dictionary, per_class)
     words = [[w for w in per_image.get(i, []) if w in stoi] for i in ids]
     source = ["detections" if w else "empty" for w in words]
     if mode == "top1" and not all(words):
@@ -267,12 +268,13 @@ def caption_detections(model, ckpt: dict[str, Any], itos: list[str], ids: list[s
                        image_concepts: str | None, decoding: str | None, beam: int, max_len: int,
                        batch_size: int, device, features: FeatureSource, log: Any = log,
                        desc: str | None = None, ban_unk: bool | None = None,
-                       ban_specials: bool | None = None) -> Captioned:
+                       ban_specials: bool | None = None, concept_per_class: bool | None = None) -> Captioned:
     """Caption images from their detections: concept inputs (with the ``no_concepts`` fallback),
-    v (or v̂^I), beam search. ``image_concepts``/``decoding``/``ban_unk``: the ``fidelity`` items."""
+    v (or v̂^I), beam search. ``image_concepts``/``concept_per_class``/``decoding``/``ban_unk``: the
+    ``fidelity`` items."""
     stoi = {w: i for i, w in enumerate(itos)}
     words, source = concept_inputs(ids, det, threshold, max_per_image, stoi, no_concepts,
-                                   order_at_test(image_concepts), dictionary)
+                                   order_at_test(image_concepts), dictionary, bool(concept_per_class))
     vecs = image_vectors(model, ckpt, {n: i for n, i in enumerate(ids) if source[n] == "image"}, features, log)
     source = resolve_sources(source, vecs)
     chunks = [[stoi[w] for w in ws] for ws in words]

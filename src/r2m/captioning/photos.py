@@ -89,6 +89,7 @@ class Captioner:
             self.model, self.ckpt, self.itos, good, det, threshold=float(conc["score_threshold"]),
             max_per_image=int(conc["max_per_image"]), dictionary=conc["dictionary"],
             no_concepts=no_concepts or cap.get("no_concepts", "empty"), image_concepts=fid.get("image_concepts"),
+            concept_per_class=fid.get("concept_per_class"),
             decoding=fid.get("decoding"), ban_unk=fid.get("ban_unk"), ban_specials=fid.get("ban_specials"), beam=beam, max_len=max_len,
             batch_size=batch_size, device=self.device,
             features=lambda files: self._features(files, batch_size))  # asked only with an image projection

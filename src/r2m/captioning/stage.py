@@ -82,6 +82,7 @@ def run(ctx: StageContext) -> None:
     res = caption_detections(
         model, ckpt, itos, ids, det, threshold=conc.score_threshold, max_per_image=conc.max_per_image,
         dictionary=conc.dictionary, no_concepts=cp.no_concepts, image_concepts=fid.image_concepts,
+        concept_per_class=fid.concept_per_class,
         decoding=fid.decoding, ban_unk=fid.ban_unk, ban_specials=fid.ban_specials, beam=cp.beam, max_len=cp.max_len, batch_size=cp.batch_size, device=device,
         features=features_from_folder(Path(ctx.deps["features"])), log=ctx.log, desc="caption")
     counts = source_counts(res.source)

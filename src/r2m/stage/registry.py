@@ -47,13 +47,15 @@ FIDELITY_MODEL = ("fidelity.init", "fidelity.dropout", "fidelity.rm_input", "fid
                   "fidelity.rm_scale", "fidelity.fm_output", "fidelity.fm_attention")
 FIDELITY_TRAIN = {
     "train_xe": (*FIDELITY_MODEL, "fidelity.xe_reduction"),
-    "train_s": (*FIDELITY_MODEL, "fidelity.xe_reduction", "fidelity.rec_loss", "fidelity.similarity"),
+    "train_s": (*FIDELITY_MODEL, "fidelity.xe_reduction", "fidelity.rec_loss", "fidelity.similarity",
+                "fidelity.cropped_v_tilde"),
     "train_m": (*FIDELITY_MODEL, "fidelity.rec_loss", "fidelity.rank_loss", "fidelity.similarity"),
     "train_i": (*FIDELITY_MODEL, "fidelity.rec_loss", "fidelity.rank_loss", "fidelity.similarity"),
     "train_e2e": (*FIDELITY_MODEL, "fidelity.xe_reduction", "fidelity.rec_loss", "fidelity.rank_loss",
-                  "fidelity.similarity"),
+                  "fidelity.similarity", "fidelity.cropped_v_tilde"),
 }
-FIDELITY_IMAGES = ("fidelity.image_concepts", "fidelity.decoding", "fidelity.ban_unk", "fidelity.ban_specials")
+FIDELITY_IMAGES = ("fidelity.image_concepts", "fidelity.concept_per_class", "fidelity.decoding", "fidelity.ban_unk",
+                   "fidelity.ban_specials")
 # the catalog entry's own items a training stage's loss reads (Eq. 11's beta, Eq. 13's gamma); no stage
 # reads the entry's `overrides` as such: they reach a stage through the sections it declares
 # Stage.priority of the four training stages: the CPU seconds of the demo's chain each starts (train_xe ~56 s,

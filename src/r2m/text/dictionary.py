@@ -83,6 +83,24 @@ class Dictionary:
             rank.setdefault(self._label_map[lab.lower()], i)
         return rank
 
+    @property
+    def label_rank(self) -> dict[str, int]:
+        """Class name (lower-case) → its line in the ``.names`` file (its label-map id order)."""
+        return {lab.lower(): i for i, lab in enumerate(self.labels)}
+
+    def class_keys(self, labels: Iterable[str], concepts: Iterable[str]) -> list[tuple[int, str]]:
+        """One ``(class line, concept)`` per detection: the line of its label when the label is one of
+        the dictionary's class names naming that concept ("Hot dog" → (46, ``dog``), "Dog" → (445,
+        ``dog``) in OpenImages), else the concept's first line (:attr:`word_rank`: a label of another
+        detector, e.g. an ImageNet class, stands for its word's first class)."""
+        line, first, words = self.label_rank, self.word_rank, self._label_map
+        out = []
+        for lab, c in zip(labels, concepts, strict=True):
+            key = str(lab).strip().lower()
+            i = line.get(key)
+            out.append((i if i is not None and words[key] == c else first.get(c, len(line)), c))
+        return out
+
     def sentence_concepts(self, tokens: Iterable[str], plurals: str = "lemma") -> list[str]:
         """Sorted set(singularised tokens) ∩ dictionary words; ``plurals`` names the rule
         (:data:`PLURAL_RULES`: ``lemma`` or ``official``)."""
@@ -143,21 +161,22 @@ def load_dictionary(name: str = "openimages") -> Dictionary:
     return Dictionary(name=name, labels=read_names(path))
 
 
-def _ranked(pairs: Sequence[tuple[str, float]], max_per_image: int) -> list[tuple[str, float]]:
-    best: dict[str, float] = {}
-    for concept, score in pairs:
-        if score > best.get(concept, float("-inf")):
-            best[concept] = score
-    ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))
-    return ranked[:max_per_image]
+def _best(triples: Sequence[tuple[Any, str, float]]) -> dict[tuple[Any, str], float]:
+    """The maximum score per ``(key, concept)``."""
+    best: dict[tuple[Any, str], float] = {}
+    for key, concept, score in triples:
+        if score > best.get((key, concept), float("-inf")):
+            best[(key, concept)] = score
+    return best
 
 
-def _official(pairs: Sequence[tuple[str, float]], max_per_image: int, rank: dict[str, int],
-              at_test: bool) -> list[tuple[str, float]]:
-    best: dict[str, float] = {}
-    for concept, score in pairs:
-        best[concept] = max(score, best.get(concept, float("-inf")))
-    ordered = sorted(best.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+def _ranked(triples: Sequence[tuple[Any, str, float]], max_per_image: int) -> list[tuple[str, float]]:
+    ranked = sorted(_best(triples).items(), key=lambda kv: (-kv[1], kv[0][1], kv[0][0]))
+    return [(c, s) for (_, c), s in ranked[:max_per_image]]
+
+
+def _official(triples: Sequence[tuple[Any, str, float]], max_per_image: int, at_test: bool) -> list[tuple[str, float]]:
+    ordered = [(c, s) for (_, c), s in sorted(_best(triples).items(), key=lambda kv: kv[0])]
     if at_test:
         ordered = ordered[::-1]
     return ordered[-max_per_image:]
@@ -172,6 +191,7 @@ def image_concepts(
     max_per_image: int = 5,
     dictionary: Dictionary | None = None,
     order: str = "by_score",
+    per_class: bool = False,
 ) -> dict[str, list[tuple[str, float]]]:
     """Concepts per image from a detections table (``image_id``, ``score`` and ``concept`` or ``label``).
 
@@ -187,9 +207,14 @@ def image_concepts(
 
     The detections stage does not keep the detector's own output order; the official code does not
     use it either (``np.unique`` sorts by class id), so the class id is taken as the concept's line
-    in the dictionary's ``.names`` file (:attr:`Dictionary.word_rank`). When two class names map to
-    one word it takes its first line (the official code could then feed the word twice).
-    Images without any concept left are absent from the result.
+    in the dictionary's ``.names`` file (:attr:`Dictionary.word_rank`: a word two class names end in
+    takes its first line).
+
+    ``per_class`` (``fidelity.concept_per_class``; the released code's ``process_imgaes.py:39-41``):
+    de-duplicate per detected *class* instead of per word — each class id becomes its name's last
+    word, so two detected classes ending in one word ("Dog", "Hot dog") give that word twice, each at
+    its own class id (:meth:`Dictionary.class_keys`; needs the ``label`` column, else each concept is
+    its own class). Images without any concept left are absent from the result.
     """
     if order not in CONCEPT_ORDERS:
         raise ValueError(f"image concept order {order!r}: choose from {CONCEPT_ORDERS}")
@@ -207,16 +232,20 @@ def image_concepts(
     ids = keep["image_id"].astype(str).to_numpy()
     concepts = keep["concept"].astype(str).to_numpy()
     scores = pd.to_numeric(keep["score"]).to_numpy(dtype=float)
-    grouped: dict[str, list[tuple[str, float]]] = {}
-    for i, c, s in zip(ids, concepts, scores, strict=True):
-        grouped.setdefault(i, []).append((c, float(s)))
-    if order == "by_score":
-        for image_id, pairs in grouped.items():
-            out[image_id] = _ranked(pairs, max_per_image)
-        return out
-    rank = (dictionary or load_dictionary()).word_rank
-    for image_id, pairs in grouped.items():
-        out[image_id] = _official(pairs, max_per_image, rank, order == "official_test")
+    keys: list[Any]
+    if per_class and "label" in keep.columns:
+        keys = (dictionary or load_dictionary()).class_keys(keep["label"].astype(str), concepts)
+    elif order == "by_score":
+        keys = [None] * len(concepts)
+    else:
+        rank = (dictionary or load_dictionary()).word_rank
+        keys = [(rank.get(c, len(rank)), c) for c in concepts]
+    grouped: dict[str, list[tuple[Any, str, float]]] = {}
+    for i, k, c, s in zip(ids, keys, concepts, scores, strict=True):
+        grouped.setdefault(i, []).append((k, c, float(s)))
+    for image_id, triples in grouped.items():
+        out[image_id] = (_ranked(triples, max_per_image) if order == "by_score"
+                         else _official(triples, max_per_image, order == "official_test"))
     return out
 
 
@@ -231,12 +260,16 @@ def concept_order(fidelity_image_concepts: str, at: str) -> str:
 
 
 def image_concept_lists(detections: Any, threshold: float, max_per_image: int,
-                        order: str = "by_score", dictionary: str = "openimages") -> dict[str, list[str]]:
+                        order: str = "by_score", dictionary: str = "openimages",
+                        per_class: bool = False) -> dict[str, list[str]]:
     """image_id → concept words by the project's one rule, :func:`image_concepts` (score ≥
-    threshold, de-duplicated, at most ``max_per_image``, in ``order``); ``detections`` is a
-    ``detections.parquet`` table (pyarrow) or data frame."""
+    threshold, de-duplicated per word or, ``per_class``, per detected class, at most
+    ``max_per_image``, in ``order``); ``detections`` is a ``detections.parquet`` table (pyarrow) or
+    data frame."""
     import pyarrow as pa
 
     df = detections.to_pandas() if isinstance(detections, pa.Table) else detections
-    d = load_dictionary(dictionary) if (order != "by_score" or "concept" not in df.columns) else None
-    return {str(k): [c for c, _ in v] for k, v in image_concepts(df, threshold, max_per_image, d, order).items()}
+    need = order != "by_score" or per_class or "concept" not in df.columns
+    d = load_dictionary(dictionary) if need else None
+    return {str(k): [c for c, _ in v]
+            for k, v in image_concepts(df, threshold, max_per_image, d, order, per_class).items()}

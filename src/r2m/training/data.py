@@ -49,6 +49,12 @@ class TextBatch:
     def mask(self) -> Tensor:
         return torch.arange(self.inputs.shape[1], device=self.inputs.device)[None, :] < self.lengths[:, None]
 
+    @property
+    def cropped(self) -> Tensor:
+        """[B] bool: the sentence was cut at ``max_len`` (its last valid target is not <#end>)."""
+        last = (self.lengths - 1).clamp(min=0).unsqueeze(1)
+        return self.targets.gather(1, last).squeeze(1) != END
+
     def _map(self, fn) -> TextBatch:
         return type(self)(*(fn(t) for t in (self.concepts, self.concept_lens, self.inputs, self.targets,
                                             self.lengths)))
@@ -256,7 +262,7 @@ class ImageSet:
     def __init__(self, prepared: Path, concepts: Path, features: Path, itos: list[str], split: str,
                  threshold: float, max_per_image: int, require_concept: bool = True,
                  feature_kind: str = "pooled", order: str = "by_score", shuffle: bool = True,
-                 dictionary: str = "openimages", crops: bool = False) -> None:
+                 dictionary: str = "openimages", crops: bool = False, per_class: bool = False) -> None:
         from r2m.utils.io import open_h5
 
         images = pq.read_table(Path(prepared) / "images.parquet", columns=["image_id", "split"]).to_pandas()
@@ -264,7 +270,8 @@ class ImageSet:
         det_path = Path(concepts) / "detections.parquet"
         if not det_path.exists():
             raise FileNotFoundError(f"missing detections: {det_path}")
-        per_image = image_concept_lists(pq.read_table(det_path), threshold, max_per_image, order, dictionary)
+        per_image = image_concept_lists(pq.read_table(det_path), threshold, max_per_image, order, dictionary,
+                                        per_class)
         self.shuffle = shuffle
         index = pq.read_table(Path(features) / "index.parquet").to_pandas()
         row_of = dict(zip(index["image_id"].astype(str), index["row"].astype(np.int64), strict=True))

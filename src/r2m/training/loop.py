@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -175,13 +175,22 @@ class Schedule(Protocol):
     clip: float
 
 
+class Ratio(NamedTuple):
+    """A validation component averaged over tokens, not rows: :func:`fit` sums ``num`` and ``den``
+    over the validation batches and logs ``num / den`` (e.g. a held-out token accuracy)."""
+
+    num: Tensor
+    den: Tensor
+
+
 @dataclass(frozen=True)
 class LoopObjective:
     """A model's training objective as the loop sees it.
 
     ``loss(model, batch) -> (loss, components)`` is the training step's forward (it runs through
     DDP when distributed); ``val(model, batch) -> components`` the validation forward (no grad, eval
-    mode, plain model); ``val_loss(mean components) -> float`` the ``loss`` column of a val row."""
+    mode, plain model; a :class:`Ratio` component is averaged over its own denominator); ``val_loss(mean
+    components) -> float`` the ``loss`` column of a val row."""
 
     columns: tuple[str, ...]
     loss: Callable[[Any, Any], tuple[Tensor, dict[str, Tensor]]]
@@ -317,17 +326,26 @@ def fit(spec: Loop) -> Result:
         select_s = float(timed.get("select_s", 0.0))
 
     def evaluate() -> dict[str, float]:
+        """The mean validation components over the rows; a :class:`Ratio` summed part by part."""
         model.eval()
         tot: dict[str, float] = {}
+        ratios: dict[str, list[float]] = {}
         n = 0
         with torch.no_grad(), spec.autocast():
             for b in spec.val_batches():
                 b = b.to(spec.device)
                 for k, v in obj.val(model, b).items():
-                    tot[k] = tot.get(k, 0.0) + float(v) * len(b)
+                    if isinstance(v, Ratio):
+                        r = ratios.setdefault(k, [0.0, 0.0])
+                        r[0], r[1] = r[0] + float(v.num), r[1] + float(v.den)
+                    else:
+                        tot[k] = tot.get(k, 0.0) + float(v) * len(b)
                 n += len(b)
         model.train()
-        return {k: v / n for k, v in tot.items()} if n else {}
+        if not n:
+            return {}
+        return {**{k: v / n for k, v in tot.items()},
+                **{k: (num / den if den else math.nan) for k, (num, den) in ratios.items()}}
 
     def eval_and_select() -> None:
         nonlocal best, validations, val_s, select_s

@@ -25,13 +25,14 @@ from r2m.stage.context import StageContext
 
 def validation_set(prepared: Path, references: Path, detections: Path, stoi: dict[str, int], threshold: float,
                    max_per_image: int, order: str = "by_score", dictionary: str = "openimages",
-                   scorer: ValScorer | None = None) -> tuple[list[str], list[list[int]], dict[str, list[str]]]:
+                   scorer: ValScorer | None = None, per_class: bool = False,
+                   ) -> tuple[list[str], list[list[int]], dict[str, list[str]]]:
     """Ids, concept ids and PTB-tokenised references (``scorer.references``) of the ``val`` images
     that have references."""
     scorer = scorer or ValScorer(val_references(prepared, references))
     ids = scorer.ids
     words, _ = concept_inputs(ids, pq.read_table(detections / "detections.parquet"), threshold, max_per_image,
-                              stoi, "empty", order, dictionary)
+                              stoi, "empty", order, dictionary, per_class)
     return ids, [[stoi[w] for w in ws] for ws in words], scorer.references
 
 
@@ -44,7 +45,8 @@ def cider_selector(ctx: StageContext, device, itos: list[str]):
     scorer = ValScorer(val_references(prepared, references, split), log=ctx.log)
     ids, concepts, _ = validation_set(prepared, references, Path(ctx.deps["concepts"]), stoi,
                                       conc.score_threshold, conc.max_per_image,
-                                      order_at_test(fid.image_concepts), conc.dictionary, scorer)
+                                      order_at_test(fid.image_concepts), conc.dictionary, scorer,
+                                      bool(fid.concept_per_class))
     if not ids:
         ctx.log.info("%s: no %s images with references: keeping the last checkpoint", ctx.stage.name, split)
         return None

@@ -25,6 +25,7 @@ from r2m.models.r2m import R2M
 from r2m.stage.context import StageContext
 from r2m.training import distributed
 from r2m.training.data import TextBatch
+from r2m.training.loop import Ratio
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,30 @@ def token_xe(model: R2M, hidden: Tensor, targets: Tensor) -> Tensor:
     return xe_loss(model.logits(hidden), targets)
 
 
+CROPPED_V_TILDE = ("last", "zero")
+
+
+def cropped_v_tilde(v_tilde: Tensor, batch: TextBatch, rule: str = "last") -> Tensor:
+    """ṽ [B, d] of a text batch with its cropped sentences' rows as ``fidelity.cropped_v_tilde`` says:
+    ``last`` keeps the reconstructor's output at the last (cropped) step; ``zero`` sets them to 0, what
+    the released code computed on a GPU (``obj2sen_xe+rec.py:155-156`` gathers at the sentence's full
+    length - 1, past its ``pad_length`` steps, and TF's GPU ``gather_nd`` returns 0 for an index out of
+    range: no gradient reaches the reconstructor from such a row)."""
+    if rule == "last":
+        return v_tilde
+    if rule != "zero":
+        raise ValueError(f"fidelity.cropped_v_tilde {rule!r}: choose from {CROPPED_V_TILDE}")
+    return v_tilde * (~batch.cropped).unsqueeze(1).to(v_tilde.dtype)
+
+
 def text_objective(model: R2M, batch: TextBatch, beta: float | None, rec: str = "sum_normalized",
-                   xe_reduction: str = "token_mean", similarity: str = "cosine") -> tuple[Tensor, dict[str, Tensor]]:
-    """L_XE (``beta is None``) or L_S (``rec``: the L_rec form). Logits only at valid positions, or,
-    for a static batch (:func:`r2m.training.data.pad_text`), at every position with L_XE their masked
-    mean (no boolean indexing, no host read: the same value and gradients)."""
+                   xe_reduction: str = "token_mean", similarity: str = "cosine",
+                   cropped: str = "last", accuracy: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
+    """L_XE (``beta is None``) or L_S (``rec``: the L_rec form; ``cropped``: the ṽ of a cropped
+    sentence, :func:`cropped_v_tilde`). Logits only at valid positions, or, for a static batch
+    (:func:`r2m.training.data.pad_text`), at every position with L_XE their masked mean (no boolean
+    indexing, no host read: the same value and gradients). ``accuracy`` (validation) adds the token
+    accuracy of the arg-max predictions (:func:`token_accuracy`) as ``acc``."""
     out = model(batch.concepts, batch.concept_lens, batch.inputs, batch.lengths, reconstruct=beta is not None)
     mask = batch.mask
     if getattr(batch, "static", False):
@@ -57,8 +77,21 @@ def text_objective(model: R2M, batch: TextBatch, beta: float | None, rec: str = 
     elif distributed.current().enabled:  # DDP: this rank's share of the global token mean
         xe = xe * distributed.current().token_mean_scale(mask.sum())
     if beta is None:
+        if accuracy:
+            return xe, {"xe": xe, "acc": token_accuracy(model, out["hidden"][mask], batch.targets[mask])}
         return xe, {"xe": xe}
-    return loss_s(xe, out["v"], out["v_tilde_raw"], beta, rec, similarity)
+    return loss_s(xe, out["v"], cropped_v_tilde(out["v_tilde_raw"], batch, cropped), beta, rec, similarity)
+
+
+def token_accuracy(model: R2M, hidden: Tensor, targets: Tensor, chunk: int = 4096) -> Ratio:
+    """The valid tokens ([n, N·d], [n]) whose arg-max logit is the target, over their number: the
+    released code's held-out ``tf.metrics.accuracy(targets, argmax(logits))`` on the masked tokens
+    (``obj2sen_xe+rec.py:191-194``; the loop sums both parts over the held-out batches, so the logged
+    value is correct tokens / tokens, as TF's streaming metric). Logits ``chunk`` tokens at a time."""
+    correct = torch.zeros((), dtype=torch.long, device=hidden.device)
+    for s in range(0, hidden.shape[0], chunk):
+        correct = correct + (model.logits(hidden[s: s + chunk]).argmax(-1) == targets[s: s + chunk]).sum()
+    return Ratio(correct, torch.tensor(targets.shape[0], device=hidden.device))
 
 
 def image_objective(model: R2M, batch, gamma: float, margin: float, max_len: int,
@@ -79,7 +112,7 @@ def _xe(ctx: StageContext, model, batch, tp):
 
 def _s(ctx: StageContext, model, batch, tp):
     f = ctx.params.fidelity
-    return text_objective(model, batch, ctx.entry.beta, f.rec_loss, f.xe_reduction, f.similarity)
+    return text_objective(model, batch, ctx.entry.beta, f.rec_loss, f.xe_reduction, f.similarity, f.cropped_v_tilde)
 
 
 def _m(ctx: StageContext, model, batch, tp):
@@ -96,7 +129,8 @@ def _i(ctx: StageContext, model, batch, tp):
 def _e2e(ctx: StageContext, model, batch, tp):
     """The released end2end.py's one-stage loss: L_S on the sentences plus L_I on the images, each step."""
     f = ctx.params.fidelity
-    ls, text = text_objective(model, batch.text, ctx.entry.beta, f.rec_loss, f.xe_reduction, f.similarity)
+    ls, text = text_objective(model, batch.text, ctx.entry.beta, f.rec_loss, f.xe_reduction, f.similarity,
+                              f.cropped_v_tilde)
     li, image = image_objective(model, batch.image, ctx.entry.gamma, tp.margin, tp.max_len, f.rec_loss, f.rank_loss,
                                 f.similarity)
     return ls + li, {"xe": text["xe"], "rec": text["rec"], "rank": image["rank"], "rec_i": image["rec"]}

@@ -185,7 +185,7 @@ class _Data:
         kw = dict(prepared=ctx.deps["prepared"], concepts=ctx.deps["concepts"], features=ctx.deps["features"],
                   itos=itos, threshold=cp.score_threshold, max_per_image=cp.max_per_image,
                   order=concept_order(ctx.params.fidelity.image_concepts, "train"), shuffle=not official,
-                  dictionary=cp.dictionary)
+                  dictionary=cp.dictionary, per_class=bool(ctx.params.fidelity.concept_per_class))
         images = ImageSet(split="train", crops=bool(ctx.params.extract_features.crops), **kw)
         ctx.log.info("%s: %d training images with concepts and features%s", ctx.stage.name, len(images),
                      f", each step one of its {images.crops.shape[1]} random crops" if images.crops is not None else "")
@@ -201,12 +201,13 @@ class _Data:
 
 
 def loop_objective(ctx: StageContext, obj: Objective, tp) -> L.LoopObjective:
-    """The stage's objective for the loop: validation is the held-out L_XE on text, the stage's
-    own loss on images (``loss = rank + γ·rec``, γ = 0 but for train_i)."""
+    """The stage's objective for the loop: validation is the held-out L_XE on text, with the held-out
+    token accuracy (column ``acc``, val rows only: the released code's eval metric), the stage's own
+    loss on images (``loss = rank + γ·rec``, γ = 0 but for train_i)."""
     name = ctx.stage.name
     if obj.data in ("text", "joint"):  # train_e2e validates on the held-out sentences
-        return L.LoopObjective(obj.columns, lambda m, b: obj.compute(ctx, m, b, tp),
-                               lambda m, b: text_objective(m, b, None)[1], lambda ev: ev["xe"])
+        return L.LoopObjective((*obj.columns, "acc"), lambda m, b: obj.compute(ctx, m, b, tp),
+                               lambda m, b: text_objective(m, b, None, accuracy=True)[1], lambda ev: ev["xe"])
     gamma = val_gamma(ctx, name)
     return L.LoopObjective(obj.columns, lambda m, b: obj.compute(ctx, m, b, tp),
                            lambda m, b: obj.compute(ctx, m, b, tp)[1], lambda ev: ev["rank"] + gamma * ev["rec"])
@@ -263,11 +264,13 @@ def train(ctx: StageContext, select: Selector | None = None) -> dict[str, Any]:
                    model.checkpoint(stage=name, step=kept, variant=ctx.variant or "r2m", dataset=ctx.dataset or ""))
         ctx.save_params(tmp)
         settings.record(ctx, tmp, itos)  # inference.json: what `r2m caption IMAGES --model` needs
-    L.write_loss(Path(ctx.outs["loss"]), obj.columns, res.rows)
+    L.write_loss(Path(ctx.outs["loss"]), spec.objective.columns, res.rows)
     val_rows = [r for r in res.rows if r[1] == "val"]
     metrics = {
         "stage": name, "variant": ctx.variant, "steps": res.step, **L.loss_summary(res.rows),
         "val_xe": (val_rows[-1][3] if val_rows and obj.data != "image" else None),
+        "val_acc": (val_rows[-1][3 + spec.objective.columns.index("acc")] if val_rows and obj.data != "image"
+                    else None),
         "device": str(device), "parameters": model.param_count(),  # (timings only with --timings: same inputs, same bytes)
         "selected_step": res.best.step if res.best else None, "selected_score": res.best.score if res.best else None,
         "tf32": tf32, **res.step_info,
