@@ -78,7 +78,7 @@ ABSENT = "absent"  # the value field of a params key looked up and not found
 # views of structured files (read_view): name -> "module:function", a function of the file's path returning the JSON
 # data its readers use of it; kept beside the code that reads the file (a stage that reads through a view records
 # that module, so an edit of the view reruns it)
-VIEWS: dict[str, str] = {}
+VIEWS: dict[str, str] = {"demo_photos": "r2m.datasets.demo:photo_sources"}
 VIEW = "view:"  # a view entry's name: view:<view>:<file name>
 
 
