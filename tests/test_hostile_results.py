@@ -345,13 +345,19 @@ def test_snakemake_reruns_the_references_not_prepare_after_a_demo_caption_change
     """Before: editing data/demo/references.json left prepare "Nothing to be done"; then, once the file was an
     input of `inputs`, it re-ran `inputs`, `prepare` and everything after. The `references` rule's param is the
     digest of the reference file (compared by content): a caption edit re-runs it alone here; `inputs`' digest
-    leaves the file out, a comment in photos.yaml re-runs nothing."""
+    leaves the file out, a comment in photos.yaml re-runs nothing, nor does a photo's description (prepare reads the
+    file through a view of the fields it uses); a photo's resource re-runs inputs, prepare and references. DVC,
+    after `inputs` ran as `dvc repro` runs it first: prepare is current after a description edit, not after a
+    resource edit."""
     copy_sources(ROOT, tmp_path, ("Snakefile", "workflow", "params.yaml", "src", "data/demo", "data/dictionaries"))
     target = "data/demo/references/references.json"
     _snake(tmp_path, target)  # the real stages: inputs, prepare, references (no torch)
     assert "Nothing to be done" in _snake(tmp_path, "-n", target)
     photos = tmp_path / "data/demo/photos.yaml"
     photos.write_text("# a comment\n" + photos.read_text())
+    assert "Nothing to be done" in _snake(tmp_path, "-n", target)
+    # a photo's description: prepare reads each photo's id, package, resource and sha256 only (inputs digests those)
+    photos.write_text(photos.read_text().replace("description: Eileen Collins", "description: Astronaut Collins", 1))
     assert "Nothing to be done" in _snake(tmp_path, "-n", target)
     refs = tmp_path / "data/demo/references.json"
     refs.write_text(refs.read_text().replace(' woman ', ' lady ', 1))  # one word of one caption
@@ -361,6 +367,38 @@ def test_snakemake_reruns_the_references_not_prepare_after_a_demo_caption_change
     _snake(tmp_path, target)
     got = json.loads((tmp_path / target).read_text())
     assert sum(" lady " in a["caption"] for a in got["annotations"]) == 1
+    # a photo's resource (another file of its package): inputs, prepare and what reads the prepared folder
+    photos.write_text(photos.read_text().replace("resource: data/astronaut.png", "resource: data/camera.png", 1))
+    plan = _snake(tmp_path, "-n", target)
+    assert set(re.findall(r"Job \d+: (\w+):", plan)) == {"inputs", "prepare", "references"}, plan[-3000:]
+    # DVC: `dvc repro` runs inputs (always changed), then compares prepare's deps (inputs.json) and stamp
+    photos.write_text(photos.read_text().replace("resource: data/camera.png", "resource: data/astronaut.png", 1))
+    from r2m.pipeline.dag import render
+
+    (tmp_path / "dvc.yaml").write_text(render(P.load(tmp_path / "params.yaml")))
+    _tool(tmp_path, "dvc", "init", "--no-scm", "-q")
+    (tmp_path / ".dvcignore").write_text((ROOT / ".dvcignore").read_text())
+    _tool(tmp_path, "r2m", "stamps")
+    _tool(tmp_path, "dvc", "commit", "-f", "-q", "inputs@demo", "prepare@demo")
+
+    def dvc_prepare() -> dict:
+        _tool(tmp_path, "r2m", "inputs", "--dataset", "demo", "--no-log-file")
+        _tool(tmp_path, "r2m", "stamps")
+        return json.loads(_tool(tmp_path, "dvc", "status", "--json", "prepare@demo").strip().splitlines()[-1])
+
+    assert dvc_prepare() == {}
+    photos.write_text(photos.read_text().replace("description: Astronaut Collins", "description: Commander Collins", 1))
+    assert dvc_prepare() == {}
+    photos.write_text(photos.read_text().replace("resource: data/astronaut.png", "resource: data/camera.png", 1))
+    assert list(dvc_prepare()) == ["prepare@demo"]
+
+
+def _tool(wd: Path, name: str, *args: str) -> str:
+    r = subprocess.run([str(BIN / name), *args], cwd=wd, capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "DVC_NO_ANALYTICS": "1",
+                            "PATH": f"{BIN}:{__import__('os').environ['PATH']}"})
+    assert r.returncode == 0, f"{name} {args}: " + r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout
 
 
 def test_resume_fingerprint_follows_the_input_data(tiny_run, tmp_path):

@@ -66,17 +66,21 @@ def test_inputs_records_its_entry_and_the_files_its_recipe_reads(demo_ws):
         assert name in mods, name
     assert not {"r2m.cli", "r2m.stage.record", "r2m.utils.reads", "r2m.warm.client"} & set(mods)
     assert mods["r2m.datasets.inputs"]["sha256"] == sha(ROOT / "src/r2m/datasets/inputs.py")
-    # the demo entry names its photos list and its corpus: both opened, nothing else of data/
-    assert paths(rec, "file") == {"data/demo/photos.yaml", "data/demo/corpus.txt"}
+    # the demo entry names its photos list and its corpus: both opened, nothing else of data/; the photos list
+    # through the view of what prepare reads of it (each photo's id, package, resource and sha256)
+    assert paths(rec, "file") == {"data/demo/corpus.txt"}
+    assert paths(rec, "view") == {"view:demo_photos:data/demo/photos.yaml"}
     by_path = {e["path"]: e for e in rec["reads"]}
-    # a YAML/JSON file by what it says: the SHA-256 of its parsed content as compact JSON (a comment changes nothing)
+    # the SHA-256 of the view's data as compact JSON, each photo's fields in that order (a comment, or a photo's
+    # description, changes nothing)
     import json
 
     import yaml
 
     said = yaml.safe_load((demo_ws / "data/demo/photos.yaml").read_text())
-    canon = json.dumps(said, ensure_ascii=False, separators=(",", ":"))
-    assert by_path["data/demo/photos.yaml"]["sha256"] == hashlib.sha256(canon.encode()).hexdigest()
+    fields = {"photos": [{k: p[k] for k in ("id", "package", "resource", "sha256")} for p in said["photos"]]}
+    canon = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+    assert by_path["view:demo_photos:data/demo/photos.yaml"]["sha256"] == hashlib.sha256(canon.encode()).hexdigest()
     assert by_path["data/demo/corpus.txt"]["sha256"] == sha(demo_ws / "data/demo/corpus.txt")  # any other: bytes
     # its own output and the params file are not inputs; the params it read are keys, not the file
     assert not any(p.startswith("data/demo/inputs.json") or p == "params.yaml" for p in paths(rec))
@@ -107,9 +111,16 @@ def test_why_reports_exactly_the_edited_file_and_current_after_the_rerun(demo_ws
         fh.write("# a comment changes nothing the file says\n")
     done = r2m(ws, "why", "inputs", "--dataset", "demo")
     assert done.returncode == 0, done.stdout
+    # a photo's description: neither inputs nor prepare reads it
+    photos.write_text(photos.read_text().replace("description: Eileen Collins", "description: Astronaut Collins", 1))
+    for stage in ("inputs", "prepare"):
+        done = r2m(ws, "why", stage, "--dataset", "demo")
+        assert done.returncode == 0 and done.stdout.strip() == f"{stage}@demo: current", done.stdout + done.stderr
+    # its id: both read it (prepare's input, inputs.json, is still as inputs wrote it)
     photos.write_text(photos.read_text().replace("  - id: astronaut", "  - id: astronaut2", 1))
-    done = r2m(ws, "why", "inputs", "--dataset", "demo")
-    assert done.returncode == 1 and done.stdout.splitlines() == ["data/demo/photos.yaml: changed (file)"]
+    for stage in ("inputs", "prepare"):
+        done = r2m(ws, "why", stage, "--dataset", "demo")
+        assert done.returncode == 1 and done.stdout.splitlines() == ["data/demo/photos.yaml: changed (view demo_photos)"]
     # a file inside another stage's output folder: the file and the declared folder holding it
     with (ws / "data/demo/prepared/corpus.txt").open("a") as fh:
         fh.write("a new sentence\n")

@@ -125,9 +125,11 @@ def by_design(path: str, wd: Path) -> bool:
 
 def covered(path: str, record: dict, wd: Path) -> str | None:
     """How the record names ``path`` (None: it does not)."""
-    from r2m.utils.reads import Recorder, distribution_of
+    from r2m.utils.reads import Recorder, distribution_of, viewed
 
     names = {r["path"]: r for r in record["reads"]}
+    # a file read through a view (r2m.utils.reads.read_view): its entry names the file
+    views = {seen[1]: n for n in names if (seen := viewed(n)) is not None}
     rec = Recorder(wd)  # the recorder's own naming of a path (workspace-relative, site:, prefix:, absolute)
     name = rec.project_path(path)
     if name is None:  # inside the installation: code and metadata, or the interpreter's library
@@ -142,6 +144,8 @@ def covered(path: str, record: dict, wd: Path) -> str | None:
         return f"dist:{dist}" if f"dist:{dist}" in names else None
     if name in names:
         return name
+    if name in views:
+        return views[name]
     for n in names:  # a file inside a folder it names
         if name.startswith(n.rstrip("/") + "/"):
             return n

@@ -74,7 +74,7 @@ def demo_photos(folder: Path, source: Path | None = None) -> tuple[list[Path], d
 
     source = source or (REPO_ROOT / DEFAULT_SOURCE)
     paths, truth = [], {}
-    for p in load_photos(source):
+    for p in load_photos(source, extra=("concepts",)):
         f = folder / f"{p['id']}{Path(p['resource']).suffix.lower() or '.png'}"
         f.write_bytes(read_photo(p))
         paths.append(f)

@@ -13,6 +13,10 @@ The image-side training stages need unpaired *training* images; the demo is tiny
 so each photo also gets a ``train`` copy ``images/<id>_train.jpg``: flipped left-right and
 cropped by a few per cent. No caption of a training image is ever used.
 
+``prepare`` reads ``photos.yaml`` through the view ``demo_photos`` (:func:`photo_sources`: each photo's id,
+package, resource and sha256), so its record, and the ``inputs`` stage's digest, leave out what the recipe
+never uses (a photo's loader, licence, description, concepts): editing those reruns nothing.
+
 Image paths in ``images.parquet`` are relative to the prepared folder (``images/chelsea.png``).
 
 Catalog options (all optional): ``source_dir`` (folder holding photos.yaml, references.json,
@@ -32,6 +36,7 @@ from r2m.datasets.base import Recipe, option, references_json, write_prepared
 from r2m.params import NAME_PATTERN, DatasetEntry
 from r2m.text.corpus import read_lines
 from r2m.utils.io import read_json
+from r2m.utils.reads import read_view
 from r2m.utils.strict_yaml import yaml_load
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -42,17 +47,44 @@ class ChecksumError(ValueError):
     """A photo's bytes differ from the sha256 recorded in photos.yaml."""
 
 
-def load_photos(source: Path) -> list[dict[str, Any]]:
-    """The photo records of ``photos.yaml``, validated (clear errors naming the record)."""
+# what ``prepare`` reads of each photo (the view ``demo_photos``): not its loader, licence, description or concepts
+PHOTO_FIELDS = ("id", "package", "resource", "sha256")
+
+
+def _read_photos_yaml(path: Path) -> Any:
+    """The parsed ``photos.yaml`` (errors name the file)."""
     import yaml
 
-    path = source / "photos.yaml"
     try:
-        doc = yaml_load(path.read_text(encoding="utf-8"))
+        return yaml_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"demo dataset: missing {path}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+
+
+def _fields(doc: Any, fields: tuple[str, ...]) -> Any:
+    """``doc`` with each photo mapping cut down to ``fields`` (in that order); anything malformed as it is (the
+    check in :func:`load_photos` reports it)."""
+    photos = doc.get("photos") if isinstance(doc, dict) else None
+    if not isinstance(photos, list):
+        return doc
+    return {"photos": [{k: p[k] for k in fields if k in p} if isinstance(p, dict) else p for p in photos]}
+
+
+def photo_sources(path: Path) -> Any:
+    """The view ``demo_photos`` of ``photos.yaml`` (:data:`r2m.utils.reads.VIEWS`): what ``prepare`` reads of it,
+    each photo's :data:`PHOTO_FIELDS` in the file's order. A stage that reads the file through it
+    (:func:`load_photos`) is not stale after an edit of a photo's description, licence, loader or concepts."""
+    return _fields(_read_photos_yaml(path), PHOTO_FIELDS)
+
+
+def load_photos(source: Path, extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The photo records of ``photos.yaml``, validated (clear errors naming the record): each photo's
+    :data:`PHOTO_FIELDS`, read through the view ``demo_photos`` (a recording run names that view, not the file);
+    ``extra``: further fields too (``concepts``), read from the file itself."""
+    path = source / "photos.yaml"
+    doc = _fields(_read_photos_yaml(path), (*PHOTO_FIELDS, *extra)) if extra else read_view(path, "demo_photos")
     photos = doc.get("photos") if isinstance(doc, dict) else None
     if not isinstance(photos, list) or not photos:
         raise ValueError(f"{path}: expected a non-empty list under 'photos'")

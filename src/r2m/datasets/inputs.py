@@ -16,7 +16,8 @@ Each recipe that has such files declares them here (:data:`RECIPE_INPUTS` for ``
 - DVC runs both at every ``repro`` (``always_changed``; cheap), Snakemake when the digest of what they
   would record changes (:func:`input_digest`, :func:`reference_digest`: rule params compared by
   content). JSON and YAML files count by their parsed content, so a comment or a reformatting re-runs
-  nothing.
+  nothing; a file ``prepare`` reads through a view (:data:`VIEWED`: the demo's ``photos.yaml``, by each
+  photo's id, package, resource and sha256) counts by that view, so a photo's description re-runs nothing.
 
 The paper benchmarks are left out: their raw sources are fixed downloads checked by ``prepare``.
 Cheap to import (no torch, no pandas): Snakemake calls :func:`input_files` while planning.
@@ -79,6 +80,8 @@ def _index_view(data: Any) -> Any:
 
 # kind -> what ``prepare`` reads of the reference files (REFERENCE_INPUTS), digested under that name
 INDEXED: dict[str, tuple[str, Callable[[Any], Any]]] = {"folder": ("index", _index_view)}
+# kind -> {file name: view}: a file ``prepare`` reads through a view (r2m.utils.reads.VIEWS), digested by it
+VIEWED: dict[str, dict[str, str]] = {"demo": {"photos.yaml": "demo_photos"}}
 
 
 def _declared(registry: Registry[Callable[[DatasetEntry], list[Path]]], entry: DatasetEntry) -> list[Path]:
@@ -104,11 +107,28 @@ def input_records(entry: DatasetEntry, dataset: str, root: Path = Path(".")) -> 
     comment changes nothing), every other file by its bytes (:func:`r2m.utils.digest.digest_files`), a
     reference file by what ``prepare`` reads of it (:data:`INDEXED`)."""
     cache = root / DIGEST_CACHE / "inputs" / f"{dataset}.json"
-    records = digest_files(expand(_declared(RECIPE_INPUTS, entry)), cache, parsed=True)
+    files = expand(_declared(RECIPE_INPUTS, entry))
+    views = VIEWED.get(entry.kind, {})
+    plain = iter(digest_files([f for f in files if f.name not in views], cache, parsed=True))
+    records = [_view_record(f, views[f.name]) if f.name in views else next(plain) for f in files]
     if entry.kind in INDEXED:
         records += digest_files(expand(_declared(REFERENCE_INPUTS, entry)), cache.with_suffix(".index.json"),
                                 view=INDEXED[entry.kind])
     return records
+
+
+def _view_record(path: Path, view: str) -> dict[str, Any]:
+    """``{"path", "<view>_sha256"}``: a file digested by what ``view`` reads of it (recorded as that view while
+    the ``inputs`` stage runs); a missing one (or no file) as :func:`r2m.utils.digest.digest_files` says, one the
+    view cannot read by its bytes (``prepare`` reports the error)."""
+    from r2m.utils.reads import read_view, view_digest
+
+    if not path.is_file():
+        return digest_files([path])[0]  # {"path", "missing": true}; a FIFO or device is refused
+    try:
+        return {"path": str(path), f"{view}_sha256": view_digest(read_view(path, view))}
+    except (OSError, ValueError, RecursionError):
+        return digest_files([path])[0]
 
 
 def reference_records(entry: DatasetEntry, dataset: str, root: Path = Path(".")) -> list[dict[str, Any]]:

@@ -20,7 +20,10 @@ a run starts, written when one succeeds)::
      "runtime": [{"key": "threads", "value": 1}],
      "outputs": [{"path": "data/demo/vocab", "sha256": "tree:..."}]}
 
-A folder's digest is ``tree:<sha256>`` (:func:`r2m.utils.digest.tree_digest`). Not inputs: the instance's own
+A folder's digest is ``tree:<sha256>`` (:func:`r2m.utils.digest.tree_digest`). A structured file read through a
+view (:func:`r2m.utils.reads.read_view`: ``prepare`` reads each demo photo's id, package, resource and sha256 of
+``photos.yaml``) is ``{"path": "view:demo_photos:data/demo/photos.yaml", "kind": "view", "sha256": ...}``, the
+digest of the view's data: an edit of a field the view leaves out stales nothing. Not inputs: the instance's own
 outputs, anything it wrote, the params file itself (its keys count one by one), ``.r2m/``, ``logs/``, the
 engines' folders, the system's files, and the runner's own modules (:data:`RUNNER`). :func:`stale` answers "is
 this instance current?" for both engines, :func:`up_to_date` for the runner itself before any work (early cutoff).
@@ -51,7 +54,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from r2m.utils.digest import data_digest
-from r2m.utils.reads import FORMAT, KINDS, SYSTEM, Digests, ParamValues, Recorder, changes, too_broad
+from r2m.utils.reads import (
+    FORMAT,
+    KINDS,
+    SYSTEM,
+    VIEWS,
+    Digests,
+    ParamValues,
+    Recorder,
+    changes,
+    too_broad,
+    viewed,
+)
 from r2m.utils.resume import STATE_ROOT
 
 if TYPE_CHECKING:
@@ -244,6 +258,11 @@ def _name_problem(name: str, kind: str, root: Path) -> str | None:
     or a folder that holds the workspace or sits at the top of the tree (a digest would walk all of it)."""
     if "\x00" in name:
         return "holds a NUL"
+    seen = viewed(name)
+    if kind == "view" or seen is not None:  # a file read through a view: the view known, the file a file's name
+        if kind != "view" or seen is None:
+            return "is not a view entry" if kind == "view" else "is a view entry's name"
+        return f"names no known view ({seen[0]})" if seen[0] not in VIEWS else _name_problem(seen[1], "file", root)
     if kind in ("dist", "python"):
         return None if name.startswith(f"{kind}:") else f"is not a {kind} name"
     rel = name.split(":", 1)[1] if name.startswith(("site:", "prefix:")) else name

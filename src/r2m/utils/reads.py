@@ -25,6 +25,10 @@ installed distribution, a ``dist`` entry (``dist:torch``, its version), and the 
 ``python`` entry. In a warm server's fork this includes what the server preloaded (an over-reach, never a
 miss).
 
+A structured file read through a *view* (:func:`read_view`: a function of the file naming only the fields the
+reader uses, :data:`VIEWS`) is a ``view`` entry, ``view:<view>:<file name>`` with the digest of the view's data,
+instead of a ``file`` entry: an edit of a field no view of it names (a photo's description) stales nothing.
+
 Params: :meth:`Recorder.watch_params` maps a pydantic model tree to dotted prefixes, and while recording
 each read of a leaf field (``params.caption.beam``, an extra item of a catalog entry, a whole
 ``options`` dict) is a ``params`` entry with its value; a ``model_dump`` of a watched model reads every
@@ -71,6 +75,11 @@ FORMAT = 2  # the record's format version (2: distributions, interpreter, outsid
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 ABSENT = "absent"  # the value field of a params key looked up and not found
+# views of structured files (read_view): name -> "module:function", a function of the file's path returning the JSON
+# data its readers use of it; kept beside the code that reads the file (a stage that reads through a view records
+# that module, so an edit of the view reruns it)
+VIEWS: dict[str, str] = {"demo_photos": "r2m.datasets.demo:photo_sources"}
+VIEW = "view:"  # a view entry's name: view:<view>:<file name>
 
 
 def _is_code(p: str) -> bool:
@@ -225,7 +234,53 @@ def too_broad(real: str, bases: Iterable[str]) -> bool:
     return os.path.isdir(real)
 
 
-KINDS = ("module", "file", "exec", "dep", "dist", "python")  # the kinds of a record's reads
+KINDS = ("module", "file", "exec", "dep", "dist", "python", "view")  # the kinds of a record's reads
+
+
+def view_entry(view: str, name: str) -> str:
+    """The name of a ``view`` entry: the file ``name`` (as records name files) read through ``view``."""
+    return f"{VIEW}{view}:{name}"
+
+
+def viewed(name: str) -> tuple[str, str] | None:
+    """``(view, file name)`` of a ``view`` entry's name; None for any other name."""
+    if not name.startswith(VIEW):
+        return None
+    view, sep, file = name[len(VIEW):].partition(":")
+    return (view, file) if sep and view and file else None
+
+
+def view_data(view: str, path: Path | str) -> Any:
+    """What ``view`` reads of the file at ``path`` (its function imported now; an unknown view: KeyError)."""
+    from r2m.utils.registry import load_target
+
+    if view not in VIEWS:
+        raise KeyError(f"unknown file view {view!r}; known: {', '.join(sorted(VIEWS))}")
+    return load_target(VIEWS[view])(Path(path))
+
+
+def view_digest(data: Any) -> str:
+    """SHA-256 of a view's data as compact JSON (key order kept: a view gives its fields in its own order)."""
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError, RecursionError):  # keys JSON cannot write (a malformed file): its repr
+        text = repr(data)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_view(path: Path | str, view: str) -> Any:
+    """``view``'s data of the file at ``path``; the running instance's record names the file through the view
+    (a ``view`` entry with the digest of that data), and not the file itself for the opens the view makes."""
+    before = getattr(_paused, "files", False)
+    _paused.files = True
+    try:
+        data = view_data(view, path)
+    finally:
+        _paused.files = before
+    rec = _active
+    if rec is not None and os.getpid() == rec._pid:
+        rec.note_view(path, view, view_digest(data))
+    return data
 
 
 def normalise(name: str) -> str:
@@ -350,6 +405,7 @@ class Recorder:
         # the declared inputs (files or folders): compiled readers (pyarrow, h5py) open files unseen
         self.deps: list[str] = []
         self.written: set[str] = set()
+        self.views: dict[str, str] = {}  # view entry name -> digest of the data the run read through it
         self.errors: list[str] = []  # events the listener could not read (the record is then incomplete)
         self.params: dict[tuple[str, ...], Any] = {}
         self.defaults: dict[tuple[str, ...], Any] = {}  # keys read with a default (:func:`note_item`)
@@ -417,7 +473,15 @@ class Recorder:
         except Exception as err:  # noqa: BLE001 - never fail the run's own open; the record says it is incomplete
             self.errors.append(f"{event}: {type(err).__name__}: {err}")
 
+    def note_view(self, path: Path | str, view: str, digest: str) -> None:
+        """The run read the file ``path`` through ``view`` (:func:`read_view`), getting data of this digest."""
+        name = self.project_path(path)
+        if name is not None:
+            self.views.setdefault(view_entry(view, name), digest)
+
     def _seen(self, event: str, args: tuple[Any, ...]) -> None:
+        if getattr(_paused, "files", False):
+            return  # a view reading its file (read_view): the view is recorded instead
         if event == "open":
             path, mode, flags = args
             if isinstance(path, int) or (flags or 0) & _DIRECTORY or (mode is None and os.path.isdir(path)):
@@ -634,6 +698,9 @@ class Recorder:
             entries[f"dist:{dist}"] = {"kind": "dist"}
         entries["python:"] = {"kind": "python"}
         digests = path_digests(self.root, list(entries), cache)
+        for name, digest in self.views.items():  # the digest of what the run read through the view
+            entries[name] = {"kind": "view"}
+            digests[name] = digest
         reads = [{"path": n, **e, "sha256": digests[n]} for n, e in sorted(entries.items())]
         params = [{"key": ".".join(k), "path": list(k), **_param_value(v, self.defaults.get(k, _NONE))}
                   for k, v in sorted(self.params.items())]
@@ -653,7 +720,8 @@ def _param_value(value: Any, default: Any) -> dict[str, Any]:
 
 def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dict[str, str]:
     """``{name: digest}``: a file's SHA-256 (a JSON/YAML file's: of what it says), a folder's ``tree:`` digest (:func:`r2m.utils.digest.tree_digest`'s
-    value), ``"missing"`` when gone. Every file named or inside a folder named goes through one
+    value), a ``view`` entry's digest of its view's data now (``"unreadable"`` when the view fails on the file),
+    ``"missing"`` when gone. Every file named or inside a folder named goes through one
     :class:`r2m.utils.digest.StatCache` (the stat cache ``cache`` read and written once); a folder is
     walked and hashed a file at a time."""
     from r2m.utils.digest import StatCache, tree_line, walk
@@ -666,6 +734,10 @@ def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dic
             continue
         if n == "python:":
             out[n] = f"version:{interpreter()}"
+            continue
+        seen = viewed(n)
+        if seen is not None:
+            out[n] = _view_now(root, *seen)
             continue
         where = resolve_name(root, n)
         if where is None:
@@ -690,6 +762,18 @@ def path_digests(root: Path, names: list[str], cache: Path | None = None) -> dic
             out[n] = "missing"
     stats.save()
     return out
+
+
+def _view_now(root: Path, view: str, name: str) -> str:
+    """The digest of ``view``'s data of the file ``name`` now: ``missing``, or ``unreadable`` when the view fails
+    on it (the reader reports why; never the digest of data a run read)."""
+    where = resolve_name(root, name)
+    if where is None or not os.path.isfile(where):
+        return "missing"
+    try:
+        return view_digest(view_data(view, where))
+    except Exception:  # noqa: BLE001 - any failure of the view on this file: not what a run read
+        return "unreadable"
 
 
 class Digests:
@@ -759,7 +843,11 @@ def changes(record: dict[str, Any], params: Any, digests: Digests,
     for r in reads:
         if now[r["path"]] == r["sha256"]:
             continue
-        if r["kind"] in ("dist", "python"):
+        seen = viewed(r["path"]) if r["kind"] == "view" else None
+        if seen is not None:  # the file, and the view it was read through
+            state = {"missing": "removed", "unreadable": "unreadable"}.get(now[r["path"]], "changed")
+            out.append(f"{seen[1]}: {state} (view {seen[0]})")
+        elif r["kind"] in ("dist", "python"):
             old, new = r["sha256"].removeprefix("version:"), now[r["path"]].removeprefix("version:")
             out.append(f"{r['path']}: {old} -> {new} ({r['kind']})")
         elif r["sha256"] == "missing":
