@@ -64,19 +64,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, help="scratch workspace (default bench/seed-nulls/<dataset>)")
     ap.add_argument("--cores", type=int, default=2, help="Snakemake cores (default 2)")
     ap.add_argument("--plant", default="train_xe", help="checkpoint of the planted difference (default train_xe)")
+    ap.add_argument("--bench-only", action="store_true",
+                    help="no copy and no training: the bench on the runs the workspace already holds (after a code "
+                         "change that leaves the trained runs as they are, e.g. the bench's own)")
     a = ap.parse_args(argv)
     if a.seeds < 4:
         ap.error("--seeds must be at least 4 (two disjoint sets of two)")
     wd = (a.workdir or ROOT / "bench" / "seed-nulls" / a.dataset).resolve()
     wd.mkdir(parents=True, exist_ok=True)
-    workspace(wd, a.dataset, a.seeds)
     env = run_env(wd)
-    targets = [f"results/{a.dataset}/r2m/s{k}/{ckpt}/per_image.parquet" for k in range(a.seeds)
-               for ckpt in ("train_i", a.plant)]
-    stamp_targets(wd, a.dataset, a.seeds, ("train_i", a.plant))
-    rc, wall, cpu = snakemake(wd, a.cores, targets, f"seed_nulls: {a.seeds} seeds of R2M on {a.dataset} in {wd}")
-    if rc:
-        return rc
+    if a.bench_only:
+        trained = "the runs the workspace held, trained by an earlier call"
+    else:
+        workspace(wd, a.dataset, a.seeds)
+        targets = [f"results/{a.dataset}/r2m/s{k}/{ckpt}/per_image.parquet" for k in range(a.seeds)
+                   for ckpt in ("train_i", a.plant)]
+        stamp_targets(wd, a.dataset, a.seeds, ("train_i", a.plant))
+        rc, wall, cpu = snakemake(wd, a.cores, targets, f"seed_nulls: {a.seeds} seeds of R2M on {a.dataset} in {wd}")
+        if rc:
+            return rc
+        trained = f"training and scoring {a.seeds} seeds: {wall:.0f} s wall, {cpu:.0f} CPU s if run now"
     runs = str(wd / f"results/{a.dataset}/r2m/s*/train_i")
     plant = str(wd / f"results/{a.dataset}/r2m/s*/{a.plant}")
     t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -86,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                        capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_bench = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    text = (r.stdout.replace(str(wd) + "/", "") + f"(training and scoring {a.seeds} seeds: {wall:.0f} s wall, {cpu:.0f} CPU s "
-            f"if run now; the bench: {time.perf_counter() - t0:.0f} s wall, {cpu_bench:.0f} CPU s)\n")
+    text = (r.stdout.replace(str(wd) + "/", "") + f"({trained}; the bench: {time.perf_counter() - t0:.0f} s wall, {cpu_bench:.0f} CPU s)\n")
     print(text, end="")
     print(r.stderr, end="", file=sys.stderr)
     if r.returncode == 0:
