@@ -249,6 +249,22 @@ def set_param(*path: str, value: Any) -> Callable[[Path], Undo]:
     return edit_file("params.yaml", change)
 
 
+def add_param(*path: str, value: Any) -> Callable[[Path], Undo]:
+    """Set one params.yaml key that is not there yet (a parent mapping made where missing); the undo writes the
+    text back."""
+
+    def change(b: bytes) -> bytes:
+        raw = yaml.safe_load(b.decode())
+        node = raw
+        for k in path[:-1]:
+            node = node.setdefault(k, {})
+        assert path[-1] not in node, f"{'.'.join(path)}: already set"
+        node[path[-1]] = value
+        return yaml.safe_dump(raw, sort_keys=False).encode()
+
+    return edit_file("params.yaml", change)
+
+
 def drop_param(*path: str) -> Callable[[Path], Undo]:
     """Remove one params.yaml key; the undo writes the text back."""
 
@@ -297,6 +313,46 @@ def fake_version(dist: str, version: str) -> Callable[[Path], Undo]:
     return apply
 
 
+def shadow_installed(rel: str, change: Callable[[bytes], bytes]) -> Callable[[Path], Undo]:
+    """A data file of the installation (``site:<rel>`` in a record) seen changed: a changed copy in a
+    ``site-packages`` folder first on the engines' ``PYTHONPATH``, which :func:`r2m.utils.reads.resolve_name` takes
+    (the longest package folder holding the file); the real installation is not touched."""
+
+    def apply(root: Path) -> Undo:
+        from r2m.utils.reads import site_dirs
+
+        real_site = next(Path(d) for d in site_dirs() if (Path(d) / rel).is_file())
+        site = root.parent / f"installed-{Path(rel).parts[0]}" / "site-packages"
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        before = (real_site / rel).read_bytes()
+        after = change(before)
+        assert after != before, f"{rel}: the edit changes nothing"
+        (site / rel).write_bytes(after)
+        assert len(os.path.realpath(site)) > len(str(real_site)), "the copy's folder must be looked at first"
+        ENV["R2M_TEST_PREPEND"] = str(site)
+
+        def undo() -> None:
+            ENV.pop("R2M_TEST_PREPEND", None)
+            shutil.rmtree(site.parent)
+
+        return undo
+
+    return apply
+
+
+def gz_json_entry(b: bytes) -> bytes:
+    """A gzipped JSON table with one more entry (a new release of a lookup table)."""
+    import gzip
+
+    table = json.loads(gzip.decompress(b))
+    assert "r2mtestwords" not in table
+    return gzip.compress(json.dumps({**table, "r2mtestwords": "r2mtestword"}).encode(), mtime=0)
+
+
+def add_yaml_key(b: bytes) -> bytes:
+    return b + b"\nedited: true\n"
+
+
 def comment_params(b: bytes) -> bytes:
     text = b.decode()
     return ("# a comment\n" + text.replace("\ncaption:", "\n# the decoding\ncaption:", 1)).encode()
@@ -337,6 +393,39 @@ EDITS: dict[str, Callable[[Path], Undo]] = {
     "output_removed": remove("models/tiny/r2m/s0/train_xe/inference.json"),
     "threads": set_env(R2M_THREADS="2"),
     "dist_matplotlib": fake_version("matplotlib", "99.0"),
+    # written before any of them ran (their golden files' first versions)
+    "installed_lemma_table": shadow_installed("spacy_lookups_data/data/en_lemma_lookup.json.gz", gz_json_entry),
+    "installed_corenlp_jar": shadow_installed("pycocoevalcap/tokenizer/stanford-corenlp-3.4.1.jar",
+                                              lambda b: b + b"\0"),
+    "installed_matplotlibrc": shadow_installed("matplotlib/mpl-data/matplotlibrc",
+                                               lambda b: b + b"\nfigure.dpi: 90\n"),
+    "dist_torch": fake_version("torch", "99.0"),
+    "dist_jinja2": fake_version("jinja2", "99.0"),
+    "dist_scipy": fake_version("scipy", "99.0"),
+    "caption_temperature": set_param("caption", "temperature", value=0.7),
+    "figure_images": set_param("report", "figure_images", value=3),
+    "scorers": set_param("evaluate", "scorers", value=["bleu", "meteor", "rouge", "cider"]),
+    "retrieval_prior_images": set_param("retrieval", "prior_images", value=500),
+    "catalog_gamma": set_param("catalog", "tiny", "gamma", value=0.5),
+    "scnn_num_concepts": set_param("scnn", "num_concepts", value=500),
+    "max_per_image": set_param("concepts", "max_per_image", value=4),
+    "train_s_max_len": set_param("train_s", "max_len", value=30),
+    "catalog_seeds_restated": add_param("catalog", "tiny", "seeds", value=[0]),
+    "select_on_test_restated": drop_param("fidelity", "select_on_test"),
+    "detect_batch_size": set_param("detect_concepts", "batch_size", value=4),
+    "per_model_mrnn_added": add_param("catalog", "tiny", "overrides", "train_sup", "per_model", "mrnn",
+                                      value={"steps": 20}),
+    "mrnn_model": append("src/r2m/models/mrnn.py", "\n# an edit\n"),
+    "text_stages": append("src/r2m/text/stages.py", "\n# an edit\n"),
+    "report_template": append("src/r2m/reports/templates/report.html", "\n{# an edit #}\n"),
+    "reports_plots": append("src/r2m/reports/plots.py", "\n# an edit\n"),
+    "supervised_init": append("src/r2m/supervised/__init__.py", "\n# an edit\n"),
+    "val_score": append("src/r2m/evaluation/val_score.py", "\n# an edit\n"),
+    "eval_per_image_removed": remove("results/tiny/r2m/s0/train_xe/eval_per_image.json"),
+    "inspect_folder_file": in_folder("results/tiny/sat/s0/train_sup/inspect", "*.png", "\0"),
+    "bookkeeping_params_file": edit_file("results/tiny/r2m/s0/train_xe/eval.params.yaml", add_yaml_key),
+    "tf32_off": set_env(R2M_TF32="0"),
+    "workers": set_env(R2M_WORKERS="2"),
 }
 
 
@@ -354,7 +443,22 @@ def test_switching_a_snakemake_workspace_to_dvc_leaves_nothing_to_run(ws):
     assert all("always changed" in changes for changes in status.values())
 
 
-@pytest.mark.parametrize("name", sorted(EDITS))
+# the edits whose golden plan the engines do not meet yet (the golden file keeps what should run): why
+RESULTS_FOLDER = ("DVC: a gathering stage (figures, the tables, claims, baselines, retrieval) depends on the whole "
+                  "results folder in dvc.yaml (Gather.dvc_path), so any file changed under results/ stales every one "
+                  "of them, read or not: a needless rerun")
+KNOWN: dict[str, str] = {
+    "bookkeeping_params_file": RESULTS_FOLDER,
+    "eval_per_image_removed": RESULTS_FOLDER,
+    "inspect_folder_file": RESULTS_FOLDER,
+    "catalog_seeds_restated": ("the readers of a dataset's seeds record catalog.<name>.seeds as read (null when "
+                               "unset), not the seeds they resolved: the top-level seeds restated for the dataset "
+                               "rerun them (and the report) for the same seeds: a needless rerun"),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN[n]))
+                                  if n in KNOWN else n for n in sorted(EDITS)])
 def test_an_edit_reruns_what_read_it_under_both_engines(ws, name):
     universe = ws.instances()
     what, plan, stale = golden(name, universe)

@@ -281,6 +281,25 @@ def test_written_and_hidden_files_are_not_inputs_outside_files_and_program_argum
     assert digests["lib"].startswith("tree:")
 
 
+def test_what_a_stage_module_reads_as_it_is_imported_is_recorded(tmp_path):
+    """The runner imports a stage's module before its record starts; a library reading its data as it is imported
+    (matplotlib its matplotlibrc) is kept (``import_reads``) and recorded by the recorder started next, a file
+    written then is not an input."""
+    from r2m.utils.reads import import_reads
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "rc.txt").write_text("rc")
+    with import_reads():
+        (ws / "rc.txt").read_text()
+        (ws / "cache.txt").write_text("written")
+    (ws / "after.txt").write_text("not read")
+    (ws / "after.txt").read_text()  # between the import and the start: the runner's own business
+    rec = Recorder(ws).start()
+    body = rec.finish()
+    assert {e["path"] for e in body["reads"] if e["kind"] == "file"} == {"rc.txt"}
+
+
 def test_a_baselines_schedule_records_its_own_per_model_entry_only():
     """``train_sup.for_model("sat")`` reads each ``train_sup`` field and sat's ``per_model`` entry (``{}`` when it has
     none), not the other models' entries: an edit of mrnn's override leaves sat's record current, one of sat's

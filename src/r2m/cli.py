@@ -184,7 +184,10 @@ def _parse(stage: S.Stage, argv: list[str]) -> tuple[object, str, argparse.Names
         if value is not None and not allowed(value):
             raise _refuse(stage, f"--{axis} {value!r}: {hint}")
     alone = stage.name in STANDALONE and any(getattr(pre, a) is None for a in stage.axes)
-    module, func = _load(STANDALONE[stage.name] if alone else stage.impl)
+    from r2m.utils.reads import import_reads
+
+    with import_reads():  # a library the module imports may read its data files now: the record names them
+        module, func = _load(STANDALONE[stage.name] if alone else stage.impl)
     if hasattr(module, "relaunch"):  # e.g. training's --nproc N: re-run under torchrun
         rc = module.relaunch(stage.name, argv)
         if rc is not None:

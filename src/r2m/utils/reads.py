@@ -345,6 +345,17 @@ _active: Recorder | None = None  # the recording Recorder of this process (one a
 _paused = threading.local()
 _NONE = object()
 _ABSENT = object()  # a params key looked up and not found
+# the open/exec events of a stage's module being imported, before its record starts (a library reading its data
+# as it is imported: matplotlib its matplotlibrc), kept for the next Recorder that starts (:func:`import_reads`)
+_early: list[tuple[str, tuple[Any, ...]]] = []
+
+
+@contextmanager
+def import_reads() -> Iterator[None]:
+    """Keep what the code run inside opens and starts (a stage's module, imported before its recording starts):
+    the :class:`Recorder` started next in this process records it as read while recording."""
+    with audit.listening(EVENTS, lambda event, args: _early.append((event, args))):
+        yield
 
 
 def note_item(model: Any, suffix: tuple[str, ...], value: Any, default: Any = _NONE) -> None:
@@ -624,6 +635,9 @@ class Recorder:
             for cls in self._types:
                 self._patch(cls)
         self._handle = audit.listen(EVENTS, self._on_event)
+        early, _early[:] = list(_early), []
+        for event, args in early:  # what importing the stage's module read (import_reads)
+            self._on_event(event, args)
         return self
 
     def stop(self) -> None:
