@@ -451,9 +451,6 @@ KNOWN: dict[str, str] = {
     "bookkeeping_params_file": RESULTS_FOLDER,
     "eval_per_image_removed": RESULTS_FOLDER,
     "inspect_folder_file": RESULTS_FOLDER,
-    "catalog_seeds_restated": ("the readers of a dataset's seeds record catalog.<name>.seeds as read (null when "
-                               "unset), not the seeds they resolved: the top-level seeds restated for the dataset "
-                               "rerun them (and the report) for the same seeds: a needless rerun"),
 }
 
 

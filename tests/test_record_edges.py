@@ -185,3 +185,28 @@ def test_recorded_names_resolve_to_files_now(name, expect, tmp_path, monkeypatch
     want = {"site": str(tmp_path / "site" / "a/b.json"), "prefix": os.path.join(sys.prefix, "share/x"),
             "ws": str(tmp_path / "ws" / "data/x"), None: None}[expect]
     assert got == want
+
+
+def test_a_datasets_seeds_are_recorded_as_the_list_they_resolved_to():
+    """A run that asks a dataset's seeds (the tables, the figures) names ``catalog.<name>.seeds`` with the list it
+    used: the top-level seeds restated for the dataset change nothing, another list does, and the top-level seeds
+    it fell back on are read too."""
+    from r2m import params as P
+
+    params = P.validate({"datasets": ["demo"], "seeds": [0, 1], "catalog": {"demo": {"kind": "demo"}}})
+    rec = Recorder(Path(".")).start(params)
+    try:
+        assert P.seeds_for(params, "demo", "r2m") == [0, 1]
+    finally:
+        body = rec.finish()
+    assert sorted(p["key"] for p in body["params"]) == ["catalog.demo.seeds", "seeds"]
+    record = record_of(body)
+
+    def now(top: list[int], own: object = None) -> ParamValues:
+        entry = {"kind": "demo", **({"seeds": own} if own is not None else {})}
+        return ParamValues(P.validate({"datasets": ["demo"], "seeds": top, "catalog": {"demo": entry}}))
+
+    assert changes(record, now([0, 1]), Digests(Path("."))) == []
+    assert changes(record, now([0, 1], [0, 1]), Digests(Path("."))) == []  # restated for the dataset
+    assert changes(record, now([0, 1], [0, 2]), Digests(Path("."))) == ["params catalog.demo.seeds: changed"]
+    assert changes(record, now([0, 2]), Digests(Path("."))) == ["params seeds: changed"]

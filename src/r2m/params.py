@@ -741,11 +741,22 @@ SEEDED_SECTIONS = (*TRAIN_STAGES, "train_e2e", "train_sup", "caption", "retrieva
 
 def seeds_for(params: Params, dataset: str, name: str | None) -> list[int]:
     """The seeds of ``dataset``'s runs of variant or baseline ``name``: its catalog entry's ``seeds`` (a
-    list, or its item ``name``), else the top-level ``seeds``."""
-    entry = params.catalog[dataset].seeds if dataset in params.catalog else None
-    if isinstance(entry, dict):
-        entry = entry.get(name or "")
-    return list(entry if entry is not None else params.seeds)
+    list, or its item ``name``), else the top-level ``seeds``. A recording run names the entry's ``seeds``
+    as read with the list it resolved to (unset: the top-level list, recorded too), so restating that list
+    for the dataset reruns nothing; a per-name mapping is recorded whole."""
+    from r2m.utils.reads import note_item, unrecorded
+
+    if dataset not in params.catalog:
+        return list(params.seeds)
+    entry = params.catalog[dataset]
+    with unrecorded():
+        own = entry.seeds
+    if isinstance(own, dict):
+        own = entry.seeds.get(name or "")  # read again, recorded: the whole mapping
+        return list(own if own is not None else params.seeds)
+    seeds = list(own if own is not None else params.seeds)
+    note_item(entry, ("seeds",), seeds, default=seeds)
+    return seeds
 
 
 def with_seed(params: Params, seed: int) -> Params:

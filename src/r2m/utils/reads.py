@@ -830,10 +830,11 @@ class ParamValues:
         self._known: dict[tuple[str, ...], tuple[bool, Any, str]] = {}
 
     def get(self, path: list[str], default: Any = _NONE) -> tuple[bool, Any, str]:
-        """``(found, value, digest)``; a key not found with a ``default`` counts as found with that value."""
+        """``(found, value, digest)``; a key not found, or null, with a ``default`` counts as found with that value
+        (an optional key left null falls back on the default the reader recorded)."""
         if default is not _NONE:
             found, data, digest = self.get(path)
-            return (True, data, digest) if found else (True, default, data_digest(default))
+            return (True, data, digest) if found and data is not None else (True, default, data_digest(default))
         key = tuple(path)
         hit = self._known.get(key)
         if hit is None:
