@@ -8,10 +8,14 @@ from typing import Any
 
 import yaml
 
+# libyaml's parser where PyYAML was built with it (about 10 times faster: the params and photos.yaml are parsed
+# whenever an engine plans), else PyYAML's own; the constructor (the checks below) is the same Python code
+_BASE = yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
 
-class StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (instead of keeping the
-    last) and reads ``1e-4`` as a number (YAML 1.2; PyYAML's 1.1 rules make it a string)."""
+
+class StrictLoader(_BASE):  # type: ignore[misc, valid-type]
+    """``yaml.SafeLoader`` (libyaml's parser when present) that refuses a key given twice in one mapping (instead
+    of keeping the last) and reads ``1e-4`` as a number (YAML 1.2; PyYAML's 1.1 rules make it a string)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -36,23 +40,26 @@ StrictLoader.add_implicit_resolver(
 )
 
 
+MAX_DEPTH = 200  # levels of nesting a document may have (params.yaml: 7)
 MAX_VALUES = 1_000_000  # values a document may hold once its aliases are expanded (params.yaml: ~2000)
 
 
 def _check_expanded_size(doc: Any) -> None:
     """Refuse a document whose aliases expand to more than :data:`MAX_VALUES` values (a "billion
     laughs" alias bomb loads in a blink but hangs whatever walks it: validation, copies, digests)."""
-    stack, seen = [doc], 0
+    stack, seen = [(doc, 0)], 0
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         seen += 1
         if seen > MAX_VALUES:
             raise yaml.YAMLError(f"more than {MAX_VALUES:,} values once its aliases (*name) are expanded; "
                                  "an alias bomb? write the values out")
+        if depth > MAX_DEPTH:  # libyaml parses any depth; what walks the document (validation, copies) recurses
+            raise yaml.YAMLError(f"nested more than {MAX_DEPTH} levels deep: too deeply to read")
         if isinstance(node, dict):
-            stack.extend(node.values())
+            stack.extend((v, depth + 1) for v in node.values())
         elif isinstance(node, list):
-            stack.extend(node)
+            stack.extend((v, depth + 1) for v in node)
 
 
 def yaml_load(text: str) -> Any:
