@@ -16,6 +16,7 @@ from r2m import params as P
 from r2m.models.r2m import R2M
 from r2m.stage import registry as S
 from r2m.stage.context import StageContext
+from r2m.text.vocab import END
 from r2m.training.data import TextBatch
 from r2m.training.stages import OBJECTIVES, model_config
 
@@ -52,6 +53,7 @@ def _text_batch() -> TextBatch:
     concepts = torch.randint(4, V, (B, K), generator=g)
     concept_lens = torch.tensor([3, 2, 3, 1])
     targets = torch.randint(4, V, (B, T), generator=g)
+    targets[torch.arange(B), lengths - 1] = END  # whole sentences: none cut at max_len (item 4 has its own test)
     targets[torch.arange(T)[None, :] >= lengths[:, None]] = 0
     inputs = torch.cat([torch.full((B, 1), 1), targets[:, :-1]], 1)
     return TextBatch(concepts, concept_lens, inputs, targets, lengths)
