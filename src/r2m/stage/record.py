@@ -258,11 +258,13 @@ def _name_problem(name: str, kind: str, root: Path) -> str | None:
     or a folder that holds the workspace or sits at the top of the tree (a digest would walk all of it)."""
     if "\x00" in name:
         return "holds a NUL"
-    seen = viewed(name)
-    if kind == "view" or seen is not None:  # a file read through a view: the view known, the file a file's name
-        if kind != "view" or seen is None:
-            return "is not a view entry" if kind == "view" else "is a view entry's name"
+    seen = viewed(name)  # a file read through a view: the view known, the file a file's name
+    if kind == "view":
+        if seen is None:
+            return "is not a view entry"
         return f"names no known view ({seen[0]})" if seen[0] not in VIEWS else _name_problem(seen[1], "file", root)
+    if seen is not None:
+        return "is a view entry's name"
     if kind in ("dist", "python"):
         return None if name.startswith(f"{kind}:") else f"is not a {kind} name"
     rel = name.split(":", 1)[1] if name.startswith(("site:", "prefix:")) else name
