@@ -443,15 +443,9 @@ def test_switching_a_snakemake_workspace_to_dvc_leaves_nothing_to_run(ws):
     assert all("always changed" in changes for changes in status.values())
 
 
-# the edits whose golden plan the engines do not meet yet (the golden file keeps what should run): why
-RESULTS_FOLDER = ("DVC: a gathering stage (figures, the tables, claims, baselines, retrieval) depends on the whole "
-                  "results folder in dvc.yaml (Gather.dvc_path), so any file changed under results/ stales every one "
-                  "of them, read or not: a needless rerun")
-KNOWN: dict[str, str] = {
-    "bookkeeping_params_file": RESULTS_FOLDER,
-    "eval_per_image_removed": RESULTS_FOLDER,
-    "inspect_folder_file": RESULTS_FOLDER,
-}
+# the edits whose golden plan the engines do not meet yet (the golden file keeps what should run): why; none now
+# (the last three, a file changed beside the gathered results, went when dvc.yaml listed the gathered files)
+KNOWN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN[n]))

@@ -8,7 +8,8 @@ change of the params' ``datasets``, ``variants``, ``seeds`` or ``baselines`` the
 --write`` again: ``r2m dag --check`` and the ``stamps`` stage (the first of every ``dvc repro``)
 refuse a stale file in one line. What an instance read (code, files, each params key) reaches DVC through
 its stamp, a params file (:mod:`r2m.stage.record`) the ``stamps`` stage rewrites, so ``dvc exp run
--S`` and ``dvc params diff`` work per key. Gather dependencies become their parent-directory ``dvc_path``.
+-S`` and ``dvc params diff`` work per key. A Gather dependency becomes the files it names (:func:`gather_deps`),
+so a file beside them (a bookkeeping params file, an image in an output folder) stales none of its gatherers.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import yaml
 
 from r2m import params as P
 from r2m.pipeline.resolved import dag_instances
+from r2m.stage.axes import gathered
 from r2m.stage.record import STAMPS, stamp_path
 from r2m.stage.registry import STAGES, Gather, Stage
 
@@ -73,18 +75,35 @@ def _dvc_template(text: str, stage: Stage) -> str:
     return text
 
 
-def dvc_stage(stage: Stage, over: str | None = None) -> dict[str, Any]:
-    """The stage's ``dvc.yaml`` entry; with axes, a ``foreach`` over the instance list ``over``."""
+def gather_deps(params: P.Params, instances: list[tuple[Stage, dict[str, str]]]) -> dict[tuple[str, str], list[str]]:
+    """``{(stage, dependency): paths}``: the files each Gather dependency names, with a stage's own axes as DVC's
+    ``${item.…}`` fields. When the list differs between a stage's instances (a dataset with seeds of its own), the
+    dependency stays its parent folder ``dvc_path`` (coarser: any change under it stales the stage)."""
+    per: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+    for stage, bound in instances:
+        item = {a: f"${{item.{a}}}" for a in stage.axes}
+        for name, dep in stage.deps.items():
+            if isinstance(dep, Gather):
+                paths = tuple(dep.pattern.format(**{**keys, **item}) for keys, _ in gathered(params, dep, bound))
+                per.setdefault((stage.name, name), set()).add(paths)
+    return {k: list(dict.fromkeys(next(iter(v)))) for k, v in per.items() if len(v) == 1}
+
+
+def dvc_stage(stage: Stage, over: str | None = None,
+              gathers: dict[tuple[str, str], list[str]] | None = None) -> dict[str, Any]:
+    """The stage's ``dvc.yaml`` entry; with axes, a ``foreach`` over the instance list ``over``; ``gathers``: the
+    files of its Gather dependencies (:func:`gather_deps`; one missing falls back on its ``dvc_path`` folder)."""
     entry: dict[str, Any] = {}
     # values quoted for the shell DVC runs cmd with (names are also checked at params load: no quote in them)
     entry["cmd"] = f"r2m {stage.name} " + stage.command_args("'${item.%s}'")
     entry["cmd"] = entry["cmd"].strip()
     deps: list[str] = []
-    for dep in stage.deps.values():
-        path = dep.dvc_path if isinstance(dep, Gather) else dep
-        path = _dvc_template(path, stage)
-        if path not in deps:
-            deps.append(path)
+    for name, dep in stage.deps.items():
+        if isinstance(dep, Gather):
+            paths = (gathers or {}).get((stage.name, name)) or [_dvc_template(dep.dvc_path, stage)]
+        else:
+            paths = [_dvc_template(dep, stage)]
+        deps.extend(p for p in paths if p not in deps)
     entry["deps"] = deps
     # its stamp (r2m.stage.record), written by the stamps stage from the instance's record: the
     # values of the params keys it read and whether anything it read (code, files, params) changed since
@@ -122,8 +141,9 @@ def stamps_stage() -> dict[str, Any]:
 def render(params: P.Params, lists_uses: tuple[dict, dict[str, str]] | None = None) -> str:
     """``dvc.yaml``'s text for ``params``; ``lists_uses``: their :func:`instance_lists`, when already made."""
     lists, uses = lists_uses or instance_lists(params)
+    gathers = gather_deps(params, dag_instances(params))
     head = yaml.safe_dump({"vars": [{INSTANCES: lists}]}, sort_keys=False, width=120, default_flow_style=None)
-    doc = {"stages": {"stamps": stamps_stage(), **{s.name: dvc_stage(s, uses.get(s.name)) for s in STAGES}}}
+    doc = {"stages": {"stamps": stamps_stage(), **{s.name: dvc_stage(s, uses.get(s.name), gathers) for s in STAGES}}}
     return HEADER + head + yaml.safe_dump(doc, sort_keys=False, width=120)
 
 
@@ -198,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path} matches the stage registry and {args.params}")
         return 0
     stale = stale_dvc_file(path, params) if path.exists() else None
-    if stale and current.split("\nstages:\n")[-1] == text.split("\nstages:\n")[-1]:
-        print(stale, file=sys.stderr)  # only the lists differ: no diff of the whole vars block
+    if stale:  # the instance lists (and so the gathered files) differ: one line, not a diff of the whole file
+        print(stale, file=sys.stderr)
         return 1
     diff = difflib.unified_diff(current.splitlines(True), text.splitlines(True), str(path), "registry")
     sys.stdout.writelines(diff)
