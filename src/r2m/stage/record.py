@@ -47,6 +47,7 @@ computes, so a rerun that read a new file is not planned again.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -251,6 +252,7 @@ def _record(stage: Any, axes: Mapping[str, str], root: Path,
     return record, []
 
 
+@functools.lru_cache(maxsize=1 << 15)  # a planner checks ~25,000 names of ~2,000 distinct ones
 def _name_problem(name: str, kind: str, root: Path) -> str | None:
     """Why a record may not name ``name`` as a read of ``kind`` (None: it may), checked before anything is hashed: a
     path inside the workspace (relative, no ``..``), inside the installation (``site:``/``prefix:`` and a relative
@@ -288,8 +290,8 @@ def shape_problem(record: Any, root: Path = Path(".")) -> str | None:
     if not all(isinstance(x, list) for x in (reads, params, runtime, outputs)):
         return "not a record ('reads', 'params', 'runtime' and 'outputs' are not lists)"
     for i, r in enumerate(reads):
-        if not (isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("path", "kind", "sha256"))
-                and r["kind"] in KINDS):
+        if not (isinstance(r, dict) and isinstance(r.get("path"), str) and isinstance(r.get("kind"), str)
+                and isinstance(r.get("sha256"), str) and r["kind"] in KINDS):
             return f"reads[{i}] is not {{path, kind, sha256}}"
         problem = _name_problem(r["path"], r["kind"], root)
         if problem:
