@@ -295,7 +295,7 @@ def test_every_dvc_dependency_is_produced_or_in_git(repo_root):
     assert {"prepare@tiny_paired", "extract_features_sup@tiny_paired", "train_sup@tiny_paired-sat-0"} <= names
     # the check can fail: without tiny_paired in the data stages' list, nothing prepares it
     del doc["vars"][0]["instances"]["all_datasets"]["tiny_paired"]
-    assert "pretrain_sup@tiny_paired-mrnn-0: data/tiny_paired/prepared" in _unproduced(doc, tracked)
+    assert "pretrain_sup@tiny_paired-mrnn-0: data/tiny_paired/prepared/images.parquet" in _unproduced(doc, tracked)
 
 
 def test_the_retired_derived_lists_are_refused_by_name(repo_root):

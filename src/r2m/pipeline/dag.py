@@ -75,6 +75,17 @@ def _dvc_template(text: str, stage: Stage) -> str:
     return text
 
 
+def _key_files(template: str) -> tuple[str, ...]:
+    """What DVC hashes for a dependency ``template``: an output folder's key files (:attr:`Out.members`) when
+    ``template`` is one, else the path itself. A stage that reads more of a folder names it in its record, whose
+    stamp stales it; DVC walking whole folders (features, checkpoints) for every consumer only cost time."""
+    for stage in STAGES:
+        for out in stage.outs.values():
+            if out.directory and out.members and out.path == template:
+                return tuple(f"{template}/{m}" for m in out.members)
+    return (template,)
+
+
 def gather_deps(params: P.Params, instances: list[tuple[Stage, dict[str, str]]]) -> dict[tuple[str, str], list[str]]:
     """``{(stage, dependency): paths}``: the files each Gather dependency names, with a stage's own axes as DVC's
     ``${item.…}`` fields. When the list differs between a stage's instances (a dataset with seeds of its own), the
@@ -84,7 +95,8 @@ def gather_deps(params: P.Params, instances: list[tuple[Stage, dict[str, str]]])
         item = {a: f"${{item.{a}}}" for a in stage.axes}
         for name, dep in stage.deps.items():
             if isinstance(dep, Gather):
-                paths = tuple(dep.pattern.format(**{**keys, **item}) for keys, _ in gathered(params, dep, bound))
+                paths = tuple(f.format(**{**keys, **item}) for keys, _ in gathered(params, dep, bound)
+                              for f in _key_files(dep.pattern))
                 per.setdefault((stage.name, name), set()).add(paths)
     return {k: list(dict.fromkeys(next(iter(v)))) for k, v in per.items() if len(v) == 1}
 
@@ -102,7 +114,7 @@ def dvc_stage(stage: Stage, over: str | None = None,
         if isinstance(dep, Gather):
             paths = (gathers or {}).get((stage.name, name)) or [_dvc_template(dep.dvc_path, stage)]
         else:
-            paths = [_dvc_template(dep, stage)]
+            paths = [_dvc_template(f, stage) for f in _key_files(dep)]
         deps.extend(p for p in paths if p not in deps)
     entry["deps"] = deps
     # its stamp (r2m.stage.record), written by the stamps stage from the instance's record: the
