@@ -45,7 +45,7 @@ def test_snakemake_rule_of_the_baselines_features_carries_vgg16(raw) -> None:
     assert got["sup_features"]["backend"] == "vgg16" and got["sup_features"]["options"]["kinds"] == ["pooled", "grid"]
 
 
-def test_tiny_paired_and_demo_keep_todays_features(raw) -> None:
+def test_tiny_paired_keeps_todays_features_and_the_demo_a_stand_in(raw) -> None:
     params = P.validate(raw)
     tp = P.for_dataset(params, "tiny_paired")
     # what extract_features resolved to for tiny_paired before the baselines had a stage of their own
@@ -54,8 +54,10 @@ def test_tiny_paired_and_demo_keep_todays_features(raw) -> None:
     assert tp.sup_features.model_dump() == before == tp.extract_features.model_dump(exclude={"crops"})
     assert tp.extract_features.crops == 0
     demo = P.for_dataset(params, "demo")
-    assert demo.sup_features.model_dump() == demo.extract_features.model_dump(exclude={"crops"})
-    assert demo.sup_features.backend == "inception_v3_fid" and demo.sup_features.options == {}
+    # the demo has no paired captions, so its baselines skip: R2M keeps Inception, the unused baselines' features
+    # are the random CNN's pooled vector (not a second Inception pass over every photo)
+    assert demo.extract_features.backend == "inception_v3_fid" and demo.extract_features.options == {}
+    assert demo.sup_features.backend == "random_cnn" and demo.sup_features.options == {"kinds": ["pooled"]}
 
 
 # --------------------------------------------------------------------------- the DAG
@@ -75,8 +77,9 @@ def test_supervised_stages_depend_on_sup_features() -> None:
     over = lambda name: sorted(lists[doc[name]["foreach"][len("${instances."):-1]])  # noqa: E731
     assert over("extract_features_sup") == ["demo", "tiny_paired"]  # params.yaml's baselines.datasets
     assert over("extract_features") == ["demo"]  # its datasets: no longer needed by the baselines
-    assert "data/${item.dataset}/sup_features" in doc["train_sup"]["do"]["deps"]
-    assert "data/${item.dataset}/features" not in doc["train_sup"]["do"]["deps"]
+    # a folder dependency is its key files in dvc.yaml
+    assert "data/${item.dataset}/sup_features/features.h5" in doc["train_sup"]["do"]["deps"]
+    assert not any(d.startswith("data/${item.dataset}/features/") for d in doc["train_sup"]["do"]["deps"])
 
 
 # --------------------------------------------------------------------------- missing weights
