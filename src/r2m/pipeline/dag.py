@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,8 @@ HEADER = (
 INSTANCES = "instances"  # the vars entry of the instance lists
 
 
-def instance_lists(params: P.Params) -> tuple[dict[str, dict[str, dict[str, str]]], dict[str, str]]:
+def instance_lists(params: P.Params, instances: list[tuple[Stage, dict[str, str]]] | None = None,
+                   ) -> tuple[dict[str, dict[str, dict[str, str]]], dict[str, str]]:
     """(lists, uses): each distinct instance list of the DAG's stages, ``{instance key: axis values}``, named
     after its axes (``datasets``, ``dataset_variant_seeds``; ``all_datasets`` when the stage runs over every
     dataset, another list of the same axes then taking ``<stage>_…``); and the list each stage with axes runs
@@ -50,7 +52,7 @@ def instance_lists(params: P.Params) -> tuple[dict[str, dict[str, dict[str, str]
     from r2m.pipeline.resolved import axis_source
 
     per_stage: dict[str, dict[str, dict[str, str]]] = {}
-    for stage, bound in dag_instances(params):
+    for stage, bound in dag_instances(params) if instances is None else instances:
         per_stage.setdefault(stage.name, {})[stage.key(bound)] = {a: str(bound[a]) for a in stage.axes}
     lists: dict[str, dict[str, dict[str, str]]] = {}
     uses: dict[str, str] = {}
@@ -75,15 +77,18 @@ def _dvc_template(text: str, stage: Stage) -> str:
     return text
 
 
+@functools.cache
+def _folder_keys() -> dict[str, tuple[str, ...]]:
+    """``{output folder template: its key files}`` (:attr:`Out.members`) of every stage, read once."""
+    return {o.path: o.members for s in STAGES for o in s.outs.values() if o.directory and o.members}
+
+
 def _key_files(template: str) -> tuple[str, ...]:
     """What DVC hashes for a dependency ``template``: an output folder's key files (:attr:`Out.members`) when
     ``template`` is one, else the path itself. A stage that reads more of a folder names it in its record, whose
     stamp stales it; DVC walking whole folders (features, checkpoints) for every consumer only cost time."""
-    for stage in STAGES:
-        for out in stage.outs.values():
-            if out.directory and out.members and out.path == template:
-                return tuple(f"{template}/{m}" for m in out.members)
-    return (template,)
+    members = _folder_keys().get(template)
+    return tuple(f"{template}/{m}" for m in members) if members else (template,)
 
 
 def gather_deps(params: P.Params, instances: list[tuple[Stage, dict[str, str]]]) -> dict[tuple[str, str], list[str]]:
@@ -95,8 +100,8 @@ def gather_deps(params: P.Params, instances: list[tuple[Stage, dict[str, str]]])
         item = {a: f"${{item.{a}}}" for a in stage.axes}
         for name, dep in stage.deps.items():
             if isinstance(dep, Gather):
-                paths = tuple(f.format(**{**keys, **item}) for keys, _ in gathered(params, dep, bound)
-                              for f in _key_files(dep.pattern))
+                files = _key_files(dep.pattern)
+                paths = tuple(f.format(**{**keys, **item}) for keys, _ in gathered(params, dep, bound) for f in files)
                 per.setdefault((stage.name, name), set()).add(paths)
     return {k: list(dict.fromkeys(next(iter(v)))) for k, v in per.items() if len(v) == 1}
 
@@ -150,10 +155,11 @@ def stamps_stage() -> dict[str, Any]:
     }
 
 
-def render(params: P.Params, lists_uses: tuple[dict, dict[str, str]] | None = None) -> str:
-    """``dvc.yaml``'s text for ``params``; ``lists_uses``: their :func:`instance_lists`, when already made."""
-    lists, uses = lists_uses or instance_lists(params)
-    gathers = gather_deps(params, dag_instances(params))
+def render(params: P.Params, instances: list[tuple[Stage, dict[str, str]]] | None = None) -> str:
+    """``dvc.yaml``'s text for ``params``; ``instances``: their :func:`dag_instances`, when already made."""
+    instances = dag_instances(params) if instances is None else instances
+    lists, uses = instance_lists(params, instances)
+    gathers = gather_deps(params, instances)
     head = yaml.safe_dump({"vars": [{INSTANCES: lists}]}, sort_keys=False, width=120, default_flow_style=None)
     doc = {"stages": {"stamps": stamps_stage(), **{s.name: dvc_stage(s, uses.get(s.name), gathers) for s in STAGES}}}
     return HEADER + head + yaml.safe_dump(doc, sort_keys=False, width=120)
@@ -205,8 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     except P.ParamsError as err:
         print(f"r2m dag: {err}", file=sys.stderr)
         return 2
-    lists, uses = instance_lists(params)
-    text = render(params, (lists, uses))
+    instances = dag_instances(params)
+    lists, uses = instance_lists(params, instances)
+    text = render(params, instances)
     path = Path(args.file)
     if args.print:
         sys.stdout.write(text)

@@ -252,7 +252,7 @@ def _record(stage: Any, axes: Mapping[str, str], root: Path,
     return record, []
 
 
-@functools.lru_cache(maxsize=1 << 15)  # a planner checks ~25,000 names of ~2,000 distinct ones
+@functools.lru_cache(maxsize=1 << 15)  # a plan of the demo checks 25,631 names, 1,707 distinct
 def _name_problem(name: str, kind: str, root: Path) -> str | None:
     """Why a record may not name ``name`` as a read of ``kind`` (None: it may), checked before anything is hashed: a
     path inside the workspace (relative, no ``..``), inside the installation (``site:``/``prefix:`` and a relative
